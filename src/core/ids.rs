@@ -1,0 +1,164 @@
+//! Typed identifiers. Strings cross module boundaries only inside these
+//! newtypes; inside the state, dense indexes (`JobIdx`, `EngineIdx`) are used.
+//!
+//! Ids are `Arc<str>` so that cloning one into an order costs a reference
+//! count, not an allocation: `schedule` clones ids on its hot path.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Longest id accepted for a job or an engine, in bytes.
+pub const ID_LEN_MAX: usize = 64;
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            /// Accepts 1..=64 characters of `[A-Za-z0-9._-]`; these ids appear in
+            /// NATS subjects, file names and command lines, so nothing else is safe.
+            pub fn new(text: &str) -> Result<Self, IdError> {
+                validate_id(text)?;
+                Ok(Self(Arc::from(text)))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
+            }
+        }
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(text: &str) -> Result<Self, IdError> {
+                Self::new(text)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A job, named by its submitter (the CLI generates one when the job file has none).
+    JobId
+);
+string_id!(
+    /// An engine (worker), named at login; it is the `<engine>` in `gridfold.ev.engine.<engine>.>`.
+    EngineId
+);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("an id may not be empty")]
+    Empty,
+    #[error("an id is at most {ID_LEN_MAX} bytes, this one has {0}")]
+    TooLong(usize),
+    #[error("an id may hold only letters, digits, '.', '_' and '-'; found {0:?} at byte {1}")]
+    BadCharacter(char, usize),
+}
+
+fn validate_id(text: &str) -> Result<(), IdError> {
+    if text.is_empty() {
+        return Err(IdError::Empty);
+    }
+    if text.len() > ID_LEN_MAX {
+        return Err(IdError::TooLong(text.len()));
+    }
+    if let Some((at, bad)) = text
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(IdError::BadCharacter(bad, at));
+    }
+    Ok(())
+}
+
+/// A stream sequence number: the total order of the log. The first entry is 1.
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+pub struct Seq(pub u64);
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+impl fmt::Debug for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// One task of a job, addressed from outside the core: job id and 0-based index.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct TaskRef {
+    pub job: JobId,
+    pub index: u32,
+}
+
+impl TaskRef {
+    pub fn new(job: JobId, index: u32) -> Self {
+        Self { job, index }
+    }
+}
+
+impl fmt::Display for TaskRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.job, self.index)
+    }
+}
+impl fmt::Debug for TaskRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.job.as_str(), self.index)
+    }
+}
+
+impl std::str::FromStr for TaskRef {
+    type Err = String;
+    /// Parses `JOB/INDEX`, the form `gridfold why` takes.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (job, index) = text
+            .rsplit_once('/')
+            .ok_or_else(|| format!("a task is written JOB/INDEX, got {text:?}"))?;
+        let job = JobId::new(job).map_err(|e| format!("job id {job:?}: {e}"))?;
+        let index = index
+            .parse()
+            .map_err(|_| format!("task index {index:?} is not a whole number"))?;
+        Ok(TaskRef { job, index })
+    }
+}
+
+/// Which attempt of a task this is; the first dispatch is attempt 1.
+pub type Attempt = u32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_accept_safe_names_and_refuse_the_rest() {
+        assert!(JobId::new("render-2026.11_a").is_ok());
+        assert_eq!(JobId::new(""), Err(IdError::Empty));
+        assert_eq!(EngineId::new("a b"), Err(IdError::BadCharacter(' ', 1)));
+        assert_eq!(EngineId::new(&"x".repeat(65)), Err(IdError::TooLong(65)));
+        assert!(EngineId::new("a.>").is_err(), "NATS wildcards must never reach a subject");
+    }
+
+    #[test]
+    fn task_refs_parse_from_the_command_line_form() {
+        let task: TaskRef = "job-1/17".parse().unwrap();
+        assert_eq!(task.job.as_str(), "job-1");
+        assert_eq!(task.index, 17);
+        assert!("job-1".parse::<TaskRef>().is_err());
+        assert!("job-1/x".parse::<TaskRef>().is_err());
+    }
+}

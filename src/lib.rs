@@ -1,0 +1,3 @@
+//! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
+
+pub mod core;
