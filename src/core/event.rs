@@ -167,7 +167,7 @@ impl JobSpec {
 
 /// The command every task runs. `{index}` and `{name}` in `argv` are replaced by
 /// the task's index and parameters when the engine launches it.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TaskTemplate {
     pub argv: Vec<String>,
     /// Named parameters shared by every task; a per-task parameter of the same name wins.

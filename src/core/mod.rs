@@ -12,3 +12,12 @@
 
 pub mod event;
 pub mod ids;
+pub mod digest;
+pub mod expr;
+pub mod fold;
+pub mod reject;
+pub mod replay;
+pub mod rng;
+pub mod schedule;
+pub mod state;
+pub mod testkit;

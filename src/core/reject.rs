@@ -1,0 +1,161 @@
+//! Why an entry did not apply. The fold records one of these and changes nothing
+//! else, identically on every replay. Reasons are an enum, never free text, so
+//! tools can count and match them; `detail` strings only carry what a person needs.
+
+use std::fmt;
+
+use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Rejection {
+    /// The payload did not decode as an envelope.
+    Undecodable { detail: String },
+    /// An engine's event whose payload names another engine than its subject does,
+    /// or an engine event published on a non-engine subject.
+    ForgedEngine { subject_engine: Option<EngineId>, payload_engine: EngineId },
+    /// An event published on a subject its kind may not use (orders not from the
+    /// projector, a job event on an engine's subject).
+    WrongPublisher { event: String },
+    DuplicateJob { job: JobId },
+    InvalidJob { job: JobId, problem: JobProblem },
+    UnknownJob { job: JobId },
+    JobAlreadyEnded { job: JobId },
+    UnknownEngine { engine: EngineId },
+    EngineNotLoggedIn { engine: EngineId },
+    InvalidEngine { engine: EngineId, problem: String },
+    UnknownTask { task: TaskRef },
+    /// A report for an attempt that is not the task's live attempt (an old attempt,
+    /// or one never dispatched).
+    StaleAttempt { task: TaskRef, attempt: Attempt },
+    /// A report from an engine that was not given this attempt.
+    WrongEngine { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// A second report of the same thing (a start already recorded).
+    DuplicateReport { task: TaskRef, attempt: Attempt },
+    ResultTooLarge { task: TaskRef, bytes: usize, max: usize },
+    ErrorTailTooLarge { task: TaskRef, bytes: usize, max: usize },
+    /// One order of a batch did not apply; the rest of the batch did.
+    OrderNotApplicable { order: u32, problem: OrderProblem },
+    /// An order batch carried more orders than a batch may.
+    BatchTooLarge { orders: usize, max: usize },
+    InvalidPolicy { problem: String },
+}
+
+/// Why a submitted job was refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum JobProblem {
+    BadRequirements { position: usize, message: String },
+    NoTasks,
+    TooManyTasks { tasks: u64, max: u32 },
+    ZeroSlotsPerTask,
+    ZeroMaxAttempts,
+}
+
+/// Why an order read back from the log did not apply: the world moved between the
+/// decision and its fold (an engine left, the job was cancelled), or the order is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OrderProblem {
+    UnknownJob,
+    UnknownTask,
+    UnknownEngine,
+    EngineNotLoggedIn,
+    TaskNotWaiting,
+    WrongAttemptNumber { expected: Attempt },
+    NotEnoughFreeSlots { free: u32, needed: u32 },
+    AttemptNotLive,
+    JobNotEnded,
+    /// A job flagged unschedulable that an engine could run by the time the flag was read back.
+    JobIsSchedulable,
+}
+
+impl Rejection {
+    /// A short stable name for counting rejections by kind.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Rejection::Undecodable { .. } => "undecodable",
+            Rejection::ForgedEngine { .. } => "forged-engine",
+            Rejection::WrongPublisher { .. } => "wrong-publisher",
+            Rejection::DuplicateJob { .. } => "duplicate-job",
+            Rejection::InvalidJob { .. } => "invalid-job",
+            Rejection::UnknownJob { .. } => "unknown-job",
+            Rejection::JobAlreadyEnded { .. } => "job-already-ended",
+            Rejection::UnknownEngine { .. } => "unknown-engine",
+            Rejection::EngineNotLoggedIn { .. } => "engine-not-logged-in",
+            Rejection::InvalidEngine { .. } => "invalid-engine",
+            Rejection::UnknownTask { .. } => "unknown-task",
+            Rejection::StaleAttempt { .. } => "stale-attempt",
+            Rejection::WrongEngine { .. } => "wrong-engine",
+            Rejection::DuplicateReport { .. } => "duplicate-report",
+            Rejection::ResultTooLarge { .. } => "result-too-large",
+            Rejection::ErrorTailTooLarge { .. } => "error-tail-too-large",
+            Rejection::OrderNotApplicable { .. } => "order-not-applicable",
+            Rejection::BatchTooLarge { .. } => "batch-too-large",
+            Rejection::InvalidPolicy { .. } => "invalid-policy",
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Undecodable { detail } => write!(f, "payload does not decode: {detail}"),
+            Rejection::ForgedEngine { subject_engine: Some(s), payload_engine } => {
+                write!(f, "engine {s} published an event naming engine {payload_engine}")
+            }
+            Rejection::ForgedEngine { subject_engine: None, payload_engine } => {
+                write!(f, "an event naming engine {payload_engine} arrived on a non-engine subject")
+            }
+            Rejection::WrongPublisher { event } => write!(f, "{event} arrived on a subject it may not use"),
+            Rejection::DuplicateJob { job } => write!(f, "job {job} was already submitted"),
+            Rejection::InvalidJob { job, problem } => write!(f, "job {job} refused: {problem}"),
+            Rejection::UnknownJob { job } => write!(f, "no job {job}"),
+            Rejection::JobAlreadyEnded { job } => write!(f, "job {job} has already ended"),
+            Rejection::UnknownEngine { engine } => write!(f, "no engine {engine}"),
+            Rejection::EngineNotLoggedIn { engine } => write!(f, "engine {engine} is not logged in"),
+            Rejection::InvalidEngine { engine, problem } => write!(f, "engine {engine} refused: {problem}"),
+            Rejection::UnknownTask { task } => write!(f, "no task {task}"),
+            Rejection::StaleAttempt { task, attempt } => {
+                write!(f, "attempt {attempt} of {task} is not live")
+            }
+            Rejection::WrongEngine { task, attempt, engine } => {
+                write!(f, "attempt {attempt} of {task} was not given to engine {engine}")
+            }
+            Rejection::DuplicateReport { task, attempt } => {
+                write!(f, "attempt {attempt} of {task} was already reported so")
+            }
+            Rejection::ResultTooLarge { task, bytes, max } => {
+                write!(f, "result of {task} has {bytes} bytes, more than {max}")
+            }
+            Rejection::ErrorTailTooLarge { task, bytes, max } => {
+                write!(f, "error tail of {task} has {bytes} bytes, more than {max}")
+            }
+            Rejection::OrderNotApplicable { order, problem } => {
+                write!(f, "order {order} of the batch does not apply: {problem:?}")
+            }
+            Rejection::BatchTooLarge { orders, max } => {
+                write!(f, "batch of {orders} orders, more than {max}")
+            }
+            Rejection::InvalidPolicy { problem } => write!(f, "policy refused: {problem}"),
+        }
+    }
+}
+
+impl fmt::Display for JobProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobProblem::BadRequirements { position, message } => {
+                write!(f, "requirements, at byte {position}: {message}")
+            }
+            JobProblem::NoTasks => f.write_str("it has no tasks"),
+            JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
+            JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
+            JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
+        }
+    }
+}
+
+/// A rejection as the state keeps it: where it happened and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Rejected {
+    pub seq: Seq,
+    pub rejection: Rejection,
+}

@@ -1,0 +1,84 @@
+//! Orders published but not yet read back: `schedule` must see them as done,
+//! or it would dispatch a task twice or book a slot twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::event::{Order, OrderBatch};
+use crate::core::state::{EngineIdx, JobIdx, State, TaskKey};
+
+#[derive(Debug, Clone, Default)]
+pub struct InFlight {
+    dispatched: BTreeSet<TaskKey>,
+    dispatched_per_job: BTreeMap<JobIdx, u32>,
+    booked: BTreeMap<EngineIdx, u32>,
+    lost: BTreeSet<EngineIdx>,
+    /// Attempts a Requeue or Cancel in flight will end.
+    ending: BTreeSet<TaskKey>,
+    flagged: BTreeSet<JobIdx>,
+}
+
+impl InFlight {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The in-flight view of these batches, resolved against the state.
+    pub fn from_batches<'a>(state: &State, batches: impl IntoIterator<Item = &'a OrderBatch>) -> Self {
+        let mut in_flight = InFlight::new();
+        for batch in batches {
+            in_flight.add(state, batch);
+        }
+        in_flight
+    }
+
+    pub fn add(&mut self, state: &State, batch: &OrderBatch) {
+        for order in &batch.orders {
+            match order {
+                Order::Dispatch { task, engine, .. } => {
+                    let (Some(key), Some(e)) = (state.task_key(task), state.engine_idx(engine)) else { continue };
+                    if self.dispatched.insert(key) {
+                        *self.dispatched_per_job.entry(key.job).or_default() += 1;
+                        *self.booked.entry(e).or_default() += state.job(key.job).slots_per_task;
+                    }
+                }
+                Order::Cancel { task, .. } | Order::Requeue { task, .. } => {
+                    if let Some(key) = state.task_key(task) {
+                        self.ending.insert(key);
+                    }
+                }
+                Order::EngineLost { engine, .. } => {
+                    if let Some(e) = state.engine_idx(engine) {
+                        self.lost.insert(e);
+                    }
+                }
+                Order::MarkUnschedulable { job, .. } => {
+                    if let Some(j) = state.job_idx(job) {
+                        self.flagged.insert(j);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dispatched.is_empty() && self.lost.is_empty() && self.ending.is_empty() && self.flagged.is_empty()
+    }
+    pub fn is_dispatched(&self, key: TaskKey) -> bool {
+        self.dispatched.contains(&key)
+    }
+    pub fn dispatched_of_job(&self, job: JobIdx) -> u32 {
+        self.dispatched_per_job.get(&job).copied().unwrap_or(0)
+    }
+    pub fn booked_slots(&self, engine: EngineIdx) -> u32 {
+        self.booked.get(&engine).copied().unwrap_or(0)
+    }
+    pub fn is_lost(&self, engine: EngineIdx) -> bool {
+        self.lost.contains(&engine)
+    }
+    pub fn is_ending(&self, key: TaskKey) -> bool {
+        self.ending.contains(&key)
+    }
+    pub fn is_flagged(&self, job: JobIdx) -> bool {
+        self.flagged.contains(&job)
+    }
+}

@@ -1,0 +1,97 @@
+//! Lifecycle rules: timers that fire on log time, cancels of ended jobs, and the
+//! flag for jobs no engine could ever run. Each returns orders; none mutates.
+
+use std::collections::BTreeSet;
+
+use super::InFlight;
+use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
+use crate::core::state::{EngineIdx, State};
+
+/// Most timer-driven orders of each kind in one run, so a long silence cannot
+/// produce an unbounded batch; the rest fire on the next run.
+pub const TIMER_ORDERS_PER_RUN_MAX: usize = 1_024;
+
+/// Engines with no accepted event for longer than `engine_timeout_ms` of log time.
+/// Returns them, so later stages neither dispatch to them nor requeue their attempts twice.
+pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) -> BTreeSet<EngineIdx> {
+    let timeout = state.policy.engine_timeout_ms;
+    let mut lost = BTreeSet::new();
+    for &(last_seen_ms, e) in state.engines_by_silence() {
+        if last_seen_ms.saturating_add(timeout) >= state.now_ms || lost.len() == TIMER_ORDERS_PER_RUN_MAX {
+            break;
+        }
+        if in_flight.is_lost(e) {
+            continue;
+        }
+        lost.insert(e);
+        orders.push(Order::EngineLost { engine: state.engine(e).id.clone(), last_seen_ms });
+    }
+    lost
+}
+
+/// Dispatches not reported started within `dispatch_timeout_ms` go back to the queue.
+pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+    let timeout = state.policy.dispatch_timeout_ms;
+    let mut n_requeued = 0;
+    for &(dispatched_ms, key) in state.dispatched_by_age() {
+        if dispatched_ms.saturating_add(timeout) >= state.now_ms || n_requeued == TIMER_ORDERS_PER_RUN_MAX {
+            break;
+        }
+        let live = state.live_attempt(key).expect("dispatched attempts are live");
+        if in_flight.is_ending(key) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
+            continue;
+        }
+        n_requeued += 1;
+        orders.push(Order::Requeue {
+            task: state.task_ref(key),
+            attempt: live.attempt,
+            reason: RequeueReason::DispatchTimeout,
+        });
+    }
+}
+
+/// Live attempts of cancelled or failed jobs are told to stop.
+pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+    let mut n_cancelled = 0;
+    for key in state.attempts_to_cancel() {
+        if n_cancelled == TIMER_ORDERS_PER_RUN_MAX {
+            break;
+        }
+        let live = state.live_attempt(key).expect("attempts to cancel are live");
+        if in_flight.is_ending(key) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
+            continue;
+        }
+        n_cancelled += 1;
+        orders.push(Order::Cancel {
+            task: state.task_ref(key),
+            attempt: live.attempt,
+            engine: state.engine(live.engine).id.clone(),
+            reason: CancelReason::JobCancelled,
+        });
+    }
+}
+
+/// Flags waiting jobs that no logged-in engine could ever run (Kubernetes'
+/// `Unresolvable`): the submitter is told now. The flag clears by itself when an
+/// engine that fits logs in. Nothing is flagged while no engine is logged in at all.
+pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
+    if state.engines_by_silence().next().is_none() {
+        return;
+    }
+    for category in state.categories() {
+        if category.eligible_logged_in > 0 {
+            continue;
+        }
+        let reason = if category.matching_logged_in == 0 {
+            Unschedulable::NoEngineMatchesRequirements
+        } else {
+            Unschedulable::NoEngineHasEnoughSlots
+        };
+        for &j in &category.jobs {
+            let job = state.job(j);
+            if job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j) {
+                orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason });
+            }
+        }
+    }
+}

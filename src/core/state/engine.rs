@@ -1,0 +1,50 @@
+//! An engine as the state knows it.
+
+use crate::core::event::{EngineLoad, EngineProps};
+use crate::core::ids::EngineId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum EngineStatus {
+    LoggedIn,
+    LoggedOut,
+    /// Declared lost by the projector after `engine_timeout` of silence; it must log in again.
+    Lost,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Engine {
+    pub id: EngineId,
+    pub slots: u32,
+    pub used: u32,
+    pub props: EngineProps,
+    pub status: EngineStatus,
+    pub load: EngineLoad,
+    pub last_seen_ms: u64,
+    /// Live attempts booked here.
+    pub live: u32,
+    pub logins: u32,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl Engine {
+    pub(super) fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
+        Engine {
+            id,
+            slots,
+            used: 0,
+            props,
+            status: EngineStatus::LoggedOut,
+            load: EngineLoad::default(),
+            last_seen_ms: 0,
+            live: 0,
+            logins: 0,
+            completed: 0,
+            failed: 0,
+        }
+    }
+
+    pub fn free_slots(&self) -> u32 {
+        self.slots - self.used
+    }
+}

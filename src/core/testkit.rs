@@ -1,0 +1,145 @@
+//! Building logs by hand for tests of the core, the simulator and benchmarks.
+//!
+//! Entries built here carry a stand-in for canonical bytes (the event's debug
+//! form): enough for the digest to be a function of the events. Histories that
+//! auditors compare go through `wire`, which supplies the real canonical bytes.
+
+use std::collections::BTreeMap;
+
+use super::event::*;
+use super::ids::{EngineId, JobId, Seq, TaskRef};
+
+pub fn job_id(text: &str) -> JobId {
+    JobId::new(text).expect("test job ids are valid")
+}
+pub fn engine_id(text: &str) -> EngineId {
+    EngineId::new(text).expect("test engine ids are valid")
+}
+pub fn task(job: &str, index: u32) -> TaskRef {
+    TaskRef::new(job_id(job), index)
+}
+
+/// A job of `n` counted tasks with the given requirements, one slot each, 3 attempts.
+pub fn job_spec(id: &str, n: u32, requirements: &str) -> JobSpec {
+    JobSpec {
+        id: job_id(id),
+        owner: "alice".into(),
+        project: "physics".into(),
+        queue: "default".into(),
+        priority: 0,
+        requirements: requirements.into(),
+        max_attempts: 3,
+        wall_time_limit_ms: 0,
+        slots_per_task: 1,
+        template: TaskTemplate { argv: vec!["run".into(), "{index}".into()], params: BTreeMap::new() },
+        tasks: TaskSet::Count(n),
+    }
+}
+
+pub fn linux_props(site: &str, memory_mb: u64) -> EngineProps {
+    EngineProps {
+        os: "linux".into(),
+        arch: "x86_64".into(),
+        cores: 4,
+        memory_mb,
+        disk_mb: 100_000,
+        mflops: 1000,
+        site: site.into(),
+        custom: BTreeMap::new(),
+    }
+}
+
+/// Appends entries with increasing sequence numbers at a settable log time.
+#[derive(Debug, Default)]
+pub struct LogBuilder {
+    pub entries: Vec<Entry>,
+    pub time_ms: u64,
+}
+
+impl LogBuilder {
+    pub fn new() -> Self {
+        LogBuilder { entries: Vec::new(), time_ms: 1_000_000 }
+    }
+
+    pub fn next_seq(&self) -> Seq {
+        Seq(self.entries.len() as u64 + 1)
+    }
+
+    pub fn at(&mut self, time_ms: u64) -> &mut Self {
+        self.time_ms = time_ms;
+        self
+    }
+
+    pub fn push_from(&mut self, origin: Origin, event: Event) -> Entry {
+        let seq = self.next_seq();
+        let canonical = format!("{origin:?}{event:?}").into_bytes();
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&seq.0.to_le_bytes());
+        let entry = Entry {
+            seq,
+            time_ms: self.time_ms,
+            origin,
+            payload: Payload::Event(Envelope { id, source: "test".into(), event }),
+            canonical,
+        };
+        self.entries.push(entry.clone());
+        entry
+    }
+
+    /// Pushes with the origin the event's kind implies (an engine event from that engine).
+    pub fn push(&mut self, event: Event) -> Entry {
+        let origin = match (&event, event.reporting_engine()) {
+            (_, Some(engine)) => Origin::Engine(engine.clone()),
+            (Event::OrderBatch(_), _) => Origin::Projector,
+            (Event::Tick, _) => Origin::Ticker,
+            _ => Origin::Client,
+        };
+        self.push_from(origin, event)
+    }
+
+    pub fn push_undecodable(&mut self, bytes: &[u8]) -> Entry {
+        let entry = Entry {
+            seq: self.next_seq(),
+            time_ms: self.time_ms,
+            origin: Origin::Client,
+            payload: Payload::Undecodable { detail: "test garbage".into() },
+            canonical: bytes.to_vec(),
+        };
+        self.entries.push(entry.clone());
+        entry
+    }
+
+    pub fn login(&mut self, engine: &str, slots: u32, props: EngineProps) -> Entry {
+        self.push(Event::EngineLoggedIn { engine: engine_id(engine), slots, props })
+    }
+    pub fn submit(&mut self, spec: JobSpec) -> Entry {
+        self.push(Event::JobSubmitted(spec))
+    }
+    pub fn started(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
+        self.push(Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine) })
+    }
+    pub fn completed(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
+        self.push(Event::TaskCompleted {
+            task: task(job, index),
+            attempt,
+            engine: engine_id(engine),
+            exit_code: 0,
+            cpu_ms: 10,
+            wall_ms: 10,
+            result: Vec::new(),
+        })
+    }
+    pub fn failed(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
+        self.push(Event::TaskFailed {
+            task: task(job, index),
+            attempt,
+            engine: engine_id(engine),
+            exit_code: Some(1),
+            kind: FailureKind::NonZeroExit,
+            error_tail: "boom".into(),
+        })
+    }
+    pub fn orders(&mut self, batch: OrderBatch) -> Entry {
+        self.push(Event::OrderBatch(batch))
+    }
+}
