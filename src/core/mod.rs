@@ -11,4 +11,5 @@
 //! `core` knows nothing of NATS, tokio, sled or protobuf; `wire/` translates.
 
 pub mod event;
+pub mod expr;
 pub mod ids;
