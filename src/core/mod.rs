@@ -10,10 +10,10 @@
 //! iteration over `HashMap`/`HashSet`. Time is the log's time, carried by each entry.
 //! `core` knows nothing of NATS, tokio, sled or protobuf; `wire/` translates.
 
-pub mod event;
-pub mod ids;
 pub mod digest;
+pub mod event;
 pub mod expr;
+pub mod ids;
 pub mod fold;
 pub mod reject;
 pub mod replay;
