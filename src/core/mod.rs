@@ -12,9 +12,10 @@
 
 pub mod digest;
 pub mod event;
+pub mod explain;
 pub mod expr;
-pub mod ids;
 pub mod fold;
+pub mod ids;
 pub mod reject;
 pub mod replay;
 pub mod rng;
