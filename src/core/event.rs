@@ -370,3 +370,18 @@ impl Unschedulable {
         }
     }
 }
+
+impl std::fmt::Display for Order {
+    /// One line a person can read: `dispatch job/3 #2 -> e1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Order::Dispatch { task, attempt, engine } => write!(f, "dispatch {task} #{attempt} -> {engine}"),
+            Order::Cancel { task, attempt, engine, reason } => {
+                write!(f, "cancel {task} #{attempt} on {engine} ({reason:?})")
+            }
+            Order::EngineLost { engine, last_seen_ms } => write!(f, "lost {engine} (last seen {last_seen_ms})"),
+            Order::Requeue { task, attempt, reason } => write!(f, "requeue {task} #{attempt} ({reason:?})"),
+            Order::MarkUnschedulable { job, reason } => write!(f, "unschedulable {job} ({})", reason.as_str()),
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use expect_test::{expect, Expect};
 
 use super::{decide, InFlight};
-use crate::core::event::{Event, Order, OrderBatch, Policy};
+use crate::core::event::{Event, OrderBatch, Policy};
 use crate::core::fold::fold;
 use crate::core::state::{JobStatus, State, TaskStatus};
 use crate::core::testkit::*;
@@ -27,19 +27,7 @@ fn decide_once(log: &mut LogBuilder, state: &mut State) -> String {
 }
 
 fn render(batch: &OrderBatch) -> String {
-    let mut out = String::new();
-    for order in &batch.orders {
-        let line = match order {
-            Order::Dispatch { task, attempt, engine } => format!("dispatch {task} #{attempt} -> {engine}"),
-            Order::Cancel { task, attempt, engine, .. } => format!("cancel {task} #{attempt} on {engine}"),
-            Order::EngineLost { engine, .. } => format!("lost {engine}"),
-            Order::Requeue { task, attempt, reason } => format!("requeue {task} #{attempt} ({reason:?})"),
-            Order::MarkUnschedulable { job, reason } => format!("unschedulable {job} ({})", reason.as_str()),
-        };
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
+    batch.orders.iter().map(|order| format!("{order}\n")).collect()
 }
 
 fn check(log: &mut LogBuilder, state: &mut State, expect: Expect) {
@@ -141,7 +129,7 @@ fn a_silent_engine_is_lost_and_its_tasks_run_elsewhere() {
     log.at(now + 1_000).login("e2", 1, linux_props("lyon", 8192));
     log.at(now + 6_000).push(Event::Tick);
     check(&mut log, &mut state, expect![[r#"
-        lost e1
+        lost e1 (last seen 1000000)
     "#]]);
     check(&mut log, &mut state, expect![[r#"
         dispatch j/0 #2 -> e2
@@ -185,8 +173,8 @@ fn cancelling_a_job_cancels_its_running_attempts() {
     log.started("j", 0, 1, "e1");
     log.push(Event::JobCancelled { job: job_id("j"), reason: "user asked".into() });
     check(&mut log, &mut state, expect![[r#"
-        cancel j/0 #1 on e1
-        cancel j/1 #1 on e1
+        cancel j/0 #1 on e1 (JobCancelled)
+        cancel j/1 #1 on e1 (JobCancelled)
     "#]]);
     let job = state.job(state.job_idx(&job_id("j")).unwrap());
     assert_eq!(job.status, JobStatus::Cancelled);
