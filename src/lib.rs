@@ -1,4 +1,5 @@
 //! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
 
 pub mod core;
+pub mod log;
 pub mod projector;

@@ -1,0 +1,4 @@
+//! Helpers shared by integration tests: `mod support;` at the top of a test file.
+#![allow(dead_code)]
+
+pub mod nats;
