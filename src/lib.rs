@@ -1,3 +1,4 @@
 //! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
 
 pub mod core;
+pub mod wire;
