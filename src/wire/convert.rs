@@ -27,7 +27,10 @@ pub enum WireError {
     /// envelope, as in the JSON of history files: `event.task_started.task.job`,
     /// `event.order_batch.orders[3].dispatch.engine`.
     #[error("{field}: {problem}")]
-    Field { field: String, problem: FieldProblem },
+    Field {
+        field: String,
+        problem: FieldProblem,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,18 +52,23 @@ pub enum FieldProblem {
 
 impl WireError {
     fn at(field: &str, problem: FieldProblem) -> Self {
-        WireError::Field { field: field.to_string(), problem }
+        WireError::Field {
+            field: field.to_string(),
+            problem,
+        }
     }
 
     /// Prefixes the field path with the name of the message that holds it.
     fn within(self, outer: &str) -> Self {
         match self {
-            WireError::Field { field, problem } if field.is_empty() => {
-                WireError::Field { field: outer.to_string(), problem }
-            }
-            WireError::Field { field, problem } => {
-                WireError::Field { field: format!("{outer}.{field}"), problem }
-            }
+            WireError::Field { field, problem } if field.is_empty() => WireError::Field {
+                field: outer.to_string(),
+                problem,
+            },
+            WireError::Field { field, problem } => WireError::Field {
+                field: format!("{outer}.{field}"),
+                problem,
+            },
             other => other,
         }
     }
@@ -113,7 +121,10 @@ pub fn envelope_to_proto(envelope: &Envelope) -> proto::Envelope {
 }
 
 fn task_ref_to_proto(task: &TaskRef) -> Option<proto::TaskRef> {
-    Some(proto::TaskRef { job: task.job.to_string(), index: task.index })
+    Some(proto::TaskRef {
+        job: task.job.to_string(),
+        index: task.index,
+    })
 }
 
 fn event_to_proto(event: &Event) -> proto::envelope::Event {
@@ -138,39 +149,44 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 TaskSet::List(list) => proto::job_submitted::Tasks::List(proto::TaskParamsList {
                     tasks: list
                         .iter()
-                        .map(|params| proto::TaskParams { params: params.clone() })
+                        .map(|params| proto::TaskParams {
+                            params: params.clone(),
+                        })
                         .collect(),
                 }),
             }),
         }),
-        Event::JobCancelled { job, reason } => {
-            P::JobCancelled(proto::JobCancelled { job: job.to_string(), reason: reason.clone() })
-        }
+        Event::JobCancelled { job, reason } => P::JobCancelled(proto::JobCancelled {
+            job: job.to_string(),
+            reason: reason.clone(),
+        }),
         Event::JobPriorityChanged { job, priority } => {
             P::JobPriorityChanged(proto::JobPriorityChanged {
                 job: job.to_string(),
                 priority: *priority,
             })
         }
-        Event::EngineLoggedIn { engine, slots, props } => {
-            P::EngineLoggedIn(proto::EngineLoggedIn {
-                engine: engine.to_string(),
-                slots: *slots,
-                props: Some(proto::EngineProperties {
-                    os: props.os.clone(),
-                    arch: props.arch.clone(),
-                    cores: props.cores,
-                    memory_mb: props.memory_mb,
-                    disk_mb: props.disk_mb,
-                    mflops: props.mflops,
-                    site: props.site.clone(),
-                    custom: props.custom.clone(),
-                }),
-            })
-        }
-        Event::EngineLoggedOut { engine } => {
-            P::EngineLoggedOut(proto::EngineLoggedOut { engine: engine.to_string() })
-        }
+        Event::EngineLoggedIn {
+            engine,
+            slots,
+            props,
+        } => P::EngineLoggedIn(proto::EngineLoggedIn {
+            engine: engine.to_string(),
+            slots: *slots,
+            props: Some(proto::EngineProperties {
+                os: props.os.clone(),
+                arch: props.arch.clone(),
+                cores: props.cores,
+                memory_mb: props.memory_mb,
+                disk_mb: props.disk_mb,
+                mflops: props.mflops,
+                site: props.site.clone(),
+                custom: props.custom.clone(),
+            }),
+        }),
+        Event::EngineLoggedOut { engine } => P::EngineLoggedOut(proto::EngineLoggedOut {
+            engine: engine.to_string(),
+        }),
         Event::EngineHeartbeat { engine, load } => P::EngineHeartbeat(proto::EngineHeartbeat {
             engine: engine.to_string(),
             load: Some(proto::EngineLoad {
@@ -178,32 +194,47 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 memory_free_mb: load.memory_free_mb,
             }),
         }),
-        Event::TaskStarted { task, attempt, engine } => P::TaskStarted(proto::TaskStarted {
+        Event::TaskStarted {
+            task,
+            attempt,
+            engine,
+        } => P::TaskStarted(proto::TaskStarted {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
         }),
-        Event::TaskCompleted { task, attempt, engine, exit_code, cpu_ms, wall_ms, result } => {
-            P::TaskCompleted(proto::TaskCompleted {
-                task: task_ref_to_proto(task),
-                attempt: *attempt,
-                engine: engine.to_string(),
-                exit_code: *exit_code,
-                cpu_ms: *cpu_ms,
-                wall_ms: *wall_ms,
-                result: result.clone(),
-            })
-        }
-        Event::TaskFailed { task, attempt, engine, exit_code, kind, error_tail } => {
-            P::TaskFailed(proto::TaskFailed {
-                task: task_ref_to_proto(task),
-                attempt: *attempt,
-                engine: engine.to_string(),
-                exit_code: *exit_code,
-                kind: failure_kind_to_proto(*kind) as i32,
-                error_tail: error_tail.clone(),
-            })
-        }
+        Event::TaskCompleted {
+            task,
+            attempt,
+            engine,
+            exit_code,
+            cpu_ms,
+            wall_ms,
+            result,
+        } => P::TaskCompleted(proto::TaskCompleted {
+            task: task_ref_to_proto(task),
+            attempt: *attempt,
+            engine: engine.to_string(),
+            exit_code: *exit_code,
+            cpu_ms: *cpu_ms,
+            wall_ms: *wall_ms,
+            result: result.clone(),
+        }),
+        Event::TaskFailed {
+            task,
+            attempt,
+            engine,
+            exit_code,
+            kind,
+            error_tail,
+        } => P::TaskFailed(proto::TaskFailed {
+            task: task_ref_to_proto(task),
+            attempt: *attempt,
+            engine: engine.to_string(),
+            exit_code: *exit_code,
+            kind: failure_kind_to_proto(*kind) as i32,
+            error_tail: error_tail.clone(),
+        }),
         Event::PolicySet(policy) => P::PolicySet(proto::PolicySet {
             algorithm: policy.algorithm.name().to_string(),
             engine_timeout_ms: policy.engine_timeout_ms,
@@ -228,12 +259,21 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
 fn order_to_proto(order: &Order) -> proto::Order {
     use proto::order::Kind as P;
     let kind = match order {
-        Order::Dispatch { task, attempt, engine } => P::Dispatch(proto::Dispatch {
+        Order::Dispatch {
+            task,
+            attempt,
+            engine,
+        } => P::Dispatch(proto::Dispatch {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
         }),
-        Order::Cancel { task, attempt, engine, reason } => P::Cancel(proto::Cancel {
+        Order::Cancel {
+            task,
+            attempt,
+            engine,
+            reason,
+        } => P::Cancel(proto::Cancel {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
@@ -241,11 +281,18 @@ fn order_to_proto(order: &Order) -> proto::Order {
                 CancelReason::JobCancelled => proto::CancelReason::JobCancelled,
             } as i32,
         }),
-        Order::EngineLost { engine, last_seen_ms } => P::EngineLost(proto::EngineLost {
+        Order::EngineLost {
+            engine,
+            last_seen_ms,
+        } => P::EngineLost(proto::EngineLost {
             engine: engine.to_string(),
             last_seen_ms: *last_seen_ms,
         }),
-        Order::Requeue { task, attempt, reason } => P::Requeue(proto::Requeue {
+        Order::Requeue {
+            task,
+            attempt,
+            reason,
+        } => P::Requeue(proto::Requeue {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             reason: match reason {
@@ -286,17 +333,30 @@ fn failure_kind_to_proto(kind: FailureKind) -> proto::FailureKind {
 pub fn envelope_from_proto(envelope: proto::Envelope) -> Result<Envelope, WireError> {
     let id = uuid_from_text(&envelope.id).map_err(|problem| WireError::at("id", problem))?;
     let event = envelope.event.ok_or_else(|| {
-        WireError::at("event", FieldProblem::MissingOneof { expected: EVENT_KINDS })
+        WireError::at(
+            "event",
+            FieldProblem::MissingOneof {
+                expected: EVENT_KINDS,
+            },
+        )
     })?;
     let event = event_from_proto(event)?;
-    Ok(Envelope { id, source: envelope.source, event })
+    Ok(Envelope {
+        id,
+        source: envelope.source,
+        event,
+    })
 }
 
 /// Accepts the 36-character hyphenated form, in either case; the nil UUID is
 /// accepted (it is a poor dedup key, but a valid one).
 fn uuid_from_text(text: &str) -> Result<[u8; 16], FieldProblem> {
     if text.len() != 36 {
-        return Err(FieldProblem::BadUuid(format!("{} has {} bytes", echo(text), text.len())));
+        return Err(FieldProblem::BadUuid(format!(
+            "{} has {} bytes",
+            echo(text),
+            text.len()
+        )));
     }
     Uuid::parse_str(text)
         .map(|uuid| uuid.into_bytes())
@@ -321,7 +381,13 @@ fn task_ref(task: Option<proto::TaskRef>) -> Result<TaskRef, WireError> {
 /// The proto enum value of `value`, refusing numbers this version does not know.
 fn known_enum<E: ProtoEnum>(field: &str, value: i32) -> Result<E, WireError> {
     E::try_from(value).map_err(|_| {
-        WireError::at(field, FieldProblem::UnknownEnumValue { enum_name: E::NAME, value })
+        WireError::at(
+            field,
+            FieldProblem::UnknownEnumValue {
+                enum_name: E::NAME,
+                value,
+            },
+        )
     })
 }
 
@@ -336,12 +402,17 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
         P::JobSubmitted(m) => ("job_submitted", job_spec(m).map(Event::JobSubmitted)),
         P::JobCancelled(m) => (
             "job_cancelled",
-            job_id("job", &m.job).map(|job| Event::JobCancelled { job, reason: m.reason }),
+            job_id("job", &m.job).map(|job| Event::JobCancelled {
+                job,
+                reason: m.reason,
+            }),
         ),
         P::JobPriorityChanged(m) => (
             "job_priority_changed",
-            job_id("job", &m.job)
-                .map(|job| Event::JobPriorityChanged { job, priority: m.priority }),
+            job_id("job", &m.job).map(|job| Event::JobPriorityChanged {
+                job,
+                priority: m.priority,
+            }),
         ),
         P::EngineLoggedIn(m) => ("engine_logged_in", engine_logged_in(m)),
         P::EngineLoggedOut(m) => (
@@ -370,7 +441,9 @@ fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {
         None => {
             return Err(WireError::at(
                 "tasks",
-                FieldProblem::MissingOneof { expected: TASK_SET_KINDS },
+                FieldProblem::MissingOneof {
+                    expected: TASK_SET_KINDS,
+                },
             ));
         }
     };
@@ -384,7 +457,10 @@ fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {
         max_attempts: m.max_attempts,
         wall_time_limit_ms: m.wall_time_limit_ms,
         slots_per_task: m.slots_per_task,
-        template: TaskTemplate { argv: template.argv, params: template.params },
+        template: TaskTemplate {
+            argv: template.argv,
+            params: template.params,
+        },
         tasks,
     })
 }
@@ -466,7 +542,10 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         let known: Vec<&str> = ALGORITHMS.iter().map(|a| a.name()).collect();
         WireError::at(
             "algorithm",
-            FieldProblem::UnknownAlgorithm { name: echo(&m.algorithm), known: known.join(", ") },
+            FieldProblem::UnknownAlgorithm {
+                name: echo(&m.algorithm),
+                known: known.join(", "),
+            },
         )
     })?;
     // No defaults but protobuf's zeros (see PolicySet in the schema): an absent
@@ -511,7 +590,9 @@ fn order_from_proto(order: proto::Order) -> Result<Order, WireError> {
         // The order is transparent in JSON: say "missing" of the order itself.
         return Err(WireError::Field {
             field: String::new(),
-            problem: FieldProblem::MissingOneof { expected: ORDER_KINDS },
+            problem: FieldProblem::MissingOneof {
+                expected: ORDER_KINDS,
+            },
         });
     };
     let (name, order) = match kind {
@@ -519,8 +600,10 @@ fn order_from_proto(order: proto::Order) -> Result<Order, WireError> {
         P::Cancel(m) => ("cancel", cancel(m)),
         P::EngineLost(m) => (
             "engine_lost",
-            engine_id("engine", &m.engine)
-                .map(|engine| Order::EngineLost { engine, last_seen_ms: m.last_seen_ms }),
+            engine_id("engine", &m.engine).map(|engine| Order::EngineLost {
+                engine,
+                last_seen_ms: m.last_seen_ms,
+            }),
         ),
         P::Requeue(m) => ("requeue", requeue(m)),
         P::MarkUnschedulable(m) => ("mark_unschedulable", mark_unschedulable(m)),
@@ -540,25 +623,40 @@ fn cancel(m: proto::Cancel) -> Result<Order, WireError> {
     let task = task_ref(m.task)?;
     let engine = engine_id("engine", &m.engine)?;
     let reason = match known_enum::<proto::CancelReason>("reason", m.reason)? {
-        proto::CancelReason::Unspecified => return Err(unspecified::<proto::CancelReason>("reason")),
+        proto::CancelReason::Unspecified => {
+            return Err(unspecified::<proto::CancelReason>("reason"));
+        }
         proto::CancelReason::JobCancelled => CancelReason::JobCancelled,
     };
-    Ok(Order::Cancel { task, attempt: m.attempt, engine, reason })
+    Ok(Order::Cancel {
+        task,
+        attempt: m.attempt,
+        engine,
+        reason,
+    })
 }
 
 fn requeue(m: proto::Requeue) -> Result<Order, WireError> {
     let task = task_ref(m.task)?;
     let reason = match known_enum::<proto::RequeueReason>("reason", m.reason)? {
-        proto::RequeueReason::Unspecified => return Err(unspecified::<proto::RequeueReason>("reason")),
+        proto::RequeueReason::Unspecified => {
+            return Err(unspecified::<proto::RequeueReason>("reason"));
+        }
         proto::RequeueReason::DispatchTimeout => RequeueReason::DispatchTimeout,
     };
-    Ok(Order::Requeue { task, attempt: m.attempt, reason })
+    Ok(Order::Requeue {
+        task,
+        attempt: m.attempt,
+        reason,
+    })
 }
 
 fn mark_unschedulable(m: proto::MarkUnschedulable) -> Result<Order, WireError> {
     let job = job_id("job", &m.job)?;
     let reason = match known_enum::<proto::Unschedulable>("reason", m.reason)? {
-        proto::Unschedulable::Unspecified => return Err(unspecified::<proto::Unschedulable>("reason")),
+        proto::Unschedulable::Unspecified => {
+            return Err(unspecified::<proto::Unschedulable>("reason"));
+        }
         proto::Unschedulable::NoEngineMatchesRequirements => {
             Unschedulable::NoEngineMatchesRequirements
         }

@@ -24,7 +24,7 @@
 //!     oneof alone, `{"dispatch": {...}}`; a task list as an array of parameter
 //!     maps; a result as a string when UTF-8, else `{"base64": "..."}`).
 //!     Omitted fields take protobuf's zero; unknown fields are errors.
-//!     `envelope.id` may be omitted: it is then derived from `seq` by
+//!     `envelope.id` may be omitted (or empty): it is then derived from `seq` by
 //!     [`history_event_id`]. `envelope.source` may be omitted (empty).
 //!   - `raw_base64`: the message's bytes, for a payload that did not decode on
 //!     the log, so an export loses nothing. `subject` is then required. Export
@@ -59,6 +59,7 @@ pub struct HistoryLine {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // as `core::event::Payload`: one per line, not worth a box
 pub enum HistoryPayload {
     /// An `envelope` line, its id filled in when the line had none.
     Envelope(Envelope),
@@ -100,7 +101,10 @@ pub struct HistoryError {
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryFileError {
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}:{}: {}", path.display(), error.line, error.message)]
     Parse { path: PathBuf, error: HistoryError },
 }
@@ -156,14 +160,15 @@ pub fn history_event_id(seq: Seq) -> [u8; 16] {
 pub fn parse_history(text: &str) -> Result<Vec<HistoryLine>, HistoryError> {
     let mut lines = Vec::new();
     let mut previous_seq: Option<Seq> = None;
+    // Editors on some systems start a UTF-8 file with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (line_idx, text) in text.lines().enumerate() {
         let line = line_idx + 1;
         let trimmed = text.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let parsed =
-            parse_line(line, trimmed).map_err(|message| HistoryError { line, message })?;
+        let parsed = parse_line(line, trimmed).map_err(|message| HistoryError { line, message })?;
         if let Some(previous) = previous_seq
             && parsed.seq <= previous
         {
@@ -196,7 +201,9 @@ fn parse_line(line: usize, text: &str) -> Result<HistoryLine, String> {
     let (subject, payload) = match (raw.envelope, raw.raw_base64) {
         (Some(mut envelope), None) => {
             if envelope.id.is_empty() {
-                envelope.id = uuid::Uuid::from_bytes(history_event_id(seq)).hyphenated().to_string();
+                envelope.id = uuid::Uuid::from_bytes(history_event_id(seq))
+                    .hyphenated()
+                    .to_string();
             }
             let envelope = envelope_from_proto(envelope).map_err(|e| format!("envelope.{e}"))?;
             let subject = raw.subject.unwrap_or_else(|| subject_for(&envelope.event));
@@ -214,7 +221,13 @@ fn parse_line(line: usize, text: &str) -> Result<HistoryLine, String> {
         (Some(_), Some(_)) => return Err("give envelope or raw_base64, not both".to_string()),
         (None, None) => return Err("a line needs an envelope or raw_base64".to_string()),
     };
-    Ok(HistoryLine { line, seq, time_ms: raw.time_ms, subject, payload })
+    Ok(HistoryLine {
+        line,
+        seq,
+        time_ms: raw.time_ms,
+        subject,
+        payload,
+    })
 }
 
 /// serde_json's message, with the column first and without "at line 1" (the
@@ -237,7 +250,9 @@ fn check_subject(subject: &str) -> Result<(), String> {
             return Err(format!("subject {subject:?} has an empty token"));
         }
         if token.contains(|c: char| c.is_whitespace() || c == '*' || c == '>') {
-            return Err(format!("subject {subject:?} holds a wildcard or whitespace"));
+            return Err(format!(
+                "subject {subject:?} holds a wildcard or whitespace"
+            ));
         }
     }
     Ok(())
@@ -272,10 +287,14 @@ pub fn write_history_line(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -
 /// Errors name the file and line: `replay/foo.jsonl:12: …`.
 pub fn read_history_file(path: impl AsRef<Path>) -> Result<Vec<Entry>, HistoryFileError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| HistoryFileError::Io { path: path.to_path_buf(), source })?;
-    let lines = parse_history(&text)
-        .map_err(|error| HistoryFileError::Parse { path: path.to_path_buf(), error })?;
+    let text = std::fs::read_to_string(path).map_err(|source| HistoryFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let lines = parse_history(&text).map_err(|error| HistoryFileError::Parse {
+        path: path.to_path_buf(),
+        error,
+    })?;
     Ok(lines.iter().map(HistoryLine::to_entry).collect())
 }
 

@@ -43,7 +43,12 @@ pub fn enum_json_name<E: ProtoEnum>(value: i32) -> Option<&'static str> {
 
 /// The names worth suggesting: all but `UNSPECIFIED`, which is never valid.
 fn values_of<E: ProtoEnum>() -> String {
-    E::JSON_NAMES.iter().skip(1).copied().collect::<Vec<_>>().join(", ")
+    E::JSON_NAMES
+        .iter()
+        .skip(1)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An enum field's `i32`, (de)serialised by name.
@@ -143,7 +148,10 @@ pub mod enum_name {
         pub fn deserialize<'de, E: ProtoEnum, D: Deserializer<'de>>(
             d: D,
         ) -> Result<Vec<i32>, D::Error> {
-            Ok(Vec::<Named<E>>::deserialize(d)?.into_iter().map(|n| n.0).collect())
+            Ok(Vec::<Named<E>>::deserialize(d)?
+                .into_iter()
+                .map(|n| n.0)
+                .collect())
         }
     }
 }
@@ -253,16 +261,28 @@ mod tests {
 
     #[test]
     fn bytes_are_text_when_utf8_and_base64_otherwise() {
-        let text = proto::TaskCompleted { result: b"42\n".to_vec(), ..Default::default() };
-        let binary = proto::TaskCompleted { result: vec![0xff, 0x00, 0x80], ..Default::default() };
+        let text = proto::TaskCompleted {
+            result: b"42\n".to_vec(),
+            ..Default::default()
+        };
+        let binary = proto::TaskCompleted {
+            result: vec![0xff, 0x00, 0x80],
+            ..Default::default()
+        };
         let text_json = serde_json::to_string(&text).unwrap();
         let binary_json = serde_json::to_string(&binary).unwrap();
         expect![[r#"{"task":null,"attempt":0,"engine":"","exit_code":0,"cpu_ms":0,"wall_ms":0,"result":"42\n"}"#]]
             .assert_eq(&text_json);
         expect![[r#"{"task":null,"attempt":0,"engine":"","exit_code":0,"cpu_ms":0,"wall_ms":0,"result":{"base64":"/wCA"}}"#]]
             .assert_eq(&binary_json);
-        assert_eq!(serde_json::from_str::<proto::TaskCompleted>(&text_json).unwrap(), text);
-        assert_eq!(serde_json::from_str::<proto::TaskCompleted>(&binary_json).unwrap(), binary);
+        assert_eq!(
+            serde_json::from_str::<proto::TaskCompleted>(&text_json).unwrap(),
+            text
+        );
+        assert_eq!(
+            serde_json::from_str::<proto::TaskCompleted>(&binary_json).unwrap(),
+            binary
+        );
         let bad = serde_json::from_str::<proto::TaskCompleted>(r#"{"result": {"base64": "!!"}}"#);
         expect![[r#"bad base64: Invalid symbol 33, offset 0. at line 1 column 27"#]]
             .assert_eq(&bad.unwrap_err().to_string());

@@ -66,9 +66,20 @@ pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> En
             let canonical = encode(&envelope);
             (Payload::Event(envelope), canonical)
         }
-        Err(error) => (Payload::Undecodable { detail: error.to_string() }, bytes.to_vec()),
+        Err(error) => (
+            Payload::Undecodable {
+                detail: error.to_string(),
+            },
+            bytes.to_vec(),
+        ),
     };
-    Entry { seq, time_ms, origin, payload, canonical }
+    Entry {
+        seq,
+        time_ms,
+        origin,
+        payload,
+        canonical,
+    }
 }
 
 #[cfg(test)]

@@ -72,7 +72,10 @@ mod tests {
         assert_eq!(origin_of("gridfold.ev.orders"), Origin::Projector);
         assert_eq!(origin_of("gridfold.ev.tick"), Origin::Ticker);
         assert_eq!(origin_of("gridfold.ev.engine.e1.completed"), engine("e1"));
-        assert_eq!(origin_of("gridfold.ev.engine.e1.anything.else"), engine("e1"));
+        assert_eq!(
+            origin_of("gridfold.ev.engine.e1.anything.else"),
+            engine("e1")
+        );
         assert_eq!(origin_of("gridfold.ev.job.submitted"), Origin::Client);
         assert_eq!(origin_of("gridfold.ev.policy"), Origin::Client);
         assert_eq!(origin_of("gridfold.ev.orders.extra"), Origin::Client);
@@ -82,11 +85,31 @@ mod tests {
 
     #[test]
     fn malformed_engine_subjects_are_clients() {
-        assert_eq!(origin_of("gridfold.ev.engine.e1"), Origin::Client, "no kind token");
-        assert_eq!(origin_of("gridfold.ev.engine.e1."), Origin::Client, "empty kind token");
-        assert_eq!(origin_of("gridfold.ev.engine..login"), Origin::Client, "empty engine");
-        assert_eq!(origin_of("gridfold.ev.engine.e 1.login"), Origin::Client, "bad character");
-        assert_eq!(origin_of("gridfold.ev.engine.*.login"), Origin::Client, "wildcard");
+        assert_eq!(
+            origin_of("gridfold.ev.engine.e1"),
+            Origin::Client,
+            "no kind token"
+        );
+        assert_eq!(
+            origin_of("gridfold.ev.engine.e1."),
+            Origin::Client,
+            "empty kind token"
+        );
+        assert_eq!(
+            origin_of("gridfold.ev.engine..login"),
+            Origin::Client,
+            "empty engine"
+        );
+        assert_eq!(
+            origin_of("gridfold.ev.engine.e 1.login"),
+            Origin::Client,
+            "bad character"
+        );
+        assert_eq!(
+            origin_of("gridfold.ev.engine.*.login"),
+            Origin::Client,
+            "wildcard"
+        );
         let long = format!("gridfold.ev.engine.{}.login", "x".repeat(65));
         assert_eq!(origin_of(&long), Origin::Client, "too long");
     }

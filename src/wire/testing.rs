@@ -24,7 +24,11 @@ pub fn task(job_id: &str, index: u32) -> TaskRef {
 }
 
 pub fn envelope(id_byte: u8, event: Event) -> Envelope {
-    Envelope { id: [id_byte; 16], source: "test".to_string(), event }
+    Envelope {
+        id: [id_byte; 16],
+        source: "test".to_string(),
+        event,
+    }
 }
 
 /// Which variant an event is; the match fails to compile when a variant is
@@ -60,7 +64,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
 pub const ORDER_VARIANTS: usize = 5;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// One event of every variant (both task-set forms, every order variant),
@@ -86,11 +93,21 @@ pub fn every_event() -> Vec<Event> {
         Event::JobSubmitted(spec.clone()),
         Event::JobSubmitted(JobSpec {
             id: job("sweep.2"),
-            tasks: TaskSet::List(vec![params(&[("x", "1")]), BTreeMap::new(), params(&[("x", "3"), ("y", "é")])]),
+            tasks: TaskSet::List(vec![
+                params(&[("x", "1")]),
+                BTreeMap::new(),
+                params(&[("x", "3"), ("y", "é")]),
+            ]),
             ..spec
         }),
-        Event::JobCancelled { job: job("render-1"), reason: "wrong scene".to_string() },
-        Event::JobPriorityChanged { job: job("render-1"), priority: 10 },
+        Event::JobCancelled {
+            job: job("render-1"),
+            reason: "wrong scene".to_string(),
+        },
+        Event::JobPriorityChanged {
+            job: job("render-1"),
+            priority: 10,
+        },
         Event::EngineLoggedIn {
             engine: engine("e1"),
             slots: 8,
@@ -105,12 +122,21 @@ pub fn every_event() -> Vec<Event> {
                 custom: params(&[("type", "blade"), ("gpu", "none")]),
             },
         },
-        Event::EngineLoggedOut { engine: engine("e1") },
+        Event::EngineLoggedOut {
+            engine: engine("e1"),
+        },
         Event::EngineHeartbeat {
             engine: engine("e1"),
-            load: EngineLoad { load_per_core_milli: 750, memory_free_mb: 1024 },
+            load: EngineLoad {
+                load_per_core_milli: 750,
+                memory_free_mb: 1024,
+            },
         },
-        Event::TaskStarted { task: task("render-1", 7), attempt: 1, engine: engine("e1") },
+        Event::TaskStarted {
+            task: task("render-1", 7),
+            attempt: 1,
+            engine: engine("e1"),
+        },
         Event::TaskCompleted {
             task: task("render-1", 7),
             attempt: 1,
@@ -149,7 +175,10 @@ pub fn every_event() -> Vec<Event> {
             algorithm: Algorithm::SgePlain,
             engine_timeout_ms: 30_000,
             dispatch_timeout_ms: 60_000,
-            load_formula: LoadFormula { slots_weight: 1, load_weight: 2 },
+            load_formula: LoadFormula {
+                slots_weight: 1,
+                load_weight: 2,
+            },
             dispatches_per_run_max: 4_096,
             seed: 42,
         }),
@@ -159,14 +188,21 @@ pub fn every_event() -> Vec<Event> {
             algorithm: "sge-plain".to_string(),
             algorithm_version: 1,
             orders: vec![
-                Order::Dispatch { task: task("render-1", 0), attempt: 1, engine: engine("e1") },
+                Order::Dispatch {
+                    task: task("render-1", 0),
+                    attempt: 1,
+                    engine: engine("e1"),
+                },
                 Order::Cancel {
                     task: task("render-1", 1),
                     attempt: 2,
                     engine: engine("e1"),
                     reason: CancelReason::JobCancelled,
                 },
-                Order::EngineLost { engine: engine("e9"), last_seen_ms: 1_700_000_000_000 },
+                Order::EngineLost {
+                    engine: engine("e9"),
+                    last_seen_ms: 1_700_000_000_000,
+                },
                 Order::Requeue {
                     task: task("render-1", 2),
                     attempt: 1,
@@ -236,7 +272,14 @@ fn arb_job_spec() -> impl Strategy<Value = JobSpec> {
         prop::collection::vec(arb_params(), 0..4).prop_map(TaskSet::List),
     ];
     (
-        (arb_job(), arb_text(), arb_text(), arb_text(), any::<i32>(), arb_text()),
+        (
+            arb_job(),
+            arb_text(),
+            arb_text(),
+            arb_text(),
+            any::<i32>(),
+            arb_text(),
+        ),
         (any::<u32>(), any::<u64>(), any::<u32>()),
         (prop::collection::vec(arb_text(), 0..4), arb_params(), tasks),
     )
@@ -266,35 +309,67 @@ fn arb_props() -> impl Strategy<Value = EngineProps> {
         (arb_text(), arb_text(), any::<u32>(), any::<u64>()),
         (any::<u64>(), any::<u64>(), arb_text(), arb_params()),
     )
-        .prop_map(|((os, arch, cores, memory_mb), (disk_mb, mflops, site, custom))| {
-            EngineProps { os, arch, cores, memory_mb, disk_mb, mflops, site, custom }
-        })
+        .prop_map(
+            |((os, arch, cores, memory_mb), (disk_mb, mflops, site, custom))| EngineProps {
+                os,
+                arch,
+                cores,
+                memory_mb,
+                disk_mb,
+                mflops,
+                site,
+                custom,
+            },
+        )
 }
 
 fn arb_policy() -> impl Strategy<Value = Policy> {
-    (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
-        |(engine_timeout_ms, dispatch_timeout_ms, slots_weight, load_weight, per_run, seed)| {
-            Policy {
-                algorithm: Algorithm::SgePlain,
-                engine_timeout_ms,
-                dispatch_timeout_ms,
-                load_formula: LoadFormula { slots_weight, load_weight },
-                dispatches_per_run_max: per_run,
-                seed,
-            }
-        },
+    (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u64>(),
     )
+        .prop_map(
+            |(engine_timeout_ms, dispatch_timeout_ms, slots_weight, load_weight, per_run, seed)| {
+                Policy {
+                    algorithm: Algorithm::SgePlain,
+                    engine_timeout_ms,
+                    dispatch_timeout_ms,
+                    load_formula: LoadFormula {
+                        slots_weight,
+                        load_weight,
+                    },
+                    dispatches_per_run_max: per_run,
+                    seed,
+                }
+            },
+        )
 }
 
 fn arb_order() -> impl Strategy<Value = Order> {
     prop_oneof![
-        (arb_task(), any::<u32>(), arb_engine())
-            .prop_map(|(task, attempt, engine)| Order::Dispatch { task, attempt, engine }),
         (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| {
-            Order::Cancel { task, attempt, engine, reason: CancelReason::JobCancelled }
+            Order::Dispatch {
+                task,
+                attempt,
+                engine,
+            }
         }),
-        (arb_engine(), any::<u64>())
-            .prop_map(|(engine, last_seen_ms)| Order::EngineLost { engine, last_seen_ms }),
+        (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| {
+            Order::Cancel {
+                task,
+                attempt,
+                engine,
+                reason: CancelReason::JobCancelled,
+            }
+        }),
+        (arb_engine(), any::<u64>()).prop_map(|(engine, last_seen_ms)| Order::EngineLost {
+            engine,
+            last_seen_ms
+        }),
         (arb_task(), any::<u32>()).prop_map(|(task, attempt)| Order::Requeue {
             task,
             attempt,
@@ -317,34 +392,73 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         (arb_job(), arb_text()).prop_map(|(job, reason)| Event::JobCancelled { job, reason }),
         (arb_job(), any::<i32>())
             .prop_map(|(job, priority)| Event::JobPriorityChanged { job, priority }),
-        (arb_engine(), any::<u32>(), arb_props())
-            .prop_map(|(engine, slots, props)| Event::EngineLoggedIn { engine, slots, props }),
+        (arb_engine(), any::<u32>(), arb_props()).prop_map(|(engine, slots, props)| {
+            Event::EngineLoggedIn {
+                engine,
+                slots,
+                props,
+            }
+        }),
         arb_engine().prop_map(|engine| Event::EngineLoggedOut { engine }),
         (arb_engine(), any::<u32>(), any::<u64>()).prop_map(|(engine, load, free)| {
             Event::EngineHeartbeat {
                 engine,
-                load: EngineLoad { load_per_core_milli: load, memory_free_mb: free },
+                load: EngineLoad {
+                    load_per_core_milli: load,
+                    memory_free_mb: free,
+                },
             }
         }),
-        (arb_task(), any::<u32>(), arb_engine())
-            .prop_map(|(task, attempt, engine)| Event::TaskStarted { task, attempt, engine }),
+        (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| {
+            Event::TaskStarted {
+                task,
+                attempt,
+                engine,
+            }
+        }),
         (
             (arb_task(), any::<u32>(), arb_engine(), any::<i32>()),
-            (any::<u64>(), any::<u64>(), prop::collection::vec(any::<u8>(), 0..32)),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                prop::collection::vec(any::<u8>(), 0..32)
+            ),
         )
-            .prop_map(|((task, attempt, engine, exit_code), (cpu_ms, wall_ms, result))| {
-                Event::TaskCompleted { task, attempt, engine, exit_code, cpu_ms, wall_ms, result }
-            }),
+            .prop_map(
+                |((task, attempt, engine, exit_code), (cpu_ms, wall_ms, result))| {
+                    Event::TaskCompleted {
+                        task,
+                        attempt,
+                        engine,
+                        exit_code,
+                        cpu_ms,
+                        wall_ms,
+                        result,
+                    }
+                }
+            ),
         (
             (arb_task(), any::<u32>(), arb_engine()),
             (any::<Option<i32>>(), arb_failure_kind(), arb_text()),
         )
             .prop_map(|((task, attempt, engine), (exit_code, kind, error_tail))| {
-                Event::TaskFailed { task, attempt, engine, exit_code, kind, error_tail }
+                Event::TaskFailed {
+                    task,
+                    attempt,
+                    engine,
+                    exit_code,
+                    kind,
+                    error_tail,
+                }
             }),
         arb_policy().prop_map(Event::PolicySet),
         Just(Event::Tick),
-        (any::<u64>(), arb_text(), any::<u32>(), prop::collection::vec(arb_order(), 0..6))
+        (
+            any::<u64>(),
+            arb_text(),
+            any::<u32>(),
+            prop::collection::vec(arb_order(), 0..6)
+        )
             .prop_map(|(seq, algorithm, algorithm_version, orders)| {
                 Event::OrderBatch(OrderBatch {
                     based_on_seq: Seq(seq),
@@ -357,6 +471,9 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
 }
 
 pub fn arb_envelope() -> impl Strategy<Value = Envelope> {
-    (any::<[u8; 16]>(), arb_text(), arb_event())
-        .prop_map(|(id, source, event)| Envelope { id, source, event })
+    (any::<[u8; 16]>(), arb_text(), arb_event()).prop_map(|(id, source, event)| Envelope {
+        id,
+        source,
+        event,
+    })
 }

@@ -1,6 +1,6 @@
 use expect_test::{Expect, expect};
-use prost::Message as _;
 use proptest::prelude::*;
+use prost::Message as _;
 
 use super::testing::{
     EVENT_VARIANTS, ORDER_VARIANTS, arb_envelope, envelope, event_variant_idx, every_event,
@@ -13,11 +13,22 @@ use crate::core::event::{Event, Origin};
 fn assert_entry_invariants(entry: &Entry, bytes: &[u8]) {
     match &entry.payload {
         Payload::Event(envelope) => {
-            assert_eq!(entry.canonical, encode(envelope), "canonical is the re-encoding");
-            assert_eq!(decode(&entry.canonical).as_ref(), Ok(envelope), "canonical decodes alike");
+            assert_eq!(
+                entry.canonical,
+                encode(envelope),
+                "canonical is the re-encoding"
+            );
+            assert_eq!(
+                decode(&entry.canonical).as_ref(),
+                Ok(envelope),
+                "canonical decodes alike"
+            );
         }
         Payload::Undecodable { detail } => {
-            assert_eq!(entry.canonical, bytes, "undecodable bytes are kept as they are");
+            assert_eq!(
+                entry.canonical, bytes,
+                "undecodable bytes are kept as they are"
+            );
             assert!(!detail.is_empty());
         }
     }
@@ -102,11 +113,13 @@ fn publishers_that_encode_differently_digest_alike() {
         ..Default::default()
     };
     let login = |props| proto::Envelope {
-        event: Some(proto::envelope::Event::EngineLoggedIn(proto::EngineLoggedIn {
-            engine: "e1".to_string(),
-            slots: 4,
-            props: Some(props),
-        })),
+        event: Some(proto::envelope::Event::EngineLoggedIn(
+            proto::EngineLoggedIn {
+                engine: "e1".to_string(),
+                slots: 4,
+                props: Some(props),
+            },
+        )),
         ..Default::default()
     };
     // Fields out of number order, a nested message given twice (protobuf merges
@@ -115,13 +128,33 @@ fn publishers_that_encode_differently_digest_alike() {
     let mut odd = Vec::new();
     odd.extend(login(props("", "zone")).encode_to_vec());
     odd.extend(login(props("linux", "arch")).encode_to_vec());
-    odd.extend(proto::Envelope { source: "x".into(), ..Default::default() }.encode_to_vec());
-    odd.extend(proto::Envelope { id: "not this one".into(), ..Default::default() }.encode_to_vec());
-    odd.extend(proto::Envelope { id: id.into(), ..Default::default() }.encode_to_vec());
+    odd.extend(
+        proto::Envelope {
+            source: "x".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    odd.extend(
+        proto::Envelope {
+            id: "not this one".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    odd.extend(
+        proto::Envelope {
+            id: id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
     prost::encoding::uint64::encode(99, &7, &mut odd);
 
     let decoded = decode(&odd).unwrap();
-    let Event::EngineLoggedIn { props, .. } = &decoded.event else { panic!("{decoded:?}") };
+    let Event::EngineLoggedIn { props, .. } = &decoded.event else {
+        panic!("{decoded:?}")
+    };
     assert_eq!(props.os, "linux");
     assert_eq!(props.custom.keys().collect::<Vec<_>>(), ["arch", "zone"]);
 
@@ -150,30 +183,45 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         r#"{"id": "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f607z", "event": {"tick": {}}}"#,
-        expect![[r#"id: not a UUID in its 36-character hyphenated form: "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f607z": invalid character: found `z` at 35"#]],
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f607z": invalid character: found `z` at 35"#
+        ]],
     );
     check_error(
         r#"{"id": "{6f1d2c3b-4a59-4687-9a1b-2c3d4e5f60}", "event": {"tick": {}}}"#,
-        expect![[r#"id: not a UUID in its 36-character hyphenated form: "{6f1d2c3b-4a59-4687-9a1b-2c3d4e5f60}": invalid character: found `{` at 0"#]],
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "{6f1d2c3b-4a59-4687-9a1b-2c3d4e5f60}": invalid character: found `{` at 0"#
+        ]],
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect![[r#"event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"#]],
+        expect![[
+            r#"event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"#
+        ]],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
-        expect![[r#"event.job_submitted.tasks: missing, or a kind this version does not know; expected one of count, list"#]],
+        expect![[
+            r#"event.job_submitted.tasks: missing, or a kind this version does not know; expected one of count, list"#
+        ]],
     );
     check_error(
-        &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j 1", "tasks": {{"count": 1}}}}}}}}"#),
-        expect![[r#"event.job_submitted.id: an id may hold only letters, digits, '.', '_' and '-'; found ' ' at byte 1"#]],
+        &format!(
+            r#"{{{ID}, "event": {{"job_submitted": {{"id": "j 1", "tasks": {{"count": 1}}}}}}}}"#
+        ),
+        expect![[
+            r#"event.job_submitted.id: an id may hold only letters, digits, '.', '_' and '-'; found ' ' at byte 1"#
+        ]],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_cancelled": {{}}}}}}"#),
         expect![[r#"event.job_cancelled.job: an id may not be empty"#]],
     );
     check_error(
-        &format!(r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "{}"}}}}}}"#, "e".repeat(65)),
+        &format!(
+            r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "{}"}}}}}}"#,
+            "e".repeat(65)
+        ),
         expect![[r#"event.engine_logged_in.engine: an id is at most 64 bytes, this one has 65"#]],
     );
     check_error(
@@ -184,7 +232,9 @@ fn decoding_errors_name_the_field() {
         &format!(
             r#"{{{ID}, "event": {{"task_failed": {{"task": {{"job": "j"}}, "engine": "e1"}}}}}}"#
         ),
-        expect![[r#"event.task_failed.kind: must be set: FailureKind 0 (UNSPECIFIED) is not a value"#]],
+        expect![[
+            r#"event.task_failed.kind: must be set: FailureKind 0 (UNSPECIFIED) is not a value"#
+        ]],
     );
     check_error(
         &format!(
@@ -194,7 +244,9 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "fair-share"}}}}}}"#),
-        expect![[r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain"#]],
+        expect![[
+            r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain"#
+        ]],
     );
     check_error(
         &format!(
@@ -204,20 +256,28 @@ fn decoding_errors_name_the_field() {
                 {{"requeue": {{"task": {{"job": "j"}}, "reason": 0}}}}
             ]}}}}}}"#
         ),
-        expect![[r#"event.order_batch.orders[2].requeue.reason: must be set: RequeueReason 0 (UNSPECIFIED) is not a value"#]],
+        expect![[
+            r#"event.order_batch.orders[2].requeue.reason: must be set: RequeueReason 0 (UNSPECIFIED) is not a value"#
+        ]],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect![[r#"event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable"#]],
+        expect![[
+            r#"event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable"#
+        ]],
     );
     check_error(
         &format!(
             r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"mark_unschedulable": {{"job": "j", "reason": 3}}}}]}}}}}}"#
         ),
-        expect![[r#"event.order_batch.orders[0].mark_unschedulable.reason: Unschedulable value 3 is unknown to this version"#]],
+        expect![[
+            r#"event.order_batch.orders[0].mark_unschedulable.reason: Unschedulable value 3 is unknown to this version"#
+        ]],
     );
     check_error(
-        &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"engine_lost": {{}}}}]}}}}}}"#),
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"engine_lost": {{}}}}]}}}}}}"#
+        ),
         expect![[r#"event.order_batch.orders[0].engine_lost.engine: an id may not be empty"#]],
     );
 }
@@ -226,25 +286,45 @@ fn decoding_errors_name_the_field() {
 fn bytes_that_are_not_an_envelope_say_so() {
     let check = |bytes: &[u8], expect: Expect| {
         let entry = entry_from_log(Seq(3), 0, "gridfold.ev.job.submitted", bytes);
-        let Payload::Undecodable { detail } = &entry.payload else { panic!("{entry:?}") };
+        let Payload::Undecodable { detail } = &entry.payload else {
+            panic!("{entry:?}")
+        };
         expect.assert_eq(detail);
     };
-    check(b"\xff", expect![[r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: invalid varint"#]]);
-    check(b"{\"json\": 1}", expect!["not a gridfold.v1.Envelope: failed to decode Protobuf message: buffer underflow"]);
-    check(b"", expect![[r#"id: not a UUID in its 36-character hyphenated form: "" has 0 bytes"#]]);
+    check(
+        b"\xff",
+        expect![[
+            r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: invalid varint"#
+        ]],
+    );
+    check(
+        b"{\"json\": 1}",
+        expect!["not a gridfold.v1.Envelope: failed to decode Protobuf message: buffer underflow"],
+    );
+    check(
+        b"",
+        expect![[r#"id: not a UUID in its 36-character hyphenated form: "" has 0 bytes"#]],
+    );
     // A string field holding bytes that are not UTF-8.
     check(
         b"\x12\x01\xff",
-        expect![[r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: Envelope.source: invalid string value: data is not UTF-8 encoded"#]],
+        expect![[
+            r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: Envelope.source: invalid string value: data is not UTF-8 encoded"#
+        ]],
     );
 }
 
 #[test]
 fn long_bad_input_is_echoed_briefly() {
-    let long = format!(r#"{{"id": "{}", "event": {{"tick": {{}}}}}}"#, "x".repeat(10_000));
+    let long = format!(
+        r#"{{"id": "{}", "event": {{"tick": {{}}}}}}"#,
+        "x".repeat(10_000)
+    );
     check_error(
         &long,
-        expect![[r#"id: not a UUID in its 36-character hyphenated form: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… has 10000 bytes"#]],
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… has 10000 bytes"#
+        ]],
     );
 }
 
@@ -258,7 +338,10 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
             Some(engine) => assert_eq!(origin, Origin::Engine(engine.clone()), "{subject}"),
             None => assert!(!matches!(origin, Origin::Engine(_)), "{subject}"),
         }
-        shown.push_str(&format!("{:<20} {subject:<36} {origin:?}\n", event.kind_name()));
+        shown.push_str(&format!(
+            "{:<20} {subject:<36} {origin:?}\n",
+            event.kind_name()
+        ));
     }
     expect![[r#"
         JobSubmitted         gridfold.ev.job.submitted            Client

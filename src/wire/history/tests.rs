@@ -22,7 +22,9 @@ fn the_examples_parse_into_the_events_they_say() {
     let shown: Vec<String> = lines
         .iter()
         .map(|line| {
-            let HistoryPayload::Envelope(envelope) = &line.payload else { panic!("{line:?}") };
+            let HistoryPayload::Envelope(envelope) = &line.payload else {
+                panic!("{line:?}")
+            };
             format!(
                 "line {} seq {} at {} on {}\n  id {} from {:?}\n  {:?}",
                 line.line,
@@ -61,12 +63,17 @@ fn the_examples_parse_into_the_events_they_say() {
 #[test]
 fn a_history_line_and_the_log_message_it_records_make_identical_entries() {
     for line in parse_history(EXAMPLES).unwrap() {
-        let HistoryPayload::Envelope(envelope) = &line.payload else { unreachable!() };
+        let HistoryPayload::Envelope(envelope) = &line.payload else {
+            unreachable!()
+        };
         let from_log = entry_from_log(line.seq, line.time_ms, &line.subject, &encode(envelope));
         let from_history = line.to_entry();
         assert_eq!(from_history.canonical, from_log.canonical);
         assert_eq!(from_history.origin, from_log.origin);
-        assert_eq!((from_history.seq, from_history.time_ms), (from_log.seq, from_log.time_ms));
+        assert_eq!(
+            (from_history.seq, from_history.time_ms),
+            (from_log.seq, from_log.time_ms)
+        );
     }
 }
 
@@ -77,10 +84,20 @@ fn export_writes_every_variant_readably() {
         let seq = Seq(idx as u64 + 1);
         let envelope = envelope(idx as u8, event);
         let subject = subject_for(&envelope.event);
-        written.push_str(&write_history_line(seq, 1_700_000_000_000 + seq.0, &subject, &encode(&envelope)));
+        written.push_str(&write_history_line(
+            seq,
+            1_700_000_000_000 + seq.0,
+            &subject,
+            &encode(&envelope),
+        ));
         written.push('\n');
     }
-    written.push_str(&write_history_line(Seq(99), 1_700_000_009_999, "gridfold.ev.job.submitted", b"\x0a\x03abc"));
+    written.push_str(&write_history_line(
+        Seq(99),
+        1_700_000_009_999,
+        "gridfold.ev.job.submitted",
+        b"\x0a\x03abc",
+    ));
     written.push('\n');
     expect![[r#"
         {"seq":1,"time_ms":1700000000001,"subject":"gridfold.ev.job.submitted","envelope":{"id":"00000000-0000-0000-0000-000000000000","source":"test","event":{"job_submitted":{"id":"render-1","owner":"ann","project":"film","queue":"batch","priority":-5,"requirements":"os == \"linux\" && cores >= 4","max_attempts":3,"wall_time_limit_ms":3600000,"slots_per_task":2,"template":{"argv":["render","--frame={index}"],"params":{"scene":"intro"}},"tasks":{"count":100}}}}}
@@ -142,7 +159,9 @@ proptest! {
 fn omitted_ids_are_derived_from_seq() {
     let text = r#"{"seq": 7, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#;
     let [line] = parse_history(text).unwrap().try_into().unwrap();
-    let HistoryPayload::Envelope(envelope) = &line.payload else { unreachable!() };
+    let HistoryPayload::Envelope(envelope) = &line.payload else {
+        unreachable!()
+    };
     assert_eq!(envelope.id, history_event_id(Seq(7)));
     assert_eq!(envelope.source, "");
     assert_eq!(line.subject, "gridfold.ev.tick");
@@ -168,13 +187,25 @@ fn task_lists_and_binary_results_read_as_written() {
             HistoryPayload::Raw(_) => unreachable!(),
         })
         .collect();
-    let Event::JobSubmitted(spec) = events[0] else { panic!() };
-    let TaskSet::List(list) = &spec.tasks else { panic!() };
+    let Event::JobSubmitted(spec) = events[0] else {
+        panic!()
+    };
+    let TaskSet::List(list) = &spec.tasks else {
+        panic!()
+    };
     assert_eq!(list.len(), 3);
     assert_eq!(list[2]["x"], "3");
-    let Event::TaskCompleted { result, .. } = events[1] else { panic!() };
+    let Event::TaskCompleted { result, .. } = events[1] else {
+        panic!()
+    };
     assert_eq!(result, &[0xff, 0x00, 0x80]);
-    assert!(matches!(events[2], Event::TaskFailed { exit_code: None, .. }));
+    assert!(matches!(
+        events[2],
+        Event::TaskFailed {
+            exit_code: None,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -184,7 +215,10 @@ fn a_raw_line_replays_as_undecodable_with_its_bytes() {
     let entry = line.to_entry();
     assert_eq!(entry.canonical, [0xff, 0x00, 0x80]);
     assert!(matches!(entry.payload, Payload::Undecodable { .. }));
-    assert_eq!(entry.origin, Origin::Engine(crate::wire::testing::engine("e1")));
+    assert_eq!(
+        entry.origin,
+        Origin::Engine(crate::wire::testing::engine("e1"))
+    );
 }
 
 fn check_error(text: &str, expect: Expect) {
@@ -195,39 +229,78 @@ fn check_error(text: &str, expect: Expect) {
 #[test]
 fn errors_say_the_line_and_what_is_wrong() {
     let tick = r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#;
-    check_error(&format!("# comment\n\n{tick}\n{{\"seq\": 2,"), expect!["line 4: column 10: EOF while parsing a value"]);
-    check_error("{\"seq\": 1, \"time_ms\": 0, \"envelope\": {\"event\": {\"tick\": {}}}} x", expect!["line 1: column 63: trailing characters"]);
-    check_error(r#"{"seq": 1, "envelope": {"event": {"tick": {}}}}"#, expect!["line 1: column 47: missing field `time_ms`"]);
-    check_error(r#"{"seq": 1, "time_ms": 0, "envelop": {"event": {"tick": {}}}}"#, expect!["line 1: column 34: unknown field `envelop`, expected one of `seq`, `time_ms`, `subject`, `envelope`, `raw_base64`, `undecodable`"]);
+    check_error(
+        &format!("# comment\n\n{tick}\n{{\"seq\": 2,"),
+        expect!["line 4: column 10: EOF while parsing a value"],
+    );
+    check_error(
+        "{\"seq\": 1, \"time_ms\": 0, \"envelope\": {\"event\": {\"tick\": {}}}} x",
+        expect!["line 1: column 63: trailing characters"],
+    );
+    check_error(
+        r#"{"seq": 1, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: column 47: missing field `time_ms`"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelop": {"event": {"tick": {}}}}"#,
+        expect![
+            "line 1: column 34: unknown field `envelop`, expected one of `seq`, `time_ms`, `subject`, `envelope`, `raw_base64`, `undecodable`"
+        ],
+    );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}, "sauce": "me"}}"#,
-        expect!["line 1: column 68: unknown field `sauce`, expected one of `id`, `source`, `event`"],
+        expect![
+            "line 1: column 68: unknown field `sauce`, expected one of `id`, `source`, `event`"
+        ],
     );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_complete": {}}}}"#,
-        expect!["line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `tick`, `order_batch`"],
+        expect![
+            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `tick`, `order_batch`"
+        ],
     );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_failed": {"kind": "OOM"}}}}"#,
-        expect![[r#"line 1: column 77: unknown FailureKind "OOM", expected one of NON_ZERO_EXIT, SIGNALLED, WALL_TIME_EXCEEDED, LAUNCH_FAILED, ENGINE_SHUTDOWN"#]],
+        expect![[
+            r#"line 1: column 77: unknown FailureKind "OOM", expected one of NON_ZERO_EXIT, SIGNALLED, WALL_TIME_EXCEEDED, LAUNCH_FAILED, ENGINE_SHUTDOWN"#
+        ]],
     );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_started": {"task": {"job": "j/1"}, "engine": "e1"}}}}"#,
-        expect!["line 1: envelope.event.task_started.task.job: an id may hold only letters, digits, '.', '_' and '-'; found '/' at byte 1"],
+        expect![
+            "line 1: envelope.event.task_started.task.job: an id may hold only letters, digits, '.', '_' and '-'; found '/' at byte 1"
+        ],
     );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"id": "nope", "event": {"tick": {}}}}"#,
-        expect![[r#"line 1: envelope.id: not a UUID in its 36-character hyphenated form: "nope" has 4 bytes"#]],
+        expect![[
+            r#"line 1: envelope.id: not a UUID in its 36-character hyphenated form: "nope" has 4 bytes"#
+        ]],
     );
-    check_error(&format!("{tick}\n{tick}"), expect!["line 2: seq 1 does not follow seq 1: seqs must strictly increase"]);
-    check_error(r#"{"seq": 0, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#, expect!["line 1: seq 0: log sequences start at 1"]);
-    check_error(r#"{"seq": -1, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#, expect!["line 1: column 10: invalid value: integer `-1`, expected u64"]);
-    check_error(r#"{"seq": 1, "time_ms": 0}"#, expect!["line 1: a line needs an envelope or raw_base64"]);
+    check_error(
+        &format!("{tick}\n{tick}"),
+        expect!["line 2: seq 1 does not follow seq 1: seqs must strictly increase"],
+    );
+    check_error(
+        r#"{"seq": 0, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: seq 0: log sequences start at 1"],
+    );
+    check_error(
+        r#"{"seq": -1, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: column 10: invalid value: integer `-1`, expected u64"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0}"#,
+        expect!["line 1: a line needs an envelope or raw_base64"],
+    );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}}, "raw_base64": ""}"#,
         expect!["line 1: give envelope or raw_base64, not both"],
     );
-    check_error(r#"{"seq": 1, "time_ms": 0, "raw_base64": "AAAA"}"#, expect!["line 1: subject is required with raw_base64: it cannot be derived from raw bytes"]);
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "raw_base64": "AAAA"}"#,
+        expect!["line 1: subject is required with raw_base64: it cannot be derived from raw bytes"],
+    );
     check_error(
         r#"{"seq": 1, "time_ms": 0, "subject": "gridfold.ev.tick", "raw_base64": "A==="}"#,
         expect!["line 1: raw_base64: bad base64: Invalid symbol 61, offset 1."],
@@ -240,14 +313,27 @@ fn errors_say_the_line_and_what_is_wrong() {
         r#"{"seq": 1, "time_ms": 0, "subject": "gridfold.ev.engine.*.login", "envelope": {"event": {"tick": {}}}}"#,
         expect![[r#"line 1: subject "gridfold.ev.engine.*.login" holds a wildcard or whitespace"#]],
     );
-    check_error("[1, 2]", expect![[r#"line 1: a line is a JSON object, {"seq": ..., ...}, or a # comment"#]]);
+    // A byte-order mark, CRLF line ends and indented comments are fine; the
+    // line numbers still count every line.
+    check_error(
+        &format!("\u{feff}{tick}\n\r\n  # indented comment\r\n{tick}"),
+        expect!["line 4: seq 1 does not follow seq 1: seqs must strictly increase"],
+    );
+    check_error(
+        "[1, 2]",
+        expect![[r#"line 1: a line is a JSON object, {"seq": ..., ...}, or a # comment"#]],
+    );
 }
 
 #[test]
 fn reading_a_file_names_it_in_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foo.jsonl");
-    std::fs::write(&path, format!("{EXAMPLES}{{\"seq\": 9, \"time_ms\": 0, \"envelope\": {{}}}}\n")).unwrap();
+    std::fs::write(
+        &path,
+        format!("{EXAMPLES}{{\"seq\": 9, \"time_ms\": 0, \"envelope\": {{}}}}\n"),
+    )
+    .unwrap();
     let error = read_history_file(&path).unwrap_err().to_string();
     let shown = error.replace(&dir.path().display().to_string(), "DIR");
     expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"].assert_eq(&shown);
@@ -255,6 +341,9 @@ fn reading_a_file_names_it_in_errors() {
     std::fs::write(&path, EXAMPLES).unwrap();
     assert_eq!(read_history_file(&path).unwrap().len(), 4);
 
-    let missing = read_history_file(&dir.path().join("absent.jsonl")).unwrap_err().to_string();
-    expect!["DIR/absent.jsonl: No such file or directory (os error 2)"].assert_eq(&missing.replace(&dir.path().display().to_string(), "DIR"));
+    let missing = read_history_file(dir.path().join("absent.jsonl"))
+        .unwrap_err()
+        .to_string();
+    expect!["DIR/absent.jsonl: No such file or directory (os error 2)"]
+        .assert_eq(&missing.replace(&dir.path().display().to_string(), "DIR"));
 }
