@@ -3,3 +3,4 @@
 pub mod core;
 pub mod log;
 pub mod projector;
+pub mod wire;

@@ -1,0 +1,349 @@
+use expect_test::{Expect, expect};
+use proptest::prelude::*;
+
+use super::*;
+use crate::core::event::{Event, Origin, Payload, TaskSet};
+use crate::wire::testing::{arb_envelope, envelope, every_event};
+
+/// The four example lines of the module's documentation and the design notes,
+/// exactly as a person may write them.
+const EXAMPLES: &str = r#"
+# A hand-written history: comments and blank lines are skipped.
+
+{"seq": 1, "time_ms": 1700000000000, "envelope": {"source": "gridfold-cli", "event": {"job_submitted": {"id": "render-1", "owner": "ann", "project": "film", "queue": "batch", "priority": 0, "requirements": "os == \"linux\"", "max_attempts": 3, "wall_time_limit_ms": 600000, "slots_per_task": 1, "template": {"argv": ["render", "--frame={index}"], "params": {"scene": "intro"}}, "tasks": {"count": 100}}}}}
+{"seq": 2, "time_ms": 1700000000100, "envelope": {"event": {"engine_logged_in": {"engine": "e1", "slots": 4, "props": {"os": "linux", "arch": "x86_64", "cores": 8, "memory_mb": 32768, "custom": {"type": "blade"}}}}}}
+{"seq": 3, "time_ms": 1700000000200, "subject": "gridfold.ev.orders", "envelope": {"id": "0b0f2a5e-3c1d-4e8f-9a6b-2d4c6e8f0a1b", "source": "projector", "event": {"order_batch": {"based_on_seq": 2, "algorithm": "sge-plain", "algorithm_version": 1, "orders": [{"dispatch": {"task": {"job": "render-1", "index": 0}, "attempt": 1, "engine": "e1"}}]}}}}
+{"seq": 5, "time_ms": 1700000042000, "subject": "gridfold.ev.engine.e1.completed", "envelope": {"id": "5f0c9e8a-1b2c-4d3e-8f4a-5b6c7d8e9f01", "source": "engine:e1", "event": {"task_completed": {"task": {"job": "render-1", "index": 0}, "attempt": 1, "engine": "e1", "exit_code": 0, "cpu_ms": 39000, "wall_ms": 41500, "result": "frame 0 done\n"}}}}
+"#;
+
+#[test]
+fn the_examples_parse_into_the_events_they_say() {
+    let lines = parse_history(EXAMPLES).unwrap();
+    let shown: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let HistoryPayload::Envelope(envelope) = &line.payload else {
+                panic!("{line:?}")
+            };
+            format!(
+                "line {} seq {} at {} on {}\n  id {} from {:?}\n  {:?}",
+                line.line,
+                line.seq,
+                line.time_ms,
+                line.subject,
+                uuid::Uuid::from_bytes(envelope.id),
+                envelope.source,
+                envelope.event
+            )
+        })
+        .collect();
+    expect![[r#"
+        line 4 seq 1 at 1700000000000 on gridfold.ev.job.submitted
+          id 05f0947c-3f79-861c-92dd-b78185701283 from "gridfold-cli"
+          JobSubmitted(JobSpec { id: JobId("render-1"), owner: "ann", project: "film", queue: "batch", priority: 0, requirements: "os == \"linux\"", max_attempts: 3, wall_time_limit_ms: 600000, slots_per_task: 1, template: TaskTemplate { argv: ["render", "--frame={index}"], params: {"scene": "intro"} }, tasks: Count(100) })
+        line 5 seq 2 at 1700000000100 on gridfold.ev.engine.e1.login
+          id 12649c47-1c04-8073-9ec7-150c6a32ee7c from ""
+          EngineLoggedIn { engine: EngineId("e1"), slots: 4, props: EngineProps { os: "linux", arch: "x86_64", cores: 8, memory_mb: 32768, disk_mb: 0, mflops: 0, site: "", custom: {"type": "blade"} } }
+        line 6 seq 3 at 1700000000200 on gridfold.ev.orders
+          id 0b0f2a5e-3c1d-4e8f-9a6b-2d4c6e8f0a1b from "projector"
+          OrderBatch(OrderBatch { based_on_seq: #2, algorithm: "sge-plain", algorithm_version: 1, orders: [Dispatch { task: render-1/0, attempt: 1, engine: EngineId("e1") }] })
+        line 7 seq 5 at 1700000042000 on gridfold.ev.engine.e1.completed
+          id 5f0c9e8a-1b2c-4d3e-8f4a-5b6c7d8e9f01 from "engine:e1"
+          TaskCompleted { task: render-1/0, attempt: 1, engine: EngineId("e1"), exit_code: 0, cpu_ms: 39000, wall_ms: 41500, result: [102, 114, 97, 109, 101, 32, 48, 32, 100, 111, 110, 101, 10] }"#]]
+    .assert_eq(&shown.join("\n"));
+
+    let entries: Vec<Entry> = lines.iter().map(Entry::from).collect();
+    let origins: Vec<&Origin> = entries.iter().map(|e| &e.origin).collect();
+    assert_eq!(
+        format!("{origins:?}"),
+        r#"[Client, Engine(EngineId("e1")), Projector, Engine(EngineId("e1"))]"#
+    );
+}
+
+#[test]
+fn a_history_line_and_the_log_message_it_records_make_identical_entries() {
+    for line in parse_history(EXAMPLES).unwrap() {
+        let HistoryPayload::Envelope(envelope) = &line.payload else {
+            unreachable!()
+        };
+        let from_log = entry_from_log(line.seq, line.time_ms, &line.subject, &encode(envelope));
+        let from_history = line.to_entry();
+        assert_eq!(from_history.canonical, from_log.canonical);
+        assert_eq!(from_history.origin, from_log.origin);
+        assert_eq!(
+            (from_history.seq, from_history.time_ms),
+            (from_log.seq, from_log.time_ms)
+        );
+    }
+}
+
+#[test]
+fn export_writes_every_variant_readably() {
+    let mut written = String::new();
+    for (idx, event) in every_event().into_iter().enumerate() {
+        let seq = Seq(idx as u64 + 1);
+        let envelope = envelope(idx as u8, event);
+        let subject = subject_for(&envelope.event);
+        written.push_str(&write_history_line(
+            seq,
+            1_700_000_000_000 + seq.0,
+            &subject,
+            &encode(&envelope),
+        ));
+        written.push('\n');
+    }
+    written.push_str(&write_history_line(
+        Seq(99),
+        1_700_000_009_999,
+        "gridfold.ev.job.submitted",
+        b"\x0a\x03abc",
+    ));
+    written.push('\n');
+    expect![[r#"
+        {"seq":1,"time_ms":1700000000001,"subject":"gridfold.ev.job.submitted","envelope":{"id":"00000000-0000-0000-0000-000000000000","source":"test","event":{"job_submitted":{"id":"render-1","owner":"ann","project":"film","queue":"batch","priority":-5,"requirements":"os == \"linux\" && cores >= 4","max_attempts":3,"wall_time_limit_ms":3600000,"slots_per_task":2,"template":{"argv":["render","--frame={index}"],"params":{"scene":"intro"}},"tasks":{"count":100}}}}}
+        {"seq":2,"time_ms":1700000000002,"subject":"gridfold.ev.job.submitted","envelope":{"id":"01010101-0101-0101-0101-010101010101","source":"test","event":{"job_submitted":{"id":"sweep.2","owner":"ann","project":"film","queue":"batch","priority":-5,"requirements":"os == \"linux\" && cores >= 4","max_attempts":3,"wall_time_limit_ms":3600000,"slots_per_task":2,"template":{"argv":["render","--frame={index}"],"params":{"scene":"intro"}},"tasks":{"list":[{"x":"1"},{},{"x":"3","y":"é"}]}}}}}
+        {"seq":3,"time_ms":1700000000003,"subject":"gridfold.ev.job.cancelled","envelope":{"id":"02020202-0202-0202-0202-020202020202","source":"test","event":{"job_cancelled":{"job":"render-1","reason":"wrong scene"}}}}
+        {"seq":4,"time_ms":1700000000004,"subject":"gridfold.ev.job.priority","envelope":{"id":"03030303-0303-0303-0303-030303030303","source":"test","event":{"job_priority_changed":{"job":"render-1","priority":10}}}}
+        {"seq":5,"time_ms":1700000000005,"subject":"gridfold.ev.engine.e1.login","envelope":{"id":"04040404-0404-0404-0404-040404040404","source":"test","event":{"engine_logged_in":{"engine":"e1","slots":8,"props":{"os":"linux","arch":"x86_64","cores":16,"memory_mb":65536,"disk_mb":1000000,"mflops":12345,"site":"hel","custom":{"gpu":"none","type":"blade"}}}}}}
+        {"seq":6,"time_ms":1700000000006,"subject":"gridfold.ev.engine.e1.logout","envelope":{"id":"05050505-0505-0505-0505-050505050505","source":"test","event":{"engine_logged_out":{"engine":"e1"}}}}
+        {"seq":7,"time_ms":1700000000007,"subject":"gridfold.ev.engine.e1.heartbeat","envelope":{"id":"06060606-0606-0606-0606-060606060606","source":"test","event":{"engine_heartbeat":{"engine":"e1","load":{"load_per_core_milli":750,"memory_free_mb":1024}}}}}
+        {"seq":8,"time_ms":1700000000008,"subject":"gridfold.ev.engine.e1.started","envelope":{"id":"07070707-0707-0707-0707-070707070707","source":"test","event":{"task_started":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1"}}}}
+        {"seq":9,"time_ms":1700000000009,"subject":"gridfold.ev.engine.e1.completed","envelope":{"id":"08080808-0808-0808-0808-080808080808","source":"test","event":{"task_completed":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1","exit_code":0,"cpu_ms":5000,"wall_ms":6000,"result":"frame 7 done\n"}}}}
+        {"seq":10,"time_ms":1700000000010,"subject":"gridfold.ev.engine.e_2.completed","envelope":{"id":"09090909-0909-0909-0909-090909090909","source":"test","event":{"task_completed":{"task":{"job":"render-1","index":8},"attempt":2,"engine":"e_2","exit_code":3,"cpu_ms":1,"wall_ms":2,"result":{"base64":"//4A"}}}}}
+        {"seq":11,"time_ms":1700000000011,"subject":"gridfold.ev.engine.e1.failed","envelope":{"id":"0a0a0a0a-0a0a-0a0a-0a0a-0a0a0a0a0a0a","source":"test","event":{"task_failed":{"task":{"job":"render-1","index":9},"attempt":1,"engine":"e1","exit_code":139,"kind":"SIGNALLED","error_tail":"segmentation fault"}}}}
+        {"seq":12,"time_ms":1700000000012,"subject":"gridfold.ev.engine.e1.failed","envelope":{"id":"0b0b0b0b-0b0b-0b0b-0b0b-0b0b0b0b0b0b","source":"test","event":{"task_failed":{"task":{"job":"render-1","index":9},"attempt":2,"engine":"e1","kind":"LAUNCH_FAILED","error_tail":""}}}}
+        {"seq":13,"time_ms":1700000000013,"subject":"gridfold.ev.policy","envelope":{"id":"0c0c0c0c-0c0c-0c0c-0c0c-0c0c0c0c0c0c","source":"test","event":{"policy_set":{"algorithm":"sge-plain","engine_timeout_ms":30000,"dispatch_timeout_ms":60000,"load_formula":{"slots_weight":1,"load_weight":2},"dispatches_per_run_max":4096,"seed":42}}}}
+        {"seq":14,"time_ms":1700000000014,"subject":"gridfold.ev.tick","envelope":{"id":"0d0d0d0d-0d0d-0d0d-0d0d-0d0d0d0d0d0d","source":"test","event":{"tick":{}}}}
+        {"seq":15,"time_ms":1700000000015,"subject":"gridfold.ev.orders","envelope":{"id":"0e0e0e0e-0e0e-0e0e-0e0e-0e0e0e0e0e0e","source":"test","event":{"order_batch":{"based_on_seq":41,"algorithm":"sge-plain","algorithm_version":1,"orders":[{"dispatch":{"task":{"job":"render-1","index":0},"attempt":1,"engine":"e1"}},{"cancel":{"task":{"job":"render-1","index":1},"attempt":2,"engine":"e1","reason":"JOB_CANCELLED"}},{"engine_lost":{"engine":"e9","last_seen_ms":1700000000000}},{"requeue":{"task":{"job":"render-1","index":2},"attempt":1,"reason":"DISPATCH_TIMEOUT"}},{"mark_unschedulable":{"job":"render-1","reason":"NO_ENGINE_HAS_ENOUGH_SLOTS"}},{"mark_unschedulable":{"job":"render-1","reason":"NO_ENGINE_MATCHES_REQUIREMENTS"}}]}}}}
+        {"seq":16,"time_ms":1700000000016,"subject":"gridfold.ev.orders","envelope":{"id":"0f0f0f0f-0f0f-0f0f-0f0f-0f0f0f0f0f0f","source":"test","event":{"order_batch":{"based_on_seq":0,"algorithm":"","algorithm_version":0,"orders":[]}}}}
+        {"seq":99,"time_ms":1700000009999,"subject":"gridfold.ev.job.submitted","raw_base64":"CgNhYmM=","undecodable":"id: not a UUID in its 36-character hyphenated form: \"abc\" has 3 bytes"}
+    "#]].assert_eq(&written);
+}
+
+proptest! {
+    #[test]
+    fn export_then_parse_gives_the_same_entries(
+        original in arb_envelope(),
+        garbage in prop::collection::vec(any::<u8>(), 0..64),
+        seq in 1u64..1 << 40,
+        time_ms in any::<u64>(),
+    ) {
+        let subject = subject_for(&original.event);
+        let messages = [(Seq(seq), subject.clone(), encode(&original)), (Seq(seq + 1), subject, garbage)];
+        let mut text = String::new();
+        for (seq, subject, bytes) in &messages {
+            text.push_str(&write_history_line(*seq, time_ms, subject, bytes));
+            text.push('\n');
+        }
+        let lines = parse_history(&text).unwrap();
+        prop_assert_eq!(lines.len(), 2);
+        for (line, (seq, subject, bytes)) in lines.iter().zip(&messages) {
+            let from_log = entry_from_log(*seq, time_ms, subject, bytes);
+            let from_history = line.to_entry();
+            prop_assert_eq!(&from_history.canonical, &from_log.canonical);
+            prop_assert_eq!(&from_history.origin, &from_log.origin);
+            prop_assert_eq!(from_history.seq, from_log.seq);
+            prop_assert_eq!(from_history.time_ms, from_log.time_ms);
+            match (&from_history.payload, &from_log.payload) {
+                (Payload::Event(a), Payload::Event(b)) => prop_assert_eq!(a, b),
+                (Payload::Undecodable { detail: a }, Payload::Undecodable { detail: b }) => {
+                    prop_assert_eq!(a, b)
+                }
+                (a, b) => prop_assert!(false, "{a:?} vs {b:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn omitted_ids_are_derived_from_seq() {
+    let text = r#"{"seq": 7, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#;
+    let [line] = parse_history(text).unwrap().try_into().unwrap();
+    let HistoryPayload::Envelope(envelope) = &line.payload else {
+        unreachable!()
+    };
+    assert_eq!(envelope.id, history_event_id(Seq(7)));
+    assert_eq!(envelope.source, "");
+    assert_eq!(line.subject, "gridfold.ev.tick");
+    let id = uuid::Uuid::from_bytes(history_event_id(Seq(7)));
+    assert_eq!(id.get_version_num(), 8);
+    assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+    expect!["e9f98113-249f-8cec-8044-6208d042703b"].assert_eq(&id.to_string());
+    assert_ne!(history_event_id(Seq(7)), history_event_id(Seq(8)));
+}
+
+#[test]
+fn task_lists_and_binary_results_read_as_written() {
+    let text = r#"
+{"seq": 1, "time_ms": 0, "envelope": {"event": {"job_submitted": {"id": "sweep", "tasks": {"list": [{"x": "1"}, {}, {"x": "3"}]}}}}}
+{"seq": 2, "time_ms": 0, "envelope": {"event": {"task_completed": {"task": {"job": "sweep"}, "engine": "e1", "result": {"base64": "/wCA"}}}}}
+{"seq": 3, "time_ms": 0, "envelope": {"event": {"task_failed": {"task": {"job": "sweep", "index": 2}, "engine": "e1", "kind": "FAILURE_KIND_WALL_TIME_EXCEEDED"}}}}
+"#;
+    let lines = parse_history(text).unwrap();
+    let events: Vec<&Event> = lines
+        .iter()
+        .map(|line| match &line.payload {
+            HistoryPayload::Envelope(envelope) => &envelope.event,
+            HistoryPayload::Raw(_) => unreachable!(),
+        })
+        .collect();
+    let Event::JobSubmitted(spec) = events[0] else {
+        panic!()
+    };
+    let TaskSet::List(list) = &spec.tasks else {
+        panic!()
+    };
+    assert_eq!(list.len(), 3);
+    assert_eq!(list[2]["x"], "3");
+    let Event::TaskCompleted { result, .. } = events[1] else {
+        panic!()
+    };
+    assert_eq!(result, &[0xff, 0x00, 0x80]);
+    assert!(matches!(
+        events[2],
+        Event::TaskFailed {
+            exit_code: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_raw_line_replays_as_undecodable_with_its_bytes() {
+    let text = r#"{"seq": 4, "time_ms": 9, "subject": "gridfold.ev.engine.e1.completed", "raw_base64": "/wCA"}"#;
+    let [line] = parse_history(text).unwrap().try_into().unwrap();
+    let entry = line.to_entry();
+    assert_eq!(entry.canonical, [0xff, 0x00, 0x80]);
+    assert!(matches!(entry.payload, Payload::Undecodable { .. }));
+    assert_eq!(
+        entry.origin,
+        Origin::Engine(crate::wire::testing::engine("e1"))
+    );
+}
+
+fn check_error(text: &str, expect: Expect) {
+    let error = parse_history(text).unwrap_err();
+    expect.assert_eq(&error.to_string());
+}
+
+#[test]
+fn errors_say_the_line_and_what_is_wrong() {
+    let tick = r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#;
+    check_error(
+        &format!("# comment\n\n{tick}\n{{\"seq\": 2,"),
+        expect!["line 4: column 10: EOF while parsing a value"],
+    );
+    check_error(
+        "{\"seq\": 1, \"time_ms\": 0, \"envelope\": {\"event\": {\"tick\": {}}}} x",
+        expect!["line 1: column 63: trailing characters"],
+    );
+    check_error(
+        r#"{"seq": 1, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: column 47: missing field `time_ms`"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelop": {"event": {"tick": {}}}}"#,
+        expect![
+            "line 1: column 34: unknown field `envelop`, expected one of `seq`, `time_ms`, `subject`, `envelope`, `raw_base64`, `undecodable`"
+        ],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}, "sauce": "me"}}"#,
+        expect![
+            "line 1: column 68: unknown field `sauce`, expected one of `id`, `source`, `event`"
+        ],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_complete": {}}}}"#,
+        expect![
+            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `tick`, `order_batch`"
+        ],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_failed": {"kind": "OOM"}}}}"#,
+        expect![[
+            r#"line 1: column 77: unknown FailureKind "OOM", expected one of NON_ZERO_EXIT, SIGNALLED, WALL_TIME_EXCEEDED, LAUNCH_FAILED, ENGINE_SHUTDOWN"#
+        ]],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_started": {"task": {"job": "j/1"}, "engine": "e1"}}}}"#,
+        expect![
+            "line 1: envelope.event.task_started.task.job: an id may hold only letters, digits, '.', '_' and '-'; found '/' at byte 1"
+        ],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"id": "nope", "event": {"tick": {}}}}"#,
+        expect![[
+            r#"line 1: envelope.id: not a UUID in its 36-character hyphenated form: "nope" has 4 bytes"#
+        ]],
+    );
+    check_error(
+        &format!("{tick}\n{tick}"),
+        expect!["line 2: seq 1 does not follow seq 1: seqs must strictly increase"],
+    );
+    check_error(
+        r#"{"seq": 0, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: seq 0: log sequences start at 1"],
+    );
+    check_error(
+        r#"{"seq": -1, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#,
+        expect!["line 1: column 10: invalid value: integer `-1`, expected u64"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0}"#,
+        expect!["line 1: a line needs an envelope or raw_base64"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"tick": {}}}, "raw_base64": ""}"#,
+        expect!["line 1: give envelope or raw_base64, not both"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "raw_base64": "AAAA"}"#,
+        expect!["line 1: subject is required with raw_base64: it cannot be derived from raw bytes"],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "subject": "gridfold.ev.tick", "raw_base64": "A==="}"#,
+        expect!["line 1: raw_base64: bad base64: Invalid symbol 61, offset 1."],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "subject": "other.tick", "envelope": {"event": {"tick": {}}}}"#,
+        expect![[r#"line 1: subject "other.tick" is not under gridfold.ev."#]],
+    );
+    check_error(
+        r#"{"seq": 1, "time_ms": 0, "subject": "gridfold.ev.engine.*.login", "envelope": {"event": {"tick": {}}}}"#,
+        expect![[r#"line 1: subject "gridfold.ev.engine.*.login" holds a wildcard or whitespace"#]],
+    );
+    // A byte-order mark, CRLF line ends and indented comments are fine; the
+    // line numbers still count every line.
+    check_error(
+        &format!("\u{feff}{tick}\n\r\n  # indented comment\r\n{tick}"),
+        expect!["line 4: seq 1 does not follow seq 1: seqs must strictly increase"],
+    );
+    check_error(
+        "[1, 2]",
+        expect![[r#"line 1: a line is a JSON object, {"seq": ..., ...}, or a # comment"#]],
+    );
+}
+
+#[test]
+fn reading_a_file_names_it_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foo.jsonl");
+    std::fs::write(
+        &path,
+        format!("{EXAMPLES}{{\"seq\": 9, \"time_ms\": 0, \"envelope\": {{}}}}\n"),
+    )
+    .unwrap();
+    let error = read_history_file(&path).unwrap_err().to_string();
+    let shown = error.replace(&dir.path().display().to_string(), "DIR");
+    expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"].assert_eq(&shown);
+
+    std::fs::write(&path, EXAMPLES).unwrap();
+    assert_eq!(read_history_file(&path).unwrap().len(), 4);
+
+    let missing = read_history_file(dir.path().join("absent.jsonl"))
+        .unwrap_err()
+        .to_string();
+    expect!["DIR/absent.jsonl: No such file or directory (os error 2)"]
+        .assert_eq(&missing.replace(&dir.path().display().to_string(), "DIR"));
+}

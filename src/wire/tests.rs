@@ -1,0 +1,365 @@
+use expect_test::{Expect, expect};
+use proptest::prelude::*;
+use prost::Message as _;
+
+use super::testing::{
+    EVENT_VARIANTS, ORDER_VARIANTS, arb_envelope, envelope, event_variant_idx, every_event,
+    order_variant_idx,
+};
+use super::*;
+use crate::core::event::{Event, Origin};
+
+/// What an entry must satisfy whatever bytes it came from.
+fn assert_entry_invariants(entry: &Entry, bytes: &[u8]) {
+    match &entry.payload {
+        Payload::Event(envelope) => {
+            assert_eq!(
+                entry.canonical,
+                encode(envelope),
+                "canonical is the re-encoding"
+            );
+            assert_eq!(
+                decode(&entry.canonical).as_ref(),
+                Ok(envelope),
+                "canonical decodes alike"
+            );
+        }
+        Payload::Undecodable { detail } => {
+            assert_eq!(
+                entry.canonical, bytes,
+                "undecodable bytes are kept as they are"
+            );
+            assert!(!detail.is_empty());
+        }
+    }
+}
+
+#[test]
+fn the_fixtures_hold_every_event_and_order_variant() {
+    let events = every_event();
+    let mut seen_events = [false; EVENT_VARIANTS];
+    let mut seen_orders = [false; ORDER_VARIANTS];
+    for event in &events {
+        seen_events[event_variant_idx(event)] = true;
+        if let Event::OrderBatch(batch) = event {
+            for order in &batch.orders {
+                seen_orders[order_variant_idx(order)] = true;
+            }
+        }
+    }
+    assert!(seen_events.iter().all(|seen| *seen), "{seen_events:?}");
+    assert!(seen_orders.iter().all(|seen| *seen), "{seen_orders:?}");
+}
+
+#[test]
+fn every_variant_round_trips_through_bytes_and_json() {
+    for (idx, event) in every_event().into_iter().enumerate() {
+        let original = envelope(idx as u8, event);
+        let bytes = encode(&original);
+        assert_eq!(decode(&bytes), Ok(original.clone()));
+
+        let as_proto = proto::Envelope::decode(bytes.as_slice()).unwrap();
+        let json = serde_json::to_string(&as_proto).unwrap();
+        let from_json: proto::Envelope = serde_json::from_str(&json).unwrap();
+        assert_eq!(from_json, as_proto, "{json}");
+        assert_eq!(envelope_from_proto(from_json), Ok(original.clone()));
+
+        let entry = entry_from_log(Seq(1), 0, &subject_for(&original.event), &bytes);
+        assert_eq!(entry.canonical, bytes, "encode is already canonical");
+        assert_entry_invariants(&entry, &bytes);
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_envelope_round_trips(original in arb_envelope()) {
+        let bytes = encode(&original);
+        prop_assert_eq!(decode(&bytes), Ok(original.clone()));
+        let json = serde_json::to_string(&envelope_to_proto(&original)).unwrap();
+        let from_json: proto::Envelope = serde_json::from_str(&json).unwrap();
+        prop_assert_eq!(envelope_from_proto(from_json), Ok(original));
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let entry = entry_from_log(Seq(1), 0, "gridfold.ev.job.submitted", &bytes);
+        assert_entry_invariants(&entry, &bytes);
+    }
+
+    #[test]
+    fn damaged_envelopes_never_panic(
+        original in arb_envelope(),
+        position in any::<prop::sample::Index>(),
+        xor in 1u8..,
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut bytes = encode(&original);
+        let at = position.index(bytes.len());
+        bytes[at] ^= xor;
+        let entry = entry_from_log(Seq(1), 0, "gridfold.ev.tick", &bytes);
+        assert_entry_invariants(&entry, &bytes);
+        let truncated = &bytes[..cut.index(bytes.len())];
+        let entry = entry_from_log(Seq(2), 0, "gridfold.ev.tick", truncated);
+        assert_entry_invariants(&entry, truncated);
+    }
+}
+
+#[test]
+fn publishers_that_encode_differently_digest_alike() {
+    let id = "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f6071";
+    let props = |os: &str, key: &str| proto::EngineProperties {
+        os: os.to_string(),
+        custom: [(key.to_string(), "1".to_string())].into(),
+        ..Default::default()
+    };
+    let login = |props| proto::Envelope {
+        event: Some(proto::envelope::Event::EngineLoggedIn(
+            proto::EngineLoggedIn {
+                engine: "e1".to_string(),
+                slots: 4,
+                props: Some(props),
+            },
+        )),
+        ..Default::default()
+    };
+    // Fields out of number order, a nested message given twice (protobuf merges
+    // them, map entries out of key order), a field given twice (the last wins),
+    // and a field this version does not know.
+    let mut odd = Vec::new();
+    odd.extend(login(props("", "zone")).encode_to_vec());
+    odd.extend(login(props("linux", "arch")).encode_to_vec());
+    odd.extend(
+        proto::Envelope {
+            source: "x".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    odd.extend(
+        proto::Envelope {
+            id: "not this one".into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    odd.extend(
+        proto::Envelope {
+            id: id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    );
+    prost::encoding::uint64::encode(99, &7, &mut odd);
+
+    let decoded = decode(&odd).unwrap();
+    let Event::EngineLoggedIn { props, .. } = &decoded.event else {
+        panic!("{decoded:?}")
+    };
+    assert_eq!(props.os, "linux");
+    assert_eq!(props.custom.keys().collect::<Vec<_>>(), ["arch", "zone"]);
+
+    let entry = entry_from_log(Seq(1), 0, "gridfold.ev.engine.e1.login", &odd);
+    assert_ne!(entry.canonical, odd);
+    assert_eq!(entry.canonical, encode(&decoded));
+    let again = entry_from_log(Seq(1), 0, "gridfold.ev.engine.e1.login", &entry.canonical);
+    assert_eq!(again.canonical, entry.canonical);
+}
+
+/// Decodes the envelope written as JSON (the history form) after a trip
+/// through protobuf bytes, and shows the error.
+fn check_error(envelope_json: &str, expect: Expect) {
+    let envelope: proto::Envelope = serde_json::from_str(envelope_json).unwrap();
+    let error = decode(&envelope.encode_to_vec()).unwrap_err();
+    expect.assert_eq(&error.to_string());
+}
+
+const ID: &str = r#""id": "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f6071""#;
+
+#[test]
+fn decoding_errors_name_the_field() {
+    check_error(
+        r#"{"id": "6f1d2c3b", "event": {"tick": {}}}"#,
+        expect![[r#"id: not a UUID in its 36-character hyphenated form: "6f1d2c3b" has 8 bytes"#]],
+    );
+    check_error(
+        r#"{"id": "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f607z", "event": {"tick": {}}}"#,
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "6f1d2c3b-4a59-4687-9a1b-2c3d4e5f607z": invalid character: found `z` at 35"#
+        ]],
+    );
+    check_error(
+        r#"{"id": "{6f1d2c3b-4a59-4687-9a1b-2c3d4e5f60}", "event": {"tick": {}}}"#,
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "{6f1d2c3b-4a59-4687-9a1b-2c3d4e5f60}": invalid character: found `{` at 0"#
+        ]],
+    );
+    check_error(
+        &format!(r#"{{{ID}}}"#),
+        expect![[
+            r#"event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"#
+        ]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
+        expect![[
+            r#"event.job_submitted.tasks: missing, or a kind this version does not know; expected one of count, list"#
+        ]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"job_submitted": {{"id": "j 1", "tasks": {{"count": 1}}}}}}}}"#
+        ),
+        expect![[
+            r#"event.job_submitted.id: an id may hold only letters, digits, '.', '_' and '-'; found ' ' at byte 1"#
+        ]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"job_cancelled": {{}}}}}}"#),
+        expect![[r#"event.job_cancelled.job: an id may not be empty"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "{}"}}}}}}"#,
+            "e".repeat(65)
+        ),
+        expect![[r#"event.engine_logged_in.engine: an id is at most 64 bytes, this one has 65"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"task_started": {{"engine": "e1"}}}}}}"#),
+        expect![[r#"event.task_started.task.job: an id may not be empty"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"task_failed": {{"task": {{"job": "j"}}, "engine": "e1"}}}}}}"#
+        ),
+        expect![[
+            r#"event.task_failed.kind: must be set: FailureKind 0 (UNSPECIFIED) is not a value"#
+        ]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"task_failed": {{"task": {{"job": "j"}}, "engine": "e1", "kind": 17}}}}}}"#
+        ),
+        expect![[r#"event.task_failed.kind: FailureKind value 17 is unknown to this version"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "fair-share"}}}}}}"#),
+        expect![[
+            r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain"#
+        ]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [
+                {{"dispatch": {{"task": {{"job": "j"}}, "engine": "e1"}}}},
+                {{"cancel": {{"task": {{"job": "j"}}, "engine": "e1", "reason": "JOB_CANCELLED"}}}},
+                {{"requeue": {{"task": {{"job": "j"}}, "reason": 0}}}}
+            ]}}}}}}"#
+        ),
+        expect![[
+            r#"event.order_batch.orders[2].requeue.reason: must be set: RequeueReason 0 (UNSPECIFIED) is not a value"#
+        ]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
+        expect![[
+            r#"event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable"#
+        ]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"mark_unschedulable": {{"job": "j", "reason": 3}}}}]}}}}}}"#
+        ),
+        expect![[
+            r#"event.order_batch.orders[0].mark_unschedulable.reason: Unschedulable value 3 is unknown to this version"#
+        ]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"engine_lost": {{}}}}]}}}}}}"#
+        ),
+        expect![[r#"event.order_batch.orders[0].engine_lost.engine: an id may not be empty"#]],
+    );
+}
+
+#[test]
+fn bytes_that_are_not_an_envelope_say_so() {
+    let check = |bytes: &[u8], expect: Expect| {
+        let entry = entry_from_log(Seq(3), 0, "gridfold.ev.job.submitted", bytes);
+        let Payload::Undecodable { detail } = &entry.payload else {
+            panic!("{entry:?}")
+        };
+        expect.assert_eq(detail);
+    };
+    check(
+        b"\xff",
+        expect![[
+            r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: invalid varint"#
+        ]],
+    );
+    check(
+        b"{\"json\": 1}",
+        expect!["not a gridfold.v1.Envelope: failed to decode Protobuf message: buffer underflow"],
+    );
+    check(
+        b"",
+        expect![[r#"id: not a UUID in its 36-character hyphenated form: "" has 0 bytes"#]],
+    );
+    // A string field holding bytes that are not UTF-8.
+    check(
+        b"\x12\x01\xff",
+        expect![[
+            r#"not a gridfold.v1.Envelope: failed to decode Protobuf message: Envelope.source: invalid string value: data is not UTF-8 encoded"#
+        ]],
+    );
+}
+
+#[test]
+fn long_bad_input_is_echoed_briefly() {
+    let long = format!(
+        r#"{{"id": "{}", "event": {{"tick": {{}}}}}}"#,
+        "x".repeat(10_000)
+    );
+    check_error(
+        &long,
+        expect![[
+            r#"id: not a UUID in its 36-character hyphenated form: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… has 10000 bytes"#
+        ]],
+    );
+}
+
+#[test]
+fn every_event_has_its_subject_and_engine_events_their_engine() {
+    let mut shown = String::new();
+    for event in every_event() {
+        let subject = subject_for(&event);
+        let origin = origin_of(&subject);
+        match event.reporting_engine() {
+            Some(engine) => assert_eq!(origin, Origin::Engine(engine.clone()), "{subject}"),
+            None => assert!(!matches!(origin, Origin::Engine(_)), "{subject}"),
+        }
+        shown.push_str(&format!(
+            "{:<20} {subject:<36} {origin:?}\n",
+            event.kind_name()
+        ));
+    }
+    expect![[r#"
+        JobSubmitted         gridfold.ev.job.submitted            Client
+        JobSubmitted         gridfold.ev.job.submitted            Client
+        JobCancelled         gridfold.ev.job.cancelled            Client
+        JobPriorityChanged   gridfold.ev.job.priority             Client
+        EngineLoggedIn       gridfold.ev.engine.e1.login          Engine(EngineId("e1"))
+        EngineLoggedOut      gridfold.ev.engine.e1.logout         Engine(EngineId("e1"))
+        EngineHeartbeat      gridfold.ev.engine.e1.heartbeat      Engine(EngineId("e1"))
+        TaskStarted          gridfold.ev.engine.e1.started        Engine(EngineId("e1"))
+        TaskCompleted        gridfold.ev.engine.e1.completed      Engine(EngineId("e1"))
+        TaskCompleted        gridfold.ev.engine.e_2.completed     Engine(EngineId("e_2"))
+        TaskFailed           gridfold.ev.engine.e1.failed         Engine(EngineId("e1"))
+        TaskFailed           gridfold.ev.engine.e1.failed         Engine(EngineId("e1"))
+        PolicySet            gridfold.ev.policy                   Client
+        Tick                 gridfold.ev.tick                     Ticker
+        OrderBatch           gridfold.ev.orders                   Projector
+        OrderBatch           gridfold.ev.orders                   Projector
+    "#]]
+    .assert_eq(&shown);
+}
