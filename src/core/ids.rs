@@ -11,16 +11,17 @@ use std::sync::Arc;
 pub const ID_LEN_MAX: usize = 64;
 
 macro_rules! string_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, $dot_allowed:expr) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
         pub struct $name(Arc<str>);
 
         impl $name {
-            /// Accepts 1..=64 characters of `[A-Za-z0-9._-]`; these ids appear in
-            /// NATS subjects, file names and command lines, so nothing else is safe.
+            /// Accepts 1..=64 characters of `[A-Za-z0-9_-]`, and `.` where the id never
+            /// becomes a NATS subject token; these ids appear in subjects, file names and
+            /// command lines, so nothing else is safe.
             pub fn new(text: &str) -> Result<Self, IdError> {
-                validate_id(text)?;
+                validate_id(text, $dot_allowed)?;
                 Ok(Self(Arc::from(text)))
             }
             pub fn as_str(&self) -> &str {
@@ -48,11 +49,14 @@ macro_rules! string_id {
 
 string_id!(
     /// A job, named by its submitter (the CLI generates one when the job file has none).
-    JobId
+    JobId,
+    true
 );
 string_id!(
-    /// An engine (worker), named at login; it is the `<engine>` in `gridfold.ev.engine.<engine>.>`.
-    EngineId
+    /// An engine (worker), named at login; it is the `<engine>` token in
+    /// `gridfold.ev.engine.<engine>.>`, so it may not hold `.` (the token separator).
+    EngineId,
+    false
 );
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,11 +65,11 @@ pub enum IdError {
     Empty,
     #[error("an id is at most {ID_LEN_MAX} bytes, this one has {0}")]
     TooLong(usize),
-    #[error("an id may hold only letters, digits, '.', '_' and '-'; found {0:?} at byte {1}")]
+    #[error("an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found {0:?} at byte {1}")]
     BadCharacter(char, usize),
 }
 
-fn validate_id(text: &str) -> Result<(), IdError> {
+fn validate_id(text: &str, dot_allowed: bool) -> Result<(), IdError> {
     if text.is_empty() {
         return Err(IdError::Empty);
     }
@@ -74,7 +78,7 @@ fn validate_id(text: &str) -> Result<(), IdError> {
     }
     if let Some((at, bad)) = text
         .char_indices()
-        .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || (c == '.' && dot_allowed)))
     {
         return Err(IdError::BadCharacter(bad, at));
     }
@@ -151,6 +155,8 @@ mod tests {
         assert_eq!(EngineId::new("a b"), Err(IdError::BadCharacter(' ', 1)));
         assert_eq!(EngineId::new(&"x".repeat(65)), Err(IdError::TooLong(65)));
         assert!(EngineId::new("a.>").is_err(), "NATS wildcards must never reach a subject");
+        assert_eq!(EngineId::new("a.b"), Err(IdError::BadCharacter('.', 1)), "a dot would split the subject token");
+        assert!(JobId::new("run.2026").is_ok(), "job ids never become subject tokens");
     }
 
     #[test]

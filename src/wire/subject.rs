@@ -115,10 +115,9 @@ mod tests {
     }
 
     #[test]
-    fn a_dotted_engine_id_speaks_for_its_first_token() {
-        // FIXME: `EngineId` accepts '.', the NATS token separator. Such an
-        // engine's own events arrive with another engine's origin and are
-        // rejected as forged. Safe, but that engine can never work.
+    fn an_engine_id_cannot_hold_the_token_separator() {
+        assert!(crate::core::ids::EngineId::new("a.b").is_err());
+        // A subject with more tokens still names only its first as the engine.
         assert_eq!(origin_of("gridfold.ev.engine.a.b.login"), engine("a"));
     }
 }

@@ -238,8 +238,7 @@ fn arb_job() -> impl Strategy<Value = JobId> {
     arb_id_text().prop_map(|text| job(&text))
 }
 
-/// Without dots: `core::ids` accepts '.' in an engine id, but such an engine's
-/// subjects are broken (an empty or split NATS token), so no log holds them.
+/// Engine ids hold no dots: they are NATS subject tokens.
 fn arb_engine() -> impl Strategy<Value = EngineId> {
     "[A-Za-z0-9_-]{1,64}".prop_map(|text| engine(&text))
 }

@@ -268,7 +268,7 @@ fn errors_say_the_line_and_what_is_wrong() {
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_started": {"task": {"job": "j/1"}, "engine": "e1"}}}}"#,
         expect![
-            "line 1: envelope.event.task_started.task.job: an id may hold only letters, digits, '.', '_' and '-'; found '/' at byte 1"
+            "line 1: envelope.event.task_started.task.job: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found '/' at byte 1"
         ],
     );
     check_error(
