@@ -1,5 +1,6 @@
 //! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
 
+pub mod cli;
 pub mod core;
 pub mod log;
 pub mod projector;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::ids::{Attempt, EngineId, TaskRef};
 use super::schedule::dispatch::load_index;
 use super::schedule::filters::{self, Unfit};
-use super::state::{EngineIdx, EngineStatus, JobStatus, State, TaskStatus};
+use super::state::{EngineIdx, JobStatus, State, TaskStatus};
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Explanation {

@@ -3,3 +3,5 @@
 //! gives it back. The service around it (consume, publish, deliver, snapshot) drives it.
 
 pub mod machine;
+pub mod record;
+

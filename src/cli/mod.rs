@@ -1,0 +1,78 @@
+//! Command-line front ends: parse arguments (clap), call the library, print for
+//! people or, with `--json`, for scripts. Errors are `anyhow` here and nowhere else.
+//!
+//! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
+//! does not match) or an operational error; 2 bad input (a malformed file).
+
+pub mod replay;
+pub mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for input the user must fix (a bad job, history or scenario file).
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(name = "gridfold", version, about = "An event-sourced grid scheduler: one deterministic projector folds the log into scheduling state and emits orders.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fold a recorded history and print its summary and digest; --verify re-derives every order batch.
+    Replay(replay::ReplayArgs),
+    /// Explain why a task waits, or where it went, at the end of (or at a point in) a history.
+    Why(replay::WhyArgs),
+}
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Replay(args) => replay::run(args),
+        Command::Why(args) => replay::why(args),
+    }
+}
+
+/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// A progress bar on stderr when it is a terminal, silent otherwise (CI, pipes).
+pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
+            .expect("the template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A history file argument, with the file named in every error about it.
+pub fn read_history(path: &PathBuf) -> Result<Vec<crate::core::event::Entry>, BadInput> {
+    crate::wire::history::read_history_file(path).map_err(|e| BadInput(e.to_string()))
+}
+
+/// An error the user must fix in their input; exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Prints a bad-input error the way every command does, returning exit code 2.
+pub fn bad_input(error: BadInput) -> ExitCode {
+    eprintln!("gridfold: {error}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}

@@ -1,0 +1,128 @@
+//! `gridfold replay` and `gridfold why` over a history file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::report::StateSummary;
+use crate::core::explain::explain;
+use crate::core::ids::{Seq, TaskRef};
+use crate::core::replay::{replay, ReplayOptions, ReplayReport};
+use crate::core::state::State;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A history file (JSON Lines, one log entry per line; see README).
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Re-run `schedule` at each order batch's based_on_seq and report the first divergence.
+    #[arg(long)]
+    pub verify: bool,
+    /// Stop after this sequence and show the state as it was then.
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// Print the expected chain digest check: exit 1 unless the final digest equals this hex.
+    #[arg(long)]
+    pub expect_digest: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The task, as JOB/INDEX.
+    pub task: TaskRef,
+    /// The history to fold first.
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Ask as of this sequence.
+    #[arg(long)]
+    pub at: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ReplayOutput {
+    file: String,
+    verified: bool,
+    batches_verified: u64,
+    batches_not_verifiable: u64,
+    divergence: Option<String>,
+    #[serde(flatten)]
+    summary: StateSummary,
+}
+
+fn fold_file(file: &PathBuf, options: &ReplayOptions) -> Result<(State, ReplayReport), super::BadInput> {
+    let entries = super::read_history(file)?;
+    let bar = super::progress_bar(entries.len() as u64, "replay");
+    let (state, report) = replay(State::new(), &entries, options, &mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    Ok((state, report))
+}
+
+pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let options = ReplayOptions { verify: args.verify, stop_at: args.at.map(Seq), check_invariants: false };
+    let (state, report) = match fold_file(&args.file, &options) {
+        Ok(folded) => folded,
+        Err(bad) => return Ok(super::bad_input(bad)),
+    };
+    let divergence = report.first_divergence.as_ref().map(|d| {
+        format!(
+            "batch at seq {} (based on seq {}) differs at order {}: recorded {:?}, re-derived {:?}",
+            d.batch_seq, d.based_on_seq, d.order_index, d.recorded, d.rederived
+        )
+    });
+    let summary = StateSummary::of(&state);
+    let digest_mismatch = args
+        .expect_digest
+        .as_ref()
+        .filter(|expected| expected.trim() != summary.chain_digest)
+        .map(|expected| format!("digest {} does not match the expected {}", summary.chain_digest, expected.trim()));
+    if args.json {
+        let output = ReplayOutput {
+            file: args.file.display().to_string(),
+            verified: args.verify && divergence.is_none(),
+            batches_verified: report.batches_verified,
+            batches_not_verifiable: report.batches_not_verifiable,
+            divergence: divergence.clone(),
+            summary,
+        };
+        println!("{}", serde_json::to_string_pretty(&output)?);
+    } else {
+        println!("{summary}");
+        if args.verify {
+            match &divergence {
+                None => println!(
+                    "replay verified: {} entries, {} order batches re-derived, digest {}",
+                    report.entries_folded, report.batches_verified, state.chain
+                ),
+                Some(text) => println!("DIVERGENCE: {text}"),
+            }
+            if report.batches_not_verifiable > 0 {
+                println!("{} batch(es) were made by another algorithm version and not re-derived", report.batches_not_verifiable);
+            }
+        }
+    }
+    if let Some(mismatch) = &digest_mismatch {
+        eprintln!("gridfold: {mismatch}");
+    }
+    Ok(if divergence.is_some() || digest_mismatch.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
+    let options = ReplayOptions { verify: false, stop_at: args.at.map(Seq), check_invariants: false };
+    let (state, _) = match fold_file(&args.file, &options) {
+        Ok(folded) => folded,
+        Err(bad) => return Ok(super::bad_input(bad)),
+    };
+    let explanation = explain(&state, &args.task)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explanation)?);
+    } else {
+        print!("{explanation}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,144 @@
+//! Summaries of a folded state, shared by replay, sim and stat: for people as
+//! aligned tables, for scripts as JSON.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::core::state::{EngineStatus, State};
+
+#[derive(Debug, Serialize)]
+pub struct StateSummary {
+    pub last_seq: u64,
+    pub log_time_ms: u64,
+    pub chain_digest: String,
+    pub state_digest: String,
+    pub entries: u64,
+    pub order_batches: u64,
+    pub rejections: u64,
+    pub rejections_by_kind: BTreeMap<String, u64>,
+    pub jobs: Vec<JobSummary>,
+    pub engines: Vec<EngineSummary>,
+    pub dispatches: u64,
+    pub tasks_done: u64,
+    pub tasks_failed: u64,
+    pub attempts_failed: u64,
+    pub requeues: u64,
+    pub engines_lost: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobSummary {
+    pub id: String,
+    pub status: &'static str,
+    pub priority: i32,
+    pub tasks: u32,
+    pub waiting: u32,
+    pub dispatched: u32,
+    pub running: u32,
+    pub done: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+    pub unschedulable: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EngineSummary {
+    pub id: String,
+    pub status: &'static str,
+    pub slots: u32,
+    pub used: u32,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl StateSummary {
+    pub fn of(state: &State) -> StateSummary {
+        let jobs = state
+            .jobs()
+            .iter()
+            .map(|job| JobSummary {
+                id: job.id.to_string(),
+                status: job.status.as_str(),
+                priority: job.priority,
+                tasks: job.n_tasks(),
+                waiting: job.counts.waiting,
+                dispatched: job.counts.dispatched,
+                running: job.counts.running,
+                done: job.counts.done,
+                failed: job.counts.failed,
+                cancelled: job.counts.cancelled,
+                unschedulable: job.unschedulable.map(|u| u.as_str()),
+            })
+            .collect();
+        let mut engines: Vec<EngineSummary> = state
+            .engines()
+            .iter()
+            .map(|engine| EngineSummary {
+                id: engine.id.to_string(),
+                status: match engine.status {
+                    EngineStatus::LoggedIn => "logged-in",
+                    EngineStatus::LoggedOut => "logged-out",
+                    EngineStatus::Lost => "lost",
+                },
+                slots: engine.slots,
+                used: engine.used,
+                completed: engine.completed,
+                failed: engine.failed,
+            })
+            .collect();
+        engines.sort_by(|a, b| a.id.cmp(&b.id));
+        let totals = &state.totals;
+        StateSummary {
+            last_seq: state.last_seq.0,
+            log_time_ms: state.now_ms,
+            chain_digest: state.chain.to_hex(),
+            state_digest: state.state_digest().to_hex(),
+            entries: totals.entries,
+            order_batches: totals.order_batches,
+            rejections: state.rejections.total,
+            rejections_by_kind: state.rejections.by_kind.clone(),
+            jobs,
+            engines,
+            dispatches: totals.dispatches,
+            tasks_done: totals.tasks_done,
+            tasks_failed: totals.tasks_failed,
+            attempts_failed: totals.attempts_failed,
+            requeues: totals.requeues,
+            engines_lost: totals.engines_lost,
+        }
+    }
+}
+
+impl std::fmt::Display for StateSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "entries {} (up to seq {}), order batches {}, rejected {}", self.entries, self.last_seq, self.order_batches, self.rejections)?;
+        for (kind, n) in &self.rejections_by_kind {
+            writeln!(f, "  rejected {kind}: {n}")?;
+        }
+        writeln!(
+            f,
+            "dispatches {}, tasks done {}, tasks failed {}, attempts failed {}, requeues {}, engines lost {}",
+            self.dispatches, self.tasks_done, self.tasks_failed, self.attempts_failed, self.requeues, self.engines_lost
+        )?;
+        if !self.jobs.is_empty() {
+            writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;
+            for job in &self.jobs {
+                writeln!(
+                    f,
+                    "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}{}",
+                    job.id, job.status, job.priority, job.tasks, job.waiting, job.dispatched, job.running, job.done, job.failed, job.cancelled,
+                    job.unschedulable.map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
+                )?;
+            }
+        }
+        if !self.engines.is_empty() {
+            writeln!(f, "{:<24} {:>10} {:>6} {:>6} {:>10} {:>8}", "ENGINE", "STATUS", "SLOTS", "USED", "COMPLETED", "FAILED")?;
+            for engine in &self.engines {
+                writeln!(f, "{:<24} {:>10} {:>6} {:>6} {:>10} {:>8}", engine.id, engine.status, engine.slots, engine.used, engine.completed, engine.failed)?;
+            }
+        }
+        writeln!(f, "state digest {}", self.state_digest)?;
+        write!(f, "digest {}", self.chain_digest)
+    }
+}
