@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use gridfold::cli::report::StateSummary;
+use gridfold::projector::query::StateSummary;
 use gridfold::core::event::{Entry, Event, Origin, Payload};
 use gridfold::core::fold::fold;
 use gridfold::core::replay::{replay, ReplayOptions};

@@ -5,7 +5,6 @@
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
 pub mod replay;
-pub mod report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

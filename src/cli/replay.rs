@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::report::StateSummary;
+use crate::projector::query::StateSummary;
 use crate::core::explain::explain;
 use crate::core::ids::{Seq, TaskRef};
 use crate::core::replay::{replay, ReplayOptions, ReplayReport};

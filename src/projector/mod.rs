@@ -2,6 +2,8 @@
 //! fold entries, decide when caught up, remember what it published until the log
 //! gives it back. The service around it (consume, publish, deliver, snapshot) drives it.
 
+pub mod delivery;
 pub mod machine;
+pub mod query;
 pub mod record;
 

@@ -120,7 +120,7 @@ pub fn envelope_to_proto(envelope: &Envelope) -> proto::Envelope {
     }
 }
 
-fn task_ref_to_proto(task: &TaskRef) -> Option<proto::TaskRef> {
+pub(super) fn task_ref_to_proto(task: &TaskRef) -> Option<proto::TaskRef> {
     Some(proto::TaskRef {
         job: task.job.to_string(),
         index: task.index,
@@ -256,7 +256,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
     }
 }
 
-fn order_to_proto(order: &Order) -> proto::Order {
+pub(super) fn order_to_proto(order: &Order) -> proto::Order {
     use proto::order::Kind as P;
     let kind = match order {
         Order::Dispatch {
@@ -367,12 +367,12 @@ fn job_id(field: &str, text: &str) -> Result<JobId, WireError> {
     JobId::new(text).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
 }
 
-fn engine_id(field: &str, text: &str) -> Result<EngineId, WireError> {
+pub(super) fn engine_id(field: &str, text: &str) -> Result<EngineId, WireError> {
     EngineId::new(text).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
 }
 
 /// An absent `TaskRef` reads as an empty one, so the error names `task.job`.
-fn task_ref(task: Option<proto::TaskRef>) -> Result<TaskRef, WireError> {
+pub(super) fn task_ref(task: Option<proto::TaskRef>) -> Result<TaskRef, WireError> {
     let task = task.unwrap_or_default();
     let job = job_id("job", &task.job).map_err(|e| e.within("task"))?;
     Ok(TaskRef::new(job, task.index))
@@ -584,7 +584,7 @@ fn order_batch(m: proto::OrderBatch) -> Result<OrderBatch, WireError> {
 /// Errors name the field from the order's oneof (`dispatch.engine`); the
 /// order itself is transparent in JSON, so `orders[3].dispatch.engine` is
 /// exactly where a person finds it.
-fn order_from_proto(order: proto::Order) -> Result<Order, WireError> {
+pub(super) fn order_from_proto(order: proto::Order) -> Result<Order, WireError> {
     use proto::order::Kind as P;
     let Some(kind) = order.kind else {
         // The order is transparent in JSON: say "missing" of the order itself.

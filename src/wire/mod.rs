@@ -21,6 +21,7 @@
 //! subject names.
 
 mod convert;
+pub mod delivery;
 pub mod history;
 pub mod json;
 mod subject;

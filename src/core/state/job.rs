@@ -172,6 +172,19 @@ impl Job {
         JobRank { priority: self.priority, submit_seq: self.submit_seq, job: idx }
     }
 
+    /// The command and parameters of one task: the template's parameters, then
+    /// the task's own (which win); `{index}` and `{name}` in each argument are
+    /// replaced by the task index and the parameter `name`. A placeholder that
+    /// names no parameter is left as written, so a mistake shows in the command.
+    pub fn task_command(&self, index: u32) -> (Vec<String>, BTreeMap<String, String>) {
+        let mut params = self.template.params.clone();
+        if let Some(own) = self.task_params.as_ref().and_then(|list| list.get(index as usize)) {
+            params.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let argv = self.template.argv.iter().map(|arg| expand_placeholders(arg, index, &params)).collect();
+        (argv, params)
+    }
+
     pub fn is_active(&self) -> bool {
         self.status == JobStatus::Active
     }
@@ -261,5 +274,45 @@ impl Job {
         for &index in &self.retries {
             assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting, "retry queue of {}", self.id);
         }
+    }
+}
+
+fn expand_placeholders(arg: &str, index: u32, params: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) => {
+                let name = &after[..close];
+                match (name, params.get(name)) {
+                    ("index", _) => out.push_str(&index.to_string()),
+                    (_, Some(value)) => out.push_str(value),
+                    (_, None) => out.push_str(&rest[open..open + close + 2]),
+                }
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push_str(&rest[open..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_expand_from_the_index_and_parameters() {
+        let params: BTreeMap<String, String> = [("scene".to_string(), "intro".to_string())].into();
+        assert_eq!(expand_placeholders("--frame={index}", 7, &params), "--frame=7");
+        assert_eq!(expand_placeholders("{scene}-{index}.png", 2, &params), "intro-2.png");
+        assert_eq!(expand_placeholders("{missing} {", 0, &params), "{missing} {");
+        assert_eq!(expand_placeholders("plain", 0, &params), "plain");
     }
 }

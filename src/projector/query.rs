@@ -1,13 +1,59 @@
-//! Summaries of a folded state, shared by replay, sim and stat: for people as
-//! aligned tables, for scripts as JSON.
+//! Queries the projector answers on `gridfold.q.>` (request/reply, JSON), and
+//! the summaries they return: the same views `replay` and `sim` print. Every
+//! answer is a pure function of the folded state.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::core::state::{EngineStatus, State};
+use crate::core::explain::{explain, Explanation};
+use crate::core::ids::TaskRef;
+use crate::core::state::{EngineStatus, JobStatus, State};
 
-#[derive(Debug, Serialize)]
+/// `gridfold stat`: a [`StatRequest`] in, a [`StateSummary`] out.
+pub const STAT_SUBJECT: &str = "gridfold.q.stat";
+/// `gridfold why`: a [`WhyRequest`] in, a [`WhyReply`] out.
+pub const WHY_SUBJECT: &str = "gridfold.q.why";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatRequest {
+    /// Only this job (all jobs when absent).
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WhyRequest {
+    /// `JOB/INDEX`.
+    pub task: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhyReply {
+    Explanation(Explanation),
+    Error(String),
+}
+
+pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
+    let mut summary = StateSummary::of(state);
+    if let Some(job) = &request.job {
+        summary.jobs.retain(|j| &j.id == job);
+    }
+    summary
+}
+
+pub fn answer_why(state: &State, request: &WhyRequest) -> WhyReply {
+    let task: TaskRef = match request.task.parse() {
+        Ok(task) => task,
+        Err(error) => return WhyReply::Error(error),
+    };
+    match explain(state, &task) {
+        Ok(explanation) => WhyReply::Explanation(explanation),
+        Err(error) => WhyReply::Error(error.to_string()),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StateSummary {
     pub last_seq: u64,
     pub log_time_ms: u64,
@@ -27,10 +73,10 @@ pub struct StateSummary {
     pub engines_lost: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
     pub id: String,
-    pub status: &'static str,
+    pub status: String,
     pub priority: i32,
     pub tasks: u32,
     pub waiting: u32,
@@ -39,13 +85,18 @@ pub struct JobSummary {
     pub done: u32,
     pub failed: u32,
     pub cancelled: u32,
-    pub unschedulable: Option<&'static str>,
+    pub unschedulable: Option<String>,
+    /// Tasks completed per second since the job was submitted (log time).
+    pub throughput_per_s: f64,
+    /// Log time at which the job should end at that rate; absent when unknown or ended.
+    pub estimated_end_ms: Option<u64>,
+    pub submitted_ms: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngineSummary {
     pub id: String,
-    pub status: &'static str,
+    pub status: String,
     pub slots: u32,
     pub used: u32,
     pub completed: u64,
@@ -59,7 +110,7 @@ impl StateSummary {
             .iter()
             .map(|job| JobSummary {
                 id: job.id.to_string(),
-                status: job.status.as_str(),
+                status: job.status.as_str().to_string(),
                 priority: job.priority,
                 tasks: job.n_tasks(),
                 waiting: job.counts.waiting,
@@ -68,7 +119,10 @@ impl StateSummary {
                 done: job.counts.done,
                 failed: job.counts.failed,
                 cancelled: job.counts.cancelled,
-                unschedulable: job.unschedulable.map(|u| u.as_str()),
+                unschedulable: job.unschedulable.map(|u| u.as_str().to_string()),
+                throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
+                estimated_end_ms: estimated_end_ms(state.now_ms, job),
+                submitted_ms: job.submitted_ms,
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state
@@ -80,7 +134,8 @@ impl StateSummary {
                     EngineStatus::LoggedIn => "logged-in",
                     EngineStatus::LoggedOut => "logged-out",
                     EngineStatus::Lost => "lost",
-                },
+                }
+                .to_string(),
                 slots: engine.slots,
                 used: engine.used,
                 completed: engine.completed,
@@ -128,7 +183,7 @@ impl std::fmt::Display for StateSummary {
                     f,
                     "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}{}",
                     job.id, job.status, job.priority, job.tasks, job.waiting, job.dispatched, job.running, job.done, job.failed, job.cancelled,
-                    job.unschedulable.map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
+                    job.unschedulable.as_ref().map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
                 )?;
             }
         }
@@ -141,4 +196,18 @@ impl std::fmt::Display for StateSummary {
         writeln!(f, "state digest {}", self.state_digest)?;
         write!(f, "digest {}", self.chain_digest)
     }
+}
+
+fn throughput_per_s(done: u32, from_ms: u64, to_ms: u64) -> f64 {
+    let elapsed_ms = to_ms.saturating_sub(from_ms);
+    if elapsed_ms == 0 { 0.0 } else { f64::from(done) * 1000.0 / elapsed_ms as f64 }
+}
+
+fn estimated_end_ms(now_ms: u64, job: &crate::core::state::Job) -> Option<u64> {
+    if job.status != JobStatus::Active || job.counts.done == 0 {
+        return None;
+    }
+    let elapsed_ms = now_ms.saturating_sub(job.submitted_ms);
+    let remaining = u64::from(job.n_tasks() - job.counts.done - job.counts.failed - job.counts.cancelled);
+    Some(now_ms + elapsed_ms * remaining / u64::from(job.counts.done))
 }

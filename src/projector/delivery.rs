@@ -1,0 +1,82 @@
+//! Which engine hears of which order: the deliveries of a batch the projector has
+//! read back and folded. Only orders the fold applied are delivered; a Dispatch
+//! carries its task's command, resolved from the job.
+
+use crate::core::event::{Order, OrderBatch};
+use crate::core::ids::Seq;
+use crate::core::reject::Rejection;
+use crate::core::state::State;
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
+
+/// The deliveries of `batch` (folded at `batch_seq`, with these `rejections`),
+/// in order. `state` is the state just after folding the batch.
+pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejections: &[Rejection]) -> Vec<Delivery> {
+    let rejected: Vec<u32> = rejections
+        .iter()
+        .filter_map(|r| match r {
+            Rejection::OrderNotApplicable { order, .. } => Some(*order),
+            _ => None,
+        })
+        .collect();
+    if rejections.iter().any(|r| matches!(r, Rejection::BatchTooLarge { .. } | Rejection::WrongPublisher { .. })) {
+        return Vec::new();
+    }
+    let mut deliveries = Vec::new();
+    for (n, order) in batch.orders.iter().enumerate() {
+        if rejected.contains(&(n as u32)) {
+            continue;
+        }
+        let id = Delivery::id_for(batch_seq, n);
+        let (engine, kind) = match order {
+            Order::Dispatch { task, attempt, engine } => {
+                let Some(j) = state.job_idx(&task.job) else { continue };
+                let job = state.job(j);
+                let (argv, params) = job.task_command(task.index);
+                let run = RunTask {
+                    task: task.clone(),
+                    attempt: *attempt,
+                    argv,
+                    params,
+                    wall_time_limit_ms: job.wall_time_limit_ms,
+                    slots: job.slots_per_task,
+                };
+                (engine.clone(), DeliveryKind::Run(run))
+            }
+            Order::Cancel { engine, .. } => (engine.clone(), DeliveryKind::Cancel(order.clone())),
+            Order::EngineLost { engine, .. } => (engine.clone(), DeliveryKind::Lost(order.clone())),
+            Order::Requeue { .. } | Order::MarkUnschedulable { .. } => continue,
+        };
+        deliveries.push(Delivery { id, batch_seq, engine, kind });
+    }
+    deliveries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fold::fold;
+    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::*;
+
+    #[test]
+    fn applied_dispatches_are_delivered_with_their_command() {
+        let mut log = LogBuilder::new();
+        log.login("e1", 1, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 2, ""));
+        let mut state = State::new();
+        for entry in &log.entries {
+            fold(&mut state, entry);
+        }
+        let mut batch = decide(&state, &InFlight::new()).unwrap();
+        // A second dispatch to the full engine: the fold rejects it, so it is not delivered.
+        batch.orders.push(Order::Dispatch { task: task("j", 1), attempt: 1, engine: engine_id("e1") });
+        let entry = log.orders(batch.clone());
+        let rejections = fold(&mut state, &entry);
+        assert_eq!(rejections.len(), 1);
+        let deliveries = deliveries_of(&state, entry.seq, &batch, &rejections);
+        assert_eq!(deliveries.len(), 1);
+        let DeliveryKind::Run(run) = &deliveries[0].kind else { panic!("a run") };
+        assert_eq!(run.argv, vec!["run".to_string(), "0".to_string()]);
+        assert_eq!(deliveries[0].id, format!("{}-0", entry.seq.0));
+    }
+}
