@@ -4,4 +4,5 @@ pub mod cli;
 pub mod core;
 pub mod log;
 pub mod projector;
+pub mod sim;
 pub mod wire;

@@ -49,6 +49,12 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
             if *slots == 0 {
                 Err(Rejection::InvalidEngine { engine: engine.clone(), problem: "an engine needs at least one slot".into() })
             } else {
+                // A login opens a new session of the engine agent, which runs nothing
+                // yet: attempts an earlier session still held go back to the queue, as
+                // at a logout. (A lost or logged-out engine holds none already.)
+                if let Some(e) = state.engine_idx(engine) {
+                    state.requeue_engine_attempts(e);
+                }
                 state.log_in_engine(engine, *slots, props.clone());
                 Ok(())
             }

@@ -140,6 +140,49 @@ fn a_silent_engine_is_lost_and_its_tasks_run_elsewhere() {
     assert_eq!(rejections.len(), 1, "{rejections:?}");
 }
 
+/// A login opens a new session of the engine agent, which runs nothing: the
+/// attempts the previous session held go back to the queue, as at a logout.
+/// (Found by the simulator: an engine that crashed and came back before being
+/// declared lost heartbeated on while its old attempts stayed live for ever.)
+#[test]
+fn an_engine_that_logs_in_again_holds_none_of_its_old_attempts() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    log.submit(job_spec("j", 1, ""));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch j/0 #1 -> e1
+    "#]]);
+    log.started("j", 0, 1, "e1");
+    log.login("e1", 1, linux_props("lyon", 8192));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch j/0 #2 -> e1
+    "#]]);
+    assert_eq!(state.totals.requeues, 1);
+    // The old session's report is stale.
+    let entry = log.completed("j", 0, 1, "e1");
+    assert_eq!(fold(&mut state, &entry).len(), 1);
+}
+
+/// The same, with fewer slots than the old session had in use: keeping the old
+/// attempts booked would put the engine above its slots.
+#[test]
+fn an_engine_that_logs_in_again_with_fewer_slots_stays_within_them() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 2, linux_props("lyon", 8192));
+    log.submit(job_spec("j", 2, ""));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch j/0 #1 -> e1
+        dispatch j/1 #1 -> e1
+    "#]]);
+    log.login("e1", 1, linux_props("lyon", 8192));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch j/0 #2 -> e1
+    "#]]);
+    assert_eq!(state.engine(state.engine_idx(&engine_id("e1")).unwrap()).used, 1);
+}
+
 #[test]
 fn a_dispatch_not_started_in_time_is_requeued() {
     let mut log = LogBuilder::new();

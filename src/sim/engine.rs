@@ -1,0 +1,150 @@
+//! Simulated engines: what an engine agent does, reduced to its timing.
+//!
+//! An engine logs in, heartbeats, receives orders and runs tasks in virtual
+//! time: a `Dispatch` becomes a run that reports `TaskStarted`, then
+//! `TaskCompleted` or `TaskFailed` after its duration; a `Cancel` stops a run
+//! without a report. An engine acts on each order once: it remembers every
+//! (task, attempt, kind) it was given, across crashes, so a redelivered order
+//! (a restarted projector re-reads its batches) is ignored.
+//!
+//! A crash is silent: the engine's runs stop, it sends nothing more, and
+//! scheduled events of the dead incarnation are dropped (each carries the
+//! incarnation it belongs to). It may come back later as a new incarnation that
+//! logs in afresh, running nothing.
+//!
+//! Engines do not enforce their slot count: they run what they are given. A
+//! late-starting run keeps going after the projector requeued its attempt, as a
+//! real engine that never heard of the requeue would, and the report it sends
+//! in the end is rejected as stale.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::event::EngineProps;
+use crate::core::ids::{Attempt, EngineId, TaskRef};
+
+/// Which order an engine has seen; `Dispatch` and `Cancel` of one attempt are distinct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OrderTag {
+    Dispatch,
+    Cancel,
+}
+
+/// The attempt a run carries out.
+pub type RunKey = (TaskRef, Attempt);
+
+/// How a run ends, drawn when the dispatch arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    Complete,
+    /// The task fails (non-zero exit).
+    Fail,
+    /// The whole engine dies, silently.
+    Crash,
+}
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub slots: u32,
+    /// Virtual time the run started (it reported `TaskStarted`); `None` until then.
+    pub started_ms: Option<u64>,
+    /// Full duration of the task, used for its report.
+    pub duration_ms: u64,
+    pub end: RunEnd,
+    /// When the end happens, counted from the start.
+    pub end_after_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimEngine {
+    pub id: EngineId,
+    pub slots: u32,
+    pub props: EngineProps,
+    pub alive: bool,
+    /// Bumped at every crash and return; events of an older incarnation are void.
+    pub incarnation: u32,
+    seen: BTreeSet<(TaskRef, Attempt, OrderTag)>,
+    pub runs: BTreeMap<RunKey, Run>,
+    alive_since_ms: Option<u64>,
+    /// Closed intervals of virtual time the engine was up, for utilisation.
+    alive_intervals: Vec<(u64, u64)>,
+}
+
+impl SimEngine {
+    pub fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
+        SimEngine {
+            id,
+            slots,
+            props,
+            alive: false,
+            incarnation: 0,
+            seen: BTreeSet::new(),
+            runs: BTreeMap::new(),
+            alive_since_ms: None,
+            alive_intervals: Vec::new(),
+        }
+    }
+
+    pub fn come_up(&mut self, now_ms: u64) {
+        assert!(!self.alive, "engine {} comes up twice", self.id);
+        assert!(self.runs.is_empty(), "engine {} comes up with runs", self.id);
+        self.alive = true;
+        self.incarnation += 1;
+        self.alive_since_ms = Some(now_ms);
+    }
+
+    /// True the first time this order reaches the engine, false for a repeat.
+    pub fn first_sight(&mut self, task: &TaskRef, attempt: Attempt, tag: OrderTag) -> bool {
+        self.seen.insert((task.clone(), attempt, tag))
+    }
+
+    /// The engine dies: its runs stop. Returns the busy intervals of the runs
+    /// that had started, as (start, end, slots).
+    pub fn crash(&mut self, now_ms: u64) -> Vec<(u64, u64, u32)> {
+        assert!(self.alive, "only a live engine crashes");
+        self.alive = false;
+        self.incarnation += 1;
+        let since = self.alive_since_ms.take().expect("a live engine has come up");
+        self.alive_intervals.push((since, now_ms));
+        let runs = std::mem::take(&mut self.runs);
+        runs.values().filter_map(|run| run.started_ms.map(|start| (start, now_ms, run.slots))).collect()
+    }
+
+    /// The intervals the engine was up, with the current one closed at `now_ms`.
+    pub fn alive_intervals(&self, now_ms: u64) -> Vec<(u64, u64)> {
+        let mut out = self.alive_intervals.clone();
+        if let Some(since) = self.alive_since_ms {
+            out.push((since, now_ms));
+        }
+        out
+    }
+
+    pub fn is_current(&self, incarnation: u32) -> bool {
+        self.alive && self.incarnation == incarnation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::testkit::{engine_id, linux_props, task};
+
+    #[test]
+    fn an_engine_acts_on_each_order_once_and_forgets_nothing_when_it_crashes() {
+        let mut engine = SimEngine::new(engine_id("e1"), 2, linux_props("lyon", 1024));
+        engine.come_up(0);
+        assert!(engine.first_sight(&task("j", 0), 1, OrderTag::Dispatch));
+        assert!(!engine.first_sight(&task("j", 0), 1, OrderTag::Dispatch));
+        assert!(engine.first_sight(&task("j", 0), 1, OrderTag::Cancel));
+        assert!(engine.first_sight(&task("j", 0), 2, OrderTag::Dispatch));
+        engine.runs.insert(
+            (task("j", 0), 2),
+            Run { slots: 1, started_ms: Some(10), duration_ms: 50, end: RunEnd::Complete, end_after_ms: 50 },
+        );
+        let before = engine.incarnation;
+        assert_eq!(engine.crash(30), vec![(10, 30, 1)]);
+        assert!(!engine.is_current(before));
+        engine.come_up(100);
+        assert!(!engine.first_sight(&task("j", 0), 2, OrderTag::Dispatch));
+        assert_eq!(engine.alive_intervals(150), vec![(0, 30), (100, 150)]);
+    }
+}

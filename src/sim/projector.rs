@@ -1,0 +1,243 @@
+//! The projector process around the real [`Machine`]: what `gridfold projector`
+//! does with JetStream, done with the simulated log.
+//!
+//! - It folds every entry the log holds, in order, and after each one (in tests)
+//!   checks the state's invariants.
+//! - When caught up, with no publish of its own in flight, it polls the machine;
+//!   a batch goes to the log with the fence (`expected last orders sequence` =
+//!   the newest projector entry it has folded). One publish at a time: the fence
+//!   needs the previous batch's sequence before the next can be sent.
+//! - Orders take effect, and are delivered to engines, when their batch is folded
+//!   back — only the orders the fold applied. A restarted projector re-reads the
+//!   batches after its snapshot and delivers them again; engines ignore repeats.
+//! - It snapshots its state every `snapshot_every_entries` entries. A crash drops
+//!   the machine; a start rebuilds it from the newest snapshot (or from nothing)
+//!   and resumes folding after the snapshot's sequence.
+//!
+//! Statistics gathered while folding (waits, order problems) count each sequence
+//! once, so the entries a restarted projector folds again are not counted twice.
+
+use std::collections::BTreeMap;
+
+use crate::core::event::{Entry, Event, Order, Origin, Payload};
+use crate::core::ids::Seq;
+use crate::core::reject::{OrderProblem, Rejection};
+use crate::core::state::State;
+use crate::projector::machine::Machine;
+
+use super::log::SimLog;
+
+/// Waits from submission to the start of the attempt that completed the task.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WaitStats {
+    pub tasks: u64,
+    pub sum_ms: u64,
+    pub max_ms: u64,
+}
+
+#[derive(Debug)]
+pub struct SimProjector {
+    machine: Option<Machine>,
+    /// Bumped at every crash: a publish of an older incarnation is no longer this process's.
+    pub incarnation: u32,
+    /// The token of this incarnation's publish in flight, if any.
+    pub publishing: Option<u64>,
+    /// Something changed since the last poll (entries folded, pending abandoned).
+    dirty: bool,
+    /// A publish of ours was answered "duplicate": once caught up, forget what is still pending.
+    resync: bool,
+    /// The newest projector entry folded: what the fence must expect.
+    last_orders_seq: Seq,
+    snapshots_on: bool,
+    snapshot_every: u64,
+    snapshot: Option<Vec<u8>>,
+    folded_since_snapshot: u64,
+    pub snapshots_taken: u64,
+    /// Entries up to here have been counted in the statistics below.
+    stats_through: Seq,
+    pub wait: WaitStats,
+    pub order_problems: BTreeMap<String, u64>,
+    pub restarts_done: u32,
+}
+
+impl SimProjector {
+    pub fn new(snapshots_on: bool, snapshot_every: u64) -> Self {
+        assert!(snapshot_every > 0);
+        SimProjector {
+            machine: Some(Machine::new()),
+            incarnation: 0,
+            publishing: None,
+            dirty: true,
+            resync: false,
+            last_orders_seq: Seq(0),
+            snapshots_on,
+            snapshot_every,
+            snapshot: None,
+            folded_since_snapshot: 0,
+            snapshots_taken: 0,
+            stats_through: Seq(0),
+            wait: WaitStats::default(),
+            order_problems: BTreeMap::new(),
+            restarts_done: 0,
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.machine.is_some()
+    }
+
+    pub fn state(&self) -> Option<&State> {
+        self.machine.as_ref().map(Machine::state)
+    }
+
+    pub fn last_orders_seq(&self) -> Seq {
+        self.last_orders_seq
+    }
+
+    /// The process dies. Returns the token of the publish it had in flight.
+    pub fn crash(&mut self) -> Option<u64> {
+        assert!(self.is_up(), "only a running projector crashes");
+        self.machine = None;
+        self.incarnation += 1;
+        self.resync = false;
+        self.publishing.take()
+    }
+
+    /// The process starts again: from the newest snapshot, or from nothing.
+    pub fn start(&mut self, log: &SimLog) {
+        assert!(!self.is_up(), "the projector is already running");
+        let state = match &self.snapshot {
+            Some(bytes) => State::from_snapshot(bytes)
+                .unwrap_or_else(|e| panic!("a snapshot the projector took does not load: {e}")),
+            None => State::new(),
+        };
+        self.last_orders_seq = log.last_orders_seq_through(state.last_seq);
+        self.machine = Some(Machine::from_state(state));
+        self.folded_since_snapshot = 0;
+        self.dirty = true;
+        self.restarts_done += 1;
+    }
+
+    /// A publish of this incarnation was refused by the fence: the log is the truth.
+    pub fn publish_refused(&mut self) {
+        self.publishing = None;
+        if let Some(machine) = &mut self.machine {
+            machine.abandon_pending();
+        }
+        self.dirty = true;
+    }
+
+    /// A publish of this incarnation was stored, or answered as a duplicate of an entry
+    /// already stored (`duplicate`), which the catch-up will fold.
+    pub fn publish_acked(&mut self, duplicate: bool) {
+        self.publishing = None;
+        self.resync |= duplicate;
+    }
+
+    /// Folds everything the log holds beyond the machine's state. Returns the
+    /// orders to deliver: those of the batches folded that applied and have an addressee.
+    pub fn catch_up(&mut self, log: &SimLog, check_invariants: bool) -> Vec<Order> {
+        let Some(machine) = &mut self.machine else { return Vec::new() };
+        let mut deliveries = Vec::new();
+        while machine.state().last_seq < log.last_seq() {
+            let seq = Seq(machine.state().last_seq.0 + 1);
+            let entry = log.entry(seq);
+            let fresh = seq > self.stats_through;
+            let before = if fresh { completion_wait_basis(machine.state(), entry) } else { None };
+            let rejections = machine.handle_entry(entry);
+            if check_invariants {
+                machine.state().check_invariants();
+            }
+            self.dirty = true;
+            if fresh {
+                self.stats_through = seq;
+                if let (Some((started_ms, submitted_ms)), true) = (before, rejections.is_empty()) {
+                    let wait = started_ms.unwrap_or(machine.state().now_ms).saturating_sub(submitted_ms);
+                    self.wait.tasks += 1;
+                    self.wait.sum_ms += wait;
+                    self.wait.max_ms = self.wait.max_ms.max(wait);
+                }
+                for rejection in &rejections {
+                    if let Rejection::OrderNotApplicable { problem, .. } = rejection {
+                        *self.order_problems.entry(order_problem_name(problem).to_string()).or_default() += 1;
+                    }
+                }
+            }
+            if entry.origin == Origin::Projector {
+                self.last_orders_seq = seq;
+                deliveries.extend(deliverable_orders(entry, &rejections));
+            }
+            if self.snapshots_on {
+                self.folded_since_snapshot += 1;
+                if self.folded_since_snapshot >= self.snapshot_every {
+                    self.snapshot = Some(machine.state().to_snapshot());
+                    self.snapshots_taken += 1;
+                    self.folded_since_snapshot = 0;
+                }
+            }
+        }
+        if self.resync {
+            self.resync = false;
+            if machine.pending_batches() > 0 {
+                machine.abandon_pending();
+            }
+        }
+        deliveries
+    }
+
+    /// Decides, if anything changed since the last decision and nothing of ours is in flight.
+    pub fn poll(&mut self) -> Option<crate::core::event::OrderBatch> {
+        let machine = self.machine.as_mut()?;
+        if self.publishing.is_some() || !self.dirty {
+            return None;
+        }
+        self.dirty = false;
+        machine.poll_batch()
+    }
+}
+
+/// For a completion about to be folded: (start time of its live attempt, submission time), in log time.
+fn completion_wait_basis(state: &State, entry: &Entry) -> Option<(Option<u64>, u64)> {
+    let Payload::Event(envelope) = &entry.payload else { return None };
+    let Event::TaskCompleted { task, attempt, .. } = &envelope.event else { return None };
+    let key = state.task_key(task)?;
+    let live = state.live_attempt(key).filter(|live| live.attempt == *attempt)?;
+    let submitted = state.job(key.job).submitted_ms;
+    Some((live.started_ms, submitted))
+}
+
+/// The orders of a folded batch that took effect and must reach an engine.
+fn deliverable_orders(entry: &Entry, rejections: &[Rejection]) -> Vec<Order> {
+    let Payload::Event(envelope) = &entry.payload else { return Vec::new() };
+    let Event::OrderBatch(batch) = &envelope.event else { return Vec::new() };
+    let mut not_applied = Vec::new();
+    for rejection in rejections {
+        match rejection {
+            Rejection::OrderNotApplicable { order, .. } => not_applied.push(*order as usize),
+            // The whole batch was refused.
+            _ => return Vec::new(),
+        }
+    }
+    batch
+        .orders
+        .iter()
+        .enumerate()
+        .filter(|(n, order)| order.addressee().is_some() && !not_applied.contains(n))
+        .map(|(_, order)| order.clone())
+        .collect()
+}
+
+pub fn order_problem_name(problem: &OrderProblem) -> &'static str {
+    match problem {
+        OrderProblem::UnknownJob => "unknown-job",
+        OrderProblem::UnknownTask => "unknown-task",
+        OrderProblem::UnknownEngine => "unknown-engine",
+        OrderProblem::EngineNotLoggedIn => "engine-not-logged-in",
+        OrderProblem::TaskNotWaiting => "task-not-waiting",
+        OrderProblem::WrongAttemptNumber { .. } => "wrong-attempt-number",
+        OrderProblem::NotEnoughFreeSlots { .. } => "not-enough-free-slots",
+        OrderProblem::AttemptNotLive => "attempt-not-live",
+        OrderProblem::JobNotEnded => "job-not-ended",
+        OrderProblem::JobIsSchedulable => "job-is-schedulable",
+    }
+}

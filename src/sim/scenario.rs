@@ -1,0 +1,726 @@
+//! Scenario files: the workload, the grid and the faults of one simulation, in TOML.
+//!
+//! A scenario is read in two steps. The TOML is first deserialised into private
+//! `Raw*` mirrors whose fields carry their source spans (`toml::Spanned`), then
+//! validated into the public [`Scenario`] types, so every error — a syntax error,
+//! a wrong type, an unknown key or a value out of range — names the file and the
+//! line it is on. The public types are plain data: a test or the command line may
+//! build or adjust one directly (`scenario.seed = …`) and [`crate::sim::run`]
+//! validates it again.
+//!
+//! The whole format, with every default, is documented in `scenarios/faults.toml`.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::core::event::{EngineProps, Policy, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX};
+use crate::core::ids::{EngineId, JobId};
+
+/// One million: probabilities are written as integers per million.
+pub const PER_MILLION: u32 = 1_000_000;
+/// Most engines one scenario may define, so a typo (`count = 1000000`) fails loudly.
+pub const ENGINES_MAX: u32 = 100_000;
+/// Most jobs one scenario may define.
+pub const JOBS_MAX: usize = 100_000;
+
+/// A whole simulation: seed, grid, workload, faults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Every random draw of the run derives from this seed.
+    pub seed: u64,
+    /// Stop when virtual time passes this many ms, even if jobs remain.
+    pub horizon_ms: Option<u64>,
+    /// The policy published at time 0 (its `seed` is the scenario's seed).
+    pub policy: Policy,
+    pub latency: Latency,
+    pub engines: Vec<EngineGroup>,
+    pub jobs: Vec<JobPlan>,
+    pub faults: Faults,
+}
+
+/// Virtual network delays, in ms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Projector to log: from `poll_batch` to the batch being stored.
+    pub publish_ms: u64,
+    /// Uniform extra on each publish, drawn from the seed. It lets a publish left
+    /// in flight by a restarted projector race its successor's.
+    pub publish_jitter_ms: u64,
+    /// Log to engine: from the projector folding an order to the engine receiving it.
+    pub delivery_ms: u64,
+    /// Engine to log: from an engine reporting to the report being stored.
+    pub report_ms: u64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency { publish_ms: 2, publish_jitter_ms: 3, delivery_ms: 5, report_ms: 2 }
+    }
+}
+
+/// `count` identical engines named `<name_prefix>-<n>`, n = 1..=count, zero-padded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineGroup {
+    pub count: u32,
+    pub name_prefix: String,
+    pub slots: u32,
+    pub props: EngineProps,
+    pub login_at_ms: u64,
+}
+
+impl EngineGroup {
+    /// The id of the `n`th engine of the group (0-based `n`).
+    pub fn engine_name(&self, n: u32) -> String {
+        let width = self.count.to_string().len();
+        format!("{}-{:0width$}", self.name_prefix, n + 1)
+    }
+}
+
+/// One job of the workload and how its tasks behave when run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPlan {
+    pub id: JobId,
+    pub submit_at_ms: u64,
+    pub tasks: u32,
+    pub priority: i32,
+    pub requirements: String,
+    pub max_attempts: u32,
+    pub slots_per_task: u32,
+    /// How long one run of a task takes once started.
+    pub duration_ms: u64,
+    /// A uniform extra in `0..=duration_jitter_ms`, drawn per run.
+    pub duration_jitter_ms: u64,
+    /// Probability that a run fails (at a uniform point of its duration).
+    pub failure_per_million: u32,
+}
+
+/// Injected faults. Every probability is per million and drawn from the seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Faults {
+    /// Per task run: the engine dies silently at a uniform point of the run.
+    pub engine_crash_per_million: u32,
+    /// A crashed engine logs in again this long after its crash; never if `None`.
+    pub crashed_engines_return_after_ms: Option<u64>,
+    /// Per engine report (started, completed, failed): it is stored twice.
+    pub duplicate_delivery_per_million: u32,
+    /// Per task run: the engine starts it only after `late_start_delay_ms`.
+    pub late_start_per_million: u32,
+    /// Longer than the policy's dispatch timeout, so the dispatch is requeued first.
+    pub late_start_delay_ms: u64,
+    /// Projector restarts, at seeded times within `restart_window_ms`. Half of them
+    /// strike at that time; the other half (when no publish is in flight then) wait
+    /// for the projector's next publish and strike just after it, with the batch in
+    /// flight. A restart due while the projector is down folds into that restart.
+    pub projector_restarts: u32,
+    /// Restarts happen in `0..restart_window_ms` of virtual time. Defaults to the
+    /// horizon, else to an estimate of the makespan from the workload.
+    pub restart_window_ms: Option<u64>,
+    /// How long the projector stays down; 0 restarts it at the same instant.
+    pub restart_downtime_ms: u64,
+    /// Per restart with a publish in flight: the publish dies with the process
+    /// (otherwise it reaches the log after the restart, and races the successor).
+    pub lost_publish_on_restart_per_million: u32,
+    /// The projector snapshots its state every this many entries folded.
+    pub snapshot_every_entries: u64,
+}
+
+impl Faults {
+    /// No faults at all: the defaults of a scenario without a `[faults]` table.
+    pub fn none(policy: &Policy) -> Faults {
+        Faults {
+            engine_crash_per_million: 0,
+            crashed_engines_return_after_ms: None,
+            duplicate_delivery_per_million: 0,
+            late_start_per_million: 0,
+            late_start_delay_ms: default_late_start_delay_ms(policy),
+            projector_restarts: 0,
+            restart_window_ms: None,
+            restart_downtime_ms: 0,
+            lost_publish_on_restart_per_million: PER_MILLION / 2,
+            snapshot_every_entries: 1000,
+        }
+    }
+}
+
+fn default_late_start_delay_ms(policy: &Policy) -> u64 {
+    // Past the timeout, plus two ticks so the requeue has surely been decided.
+    policy.dispatch_timeout_ms + 5_000
+}
+
+/// Why a scenario could not be read. The `Display` form is `file:line: message`.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{file}: cannot read: {source}")]
+    Read { file: String, source: std::io::Error },
+    /// Not TOML, a value of the wrong type, an unknown or missing key.
+    #[error("{file}:{line}: {message}")]
+    Parse { file: String, line: usize, message: String },
+    /// Well-formed TOML whose values do not make a scenario.
+    #[error("{file}:{line}: {message}")]
+    Invalid { file: String, line: usize, message: String },
+}
+
+impl ScenarioError {
+    /// The 1-based line the error is on (0 when there is none, as for a read error).
+    pub fn line(&self) -> usize {
+        match self {
+            ScenarioError::Read { .. } => 0,
+            ScenarioError::Parse { line, .. } | ScenarioError::Invalid { line, .. } => *line,
+        }
+    }
+}
+
+/// A scenario that does not hold together, found by [`Scenario::validate`]
+/// (no file or line: the scenario may have been built in code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScenarioInvalid(pub String);
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read { file: file.clone(), source })?;
+        Scenario::from_toml(&text, &file)
+    }
+
+    /// Parses and validates scenario text; `file` names it in errors.
+    pub fn from_toml(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
+        let raw: RawScenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            file: file.to_string(),
+            line: e.span().map_or(1, |span| line_of(text, &span)),
+            message: e.message().trim().to_string(),
+        })?;
+        raw.into_scenario().map_err(|(span, message)| ScenarioError::Invalid {
+            file: file.to_string(),
+            line: line_of(text, &span),
+            message,
+        })
+    }
+
+    /// Checks what the file reader checks, for a scenario built or changed in code.
+    pub fn validate(&self) -> Result<(), ScenarioInvalid> {
+        let fail = |message: String| Err(ScenarioInvalid(message));
+        if let Err(message) = check_policy(&self.policy) {
+            return fail(message);
+        }
+        let mut prefixes = BTreeMap::new();
+        let mut n_engines: u64 = 0;
+        for (n, group) in self.engines.iter().enumerate() {
+            if let Err(message) = check_group(group) {
+                return fail(format!("engines[{n}]: {message}"));
+            }
+            if prefixes.insert(group.name_prefix.clone(), n).is_some() {
+                return fail(format!("engines[{n}]: name_prefix {:?} is used twice", group.name_prefix));
+            }
+            n_engines += u64::from(group.count);
+        }
+        if n_engines > u64::from(ENGINES_MAX) {
+            return fail(format!("{n_engines} engines in all, more than {ENGINES_MAX}"));
+        }
+        if self.jobs.len() > JOBS_MAX {
+            return fail(format!("{} jobs, more than {JOBS_MAX}", self.jobs.len()));
+        }
+        let mut ids = BTreeMap::new();
+        for (n, job) in self.jobs.iter().enumerate() {
+            if let Err(message) = check_job(job) {
+                return fail(format!("jobs[{n}] ({}): {message}", job.id));
+            }
+            if ids.insert(job.id.clone(), n).is_some() {
+                return fail(format!("jobs[{n}]: job id {} is used twice", job.id));
+            }
+        }
+        if let Err(message) = check_faults(&self.faults, &self.policy) {
+            return fail(format!("faults: {message}"));
+        }
+        Ok(())
+    }
+
+    /// Every engine of the scenario, in group order: (group index, engine id).
+    pub fn engine_ids(&self) -> Vec<(usize, EngineId)> {
+        let mut out = Vec::new();
+        for (g, group) in self.engines.iter().enumerate() {
+            for n in 0..group.count {
+                let id = EngineId::new(&group.engine_name(n)).expect("validated engine names");
+                out.push((g, id));
+            }
+        }
+        out
+    }
+
+    /// A rough makespan: the last submission, plus the slot-time of all work spread
+    /// over every slot, plus the longest run. Only used to place projector restarts.
+    pub fn estimated_makespan_ms(&self) -> u64 {
+        let slots: u64 = self.engines.iter().map(|g| u64::from(g.count) * u64::from(g.slots)).sum();
+        let work: u64 = self
+            .jobs
+            .iter()
+            .map(|j| u64::from(j.tasks) * u64::from(j.slots_per_task) * (j.duration_ms + j.duration_jitter_ms / 2))
+            .sum();
+        let last_submit = self.jobs.iter().map(|j| j.submit_at_ms).max().unwrap_or(0);
+        let longest = self.jobs.iter().map(|j| j.duration_ms + j.duration_jitter_ms).max().unwrap_or(0);
+        last_submit + work / slots.max(1) + longest
+    }
+}
+
+fn check_policy(policy: &Policy) -> Result<(), String> {
+    if policy.engine_timeout_ms == 0 || policy.dispatch_timeout_ms == 0 {
+        return Err("policy: timeouts must be positive".into());
+    }
+    if policy.dispatches_per_run_max == 0 || policy.dispatches_per_run_max as usize > ORDERS_PER_BATCH_MAX {
+        return Err(format!("policy: dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}"));
+    }
+    Ok(())
+}
+
+fn check_group(group: &EngineGroup) -> Result<(), String> {
+    if group.count == 0 {
+        return Err("count must be at least 1".into());
+    }
+    if group.count > ENGINES_MAX {
+        return Err(format!("count must be at most {ENGINES_MAX}"));
+    }
+    if group.slots == 0 {
+        return Err("slots must be at least 1".into());
+    }
+    let longest = group.engine_name(group.count - 1);
+    EngineId::new(&longest).map_err(|e| format!("name_prefix {:?} makes engine id {longest:?}: {e}", group.name_prefix))?;
+    Ok(())
+}
+
+fn check_job(job: &JobPlan) -> Result<(), String> {
+    if job.tasks == 0 || job.tasks > TASKS_PER_JOB_MAX {
+        return Err(format!("tasks must be within 1..={TASKS_PER_JOB_MAX}"));
+    }
+    if job.max_attempts == 0 {
+        return Err("max_attempts must be at least 1".into());
+    }
+    if job.slots_per_task == 0 {
+        return Err("slots_per_task must be at least 1".into());
+    }
+    if job.duration_ms == 0 {
+        return Err("duration_ms must be at least 1".into());
+    }
+    check_per_million("failure_per_million", job.failure_per_million)?;
+    crate::core::expr::parse(&job.requirements)
+        .map_err(|e| format!("requirements {:?}, at byte {}: {}", job.requirements, e.position, e.message))?;
+    Ok(())
+}
+
+fn check_faults(faults: &Faults, policy: &Policy) -> Result<(), String> {
+    check_per_million("engine_crash_per_million", faults.engine_crash_per_million)?;
+    check_per_million("duplicate_delivery_per_million", faults.duplicate_delivery_per_million)?;
+    check_per_million("late_start_per_million", faults.late_start_per_million)?;
+    check_per_million("lost_publish_on_restart_per_million", faults.lost_publish_on_restart_per_million)?;
+    if faults.late_start_delay_ms <= policy.dispatch_timeout_ms {
+        return Err(format!(
+            "late_start_delay_ms ({}) must exceed the policy's dispatch_timeout_ms ({}): a late start is one the projector gives up on",
+            faults.late_start_delay_ms, policy.dispatch_timeout_ms
+        ));
+    }
+    if faults.snapshot_every_entries == 0 {
+        return Err("snapshot_every_entries must be at least 1".into());
+    }
+    if faults.restart_window_ms == Some(0) {
+        return Err("restart_window_ms must be positive".into());
+    }
+    Ok(())
+}
+
+fn check_per_million(name: &str, value: u32) -> Result<(), String> {
+    if value > PER_MILLION {
+        return Err(format!("{name} is a probability per million: at most {PER_MILLION}, not {value}"));
+    }
+    Ok(())
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, span: &Range<usize>) -> usize {
+    let end = span.start.min(text.len());
+    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+// ---- the raw, spanned form ---------------------------------------------------
+
+type Problem = (Range<usize>, String);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    seed: u64,
+    horizon_ms: Option<u64>,
+    policy: Option<Spanned<RawPolicy>>,
+    latency: Option<RawLatency>,
+    #[serde(default)]
+    engines: Vec<Spanned<RawEngineGroup>>,
+    #[serde(default)]
+    jobs: Vec<Spanned<RawJob>>,
+    faults: Option<Spanned<RawFaults>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    engine_timeout_ms: Option<u64>,
+    dispatch_timeout_ms: Option<u64>,
+    dispatches_per_run_max: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLatency {
+    publish_ms: Option<u64>,
+    publish_jitter_ms: Option<u64>,
+    delivery_ms: Option<u64>,
+    report_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngineGroup {
+    count: Spanned<u32>,
+    name_prefix: Spanned<String>,
+    slots: Spanned<u32>,
+    #[serde(default)]
+    os: String,
+    #[serde(default)]
+    arch: String,
+    #[serde(default)]
+    cores: Option<u32>,
+    #[serde(default)]
+    memory_mb: u64,
+    #[serde(default)]
+    disk_mb: u64,
+    #[serde(default)]
+    mflops: u64,
+    #[serde(default)]
+    site: String,
+    #[serde(default)]
+    custom: BTreeMap<String, String>,
+    #[serde(default)]
+    login_at_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    id: Spanned<String>,
+    #[serde(default)]
+    submit_at_ms: u64,
+    tasks: Spanned<u32>,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    requirements: Option<Spanned<String>>,
+    max_attempts: Option<Spanned<u32>>,
+    slots_per_task: Option<Spanned<u32>>,
+    duration_ms: Spanned<u64>,
+    #[serde(default)]
+    duration_jitter_ms: u64,
+    failure_per_million: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFaults {
+    engine_crash_per_million: Option<Spanned<u32>>,
+    crashed_engines_return_after_ms: Option<u64>,
+    duplicate_delivery_per_million: Option<Spanned<u32>>,
+    late_start_per_million: Option<Spanned<u32>>,
+    late_start_delay_ms: Option<Spanned<u64>>,
+    projector_restarts: Option<u32>,
+    restart_window_ms: Option<Spanned<u64>>,
+    restart_downtime_ms: Option<u64>,
+    lost_publish_on_restart_per_million: Option<Spanned<u32>>,
+    snapshot_every_entries: Option<Spanned<u64>>,
+}
+
+/// A `Spanned` value that must satisfy `ok`, or the problem at its span.
+fn require<T: Copy>(value: &Spanned<T>, ok: impl FnOnce(T) -> bool, message: impl FnOnce() -> String) -> Result<T, Problem> {
+    if ok(*value.get_ref()) { Ok(*value.get_ref()) } else { Err((value.span(), message())) }
+}
+
+fn per_million(name: &str, value: &Option<Spanned<u32>>, default: u32) -> Result<u32, Problem> {
+    match value {
+        None => Ok(default),
+        Some(value) => require(value, |v| v <= PER_MILLION, || {
+            format!("{name} is a probability per million: at most {PER_MILLION}, not {}", value.get_ref())
+        }),
+    }
+}
+
+impl RawScenario {
+    fn into_scenario(self) -> Result<Scenario, Problem> {
+        let policy = match &self.policy {
+            None => Policy { seed: self.seed, ..Policy::default() },
+            Some(raw) => {
+                let defaults = Policy::default();
+                let span = raw.span();
+                let raw = raw.get_ref();
+                let policy = Policy {
+                    engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
+                    dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
+                    dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
+                    seed: self.seed,
+                    ..defaults
+                };
+                check_policy(&policy).map_err(|message| (span, message))?;
+                policy
+            }
+        };
+        let latency = match self.latency {
+            None => Latency::default(),
+            Some(raw) => {
+                let d = Latency::default();
+                Latency {
+                    publish_ms: raw.publish_ms.unwrap_or(d.publish_ms),
+                    publish_jitter_ms: raw.publish_jitter_ms.unwrap_or(d.publish_jitter_ms),
+                    delivery_ms: raw.delivery_ms.unwrap_or(d.delivery_ms),
+                    report_ms: raw.report_ms.unwrap_or(d.report_ms),
+                }
+            }
+        };
+
+        let mut engines = Vec::with_capacity(self.engines.len());
+        let mut prefixes: BTreeMap<String, ()> = BTreeMap::new();
+        let mut n_engines: u64 = 0;
+        for raw in &self.engines {
+            let group_span = raw.span();
+            let raw = raw.get_ref();
+            let count = require(&raw.count, |c| (1..=ENGINES_MAX).contains(&c), || {
+                format!("count must be within 1..={ENGINES_MAX}")
+            })?;
+            let slots = require(&raw.slots, |s| s >= 1, || "slots must be at least 1".into())?;
+            let name_prefix = raw.name_prefix.get_ref().clone();
+            if prefixes.insert(name_prefix.clone(), ()).is_some() {
+                return Err((raw.name_prefix.span(), format!("name_prefix {name_prefix:?} is used by another group")));
+            }
+            n_engines += u64::from(count);
+            if n_engines > u64::from(ENGINES_MAX) {
+                return Err((group_span, format!("more than {ENGINES_MAX} engines in all")));
+            }
+            let group = EngineGroup {
+                count,
+                name_prefix,
+                slots,
+                props: EngineProps {
+                    os: raw.os.clone(),
+                    arch: raw.arch.clone(),
+                    cores: raw.cores.unwrap_or(slots),
+                    memory_mb: raw.memory_mb,
+                    disk_mb: raw.disk_mb,
+                    mflops: raw.mflops,
+                    site: raw.site.clone(),
+                    custom: raw.custom.clone(),
+                },
+                login_at_ms: raw.login_at_ms,
+            };
+            check_group(&group).map_err(|message| (raw.name_prefix.span(), message))?;
+            engines.push(group);
+        }
+
+        if self.jobs.len() > JOBS_MAX {
+            return Err((self.jobs[JOBS_MAX].span(), format!("more than {JOBS_MAX} jobs")));
+        }
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        let mut ids: BTreeMap<String, ()> = BTreeMap::new();
+        for raw in &self.jobs {
+            let raw = raw.get_ref();
+            let id = JobId::new(raw.id.get_ref()).map_err(|e| (raw.id.span(), format!("job id {:?}: {e}", raw.id.get_ref())))?;
+            if ids.insert(id.to_string(), ()).is_some() {
+                return Err((raw.id.span(), format!("job id {id} is used twice")));
+            }
+            let tasks = require(&raw.tasks, |t| (1..=TASKS_PER_JOB_MAX).contains(&t), || {
+                format!("tasks must be within 1..={TASKS_PER_JOB_MAX}")
+            })?;
+            let max_attempts = match &raw.max_attempts {
+                None => 3,
+                Some(v) => require(v, |a| a >= 1, || "max_attempts must be at least 1".into())?,
+            };
+            let slots_per_task = match &raw.slots_per_task {
+                None => 1,
+                Some(v) => require(v, |s| s >= 1, || "slots_per_task must be at least 1".into())?,
+            };
+            let duration_ms = require(&raw.duration_ms, |d| d >= 1, || "duration_ms must be at least 1".into())?;
+            let requirements = match &raw.requirements {
+                None => String::new(),
+                Some(text) => {
+                    crate::core::expr::parse(text.get_ref()).map_err(|e| {
+                        (text.span(), format!("requirements {:?}, at byte {}: {}", text.get_ref(), e.position, e.message))
+                    })?;
+                    text.get_ref().clone()
+                }
+            };
+            jobs.push(JobPlan {
+                id,
+                submit_at_ms: raw.submit_at_ms,
+                tasks,
+                priority: raw.priority,
+                requirements,
+                max_attempts,
+                slots_per_task,
+                duration_ms,
+                duration_jitter_ms: raw.duration_jitter_ms,
+                failure_per_million: per_million("failure_per_million", &raw.failure_per_million, 0)?,
+            });
+        }
+
+        let faults = match &self.faults {
+            None => Faults::none(&policy),
+            Some(raw) => {
+                let span = raw.span();
+                let raw = raw.get_ref();
+                let defaults = Faults::none(&policy);
+                let late_start_delay_ms = match &raw.late_start_delay_ms {
+                    None => defaults.late_start_delay_ms,
+                    Some(v) => require(v, |d| d > policy.dispatch_timeout_ms, || {
+                        format!(
+                            "late_start_delay_ms must exceed the policy's dispatch_timeout_ms ({}): a late start is one the projector gives up on",
+                            policy.dispatch_timeout_ms
+                        )
+                    })?,
+                };
+                let snapshot_every_entries = match &raw.snapshot_every_entries {
+                    None => defaults.snapshot_every_entries,
+                    Some(v) => require(v, |n| n >= 1, || "snapshot_every_entries must be at least 1".into())?,
+                };
+                let restart_window_ms = match &raw.restart_window_ms {
+                    None => None,
+                    Some(v) => Some(require(v, |w| w >= 1, || "restart_window_ms must be positive".into())?),
+                };
+                let faults = Faults {
+                    engine_crash_per_million: per_million("engine_crash_per_million", &raw.engine_crash_per_million, 0)?,
+                    crashed_engines_return_after_ms: raw.crashed_engines_return_after_ms,
+                    duplicate_delivery_per_million: per_million(
+                        "duplicate_delivery_per_million",
+                        &raw.duplicate_delivery_per_million,
+                        0,
+                    )?,
+                    late_start_per_million: per_million("late_start_per_million", &raw.late_start_per_million, 0)?,
+                    late_start_delay_ms,
+                    projector_restarts: raw.projector_restarts.unwrap_or(0),
+                    restart_window_ms,
+                    restart_downtime_ms: raw.restart_downtime_ms.unwrap_or(0),
+                    lost_publish_on_restart_per_million: per_million(
+                        "lost_publish_on_restart_per_million",
+                        &raw.lost_publish_on_restart_per_million,
+                        defaults.lost_publish_on_restart_per_million,
+                    )?,
+                    snapshot_every_entries,
+                };
+                check_faults(&faults, &policy).map_err(|message| (span, message))?;
+                faults
+            }
+        };
+
+        let scenario =
+            Scenario { seed: self.seed, horizon_ms: self.horizon_ms, policy, latency, engines, jobs, faults };
+        debug_assert_eq!(scenario.validate(), Ok(()));
+        Ok(scenario)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+seed = 7
+horizon_ms = 600000
+
+[policy]
+engine_timeout_ms = 9000
+
+[[engines]]
+count = 12
+name_prefix = "lyon"
+slots = 2
+os = "linux"
+site = "lyon"
+custom = { rack = "r1" }
+
+[[jobs]]
+id = "bag"
+tasks = 10
+duration_ms = 1000
+duration_jitter_ms = 500
+
+[faults]
+engine_crash_per_million = 1000
+projector_restarts = 2
+"#;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::from_toml(text, "test.toml")
+    }
+
+    #[test]
+    fn a_small_scenario_reads_with_its_defaults() {
+        let scenario = parse(SMALL).unwrap();
+        assert_eq!(scenario.seed, 7);
+        assert_eq!(scenario.horizon_ms, Some(600_000));
+        assert_eq!(scenario.policy.engine_timeout_ms, 9_000);
+        assert_eq!(scenario.policy.dispatch_timeout_ms, Policy::default().dispatch_timeout_ms);
+        assert_eq!(scenario.policy.seed, 7);
+        assert_eq!(scenario.engines[0].props.cores, 2, "cores default to slots");
+        assert_eq!(scenario.engines[0].props.custom["rack"], "r1");
+        assert_eq!(scenario.engines[0].engine_name(0), "lyon-01");
+        assert_eq!(scenario.engines[0].engine_name(11), "lyon-12");
+        let job = &scenario.jobs[0];
+        assert_eq!((job.max_attempts, job.slots_per_task, job.failure_per_million), (3, 1, 0));
+        assert_eq!(scenario.faults.snapshot_every_entries, 1000);
+        assert_eq!(scenario.faults.late_start_delay_ms, 65_000);
+        assert_eq!(scenario.faults.projector_restarts, 2);
+        assert_eq!(scenario.validate(), Ok(()));
+    }
+
+    fn error_of(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_file_the_line_and_the_problem() {
+        let syntax = error_of("seed = 7\n[[jobs]\nid = 1\n");
+        assert!(syntax.starts_with("test.toml:2: "), "{syntax}");
+
+        let wrong_type = error_of("seed = 7\n\n[[jobs]]\nid = \"a\"\ntasks = \"ten\"\nduration_ms = 5\n");
+        assert!(wrong_type.starts_with("test.toml:5: "), "{wrong_type}");
+
+        let unknown = error_of("seed = 7\n[faults]\nengine_crash_per_milion = 5\n");
+        assert!(unknown.starts_with("test.toml:3: ") && unknown.contains("engine_crash_per_milion"), "{unknown}");
+
+        let missing = error_of("horizon_ms = 5\n");
+        assert!(missing.contains("seed"), "{missing}");
+
+        let zero_tasks = error_of("seed = 7\n[[jobs]]\nid = \"a\"\n\ntasks = 0\nduration_ms = 5\n");
+        assert_eq!(zero_tasks, format!("test.toml:5: tasks must be within 1..={TASKS_PER_JOB_MAX}"));
+
+        let bad_id = error_of("seed = 7\n[[jobs]]\nid = \"a b\"\ntasks = 1\nduration_ms = 5\n");
+        assert!(bad_id.starts_with("test.toml:3: job id \"a b\""), "{bad_id}");
+
+        let twice = error_of(
+            "seed = 7\n[[jobs]]\nid = \"a\"\ntasks = 1\nduration_ms = 5\n[[jobs]]\nid = \"a\"\ntasks = 1\nduration_ms = 5\n",
+        );
+        assert_eq!(twice, "test.toml:7: job id a is used twice");
+
+        let probability = error_of("seed = 7\n[faults]\nlate_start_per_million = 2000000\n");
+        assert!(probability.starts_with("test.toml:3: late_start_per_million"), "{probability}");
+
+        let early = error_of("seed = 7\n[policy]\ndispatch_timeout_ms = 1000\n[faults]\nlate_start_delay_ms = 500\n");
+        assert!(early.starts_with("test.toml:5: late_start_delay_ms must exceed"), "{early}");
+
+        let prefix = error_of("seed = 7\n[[engines]]\ncount = 1\nname_prefix = \"a/b\"\nslots = 1\n");
+        assert!(prefix.starts_with("test.toml:4: "), "{prefix}");
+    }
+
+    #[test]
+    fn validate_catches_what_code_changes_break() {
+        let mut scenario = parse(SMALL).unwrap();
+        scenario.jobs[0].max_attempts = 0;
+        assert!(scenario.validate().unwrap_err().0.contains("max_attempts"));
+    }
+}

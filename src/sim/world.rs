@@ -1,0 +1,749 @@
+//! The event loop: a virtual clock, a queue of timed events, and the actors
+//! (submitter, ticker, engines, projector) acting on the simulated log.
+//!
+//! The queue is a min-heap keyed by (virtual time, insertion counter), so events
+//! at the same instant run in the order they were scheduled. The loop runs in
+//! rounds: every event due at the earliest instant is handled, then the
+//! projector catches up with the log and may decide once. Deciding once per
+//! instant, not once per entry, is what a projector reading a busy stream does.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use crate::core::event::{
+    Envelope, Event, FailureKind, JobSpec, Order, OrderBatch, Origin, TaskSet, TaskTemplate,
+};
+use crate::core::ids::{EngineId, JobId, Seq};
+use crate::core::replay::{replay, ReplayOptions};
+use crate::core::rng::SplitMix64;
+use crate::core::state::{JobStatus, State};
+
+use super::engine::{OrderTag, Run, RunEnd, RunKey, SimEngine};
+use super::log::{Appended, SimLog, EPOCH_MS};
+use super::projector::SimProjector;
+use super::report::{FaultCounts, Outcome, SimReport};
+use super::scenario::{JobPlan, Scenario, PER_MILLION};
+use super::{RunOptions, SimError, SimProgress};
+
+/// Virtual time between two `Tick` entries.
+pub const TICK_MS: u64 = 1_000;
+/// Most events handled per entry of the entry cap: bounds the loop whatever happens.
+const EVENTS_PER_ENTRY_MAX: u64 = 64;
+/// How often progress is reported.
+const PROGRESS_EVERY_ENTRIES: u64 = 4_096;
+/// A late duplicate with a new id arrives up to this long after the original.
+const LATE_DUPLICATE_WITHIN_MS: u64 = 30_000;
+
+/// Independent random streams, so that (say) the ids drawn do not shift when a
+/// fault probability changes the number of fault draws. All derive from the seed.
+struct Streams {
+    /// Envelope ids of reports and submissions.
+    ids: SplitMix64,
+    /// Durations, task failures, heartbeat phases.
+    work: SplitMix64,
+    /// Engine crashes, late starts, duplicates.
+    faults: SplitMix64,
+    /// Publish jitter.
+    projector: SplitMix64,
+    /// Projector restarts: when, how, and whether the publish in flight is lost.
+    restarts: SplitMix64,
+}
+
+impl Streams {
+    fn new(seed: u64) -> Self {
+        Streams {
+            ids: SplitMix64::for_sequence(seed, 1),
+            work: SplitMix64::for_sequence(seed, 2),
+            faults: SplitMix64::for_sequence(seed, 3),
+            projector: SplitMix64::for_sequence(seed, 4),
+            restarts: SplitMix64::for_sequence(seed, 5),
+        }
+    }
+}
+
+fn id_from(rng: &mut SplitMix64) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    id[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
+    id
+}
+
+/// Ids that are functions of what they name, as their publishers derive them, so
+/// two publishers of the same thing are deduplicated by the log.
+fn derived_id(seed: u64, salt: u64, value: u64) -> [u8; 16] {
+    id_from(&mut SplitMix64::for_sequence(seed ^ salt, value))
+}
+const TICK_ID_SALT: u64 = 0x7469_636b; // "tick"
+const BATCH_ID_SALT: u64 = 0x62_6174_6368; // "batch"
+
+#[derive(Debug)]
+enum SimEvent {
+    SetPolicy,
+    Submit { job: usize },
+    Login { engine: usize },
+    Tick,
+    Heartbeat { engine: usize, incarnation: u32 },
+    /// A network hop to the log (an engine's report, or a duplicate of one).
+    /// `late_copy`: a duplicate sent with a new id, which the fold must reject.
+    Append { origin: Origin, envelope: Envelope, late_copy: bool },
+    Publish { token: u64, incarnation: u32, batch: OrderBatch, expected_last_orders_seq: Seq },
+    Deliver { engine: usize, order: Order },
+    RunStart { engine: usize, incarnation: u32, run: RunKey },
+    RunEnd { engine: usize, incarnation: u32, run: RunKey },
+    EngineReturn { engine: usize },
+    ProjectorRestart,
+    ProjectorUp,
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    time_ms: u64,
+    counter: u64,
+    event: SimEvent,
+}
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.time_ms, self.counter) == (other.time_ms, other.counter)
+    }
+}
+impl Eq for Scheduled {}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.time_ms, self.counter).cmp(&(other.time_ms, other.counter))
+    }
+}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+pub(super) struct World<'a> {
+    scenario: &'a Scenario,
+    options: &'a RunOptions,
+    now_ms: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    counter: u64,
+    log: SimLog,
+    projector: SimProjector,
+    engines: Vec<SimEngine>,
+    engine_by_id: BTreeMap<EngineId, usize>,
+    job_by_id: BTreeMap<JobId, usize>,
+    /// The sequence of each job's submission, once stored.
+    submit_seq: Vec<Option<Seq>>,
+    /// Jobs before this index are known to have ended.
+    jobs_ended_below: usize,
+    rng: Streams,
+    counts: FaultCounts,
+    /// Runs that ended: (start, end, slots), for utilisation.
+    busy: Vec<(u64, u64, u32)>,
+    lost_publishes: BTreeSet<u64>,
+    next_publish_token: u64,
+    /// Restarts waiting for the projector's next publish, to crash with it in flight.
+    crashes_armed: u32,
+    heartbeat_every_ms: u64,
+    next_progress_at: u64,
+}
+
+impl<'a> World<'a> {
+    pub(super) fn new(scenario: &'a Scenario, options: &'a RunOptions) -> Self {
+        let engines: Vec<SimEngine> = scenario
+            .engine_ids()
+            .into_iter()
+            .map(|(g, id)| {
+                let group = &scenario.engines[g];
+                SimEngine::new(id, group.slots, group.props.clone())
+            })
+            .collect();
+        let engine_by_id = engines.iter().enumerate().map(|(n, e)| (e.id.clone(), n)).collect();
+        let job_by_id = scenario.jobs.iter().enumerate().map(|(n, j)| (j.id.clone(), n)).collect();
+        let faults = &scenario.faults;
+        World {
+            scenario,
+            options,
+            now_ms: 0,
+            queue: BinaryHeap::new(),
+            counter: 0,
+            log: SimLog::new(),
+            projector: SimProjector::new(faults.projector_restarts > 0, faults.snapshot_every_entries),
+            engines,
+            engine_by_id,
+            job_by_id,
+            submit_seq: vec![None; scenario.jobs.len()],
+            jobs_ended_below: 0,
+            rng: Streams::new(scenario.seed),
+            counts: FaultCounts::default(),
+            busy: Vec::new(),
+            lost_publishes: BTreeSet::new(),
+            next_publish_token: 0,
+            crashes_armed: 0,
+            heartbeat_every_ms: (scenario.policy.engine_timeout_ms / 3).max(1),
+            next_progress_at: PROGRESS_EVERY_ENTRIES,
+        }
+    }
+
+    fn schedule(&mut self, time_ms: u64, event: SimEvent) {
+        assert!(time_ms >= self.now_ms, "an event is scheduled in the past: {event:?}");
+        self.counter += 1;
+        self.queue.push(Reverse(Scheduled { time_ms, counter: self.counter, event }));
+    }
+
+    fn seed_events(&mut self) {
+        let scenario = self.scenario;
+        self.schedule(0, SimEvent::SetPolicy);
+        let mut engine = 0;
+        for group in &scenario.engines {
+            for _ in 0..group.count {
+                self.schedule(group.login_at_ms, SimEvent::Login { engine });
+                engine += 1;
+            }
+        }
+        for (job, plan) in scenario.jobs.iter().enumerate() {
+            self.schedule(plan.submit_at_ms, SimEvent::Submit { job });
+        }
+        self.schedule(TICK_MS, SimEvent::Tick);
+        let faults = &scenario.faults;
+        let window_ms = faults
+            .restart_window_ms
+            .or(scenario.horizon_ms)
+            .unwrap_or_else(|| scenario.estimated_makespan_ms())
+            .max(1);
+        for _ in 0..faults.projector_restarts {
+            let at = 1 + self.rng.restarts.below(window_ms);
+            self.schedule(at, SimEvent::ProjectorRestart);
+        }
+    }
+
+    /// Runs to an outcome, then checks the run against a replay of its log.
+    pub(super) fn run(mut self, progress: &mut dyn FnMut(SimProgress)) -> Result<(SimReport, SimLog), SimError> {
+        let seed = self.scenario.seed;
+        self.seed_events();
+        let events_max = self.options.entries_max.saturating_mul(EVENTS_PER_ENTRY_MAX).max(1_000);
+        let mut events_handled: u64 = 0;
+        let outcome = loop {
+            let Some(Reverse(next)) = self.queue.peek() else {
+                return Err(SimError::Stalled { seed, at_ms: self.now_ms });
+            };
+            let time_ms = next.time_ms;
+            if self.scenario.horizon_ms.is_some_and(|horizon| time_ms > horizon) {
+                self.now_ms = self.scenario.horizon_ms.expect("checked");
+                break Outcome::Horizon;
+            }
+            self.now_ms = time_ms;
+            while self.queue.peek().is_some_and(|Reverse(next)| next.time_ms == time_ms) {
+                let Reverse(scheduled) = self.queue.pop().expect("peeked");
+                events_handled += 1;
+                if events_handled > events_max {
+                    return Err(SimError::EventCap { seed, events: events_handled, at_ms: self.now_ms });
+                }
+                self.handle(scheduled.event);
+            }
+            self.projector_round();
+            if self.log.len() >= self.next_progress_at {
+                self.next_progress_at = self.log.len() + PROGRESS_EVERY_ENTRIES;
+                progress(self.progress());
+            }
+            if self.all_jobs_ended() {
+                break Outcome::AllJobsEnded;
+            }
+            if self.log.len() >= self.options.entries_max {
+                break Outcome::EntryCap;
+            }
+        };
+        progress(self.progress());
+        self.finish(outcome)
+    }
+
+    fn progress(&self) -> SimProgress {
+        let jobs_ended = match self.projector.state() {
+            Some(state) => (0..self.scenario.jobs.len()).filter(|&j| self.job_has_ended(state, j)).count(),
+            None => self.jobs_ended_below,
+        };
+        SimProgress {
+            virtual_ms: self.now_ms,
+            entries: self.log.len(),
+            jobs_ended: jobs_ended as u64,
+            jobs_total: self.scenario.jobs.len() as u64,
+        }
+    }
+
+    // ---- events --------------------------------------------------------------
+
+    fn handle(&mut self, event: SimEvent) {
+        match event {
+            SimEvent::SetPolicy => {
+                let event = Event::PolicySet(self.scenario.policy.clone());
+                self.append_now(Origin::Client, "gridfold-sim", event);
+            }
+            SimEvent::Submit { job } => {
+                let spec = job_spec(&self.scenario.jobs[job]);
+                if let Appended::Stored(seq) = self.append_now(Origin::Client, "gridfold-sim", Event::JobSubmitted(spec)) {
+                    self.submit_seq[job] = Some(seq);
+                }
+            }
+            SimEvent::Login { engine } => self.log_in(engine),
+            SimEvent::EngineReturn { engine } => {
+                self.counts.engine_returns += 1;
+                self.log_in(engine);
+            }
+            SimEvent::Tick => {
+                let id = derived_id(self.scenario.seed, TICK_ID_SALT, self.now_ms);
+                let envelope = Envelope { id, source: "gridfold-ticker".into(), event: Event::Tick };
+                self.append(Origin::Ticker, envelope);
+                self.schedule(self.now_ms + TICK_MS, SimEvent::Tick);
+            }
+            SimEvent::Heartbeat { engine, incarnation } => {
+                if self.engines[engine].is_current(incarnation) {
+                    let sim = &self.engines[engine];
+                    let busy: u32 = sim.runs.values().filter(|r| r.started_ms.is_some()).map(|r| r.slots).sum();
+                    let load = crate::core::event::EngineLoad {
+                        load_per_core_milli: busy.saturating_mul(1000) / sim.props.cores.max(1),
+                        memory_free_mb: sim.props.memory_mb,
+                    };
+                    let event = Event::EngineHeartbeat { engine: sim.id.clone(), load };
+                    self.report(engine, event, false);
+                    self.schedule(self.now_ms + self.heartbeat_every_ms, SimEvent::Heartbeat { engine, incarnation });
+                }
+            }
+            SimEvent::Append { origin, envelope, late_copy } => {
+                let appended = self.append(origin, envelope);
+                if late_copy && matches!(appended, Appended::Stored(_)) {
+                    self.counts.duplicates_new_id_stored += 1;
+                }
+            }
+            SimEvent::Publish { token, incarnation, batch, expected_last_orders_seq } => {
+                self.publish_lands(token, incarnation, batch, expected_last_orders_seq)
+            }
+            SimEvent::Deliver { engine, order } => self.deliver(engine, order),
+            SimEvent::RunStart { engine, incarnation, run } => self.run_start(engine, incarnation, run),
+            SimEvent::RunEnd { engine, incarnation, run } => self.run_end(engine, incarnation, run),
+            SimEvent::ProjectorRestart => self.projector_restart(),
+            SimEvent::ProjectorUp => self.projector.start(&self.log),
+        }
+    }
+
+    fn append(&mut self, origin: Origin, envelope: Envelope) -> Appended {
+        let appended = self.log.append(self.now_ms, origin, envelope);
+        if matches!(appended, Appended::Duplicate(_)) {
+            self.counts.log_deduplicated += 1;
+        }
+        appended
+    }
+
+    fn append_now(&mut self, origin: Origin, source: &str, event: Event) -> Appended {
+        let envelope = Envelope { id: id_from(&mut self.rng.ids), source: source.into(), event };
+        self.append(origin, envelope)
+    }
+
+    /// An engine publishes: the report reaches the log after the report latency.
+    /// A run's reports may be stored twice (the duplicate-delivery fault).
+    fn report(&mut self, engine: usize, event: Event, duplicable: bool) {
+        let sim = &self.engines[engine];
+        let origin = Origin::Engine(sim.id.clone());
+        let envelope = Envelope { id: id_from(&mut self.rng.ids), source: format!("engine:{}", sim.id), event };
+        let arrives = self.now_ms + self.scenario.latency.report_ms;
+        let faults = &self.scenario.faults;
+        if duplicable && self.rng.faults.chance_per_million(faults.duplicate_delivery_per_million) {
+            // The publisher's retry: same id, within the log's window, so it is dropped.
+            self.counts.duplicates_same_id += 1;
+            let again = arrives + 1 + self.rng.faults.below(1_000);
+            self.schedule(again, SimEvent::Append { origin: origin.clone(), envelope: envelope.clone(), late_copy: false });
+            // Sometimes a copy outside any window, with a new id: the fold must reject it.
+            if self.rng.faults.chance_per_million(PER_MILLION / 2) {
+                self.counts.duplicates_new_id += 1;
+                let late = arrives + 1_000 + self.rng.faults.below(LATE_DUPLICATE_WITHIN_MS);
+                let copy = Envelope { id: id_from(&mut self.rng.ids), ..envelope.clone() };
+                self.schedule(late, SimEvent::Append { origin: origin.clone(), envelope: copy, late_copy: true });
+            }
+        }
+        self.schedule(arrives, SimEvent::Append { origin, envelope, late_copy: false });
+    }
+
+    fn log_in(&mut self, engine: usize) {
+        let now = self.now_ms;
+        let sim = &mut self.engines[engine];
+        sim.come_up(now);
+        let incarnation = sim.incarnation;
+        let event = Event::EngineLoggedIn { engine: sim.id.clone(), slots: sim.slots, props: sim.props.clone() };
+        self.report(engine, event, false);
+        let phase = 1 + self.rng.work.below(self.heartbeat_every_ms);
+        self.schedule(now + phase, SimEvent::Heartbeat { engine, incarnation });
+    }
+
+    fn deliver(&mut self, engine: usize, order: Order) {
+        let sim = &mut self.engines[engine];
+        if !sim.alive {
+            self.counts.orders_to_dead_engines += 1;
+            return;
+        }
+        let (task, attempt, tag) = match &order {
+            Order::Dispatch { task, attempt, .. } => (task, *attempt, OrderTag::Dispatch),
+            Order::Cancel { task, attempt, .. } => (task, *attempt, OrderTag::Cancel),
+            _ => unreachable!("only dispatches and cancels have an addressee"),
+        };
+        if !sim.first_sight(task, attempt, tag) {
+            self.counts.orders_ignored_as_seen += 1;
+            return;
+        }
+        self.counts.orders_delivered += 1;
+        let key: RunKey = (task.clone(), attempt);
+        match tag {
+            OrderTag::Dispatch => {
+                let job = self.job_by_id[&task.job];
+                let run = self.plan_run(job);
+                let late = self.rng.faults.chance_per_million(self.scenario.faults.late_start_per_million);
+                let delay = if late {
+                    self.counts.late_starts += 1;
+                    self.scenario.faults.late_start_delay_ms
+                } else {
+                    0
+                };
+                let sim = &mut self.engines[engine];
+                let incarnation = sim.incarnation;
+                let previous = sim.runs.insert(key.clone(), run);
+                assert!(previous.is_none(), "an engine runs an attempt once");
+                self.schedule(self.now_ms + delay, SimEvent::RunStart { engine, incarnation, run: key });
+            }
+            OrderTag::Cancel => {
+                if let Some(run) = sim.runs.remove(&key) {
+                    self.counts.runs_cancelled += 1;
+                    if let Some(start) = run.started_ms {
+                        self.busy.push((start, self.now_ms, run.slots));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Draws how a run of this job will go.
+    fn plan_run(&mut self, job: usize) -> Run {
+        let plan: &JobPlan = &self.scenario.jobs[job];
+        let jitter = if plan.duration_jitter_ms > 0 { self.rng.work.below(plan.duration_jitter_ms + 1) } else { 0 };
+        let duration_ms = plan.duration_ms + jitter;
+        let crash = self.rng.faults.chance_per_million(self.scenario.faults.engine_crash_per_million);
+        let (end, end_after_ms) = if crash {
+            (RunEnd::Crash, self.rng.faults.below(duration_ms))
+        } else if self.rng.work.chance_per_million(plan.failure_per_million) {
+            (RunEnd::Fail, 1 + self.rng.work.below(duration_ms))
+        } else {
+            (RunEnd::Complete, duration_ms)
+        };
+        Run { slots: plan.slots_per_task, started_ms: None, duration_ms, end, end_after_ms }
+    }
+
+    fn run_start(&mut self, engine: usize, incarnation: u32, key: RunKey) {
+        let now = self.now_ms;
+        let sim = &mut self.engines[engine];
+        if !sim.is_current(incarnation) {
+            return;
+        }
+        let Some(run) = sim.runs.get_mut(&key) else { return };
+        run.started_ms = Some(now);
+        let end_at = now + run.end_after_ms;
+        let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone() };
+        self.report(engine, event, true);
+        self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+    }
+
+    fn run_end(&mut self, engine: usize, incarnation: u32, key: RunKey) {
+        let now = self.now_ms;
+        let sim = &mut self.engines[engine];
+        if !sim.is_current(incarnation) {
+            return;
+        }
+        let Some(run) = sim.runs.remove(&key) else { return };
+        let start = run.started_ms.expect("a run ends after it starts");
+        let engine_id = sim.id.clone();
+        let (task, attempt) = key;
+        match run.end {
+            RunEnd::Complete => {
+                self.busy.push((start, now, run.slots));
+                let event = Event::TaskCompleted {
+                    task,
+                    attempt,
+                    engine: engine_id,
+                    exit_code: 0,
+                    cpu_ms: run.duration_ms,
+                    wall_ms: run.duration_ms,
+                    result: Vec::new(),
+                };
+                self.report(engine, event, true);
+            }
+            RunEnd::Fail => {
+                self.busy.push((start, now, run.slots));
+                self.counts.task_failures += 1;
+                let event = Event::TaskFailed {
+                    task,
+                    attempt,
+                    engine: engine_id,
+                    exit_code: Some(1),
+                    kind: FailureKind::NonZeroExit,
+                    error_tail: "simulated failure".into(),
+                };
+                self.report(engine, event, true);
+            }
+            RunEnd::Crash => {
+                let sim = &mut self.engines[engine];
+                sim.runs.insert((task, attempt), run);
+                let intervals = sim.crash(now);
+                self.busy.extend(intervals);
+                self.counts.engine_crashes += 1;
+                if let Some(after) = self.scenario.faults.crashed_engines_return_after_ms {
+                    self.schedule(now + after, SimEvent::EngineReturn { engine });
+                }
+            }
+        }
+    }
+
+    // ---- the projector -------------------------------------------------------
+
+    /// The projector catches up, delivers, and may decide. A projector that dies
+    /// just after publishing and restarts at once gets a second round at the same
+    /// instant, so its successor decides while the batch is still in flight.
+    fn projector_round(&mut self) {
+        for _ in 0..2 {
+            let deliveries = self.projector.catch_up(&self.log, self.options.check_invariants);
+            let delivered_at = self.now_ms + self.scenario.latency.delivery_ms;
+            for order in deliveries {
+                let addressee = order.addressee().expect("deliveries have an addressee");
+                let engine = self.engine_by_id[addressee];
+                self.schedule(delivered_at, SimEvent::Deliver { engine, order });
+            }
+            let Some(batch) = self.projector.poll() else { return };
+            let token = self.next_publish_token;
+            self.next_publish_token += 1;
+            self.projector.publishing = Some(token);
+            let latency = &self.scenario.latency;
+            let jitter = if latency.publish_jitter_ms > 0 { self.rng.projector.below(latency.publish_jitter_ms + 1) } else { 0 };
+            let event = SimEvent::Publish {
+                token,
+                incarnation: self.projector.incarnation,
+                batch,
+                expected_last_orders_seq: self.projector.last_orders_seq(),
+            };
+            self.schedule(self.now_ms + latency.publish_ms + jitter, event);
+            if self.crashes_armed == 0 {
+                return;
+            }
+            self.crashes_armed -= 1;
+            self.projector_crash();
+            if !self.projector.is_up() {
+                return;
+            }
+        }
+    }
+
+    fn publish_lands(&mut self, token: u64, incarnation: u32, batch: OrderBatch, expected: Seq) {
+        if self.lost_publishes.remove(&token) {
+            return;
+        }
+        let ours = incarnation == self.projector.incarnation;
+        let id = derived_id(self.scenario.seed, BATCH_ID_SALT, batch.based_on_seq.0);
+        let envelope = Envelope { id, source: "gridfold-projector".into(), event: Event::OrderBatch(batch) };
+        match self.log.append_fenced(self.now_ms, Origin::Projector, envelope, Some(expected)) {
+            Appended::Stored(_) => {
+                if ours {
+                    self.projector.publish_acked(false);
+                } else {
+                    self.counts.publishes_after_restart += 1;
+                }
+            }
+            Appended::Duplicate(_) => {
+                self.counts.log_deduplicated += 1;
+                self.counts.publishes_deduplicated += 1;
+                if ours {
+                    self.projector.publish_acked(true);
+                }
+            }
+            Appended::Fenced { .. } => {
+                self.counts.publishes_fenced += 1;
+                if ours {
+                    self.projector.publish_refused();
+                }
+            }
+        }
+    }
+
+    /// A restart due: half the time the projector dies at once, whatever it is doing;
+    /// otherwise just after it next sends a batch, so that batch is in flight when it dies.
+    fn projector_restart(&mut self) {
+        if !self.projector.is_up() {
+            return; // already down: this restart folds into the one under way
+        }
+        if self.projector.publishing.is_none() && self.rng.restarts.chance_per_million(PER_MILLION / 2) {
+            self.crashes_armed += 1;
+        } else {
+            self.projector_crash();
+        }
+    }
+
+    fn projector_crash(&mut self) {
+        if let Some(token) = self.projector.crash() {
+            let faults = &self.scenario.faults;
+            if self.rng.restarts.chance_per_million(faults.lost_publish_on_restart_per_million) {
+                self.counts.publishes_lost += 1;
+                self.lost_publishes.insert(token);
+            }
+        }
+        let downtime = self.scenario.faults.restart_downtime_ms;
+        if downtime == 0 {
+            self.projector.start(&self.log);
+        } else {
+            self.schedule(self.now_ms + downtime, SimEvent::ProjectorUp);
+        }
+    }
+
+    // ---- the end -------------------------------------------------------------
+
+    fn job_has_ended(&self, state: &State, job: usize) -> bool {
+        let Some(seq) = self.submit_seq[job] else { return false };
+        match state.job_idx(&self.scenario.jobs[job].id) {
+            Some(idx) => state.job(idx).status != JobStatus::Active,
+            None => state.last_seq >= seq, // refused at submission
+        }
+    }
+
+    /// Whether every job has ended, as the projector (up and caught up) sees it.
+    fn all_jobs_ended(&mut self) -> bool {
+        let Some(state) = self.projector.state() else { return false };
+        if state.last_seq != self.log.last_seq() {
+            return false;
+        }
+        while self.jobs_ended_below < self.scenario.jobs.len() && self.job_has_ended(state, self.jobs_ended_below) {
+            self.jobs_ended_below += 1;
+        }
+        self.jobs_ended_below == self.scenario.jobs.len()
+    }
+
+    fn finish(mut self, outcome: Outcome) -> Result<(SimReport, SimLog), SimError> {
+        let seed = self.scenario.seed;
+        if !self.projector.is_up() {
+            self.projector.start(&self.log);
+        }
+        // Whatever the projector had not folded yet; the orders would be delivered after the stop.
+        let _ = self.projector.catch_up(&self.log, self.options.check_invariants);
+        let live = self.projector.state().expect("the projector is up");
+
+        // (a) A replay from nothing reaches the same chain, and re-derives every batch.
+        let options = ReplayOptions { verify: true, stop_at: None, check_invariants: false };
+        let (replayed, replay_report) = replay(State::new(), self.log.entries(), &options, &mut |_| {});
+        if replayed.chain != live.chain {
+            return Err(SimError::ChainMismatch { seed, live: live.chain.to_hex(), replayed: replayed.chain.to_hex() });
+        }
+        if let Some(divergence) = replay_report.first_divergence {
+            return Err(SimError::Divergence { seed, detail: format!("{divergence:?}") });
+        }
+        // (b) The live projector, restarts and all, holds exactly the replayed state.
+        let live_state_digest = live.state_digest();
+        let state_digest = replayed.state_digest();
+        if live_state_digest != state_digest {
+            return Err(SimError::StateMismatch {
+                seed,
+                live: live_state_digest.to_hex(),
+                replayed: state_digest.to_hex(),
+            });
+        }
+
+        let report = self.report_on(&replayed, outcome, replay_report.rejected_entries);
+        Ok((report, self.log))
+    }
+
+    fn report_on(&self, state: &State, outcome: Outcome, rejected_entries: u64) -> SimReport {
+        let scenario = self.scenario;
+        let stop = self.now_ms;
+        let (mut done, mut failed, mut cancelled, mut refused, mut unfinished) = (0, 0, 0, 0, 0);
+        let mut first_submit: Option<u64> = None;
+        let mut last_end: u64 = 0;
+        for (j, plan) in scenario.jobs.iter().enumerate() {
+            match state.job_idx(&plan.id) {
+                Some(idx) => {
+                    let job = state.job(idx);
+                    let submitted = job.submitted_ms - EPOCH_MS;
+                    first_submit = Some(first_submit.map_or(submitted, |f| f.min(submitted)));
+                    match job.status {
+                        JobStatus::Active => {
+                            unfinished += 1;
+                            last_end = stop;
+                        }
+                        JobStatus::Done => done += 1,
+                        JobStatus::Failed => failed += 1,
+                        JobStatus::Cancelled => cancelled += 1,
+                    }
+                    if let Some(ended) = job.ended_ms {
+                        last_end = last_end.max(ended - EPOCH_MS);
+                    }
+                }
+                None if self.submit_seq[j].is_some() => refused += 1,
+                None => unfinished += 1,
+            }
+        }
+        let window = first_submit.map(|start| (start, last_end.max(start)));
+        let makespan_ms = window.map_or(0, |(start, end)| end - start);
+        let overlap = |(a, b): (u64, u64)| window.map_or(0, |(start, end)| b.min(end).saturating_sub(a.max(start)));
+        let mut busy: u128 = self.busy.iter().map(|&(a, b, slots)| overlap((a, b)) as u128 * u128::from(slots)).sum();
+        let mut capacity: u128 = 0;
+        for engine in &self.engines {
+            for interval in engine.alive_intervals(stop) {
+                capacity += overlap(interval) as u128 * u128::from(engine.slots);
+            }
+            for run in engine.runs.values() {
+                if let Some(start) = run.started_ms {
+                    busy += overlap((start, stop)) as u128 * u128::from(run.slots);
+                }
+            }
+        }
+        let utilisation_permille = (busy * 1000).checked_div(capacity).map_or(0, |permille| permille as u64);
+        let totals = &state.totals;
+        let wait = self.projector.wait;
+        SimReport {
+            seed: scenario.seed,
+            outcome,
+            stopped_at_ms: stop,
+            jobs: scenario.jobs.len() as u64,
+            jobs_done: done,
+            jobs_failed: failed,
+            jobs_cancelled: cancelled,
+            jobs_refused: refused,
+            jobs_unfinished: unfinished,
+            makespan_ms,
+            utilisation_permille,
+            tasks_done: totals.tasks_done,
+            tasks_failed: totals.tasks_failed,
+            attempts_failed: totals.attempts_failed,
+            requeues: totals.requeues,
+            engines_lost: totals.engines_lost,
+            dispatches: totals.dispatches,
+            wait_ms_mean: wait.sum_ms.checked_div(wait.tasks).unwrap_or(0),
+            wait_ms_max: wait.max_ms,
+            entries: self.log.len(),
+            order_batches: totals.order_batches,
+            rejected_entries,
+            rejections_by_kind: state.rejections.by_kind.clone(),
+            order_problems: self.projector.order_problems.clone(),
+            // The first start is the process starting, not a restart.
+            projector_restarts: self.projector.restarts_done,
+            projector_restarts_planned: scenario.faults.projector_restarts,
+            snapshots_taken: self.projector.snapshots_taken,
+            faults: self.counts.clone(),
+            chain_digest: state.chain.to_hex(),
+            state_digest: state.state_digest().to_hex(),
+        }
+    }
+}
+
+/// The job a scenario's plan submits.
+fn job_spec(plan: &JobPlan) -> JobSpec {
+    JobSpec {
+        id: plan.id.clone(),
+        owner: "sim".into(),
+        project: "sim".into(),
+        queue: "default".into(),
+        priority: plan.priority,
+        requirements: plan.requirements.clone(),
+        max_attempts: plan.max_attempts,
+        wall_time_limit_ms: 0,
+        slots_per_task: plan.slots_per_task,
+        template: TaskTemplate { argv: vec!["sim-task".into(), "{index}".into()], params: BTreeMap::new() },
+        tasks: TaskSet::Count(plan.tasks),
+    }
+}
