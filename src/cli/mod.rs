@@ -5,6 +5,7 @@
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
 pub mod replay;
+pub mod sim;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Explain why a task waits, or where it went, at the end of (or at a point in) a history.
     Why(replay::WhyArgs),
+    /// Run a simulated grid from a scenario file, with faults injected from its seed.
+    Sim(sim::SimArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -34,6 +37,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
+        Command::Sim(args) => sim::run(args),
     }
 }
 
