@@ -318,7 +318,8 @@ pub enum Order {
     /// The engine has been silent too long: its attempts are requeued, its slots forgotten.
     EngineLost { engine: EngineId, last_seen_ms: u64 },
     /// Put this attempt's task back in the queue.
-    Requeue { task: TaskRef, attempt: Attempt, reason: RequeueReason },
+    /// Put this attempt's task back in the queue; its engine is told to stop the attempt.
+    Requeue { task: TaskRef, attempt: Attempt, engine: EngineId, reason: RequeueReason },
     /// No engine known to the grid can ever run this job as it stands; it waits
     /// for one that can, and tells its submitter now rather than never.
     MarkUnschedulable { job: JobId, reason: Unschedulable },
@@ -337,7 +338,10 @@ impl Order {
     /// The engine that must hear of this order, if any.
     pub fn addressee(&self) -> Option<&EngineId> {
         match self {
-            Order::Dispatch { engine, .. } | Order::Cancel { engine, .. } => Some(engine),
+            Order::Dispatch { engine, .. } | Order::Cancel { engine, .. } | Order::Requeue { engine, .. } => {
+                Some(engine)
+            }
+            Order::EngineLost { engine, .. } => Some(engine),
             _ => None,
         }
     }
@@ -346,6 +350,8 @@ impl Order {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
     JobCancelled,
+    /// Sent to the engine of a requeued attempt; never in an order on the log.
+    Requeued,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -380,7 +386,9 @@ impl std::fmt::Display for Order {
                 write!(f, "cancel {task} #{attempt} on {engine} ({reason:?})")
             }
             Order::EngineLost { engine, last_seen_ms } => write!(f, "lost {engine} (last seen {last_seen_ms})"),
-            Order::Requeue { task, attempt, reason } => write!(f, "requeue {task} #{attempt} ({reason:?})"),
+            Order::Requeue { task, attempt, engine, reason } => {
+                write!(f, "requeue {task} #{attempt} from {engine} ({reason:?})")
+            }
             Order::MarkUnschedulable { job, reason } => write!(f, "unschedulable {job} ({})", reason.as_str()),
         }
     }

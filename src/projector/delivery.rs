@@ -2,7 +2,7 @@
 //! read back and folded. Only orders the fold applied are delivered; a Dispatch
 //! carries its task's command, resolved from the job.
 
-use crate::core::event::{Order, OrderBatch};
+use crate::core::event::{CancelReason, Order, OrderBatch};
 use crate::core::ids::Seq;
 use crate::core::reject::Rejection;
 use crate::core::state::State;
@@ -44,7 +44,11 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             }
             Order::Cancel { engine, .. } => (engine.clone(), DeliveryKind::Cancel(order.clone())),
             Order::EngineLost { engine, .. } => (engine.clone(), DeliveryKind::Lost(order.clone())),
-            Order::Requeue { .. } | Order::MarkUnschedulable { .. } => continue,
+            Order::Requeue { task, attempt, engine, .. } => {
+                let stop = Order::Cancel { task: task.clone(), attempt: *attempt, engine: engine.clone(), reason: CancelReason::Requeued };
+                (engine.clone(), DeliveryKind::Cancel(stop))
+            }
+            Order::MarkUnschedulable { .. } => continue,
         };
         deliveries.push(Delivery { id, batch_seq, engine, kind });
     }

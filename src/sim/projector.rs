@@ -222,7 +222,11 @@ fn deliverable_orders(entry: &Entry, rejections: &[Rejection]) -> Vec<Order> {
         .orders
         .iter()
         .enumerate()
-        .filter(|(n, order)| order.addressee().is_some() && !not_applied.contains(n))
+        // A simulated engine declared lost is either dead or logs in again by
+        // itself when it returns, so EngineLost needs no delivery here.
+        .filter(|(n, order)| {
+            order.addressee().is_some() && !matches!(order, Order::EngineLost { .. }) && !not_applied.contains(n)
+        })
         .map(|(_, order)| order.clone())
         .collect()
 }

@@ -378,8 +378,11 @@ impl<'a> World<'a> {
         }
         let (task, attempt, tag) = match &order {
             Order::Dispatch { task, attempt, .. } => (task, *attempt, OrderTag::Dispatch),
-            Order::Cancel { task, attempt, .. } => (task, *attempt, OrderTag::Cancel),
-            _ => unreachable!("only dispatches and cancels have an addressee"),
+            // A requeued attempt is stopped on its engine, as a cancelled one is.
+            Order::Cancel { task, attempt, .. } | Order::Requeue { task, attempt, .. } => {
+                (task, *attempt, OrderTag::Cancel)
+            }
+            _ => unreachable!("only dispatches, cancels and requeues are delivered"),
         };
         if !sim.first_sight(task, attempt, tag) {
             self.counts.orders_ignored_as_seen += 1;

@@ -279,6 +279,7 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             engine: engine.to_string(),
             reason: match reason {
                 CancelReason::JobCancelled => proto::CancelReason::JobCancelled,
+                CancelReason::Requeued => proto::CancelReason::Requeued,
             } as i32,
         }),
         Order::EngineLost {
@@ -291,10 +292,12 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
         Order::Requeue {
             task,
             attempt,
+            engine,
             reason,
         } => P::Requeue(proto::Requeue {
             task: task_ref_to_proto(task),
             attempt: *attempt,
+            engine: engine.to_string(),
             reason: match reason {
                 RequeueReason::DispatchTimeout => proto::RequeueReason::DispatchTimeout,
             } as i32,
@@ -627,6 +630,7 @@ fn cancel(m: proto::Cancel) -> Result<Order, WireError> {
             return Err(unspecified::<proto::CancelReason>("reason"));
         }
         proto::CancelReason::JobCancelled => CancelReason::JobCancelled,
+        proto::CancelReason::Requeued => CancelReason::Requeued,
     };
     Ok(Order::Cancel {
         task,
@@ -647,6 +651,7 @@ fn requeue(m: proto::Requeue) -> Result<Order, WireError> {
     Ok(Order::Requeue {
         task,
         attempt: m.attempt,
+        engine: engine_id("engine", &m.engine)?,
         reason,
     })
 }

@@ -206,6 +206,7 @@ pub fn every_event() -> Vec<Event> {
                 Order::Requeue {
                     task: task("render-1", 2),
                     attempt: 1,
+                    engine: engine("e3"),
                     reason: RequeueReason::DispatchTimeout,
                 },
                 Order::MarkUnschedulable {
@@ -369,9 +370,10 @@ fn arb_order() -> impl Strategy<Value = Order> {
             engine,
             last_seen_ms
         }),
-        (arb_task(), any::<u32>()).prop_map(|(task, attempt)| Order::Requeue {
+        (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| Order::Requeue {
             task,
             attempt,
+            engine,
             reason: RequeueReason::DispatchTimeout
         }),
         (arb_job(), any::<bool>()).prop_map(|(job, matches)| Order::MarkUnschedulable {

@@ -45,6 +45,7 @@ pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
         orders.push(Order::Requeue {
             task: state.task_ref(key),
             attempt: live.attempt,
+            engine: state.engine(live.engine).id.clone(),
             reason: RequeueReason::DispatchTimeout,
         });
     }

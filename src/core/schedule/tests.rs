@@ -196,7 +196,7 @@ fn a_dispatch_not_started_in_time_is_requeued() {
     let now = log.time_ms;
     log.at(now + 2_500).push(Event::Tick);
     check(&mut log, &mut state, expect![[r#"
-        requeue j/0 #1 (DispatchTimeout)
+        requeue j/0 #1 from e1 (DispatchTimeout)
     "#]]);
     check(&mut log, &mut state, expect![[r#"
         dispatch j/0 #2 -> e1
