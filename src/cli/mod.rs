@@ -4,8 +4,13 @@
 //! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
+pub mod client;
+pub mod jobfile;
+pub mod jobs;
+pub mod policyfile;
 pub mod replay;
 pub mod sim;
+pub mod stat;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +29,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Submit the job in a job file; prints its id.
+    Submit(jobs::SubmitArgs),
+    /// Jobs with their task counts, throughput and estimated end; engines with their slots.
+    Stat(stat::StatArgs),
+    /// Cancel a job: waiting tasks are dropped, running ones stopped.
+    Cancel(jobs::CancelArgs),
+    /// Change a job's priority (higher runs first).
+    Priority(jobs::PriorityArgs),
+    /// Operator policy.
+    Policy(jobs::PolicyArgs),
+    /// Write the whole log as a history file.
+    Export(stat::ExportArgs),
     /// Fold a recorded history and print its summary and digest; --verify re-derives every order batch.
     Replay(replay::ReplayArgs),
     /// Explain why a task waits, or where it went, at the end of (or at a point in) a history.
@@ -35,6 +52,12 @@ pub enum Command {
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Submit(args) => jobs::submit(args),
+        Command::Stat(args) => stat::stat(args),
+        Command::Cancel(args) => jobs::cancel(args),
+        Command::Priority(args) => jobs::priority(args),
+        Command::Policy(args) => jobs::policy(args),
+        Command::Export(args) => stat::export(args),
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
         Command::Sim(args) => sim::run(args),

@@ -13,9 +13,12 @@ use crate::core::state::State;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// A history file (JSON Lines, one log entry per line; see README).
+    /// A history file (JSON Lines, one log entry per line; see README). Without it,
+    /// the log is read from the broker (`--nats`).
     #[arg(long)]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats: super::client::NatsArgs,
     /// Re-run `schedule` at each order batch's based_on_seq and report the first divergence.
     #[arg(long)]
     pub verify: bool,
@@ -46,7 +49,8 @@ pub struct WhyArgs {
 
 #[derive(Debug, serde::Serialize)]
 struct ReplayOutput {
-    file: String,
+    /// The history file or broker URL replayed.
+    source: String,
     verified: bool,
     batches_verified: u64,
     batches_not_verifiable: u64,
@@ -57,17 +61,30 @@ struct ReplayOutput {
 
 fn fold_file(file: &PathBuf, options: &ReplayOptions) -> Result<(State, ReplayReport), super::BadInput> {
     let entries = super::read_history(file)?;
+    Ok(fold_entries(&entries, options))
+}
+
+fn fold_entries(entries: &[crate::core::event::Entry], options: &ReplayOptions) -> (State, ReplayReport) {
     let bar = super::progress_bar(entries.len() as u64, "replay");
-    let (state, report) = replay(State::new(), &entries, options, &mut |n| bar.set_position(n));
+    let (state, report) = replay(State::new(), entries, options, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
-    Ok((state, report))
+    (state, report)
 }
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions { verify: args.verify, stop_at: args.at.map(Seq), check_invariants: false };
-    let (state, report) = match fold_file(&args.file, &options) {
-        Ok(folded) => folded,
-        Err(bad) => return Ok(super::bad_input(bad)),
+    let (source, (state, report)) = match &args.file {
+        Some(file) => match fold_file(file, &options) {
+            Ok(folded) => (file.display().to_string(), folded),
+            Err(bad) => return Ok(super::bad_input(bad)),
+        },
+        None => {
+            let raw = super::client::block_on(async {
+                let log = super::client::connect_log(&args.nats).await?;
+                super::stat::read_whole_log(&log).await
+            })?;
+            (args.nats.url.clone(), fold_entries(&super::stat::to_entries(&raw), &options))
+        }
     };
     let divergence = report.first_divergence.as_ref().map(|d| {
         format!(
@@ -83,7 +100,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .map(|expected| format!("digest {} does not match the expected {}", summary.chain_digest, expected.trim()));
     if args.json {
         let output = ReplayOutput {
-            file: args.file.display().to_string(),
+            source,
             verified: args.verify && divergence.is_none(),
             batches_verified: report.batches_verified,
             batches_not_verifiable: report.batches_not_verifiable,

@@ -1,0 +1,123 @@
+//! `gridfold stat` (asks the projector) and `gridfold export` (reads the log).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use super::client::{ask, block_on, connect_log, NatsArgs};
+use crate::core::event::Entry;
+use crate::core::ids::Seq;
+use crate::log::{read_to_end, EventLog, RawEntry};
+use crate::projector::query::{StatRequest, StateSummary, STAT_SUBJECT};
+use crate::wire;
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Only this job.
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    /// Ask again every 2 seconds until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The history file to write (JSON Lines; replay it with `gridfold replay --file`).
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+}
+
+pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        loop {
+            let summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone() }).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&summary)?);
+            } else {
+                if args.watch {
+                    print!("\x1b[2J\x1b[H");
+                }
+                print_stat(&summary);
+            }
+            if !args.watch {
+                return Ok(ExitCode::SUCCESS);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
+}
+
+fn print_stat(summary: &StateSummary) {
+    println!("{:<24} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}", "JOB", "STATUS", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "TASKS/S", "ETA");
+    for job in &summary.jobs {
+        let eta = job
+            .estimated_end_ms
+            .map(|end| format!("{:.0} s", end.saturating_sub(summary.log_time_ms) as f64 / 1000.0))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<24} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10.1} {:>12}{}",
+            job.id,
+            job.status,
+            job.tasks,
+            job.waiting,
+            job.running + job.dispatched,
+            job.done,
+            job.failed,
+            job.throughput_per_s,
+            eta,
+            job.unschedulable.as_ref().map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
+        );
+    }
+    println!();
+    println!("{:<24} {:>10} {:>6} {:>6} {:>6} {:>10}", "ENGINE", "STATUS", "SLOTS", "USED", "FREE", "COMPLETED");
+    for engine in &summary.engines {
+        println!(
+            "{:<24} {:>10} {:>6} {:>6} {:>6} {:>10}",
+            engine.id, engine.status, engine.slots, engine.used, engine.slots - engine.used, engine.completed
+        );
+    }
+    println!();
+    println!("log seq {}, {} rejected, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
+}
+
+/// Reads the whole log as it is now, with a progress bar.
+pub async fn read_whole_log<L: EventLog>(log: &L) -> anyhow::Result<Vec<RawEntry>> {
+    let mut reading = read_to_end(log, 1).await.with_context(|| format!("reading {}", log.location()))?;
+    let bar = super::progress_bar(reading.end_seq(), "reading");
+    let mut all = Vec::with_capacity(reading.end_seq() as usize);
+    while let Some(batch) = reading.next_batch(10_000).await? {
+        all.extend(batch);
+        bar.set_position(all.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(all)
+}
+
+pub fn to_entries(raw: &[RawEntry]) -> Vec<Entry> {
+    raw.iter().map(|e| wire::entry_from_log(Seq(e.seq), e.time_ms, &e.subject, &e.payload)).collect()
+}
+
+pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    let raw = block_on(async {
+        let log = connect_log(&args.nats).await?;
+        read_whole_log(&log).await
+    })?;
+    let file = std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for entry in &raw {
+        writeln!(out, "{}", wire::history::write_history_line(Seq(entry.seq), entry.time_ms, &entry.subject, &entry.payload))?;
+    }
+    out.flush()?;
+    println!("exported {} entries to {}", raw.len(), args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
