@@ -48,13 +48,12 @@ fn render_expected(recorded: &[RecordedEntry]) -> String {
         for rejection in fold(&mut state, entry) {
             writeln!(rejections, "seq {}: {}: {rejection}", entry.seq, rejection.kind_name()).unwrap();
         }
-        if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload) {
-            if let Event::OrderBatch(batch) = &envelope.event {
+        if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload)
+            && let Event::OrderBatch(batch) = &envelope.event {
                 for order in &batch.orders {
                     writeln!(orders, "seq {} (based on {}): {order}", entry.seq, batch.based_on_seq).unwrap();
                 }
             }
-        }
     }
     format!(
         "# orders\n{orders}\n# rejections\n{}\n# final state\n{}\n",

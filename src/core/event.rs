@@ -4,7 +4,7 @@
 //! These types mirror `schemas/gridfold/v1/events.proto`; `wire/` converts
 //! between the two and is the only place that knows protobuf. Everything here
 //! is plain data: validation of what an event *means* happens in `fold`,
-//! which records a [`Rejection`] instead of failing.
+//! which records a [`Rejection`](super::reject::Rejection) instead of failing.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +51,9 @@ pub enum Origin {
     Client,
 }
 
+// Nearly every payload is an event: boxing it would cost an allocation per entry
+// for the sake of the rare undecodable one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Payload {
     Event(Envelope),

@@ -50,13 +50,11 @@ impl Machine {
     /// Folds one entry; if it is a batch this machine published, it is no longer in flight.
     pub fn handle_entry(&mut self, entry: &Entry) -> Vec<Rejection> {
         let rejections = fold(&mut self.state, entry);
-        if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload) {
-            if let Event::OrderBatch(batch) = &envelope.event {
-                if self.pending.front() == Some(batch) {
+        if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload)
+            && let Event::OrderBatch(batch) = &envelope.event
+                && self.pending.front() == Some(batch) {
                     self.pending.pop_front();
                 }
-            }
-        }
         rejections
     }
 

@@ -96,7 +96,7 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
-                problem: super::FieldProblem::MissingOneof { expected: "run, cancel or lost".into() },
+                problem: super::FieldProblem::MissingOneof { expected: "run, cancel or lost" },
             })
         }
     };

@@ -146,7 +146,8 @@ pub struct Totals {
     pub attempts_failed: u64,
     pub requeues: u64,
     pub engines_lost: u64,
-    /// Sum over completed tasks of (start - submit) in ms: the wait before running.
+    /// Sum over every attempt's start (retries included) of (start - job submission)
+    /// in ms; an attempt completed with no start report counts as of its completion.
     pub wait_ms_sum: u64,
     pub wait_ms_max: u64,
     /// Sum over completed attempts of their wall time in ms.
@@ -452,11 +453,8 @@ impl State {
         let live = self.live.get_mut(&key).expect("fold checks the attempt is live");
         self.dispatched_since.remove(&(live.dispatched_ms, key));
         live.started_ms = Some(now);
-        let job = &mut self.jobs[key.job.0 as usize];
-        job.mark_running(key.index);
-        let wait = now.saturating_sub(job.submitted_ms);
-        self.totals.wait_ms_sum += wait;
-        self.totals.wait_ms_max = self.totals.wait_ms_max.max(wait);
+        self.jobs[key.job.0 as usize].mark_running(key.index);
+        self.record_wait(key);
     }
 
     /// Removes the live attempt and frees its slots; the caller sets the task's next status.
@@ -477,7 +475,7 @@ impl State {
     pub(crate) fn complete(&mut self, key: TaskKey, wall_ms: u64) {
         let live = self.release(key);
         if live.started_ms.is_none() {
-            self.start_time_unknown(key);
+            self.record_wait(key);
         }
         self.engines[live.engine.0 as usize].completed += 1;
         self.totals.tasks_done += 1;
@@ -494,8 +492,8 @@ impl State {
         self.refresh_runnable(key.job);
     }
 
-    /// A completion with no start report still counts its wait, as of the completion.
-    fn start_time_unknown(&mut self, key: TaskKey) {
+    /// Counts the wait of an attempt starting now (or completing with no start report).
+    fn record_wait(&mut self, key: TaskKey) {
         let wait = self.now_ms.saturating_sub(self.jobs[key.job.0 as usize].submitted_ms);
         self.totals.wait_ms_sum += wait;
         self.totals.wait_ms_max = self.totals.wait_ms_max.max(wait);
