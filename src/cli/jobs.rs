@@ -82,28 +82,35 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
-    let job = match job_id(&args.job) {
-        Ok(job) => job,
-        Err(bad) => return Ok(bad_input(bad)),
-    };
-    let seq = block_on(async {
-        let log = connect_log(&args.nats).await?;
-        publish(&log, "gridfold-cli", Event::JobCancelled { job: job.clone(), reason: args.reason }).await
-    })?;
-    println!("cancel of {job} recorded at seq {seq}");
-    Ok(ExitCode::SUCCESS)
+    let reason = args.reason;
+    publish_for_job(&args.job, &args.nats, |job| Event::JobCancelled { job, reason }, |job, seq| {
+        format!("cancel of {job} recorded at seq {seq}")
+    })
 }
 
 pub fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
-    let job = match job_id(&args.job) {
+    let priority = args.priority;
+    publish_for_job(&args.job, &args.nats, |job| Event::JobPriorityChanged { job, priority }, |job, seq| {
+        format!("priority of {job} set to {priority} at seq {seq}")
+    })
+}
+
+/// Publishes an event about one job, named on the command line.
+fn publish_for_job(
+    job: &str,
+    nats: &NatsArgs,
+    event: impl FnOnce(JobId) -> Event,
+    said: impl FnOnce(&JobId, u64) -> String,
+) -> anyhow::Result<ExitCode> {
+    let job = match job_id(job) {
         Ok(job) => job,
         Err(bad) => return Ok(bad_input(bad)),
     };
     let seq = block_on(async {
-        let log = connect_log(&args.nats).await?;
-        publish(&log, "gridfold-cli", Event::JobPriorityChanged { job: job.clone(), priority: args.priority }).await
+        let log = connect_log(nats).await?;
+        publish(&log, "gridfold-cli", event(job.clone())).await
     })?;
-    println!("priority of {job} set to {} at seq {seq}", args.priority);
+    println!("{}", said(&job, seq));
     Ok(ExitCode::SUCCESS)
 }
 

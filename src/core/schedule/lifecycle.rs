@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use super::InFlight;
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
-use crate::core::state::{EngineIdx, State};
+use crate::core::ids::{Attempt, EngineId, TaskRef};
+use crate::core::state::{EngineIdx, State, TaskKey};
 
 /// Most timer-driven orders of each kind in one run, so a long silence cannot
 /// produce an unbounded batch; the rest fire on the next run.
@@ -29,46 +30,54 @@ pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec
     lost
 }
 
-/// Dispatches not reported started within `dispatch_timeout_ms` go back to the queue.
+/// Dispatches not reported started within `dispatch_timeout_ms` go back to the
+/// queue, and their engine is told to drop them.
 pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
     let timeout = state.policy.dispatch_timeout_ms;
-    let mut n_requeued = 0;
-    for &(dispatched_ms, key) in state.dispatched_by_age() {
-        if dispatched_ms.saturating_add(timeout) >= state.now_ms || n_requeued == TIMER_ORDERS_PER_RUN_MAX {
-            break;
-        }
-        let live = state.live_attempt(key).expect("dispatched attempts are live");
-        if in_flight.is_ending(key) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
-            continue;
-        }
-        n_requeued += 1;
-        orders.push(Order::Requeue {
-            task: state.task_ref(key),
-            attempt: live.attempt,
-            engine: state.engine(live.engine).id.clone(),
-            reason: RequeueReason::DispatchTimeout,
-        });
-    }
+    let overdue = state
+        .dispatched_by_age()
+        .take_while(|&&(dispatched_ms, _)| dispatched_ms.saturating_add(timeout) < state.now_ms)
+        .map(|&(_, key)| key);
+    end_live_attempts(state, in_flight, lost, overdue, orders, |task, attempt, engine| Order::Requeue {
+        task,
+        attempt,
+        engine,
+        reason: RequeueReason::DispatchTimeout,
+    });
 }
 
 /// Live attempts of cancelled or failed jobs are told to stop.
 pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
-    let mut n_cancelled = 0;
-    for key in state.attempts_to_cancel() {
-        if n_cancelled == TIMER_ORDERS_PER_RUN_MAX {
+    end_live_attempts(state, in_flight, lost, state.attempts_to_cancel(), orders, |task, attempt, engine| Order::Cancel {
+        task,
+        attempt,
+        engine,
+        reason: CancelReason::JobCancelled,
+    });
+}
+
+/// One order per live attempt, at most [`TIMER_ORDERS_PER_RUN_MAX`], skipping
+/// attempts an order in flight already ends and attempts on engines being lost
+/// (their loss requeues them).
+fn end_live_attempts(
+    state: &State,
+    in_flight: &InFlight,
+    lost: &BTreeSet<EngineIdx>,
+    keys: impl Iterator<Item = TaskKey>,
+    orders: &mut Vec<Order>,
+    order_for: impl Fn(TaskRef, Attempt, EngineId) -> Order,
+) {
+    let mut n_ended = 0;
+    for key in keys {
+        if n_ended == TIMER_ORDERS_PER_RUN_MAX {
             break;
         }
-        let live = state.live_attempt(key).expect("attempts to cancel are live");
+        let live = state.live_attempt(key).expect("attempts to end are live");
         if in_flight.is_ending(key) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
             continue;
         }
-        n_cancelled += 1;
-        orders.push(Order::Cancel {
-            task: state.task_ref(key),
-            attempt: live.attempt,
-            engine: state.engine(live.engine).id.clone(),
-            reason: CancelReason::JobCancelled,
-        });
+        n_ended += 1;
+        orders.push(order_for(state.task_ref(key), live.attempt, state.engine(live.engine).id.clone()));
     }
 }
 
