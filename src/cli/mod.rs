@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
+pub mod engine;
 pub mod replay;
 pub mod sim;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Why(replay::WhyArgs),
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
+    /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
+    Engine(engine::EngineArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -38,6 +41,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
         Command::Sim(args) => sim::run(args),
+        Command::Engine(args) => engine::run(args),
     }
 }
 
