@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod core;
+pub mod engine;
 pub mod log;
 pub mod projector;
 pub mod sim;

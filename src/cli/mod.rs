@@ -5,6 +5,7 @@
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
 pub mod client;
+pub mod engine;
 pub mod jobfile;
 pub mod jobs;
 pub mod policyfile;
@@ -47,6 +48,8 @@ pub enum Command {
     Why(replay::WhyArgs),
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
+    /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
+    Engine(engine::EngineArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -61,6 +64,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
         Command::Sim(args) => sim::run(args),
+        Command::Engine(args) => engine::run(args),
     }
 }
 

@@ -320,7 +320,6 @@ pub enum Order {
     Cancel { task: TaskRef, attempt: Attempt, engine: EngineId, reason: CancelReason },
     /// The engine has been silent too long: its attempts are requeued, its slots forgotten.
     EngineLost { engine: EngineId, last_seen_ms: u64 },
-    /// Put this attempt's task back in the queue.
     /// Put this attempt's task back in the queue; its engine is told to stop the attempt.
     Requeue { task: TaskRef, attempt: Attempt, engine: EngineId, reason: RequeueReason },
     /// No engine known to the grid can ever run this job as it stands; it waits

@@ -63,6 +63,9 @@ string_id!(
 pub enum IdError {
     #[error("an id may not be empty")]
     Empty,
+    /// `.` and `..` would name directories, not jobs, in an engine's work dir.
+    #[error("an id may not be made only of dots")]
+    OnlyDots,
     #[error("an id is at most {ID_LEN_MAX} bytes, this one has {0}")]
     TooLong(usize),
     #[error("an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found {0:?} at byte {1}")]
@@ -75,6 +78,9 @@ fn validate_id(text: &str, dot_allowed: bool) -> Result<(), IdError> {
     }
     if text.len() > ID_LEN_MAX {
         return Err(IdError::TooLong(text.len()));
+    }
+    if text.bytes().all(|b| b == b'.') {
+        return Err(IdError::OnlyDots);
     }
     if let Some((at, bad)) = text
         .char_indices()
@@ -157,6 +163,7 @@ mod tests {
         assert!(EngineId::new("a.>").is_err(), "NATS wildcards must never reach a subject");
         assert_eq!(EngineId::new("a.b"), Err(IdError::BadCharacter('.', 1)), "a dot would split the subject token");
         assert!(JobId::new("run.2026").is_ok(), "job ids never become subject tokens");
+        assert_eq!(JobId::new(".."), Err(IdError::OnlyDots), "a job id names a work directory");
     }
 
     #[test]

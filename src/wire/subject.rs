@@ -19,11 +19,7 @@ pub const POLICY_SUBJECT: &str = "gridfold.ev.policy";
 const ENGINE_SUBJECT_PREFIX: &str = "gridfold.ev.engine.";
 
 /// The subject `event` is published on.
-///
-/// An engine id holding a `.` yields a subject whose engine token is only the
-/// part before the dot, so [`origin_of`] names another engine and the fold
-/// rejects the event as forged. (`core::ids` lets `.`, the NATS token
-/// separator, into engine ids; it should not.)
+/// Engine ids hold no `.`, so an engine's id is exactly one subject token.
 pub fn subject_for(event: &Event) -> String {
     let engine = |engine: &EngineId, kind: &str| format!("{ENGINE_SUBJECT_PREFIX}{engine}.{kind}");
     match event {

@@ -1,0 +1,106 @@
+//! `gridfold engine`: one engine agent on a NATS JetStream broker, until SIGTERM or SIGINT.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::core::ids::EngineId;
+use crate::engine::{EngineConfig, JetStreamOrderFeed, probe, run_engine};
+
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub nats: super::client::NatsArgs,
+    /// This engine's id: 1 to 64 of [A-Za-z0-9_-]; it names its subjects and its durable consumer.
+    #[arg(long, value_parser = parse_engine_id)]
+    pub name: EngineId,
+    /// How many slots to offer: the most task slots running at once.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::SLOTS_MAX)))]
+    pub slots: u32,
+    /// A property to log in with, KEY=VALUE (repeatable): custom (`type=blade`), or one of
+    /// os, arch, cores, memory_mb, disk_mb, mflops, site to replace the measured value.
+    #[arg(long = "prop", value_name = "KEY=VALUE", value_parser = probe::parse_prop)]
+    pub props: Vec<(String, String)>,
+    /// Where attempts run, each in <work-dir>/<job>/<index>-<attempt> [default: <temp dir>/gridfold-engine-<name>].
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_secs: u64,
+    /// On SIGTERM or SIGINT, how long running tasks may finish before they are killed.
+    #[arg(long, default_value_t = 30)]
+    pub drain_timeout_secs: u64,
+}
+
+fn parse_engine_id(text: &str) -> Result<EngineId, String> {
+    EngineId::new(text).map_err(|err| err.to_string())
+}
+
+pub fn run(args: EngineArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Take the signals first, so a SIGTERM while connecting drains instead of killing.
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    let work_dir = args
+        .work_dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("gridfold-engine-{}", args.name)));
+    let given_props: BTreeMap<String, String> = args.props.into_iter().collect();
+    let config = EngineConfig {
+        given_props,
+        heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
+        drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+        ..EngineConfig::new(args.name.clone(), args.slots, work_dir)
+    };
+    let log = super::client::connect_log(&args.nats).await?;
+    let feed = JetStreamOrderFeed::open(&log, &args.name)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the order feed of engine {} at {}",
+                args.name, args.nats.url
+            )
+        })?;
+    eprintln!(
+        "gridfold engine {}: {} slot(s), broker {}, work dir {}",
+        args.name,
+        config.slots,
+        args.nats.url,
+        config.work_dir.display()
+    );
+    let shutdown = async move {
+        let name = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        eprintln!(
+            "gridfold engine: {name}: taking no more work, draining for up to {} s",
+            args.drain_timeout_secs
+        );
+    };
+    let report = run_engine(config, log, feed, shutdown)
+        .await
+        .with_context(|| format!("engine {}", args.name))?;
+    eprintln!(
+        "gridfold engine {}: logged out; {} started, {} completed, {} failed, {} stopped on order, {} stopped at shutdown",
+        args.name,
+        report.started,
+        report.completed,
+        report.failed,
+        report.stopped_on_order,
+        report.stopped_at_shutdown
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,699 @@
+//! The protocol of one engine: see the module docs of `engine` for the invariants.
+//!
+//! One loop owns all the state. It waits on a closed set of inputs (the
+//! publisher failing, shutdown, a run finishing, the heartbeat timer, the next
+//! delivery) and reacts to each; it never blocks on a process, and only a `Lost`
+//! (stop everything, then log in again) makes it wait for something in between.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::future::Future;
+use std::hash::Hash;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument as _;
+
+use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
+use super::report::{self, Outbox, PublisherGone};
+use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
+use super::{EngineConfig, EngineError, EngineReport, probe};
+use crate::core::event::{ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, Order};
+use crate::core::ids::{Attempt, EngineId, TaskRef};
+use crate::log::EventLog;
+use crate::wire::delivery::{DeliveryKind, RunTask, decode_delivery};
+
+/// Beyond the kill grace, how long stopped processes get to be reaped before the
+/// engine gives up waiting for them.
+const STOP_SLACK: Duration = Duration::from_secs(5);
+
+type AttemptKey = (TaskRef, Attempt);
+
+/// Runs one engine until `shutdown` completes (then drains, logs out and returns
+/// what it did) or until it cannot go on (the log unreachable past the retry
+/// budget, a broken order feed). `log` is where it publishes its events; `feed` is
+/// where its orders come from.
+///
+/// Whatever it still runs when it returns with an error, or when its future is
+/// dropped, is killed (the whole process group, SIGKILL).
+pub async fn run_engine<L, F, S>(
+    config: EngineConfig,
+    log: L,
+    mut feed: F,
+    shutdown: S,
+) -> Result<EngineReport, EngineError>
+where
+    L: EventLog + 'static,
+    F: OrderFeed,
+    S: Future<Output = ()> + Send,
+{
+    let span = tracing::info_span!("engine", engine = %config.engine);
+    async move {
+        config.validate()?;
+        let work_dir = prepare_work_dir(&config.work_dir)?;
+        let measured = {
+            let work_dir = work_dir.clone();
+            tokio::task::spawn_blocking(move || probe::measure(&work_dir))
+                .await
+                .map_err(|err| {
+                    EngineError::Internal(format!("the property probe panicked: {err}"))
+                })?
+        };
+        let props = probe::apply_given(measured, &config.given_props)?;
+        let (outbox, mut publisher_failed, publisher) =
+            report::spawn_publisher(log, config.publish_retry.clone());
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let mut agent = Agent {
+            seen_deliveries: Seen::new(config.seen_max),
+            seen_attempts: Seen::new(config.seen_max),
+            config,
+            work_dir,
+            props,
+            cores_measured: probe::cores(),
+            session: Session::default(),
+            running: BTreeMap::new(),
+            slots_used: 0,
+            outbox,
+            done_tx,
+            done_rx,
+            report: EngineReport::default(),
+        };
+        let result = agent.run(&mut feed, shutdown, &mut publisher_failed).await;
+        match result {
+            Ok(()) => {
+                let report = std::mem::take(&mut agent.report);
+                drop(agent); // closes the outbox: the publisher sends what it holds and ends
+                let stored = publisher.await.map_err(|err| {
+                    EngineError::Internal(format!("the publisher panicked: {err}"))
+                })?;
+                tracing::info!(stored, "logged out");
+                Ok(report)
+            }
+            Err(err) => {
+                agent.kill_all_now();
+                // The publisher may have failed meanwhile; its error says more.
+                Err(match publisher_failed.try_recv() {
+                    Ok(publish_err) => publish_err,
+                    Err(_) => err,
+                })
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn prepare_work_dir(dir: &Path) -> Result<PathBuf, EngineError> {
+    let io = |source| EngineError::WorkDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    dir.canonicalize().map_err(io)
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    id: [u8; 16],
+    /// The log sequence of this session's `EngineLoggedIn`.
+    login_seq: u64,
+    heartbeats: u64,
+}
+
+/// Why the engine stopped an attempt it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    /// The projector cancelled (or requeued) the attempt: say nothing.
+    Cancel,
+    /// This engine was declared lost: say nothing, log in again.
+    Lost,
+    /// The drain timeout ran out: report `EngineShutdown`.
+    Shutdown,
+}
+
+#[derive(Debug)]
+struct Running {
+    slots: u32,
+    killer: Killer,
+    stop: Option<StopReason>,
+}
+
+struct Agent {
+    config: EngineConfig,
+    work_dir: PathBuf,
+    props: EngineProps,
+    /// The machine's cores, for the load per core (the login may declare others).
+    cores_measured: u32,
+    session: Session,
+    running: BTreeMap<AttemptKey, Running>,
+    slots_used: u32,
+    seen_deliveries: Seen<String>,
+    seen_attempts: Seen<AttemptKey>,
+    outbox: Outbox,
+    done_tx: mpsc::UnboundedSender<(AttemptKey, RunOutcome)>,
+    done_rx: mpsc::UnboundedReceiver<(AttemptKey, RunOutcome)>,
+    report: EngineReport,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill_all_now();
+    }
+}
+
+impl Agent {
+    fn engine(&self) -> &EngineId {
+        &self.config.engine
+    }
+
+    async fn run<F: OrderFeed, S: Future<Output = ()>>(
+        &mut self,
+        feed: &mut F,
+        shutdown: S,
+        publisher_failed: &mut oneshot::Receiver<EngineError>,
+    ) -> Result<(), EngineError> {
+        self.log_in().await?;
+        tokio::pin!(shutdown);
+        let period = self.config.heartbeat_interval;
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                failed = &mut *publisher_failed => return Err(publisher_error(failed)),
+                () = &mut shutdown => break,
+                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                _ = heartbeat.tick() => self.heartbeat(),
+                message = feed.next() => {
+                    let OrderMessage { subject, payload, ack } = message?;
+                    self.handle(&subject, &payload).await?;
+                    if let Err(err) = ack.ack().await {
+                        tracing::warn!("{err}; the delivery will come again and be ignored");
+                    }
+                }
+            }
+        }
+        self.drain(&mut heartbeat, publisher_failed).await?;
+        let logout = self.session_event(
+            "EngineLoggedOut",
+            Event::EngineLoggedOut {
+                engine: self.engine().clone(),
+            },
+            0,
+        );
+        self.outbox.send_and_wait(logout).await.map_err(gone)?;
+        Ok(())
+    }
+
+    async fn log_in(&mut self) -> Result<(), EngineError> {
+        self.session = Session {
+            id: uuid::Uuid::new_v4().into_bytes(),
+            login_seq: 0,
+            heartbeats: 0,
+        };
+        let login = self.session_event(
+            "EngineLoggedIn",
+            Event::EngineLoggedIn {
+                engine: self.engine().clone(),
+                slots: self.config.slots,
+                props: self.props.clone(),
+            },
+            0,
+        );
+        let stored = self.outbox.send_and_wait(login).await.map_err(gone)?;
+        self.session.login_seq = stored.seq;
+        self.report.logins += 1;
+        self.report.props = self.props.clone();
+        tracing::info!(seq = stored.seq, slots = self.config.slots, props = ?self.props, "logged in");
+        Ok(())
+    }
+
+    fn heartbeat(&mut self) {
+        self.session.heartbeats += 1;
+        let load = probe::load(self.cores_measured);
+        let n = self.session.heartbeats;
+        let event = self.session_event(
+            "EngineHeartbeat",
+            Event::EngineHeartbeat {
+                engine: self.engine().clone(),
+                load,
+            },
+            n,
+        );
+        if !self.outbox.offer(event) {
+            tracing::warn!("heartbeat dropped: the publisher is behind");
+        }
+    }
+
+    /// Acts on one message of the order feed.
+    async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<(), EngineError> {
+        let delivery = match decode_delivery(self.engine(), payload) {
+            Ok(delivery) => delivery,
+            Err(err) => {
+                self.report.undecodable += 1;
+                tracing::warn!(subject, "ignoring a message that is not a delivery: {err}");
+                return Ok(());
+            }
+        };
+        if !self.seen_deliveries.insert(delivery.id.clone()) {
+            self.report.duplicates_ignored += 1;
+            tracing::debug!(id = %delivery.id, "ignoring a delivery already seen");
+            return Ok(());
+        }
+        if delivery.batch_seq.0 < self.session.login_seq {
+            self.report.stale_ignored += 1;
+            tracing::info!(
+                id = %delivery.id,
+                batch_seq = delivery.batch_seq.0,
+                login_seq = self.session.login_seq,
+                "ignoring a delivery decided before this login"
+            );
+            return Ok(());
+        }
+        match delivery.kind {
+            DeliveryKind::Run(run) => self.start(run).await,
+            DeliveryKind::Cancel(Order::Cancel {
+                task,
+                attempt,
+                engine,
+                reason,
+            }) if engine == *self.engine() => {
+                self.report.deliveries += 1;
+                let key = (task, attempt);
+                // An attempt cancelled before it came is never started.
+                self.seen_attempts.insert(key.clone());
+                if let Some(running) = self.running.get_mut(&key) {
+                    tracing::info!(task = %key.0, attempt, ?reason, "stopping a cancelled attempt");
+                    running.stop.get_or_insert(StopReason::Cancel);
+                    running.killer.stop();
+                }
+                Ok(())
+            }
+            DeliveryKind::Lost(Order::EngineLost { engine, .. }) if engine == *self.engine() => {
+                self.report.deliveries += 1;
+                self.lost().await
+            }
+            other => {
+                tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine or of an unknown shape: {other:?}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts a `Run`, or reports why it cannot.
+    async fn start(&mut self, run: RunTask) -> Result<(), EngineError> {
+        let key = (run.task.clone(), run.attempt);
+        if !self.seen_attempts.insert(key.clone()) {
+            self.report.duplicates_ignored += 1;
+            tracing::debug!(task = %run.task, attempt = run.attempt, "ignoring an attempt already started");
+            return Ok(());
+        }
+        self.report.deliveries += 1;
+        let slots = run.slots.max(1);
+        let free = self.config.slots - self.slots_used;
+        if slots > free {
+            let message = format!(
+                "engine {} cannot start {} #{}: it needs {slots} slot(s) and {free} of the engine's {} are free",
+                self.engine(),
+                run.task,
+                run.attempt,
+                self.config.slots
+            );
+            return self.launch_failed(&run, message).await;
+        }
+        let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
+            Ok(dir) => dir,
+            Err(message) => return self.launch_failed(&run, message).await,
+        };
+        let spec = LaunchSpec {
+            argv: run.argv.clone(),
+            env: task_env(self.engine(), &run, &work_dir),
+            work_dir,
+            wall_time_limit: (run.wall_time_limit_ms > 0)
+                .then(|| Duration::from_millis(run.wall_time_limit_ms)),
+            kill_grace: self.config.kill_grace,
+        };
+        match runner::start(spec, key.clone(), self.done_tx.clone()) {
+            Ok(killer) => {
+                tracing::info!(task = %run.task, attempt = run.attempt, pgid = killer.pgid(), argv = ?run.argv, "started");
+                self.slots_used += slots;
+                assert!(
+                    self.slots_used <= self.config.slots,
+                    "slots used beyond the engine's slots"
+                );
+                self.running.insert(
+                    key,
+                    Running {
+                        slots,
+                        killer,
+                        stop: None,
+                    },
+                );
+                self.report.started += 1;
+                let event = Event::TaskStarted {
+                    task: run.task.clone(),
+                    attempt: run.attempt,
+                    engine: self.engine().clone(),
+                };
+                self.publish_task_event(event).await
+            }
+            Err(err) => self.launch_failed(&run, err.to_string()).await,
+        }
+    }
+
+    async fn launch_failed(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+        tracing::warn!(task = %run.task, attempt = run.attempt, "{message}");
+        self.report.failed += 1;
+        let event = Event::TaskFailed {
+            task: run.task.clone(),
+            attempt: run.attempt,
+            engine: self.engine().clone(),
+            exit_code: None,
+            kind: FailureKind::LaunchFailed,
+            error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
+        };
+        self.publish_task_event(event).await
+    }
+
+    /// A run ended: free its slots and report it, unless the projector ended it first.
+    async fn finished(&mut self, key: AttemptKey, outcome: RunOutcome) -> Result<(), EngineError> {
+        let Some(running) = self.running.remove(&key) else {
+            tracing::error!(task = %key.0, attempt = key.1, "an attempt the engine does not run ended");
+            return Ok(());
+        };
+        self.slots_used -= running.slots;
+        let (task, attempt) = key;
+        let engine = self.engine().clone();
+        let failed = |kind, exit_code| Event::TaskFailed {
+            task: task.clone(),
+            attempt,
+            engine: engine.clone(),
+            exit_code,
+            kind,
+            error_tail: outcome.stderr_tail.clone(),
+        };
+        let event = match (running.stop, outcome.end) {
+            (Some(StopReason::Cancel | StopReason::Lost), end) => {
+                tracing::info!(%task, attempt, ?end, "stopped on the projector's order");
+                self.report.stopped_on_order += 1;
+                return Ok(());
+            }
+            (Some(StopReason::Shutdown), RunEnd::Killed) => {
+                self.report.stopped_at_shutdown += 1;
+                failed(FailureKind::EngineShutdown, None)
+            }
+            (_, RunEnd::Exited(0)) => {
+                if outcome.stdout_dropped_bytes > 0 {
+                    tracing::info!(%task, attempt, dropped = outcome.stdout_dropped_bytes, "result cut to its first 64 KiB");
+                }
+                Event::TaskCompleted {
+                    task: task.clone(),
+                    attempt,
+                    engine: engine.clone(),
+                    exit_code: 0,
+                    cpu_ms: outcome.cpu_ms,
+                    wall_ms: outcome.wall_ms,
+                    result: outcome.stdout_head.clone(),
+                }
+            }
+            (_, RunEnd::Exited(code)) => failed(FailureKind::NonZeroExit, Some(code)),
+            (_, RunEnd::Signalled(_)) => failed(FailureKind::Signalled, None),
+            (_, RunEnd::WallTimeExceeded) => failed(FailureKind::WallTimeExceeded, None),
+            (None, RunEnd::Killed) => {
+                unreachable!("a run is only killed on the engine's request, which records why")
+            }
+        };
+        match &event {
+            Event::TaskCompleted { .. } => self.report.completed += 1,
+            _ => self.report.failed += 1,
+        }
+        tracing::info!(%task, attempt, end = ?outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
+        self.publish_task_event(event).await
+    }
+
+    /// This engine was declared lost: stop everything, wait for it, log in again.
+    async fn lost(&mut self) -> Result<(), EngineError> {
+        tracing::warn!(
+            running = self.running.len(),
+            "declared lost by the projector: stopping everything and logging in again"
+        );
+        self.stop_all(StopReason::Lost);
+        self.wait_for_stopped().await?;
+        self.log_in().await
+    }
+
+    /// Stops taking work; waits for running attempts up to the drain timeout, then stops them.
+    async fn drain(
+        &mut self,
+        heartbeat: &mut tokio::time::Interval,
+        publisher_failed: &mut oneshot::Receiver<EngineError>,
+    ) -> Result<(), EngineError> {
+        if self.running.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(running = self.running.len(), timeout = ?self.config.drain_timeout, "draining");
+        let drain_deadline = Instant::now() + self.config.drain_timeout;
+        let mut give_up: Option<Instant> = None;
+        while !self.running.is_empty() {
+            tokio::select! {
+                biased;
+                failed = &mut *publisher_failed => return Err(publisher_error(failed)),
+                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                _ = heartbeat.tick() => self.heartbeat(),
+                () = tokio::time::sleep_until(drain_deadline), if give_up.is_none() => {
+                    tracing::warn!(running = self.running.len(), "drain timeout: stopping what still runs");
+                    self.stop_all(StopReason::Shutdown);
+                    give_up = Some(Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK);
+                }
+                () = sleep_until_opt(give_up) => {
+                    tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; not waiting for them");
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_all(&mut self, reason: StopReason) {
+        for running in self.running.values_mut() {
+            running.stop.get_or_insert(reason);
+            running.killer.stop();
+        }
+    }
+
+    /// Waits until every stopped run has ended, bounded.
+    async fn wait_for_stopped(&mut self) -> Result<(), EngineError> {
+        let give_up =
+            Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK;
+        while !self.running.is_empty() {
+            tokio::select! {
+                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                () = tokio::time::sleep_until(give_up) => {
+                    tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; forgetting them");
+                    for (_, running) in std::mem::take(&mut self.running) {
+                        self.slots_used -= running.slots;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to every group still running, at once (on the way out after an error).
+    fn kill_all_now(&mut self) {
+        for (key, running) in std::mem::take(&mut self.running) {
+            tracing::warn!(task = %key.0, attempt = key.1, "killing an attempt as the engine stops");
+            running.killer.kill_now();
+        }
+        self.slots_used = 0;
+    }
+
+    async fn publish_task_event(&self, event: Event) -> Result<(), EngineError> {
+        let (task, attempt) = match &event {
+            Event::TaskStarted { task, attempt, .. }
+            | Event::TaskCompleted { task, attempt, .. }
+            | Event::TaskFailed { task, attempt, .. } => (task, *attempt),
+            _ => unreachable!("only task events are published here"),
+        };
+        let id = report::task_report_id(self.engine(), task, attempt, event.kind_name());
+        let envelope = Envelope {
+            id,
+            source: report::source(self.engine()),
+            event,
+        };
+        self.outbox.send(envelope).await.map_err(gone)
+    }
+
+    fn session_event(&self, kind: &str, event: Event, n: u64) -> Envelope {
+        let id = report::session_event_id(self.engine(), &self.session.id, kind, n);
+        Envelope {
+            id,
+            source: report::source(self.engine()),
+            event,
+        }
+    }
+}
+
+fn gone(_: PublisherGone) -> EngineError {
+    EngineError::Internal("the publisher stopped (its error follows, if it had one)".to_string())
+}
+
+fn publisher_error(failed: Result<EngineError, oneshot::error::RecvError>) -> EngineError {
+    failed.unwrap_or_else(|_| {
+        EngineError::Internal("the publisher stopped without saying why".to_string())
+    })
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `<work_dir>/<job>/<index>-<attempt>`. Job ids may hold `.`, so one made of dots
+/// only (`.`, `..`) would leave the work directory: refused.
+fn attempt_work_dir(work_dir: &Path, task: &TaskRef, attempt: Attempt) -> Result<PathBuf, String> {
+    let job = task.job.as_str();
+    if job.chars().all(|c| c == '.') {
+        return Err(format!(
+            "job id {job:?} cannot name a directory under the work directory"
+        ));
+    }
+    Ok(work_dir.join(job).join(format!("{}-{attempt}", task.index)))
+}
+
+/// The environment a task runs with, added to the engine's own.
+fn task_env(engine: &EngineId, run: &RunTask, work_dir: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("GRIDFOLD_JOB_ID".to_string(), run.task.job.to_string()),
+        ("GRIDFOLD_TASK_ID".to_string(), run.task.to_string()),
+        (
+            "GRIDFOLD_TASK_INDEX".to_string(),
+            run.task.index.to_string(),
+        ),
+        ("GRIDFOLD_ATTEMPT".to_string(), run.attempt.to_string()),
+        ("GRIDFOLD_ENGINE".to_string(), engine.to_string()),
+        ("GRIDFOLD_SLOTS".to_string(), run.slots.max(1).to_string()),
+        (
+            "GRIDFOLD_WORKDIR".to_string(),
+            work_dir.display().to_string(),
+        ),
+    ];
+    // In name order; two names that map to one variable: the later name wins.
+    for (name, value) in &run.params {
+        env.push((param_env_name(name), value.clone()));
+    }
+    env
+}
+
+/// `GRIDFOLD_PARAM_` and the name upper-cased, every character but ASCII letters
+/// and digits turned into `_`: `frame-rate` → `GRIDFOLD_PARAM_FRAME_RATE`.
+pub fn param_env_name(name: &str) -> String {
+    let mangled: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("GRIDFOLD_PARAM_{mangled}")
+}
+
+/// A set that remembers its last `max` insertions.
+#[derive(Debug)]
+struct Seen<T> {
+    set: HashSet<T>,
+    order: VecDeque<T>,
+    max: usize,
+}
+
+impl<T: Hash + Eq + Clone> Seen<T> {
+    fn new(max: usize) -> Self {
+        assert!(max > 0);
+        Seen {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+            max,
+        }
+    }
+
+    /// True if `value` was not remembered (it is now).
+    fn insert(&mut self, value: T) -> bool {
+        if self.set.contains(&value) {
+            return false;
+        }
+        if self.order.len() == self.max {
+            let oldest = self.order.pop_front().expect("max > 0");
+            self.set.remove(&oldest);
+        }
+        self.set.insert(value.clone());
+        self.order.push_back(value);
+        debug_assert_eq!(self.set.len(), self.order.len());
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ids::JobId;
+
+    #[test]
+    fn seen_forgets_the_oldest_beyond_its_bound() {
+        let mut seen = Seen::new(2);
+        assert!(seen.insert("a"));
+        assert!(!seen.insert("a"));
+        assert!(seen.insert("b"));
+        assert!(seen.insert("c"));
+        assert!(seen.insert("a"), "a was forgotten when c came");
+        assert!(!seen.insert("c"));
+        assert_eq!(seen.set.len(), 2);
+    }
+
+    #[test]
+    fn parameters_become_environment_variables() {
+        assert_eq!(param_env_name("frame-rate"), "GRIDFOLD_PARAM_FRAME_RATE");
+        assert_eq!(param_env_name("scene"), "GRIDFOLD_PARAM_SCENE");
+        assert_eq!(param_env_name("a.b c/é"), "GRIDFOLD_PARAM_A_B_C__");
+        let run = RunTask {
+            task: TaskRef::new(JobId::new("render").unwrap(), 3),
+            attempt: 2,
+            argv: vec!["true".into()],
+            params: [("scene".to_string(), "intro".to_string())].into(),
+            wall_time_limit_ms: 0,
+            slots: 0,
+        };
+        let env: BTreeMap<_, _> = task_env(
+            &EngineId::new("e1").unwrap(),
+            &run,
+            Path::new("/w/render/3-2"),
+        )
+        .into_iter()
+        .collect();
+        assert_eq!(env["GRIDFOLD_TASK_ID"], "render/3");
+        assert_eq!(env["GRIDFOLD_TASK_INDEX"], "3");
+        assert_eq!(env["GRIDFOLD_ATTEMPT"], "2");
+        assert_eq!(
+            env["GRIDFOLD_SLOTS"], "1",
+            "a run occupies at least one slot"
+        );
+        assert_eq!(env["GRIDFOLD_PARAM_SCENE"], "intro");
+        assert_eq!(env["GRIDFOLD_WORKDIR"], "/w/render/3-2");
+    }
+
+    #[test]
+    fn work_dirs_stay_under_the_work_dir() {
+        let task = |job: &str| TaskRef::new(JobId::new(job).unwrap(), 4);
+        assert_eq!(
+            attempt_work_dir(Path::new("/w"), &task("j.1"), 2).unwrap(),
+            Path::new("/w/j.1/4-2")
+        );
+        // Ids made only of dots never exist: `JobId` refuses them.
+        assert!(JobId::new("..").is_err() && JobId::new(".").is_err());
+    }
+}

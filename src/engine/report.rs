@@ -1,0 +1,300 @@
+//! What the engine publishes, and the one task that publishes it.
+//!
+//! Every event goes through one [`Outbox`] to one publisher task, which appends
+//! them to the log in the order given, so an attempt's `TaskStarted` is stored
+//! before its end. Each envelope's id is a UUID derived from what the event is
+//! about, and its `Nats-Msg-Id` is that UUID: a retry of the same report is
+//! stored once.
+//!
+//! - A task report's id hashes (engine, job, index, attempt, kind): the same
+//!   report is the same message, whoever sends it and however often.
+//! - A session event's id (login, heartbeat, logout) hashes (engine, session,
+//!   kind, number), the session being a random id drawn at each login, because
+//!   two logins are two facts.
+//!
+//! A report that cannot be stored because the log is unavailable is retried with
+//! the same id, with backoff, up to [`RetryPolicy::attempts_max`] times; then the
+//! publisher gives up and the engine stops with [`EngineError::Publish`]. The
+//! whole retry budget must stay well inside the broker's duplicate window (2
+//! minutes by default), or a late first try and a retry could both be stored; the
+//! default budget is about 80 s with a 5 s publish timeout. Heartbeats are sent
+//! once, never retried: the next one is never far.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::EngineError;
+use crate::core::event::{Envelope, Event};
+use crate::core::ids::{Attempt, EngineId, TaskRef};
+use crate::log::{Append, Appended, EventLog, LogError};
+use crate::wire;
+
+/// Events waiting for the publisher, at most. The engine has at most two reports per
+/// running attempt in flight plus session events, so this is never reached in practice;
+/// heartbeats are dropped rather than wait for room.
+pub const OUTBOX_MAX: usize = 4_096;
+const ID_DOMAIN: &[u8] = b"gridfold/engine-event/v1";
+
+/// How the publisher retries an append the log could not take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries per event, the first included. At least 1.
+    pub attempts_max: u32,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts_max: 10,
+            backoff_initial: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The id of a task report: the same (engine, task, attempt, kind), the same id.
+pub fn task_report_id(engine: &EngineId, task: &TaskRef, attempt: Attempt, kind: &str) -> [u8; 16] {
+    hashed_uuid(&[
+        engine.as_str().as_bytes(),
+        task.job.as_str().as_bytes(),
+        &task.index.to_be_bytes(),
+        &attempt.to_be_bytes(),
+        kind.as_bytes(),
+    ])
+}
+
+/// The id of a session event: the `n`th event of `kind` in one login session.
+pub fn session_event_id(engine: &EngineId, session: &[u8; 16], kind: &str, n: u64) -> [u8; 16] {
+    hashed_uuid(&[
+        b"session",
+        engine.as_str().as_bytes(),
+        session,
+        kind.as_bytes(),
+        &n.to_be_bytes(),
+    ])
+}
+
+/// A version-8 (custom) UUID from the blake3 hash of length-prefixed parts.
+fn hashed_uuid(parts: &[&[u8]]) -> [u8; 16] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(ID_DOMAIN);
+    for part in parts {
+        hasher.update(&(part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    let hash = hasher.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash.as_bytes()[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .into_bytes()
+}
+
+/// The `Nats-Msg-Id` of an envelope: its UUID, hyphenated.
+pub fn msg_id(envelope: &Envelope) -> String {
+    uuid::Uuid::from_bytes(envelope.id).hyphenated().to_string()
+}
+
+/// What the engine puts in an envelope's `source`.
+pub fn source(engine: &EngineId) -> String {
+    format!("engine:{engine}")
+}
+
+struct Outgoing {
+    envelope: Envelope,
+    best_effort: bool,
+    stored: Option<oneshot::Sender<Appended>>,
+}
+
+/// The way into the publisher. Dropping every clone ends it, once it has sent what it holds.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: mpsc::Sender<Outgoing>,
+}
+
+/// The publisher stopped: it failed (the error comes on the failure channel) or panicked.
+#[derive(Debug)]
+pub(crate) struct PublisherGone;
+
+impl Outbox {
+    /// Queues an event to publish with retries.
+    pub async fn send(&self, envelope: Envelope) -> Result<(), PublisherGone> {
+        self.tx
+            .send(Outgoing {
+                envelope,
+                best_effort: false,
+                stored: None,
+            })
+            .await
+            .map_err(|_| PublisherGone)
+    }
+
+    /// Queues an event and waits until the log stored it, answering where.
+    pub async fn send_and_wait(&self, envelope: Envelope) -> Result<Appended, PublisherGone> {
+        let (stored, answer) = oneshot::channel();
+        self.tx
+            .send(Outgoing {
+                envelope,
+                best_effort: false,
+                stored: Some(stored),
+            })
+            .await
+            .map_err(|_| PublisherGone)?;
+        answer.await.map_err(|_| PublisherGone)
+    }
+
+    /// Queues an event to send once, if there is room. False if it was dropped.
+    pub fn offer(&self, envelope: Envelope) -> bool {
+        self.tx
+            .try_send(Outgoing {
+                envelope,
+                best_effort: true,
+                stored: None,
+            })
+            .is_ok()
+    }
+}
+
+/// Starts the publisher over `log`. A fatal failure is sent on the returned receiver
+/// (then the task ends); the task's result is the number of events stored.
+pub(crate) fn spawn_publisher<L: EventLog + 'static>(
+    log: L,
+    retry: RetryPolicy,
+) -> (Outbox, oneshot::Receiver<EngineError>, JoinHandle<u64>) {
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTBOX_MAX);
+    let (failed_tx, failed_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut stored_count = 0u64;
+        while let Some(outgoing) = rx.recv().await {
+            match publish(&log, &retry, &outgoing.envelope, outgoing.best_effort).await {
+                Ok(Some(appended)) => {
+                    stored_count += 1;
+                    if let Some(stored) = outgoing.stored {
+                        let _ = stored.send(appended);
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!("{err}");
+                    let _ = failed_tx.send(err);
+                    return stored_count;
+                }
+            }
+        }
+        stored_count
+    });
+    (Outbox { tx }, failed_rx, task)
+}
+
+/// Publishes one envelope. `Ok(None)`: dropped (a best-effort send that failed, or a
+/// message the log refused as it is, which a retry cannot fix).
+async fn publish<L: EventLog>(
+    log: &L,
+    retry: &RetryPolicy,
+    envelope: &Envelope,
+    best_effort: bool,
+) -> Result<Option<Appended>, EngineError> {
+    let what = describe(&envelope.event);
+    let append = Append::new(wire::subject_for(&envelope.event), wire::encode(envelope))
+        .with_msg_id(msg_id(envelope));
+    let started = Instant::now();
+    let attempts_max = if best_effort {
+        1
+    } else {
+        retry.attempts_max.max(1)
+    };
+    let mut backoff = retry.backoff_initial;
+    let mut attempt = 1;
+    loop {
+        match log.append(append.clone()).await {
+            Ok(appended) => {
+                tracing::debug!(
+                    seq = appended.seq,
+                    duplicate = appended.duplicate,
+                    "published {what}"
+                );
+                return Ok(Some(appended));
+            }
+            Err(LogError::Unavailable { url, detail }) if attempt < attempts_max => {
+                tracing::warn!(
+                    "publishing {what} (try {attempt} of {attempts_max}): the log at {url} is unavailable: {detail}; retrying in {backoff:?}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(retry.backoff_max);
+                attempt += 1;
+            }
+            Err(err @ LogError::Unavailable { .. }) if best_effort => {
+                tracing::warn!("dropped {what}: {err}");
+                return Ok(None);
+            }
+            Err(err @ LogError::Rejected { .. }) => {
+                tracing::error!("the log refused {what}, which is dropped: {err}");
+                return Ok(None);
+            }
+            Err(source) => {
+                return Err(EngineError::Publish {
+                    what,
+                    attempts: attempt,
+                    elapsed: started.elapsed(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// `TaskCompleted j/3 #1`, for messages.
+fn describe(event: &Event) -> String {
+    match event {
+        Event::TaskStarted { task, attempt, .. }
+        | Event::TaskCompleted { task, attempt, .. }
+        | Event::TaskFailed { task, attempt, .. } => {
+            format!("{} {task} #{attempt}", event.kind_name())
+        }
+        _ => event.kind_name().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ids::JobId;
+
+    #[test]
+    fn ids_depend_on_what_the_event_is_about_and_nothing_else() {
+        let e1 = EngineId::new("e1").unwrap();
+        let task = TaskRef::new(JobId::new("j").unwrap(), 3);
+        let id = task_report_id(&e1, &task, 1, "TaskCompleted");
+        assert_eq!(
+            id,
+            task_report_id(&e1, &task, 1, "TaskCompleted"),
+            "a retry has the same id"
+        );
+        assert_ne!(id, task_report_id(&e1, &task, 2, "TaskCompleted"));
+        assert_ne!(id, task_report_id(&e1, &task, 1, "TaskFailed"));
+        assert_ne!(
+            id,
+            task_report_id(&EngineId::new("e2").unwrap(), &task, 1, "TaskCompleted")
+        );
+        let uuid = uuid::Uuid::from_bytes(id);
+        assert_eq!(uuid.get_version_num(), 8);
+        assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
+        // Length prefixes keep ("j1", 0) and ("j", 10) apart even though they concatenate alike.
+        let a = task_report_id(&e1, &TaskRef::new(JobId::new("j1").unwrap(), 0), 1, "x");
+        let b = task_report_id(&e1, &TaskRef::new(JobId::new("j").unwrap(), 10), 1, "x");
+        assert_ne!(a, b);
+        let session = [7u8; 16];
+        assert_ne!(
+            session_event_id(&e1, &session, "EngineHeartbeat", 1),
+            session_event_id(&e1, &session, "EngineHeartbeat", 2)
+        );
+        assert_ne!(
+            session_event_id(&e1, &session, "EngineLoggedIn", 0),
+            session_event_id(&e1, &[8u8; 16], "EngineLoggedIn", 0)
+        );
+    }
+}

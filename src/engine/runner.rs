@@ -1,0 +1,607 @@
+//! Running one attempt as a child process, and nothing else: no protocol, no log.
+//!
+//! [`start`] creates the attempt's working directory, starts `argv` there (the
+//! program looked up on `PATH`) with the given environment added to the engine's,
+//! stdin from `/dev/null`, in a process group of its own, and hands back a
+//! [`Killer`]. A supervising task then waits for the process, keeps the first
+//! [`RESULT_BYTES_MAX`] bytes of its stdout and the last [`ERROR_TAIL_BYTES_MAX`]
+//! of its stderr, enforces the wall-time limit, and sends one [`RunOutcome`] on the
+//! channel given to `start`.
+//!
+//! # Invariants
+//!
+//! - Every started process yields exactly one outcome on the channel (unless the
+//!   runtime itself shuts down, in which case the leader is killed on drop).
+//! - Stopping (a [`Killer::stop`], the wall-time limit, or the [`Killer`] being
+//!   dropped) sends SIGTERM to the whole group, then SIGKILL after the grace
+//!   period, so a task's own children die with it.
+//! - The group is signalled only while its leader is not yet reaped: the leader's
+//!   pid, and so the group id, cannot have been reused. The supervisor waits for the
+//!   leader's exit without reaping it (`waitid(WNOWAIT)` on a helper thread), kills
+//!   whatever is left of the group, reads the leader's CPU time from
+//!   `/proc/<pid>/stat`, and only then reaps it.
+//! - An outcome of [`RunEnd::WallTimeExceeded`] or [`RunEnd::Killed`] is final
+//!   whatever the process did after being told to stop (it may trap SIGTERM and
+//!   exit 0): it was stopped, not finished.
+//!
+//! Not here: deciding what to run, reporting, counting slots. The processes run
+//! with the engine's own user and limits; there is no sandbox.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::core::event::{ERROR_TAIL_BYTES_MAX, RESULT_BYTES_MAX};
+
+/// How long, after the leader exited and its group was killed, the supervisor waits
+/// for stdout and stderr to close (a process that left the group may hold them open).
+pub const PIPE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// The program (looked up on `PATH` unless it holds a `/`) and its arguments.
+    pub argv: Vec<String>,
+    /// Created if missing (with its parents); the process starts there.
+    pub work_dir: PathBuf,
+    /// Added to the engine's own environment; later entries win.
+    pub env: Vec<(String, String)>,
+    /// Stop the process this long after it started; `None`: no limit.
+    pub wall_time_limit: Option<Duration>,
+    /// Between SIGTERM and SIGKILL when stopping.
+    pub kill_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("the command is empty")]
+    EmptyCommand,
+    #[error("cannot create the working directory {path}: {source}")]
+    WorkDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The process exited by itself with this code.
+    Exited(i32),
+    /// The process was killed by a signal nobody in the engine sent.
+    Signalled(i32),
+    /// The engine stopped it at its wall-time limit.
+    WallTimeExceeded,
+    /// The engine stopped it on request ([`Killer::stop`], or the killer was dropped).
+    Killed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub end: RunEnd,
+    /// User and system CPU time of the process and the children it waited for.
+    /// 0 when it could not be read.
+    pub cpu_ms: u64,
+    /// From start to the leader's exit.
+    pub wall_ms: u64,
+    /// The first [`RESULT_BYTES_MAX`] bytes of stdout.
+    pub stdout_head: Vec<u8>,
+    /// How many bytes of stdout were dropped after the head.
+    pub stdout_dropped_bytes: u64,
+    /// The last [`ERROR_TAIL_BYTES_MAX`] bytes of stderr (or fewer: invalid UTF-8 is
+    /// replaced, and the tail starts on a character boundary).
+    pub stderr_tail: String,
+}
+
+/// The group a run's process leads, and whether the leader was reaped.
+#[derive(Debug)]
+struct Group {
+    pgid: i32,
+    /// Set, under the lock, just before the leader is reaped; signals are sent only
+    /// while holding the lock and seeing `false`.
+    reaped: Mutex<bool>,
+}
+
+impl Group {
+    fn signal(&self, signal: i32) {
+        let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        if *reaped {
+            return;
+        }
+        // SAFETY: killpg only sends a signal; the group is ours and its leader unreaped.
+        let rc = unsafe { libc::killpg(self.pgid, signal) };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::ESRCH) {
+                tracing::warn!(pgid = self.pgid, "cannot signal process group: {err}");
+            }
+        }
+    }
+
+    fn mark_reaped(&self) {
+        *self.reaped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+}
+
+/// Stops a run. Dropping it stops the run too.
+#[derive(Debug)]
+pub struct Killer {
+    group: Arc<Group>,
+    stop: watch::Sender<bool>,
+}
+
+impl Killer {
+    /// Asks the supervisor to stop the run: SIGTERM to the group now, SIGKILL after
+    /// the grace period. Returns at once; the outcome comes on the channel.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// SIGKILL to the group now, without waiting for anything (for an engine on its
+    /// way out). The outcome still comes on the channel if anyone reads it.
+    pub fn kill_now(&self) {
+        self.group.signal(libc::SIGKILL);
+    }
+
+    /// The process group (the leader's pid).
+    pub fn pgid(&self) -> i32 {
+        self.group.pgid
+    }
+}
+
+/// Starts `spec` and a task supervising it, which sends `(tag, outcome)` on `done`
+/// when the run is over. Must be called within a tokio runtime.
+pub fn start<T: Send + 'static>(
+    spec: LaunchSpec,
+    tag: T,
+    done: mpsc::UnboundedSender<(T, RunOutcome)>,
+) -> Result<Killer, LaunchError> {
+    let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
+    std::fs::create_dir_all(&spec.work_dir).map_err(|source| LaunchError::WorkDir {
+        path: spec.work_dir.clone(),
+        source,
+    })?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(&spec.work_dir)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // If the supervisor is dropped with the runtime, the leader at least dies.
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let pid = child
+        .id()
+        .expect("a child just spawned and not yet waited for has a pid");
+    let pgid = i32::try_from(pid).expect("pids fit i32");
+    let group = Arc::new(Group {
+        pgid,
+        reaped: Mutex::new(false),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let supervisor = Supervisor {
+        child,
+        group: Arc::clone(&group),
+        stop: stop_rx,
+        started,
+        wall_time_limit: spec.wall_time_limit,
+        kill_grace: spec.kill_grace,
+    };
+    tokio::spawn(async move {
+        let outcome = supervisor.run(stdout, stderr).await;
+        // The receiver may be gone if the engine stopped; the outcome then has no reader.
+        let _ = done.send((tag, outcome));
+    });
+    Ok(Killer {
+        group,
+        stop: stop_tx,
+    })
+}
+
+struct Supervisor {
+    child: Child,
+    group: Arc<Group>,
+    stop: watch::Receiver<bool>,
+    started: Instant,
+    wall_time_limit: Option<Duration>,
+    kill_grace: Duration,
+}
+
+impl Supervisor {
+    async fn run(
+        mut self,
+        stdout: impl AsyncRead + Unpin + Send + 'static,
+        stderr: impl AsyncRead + Unpin + Send + 'static,
+    ) -> RunOutcome {
+        let head = Arc::new(Mutex::new(Head::default()));
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let readers = [
+            tokio::spawn(read_into(stdout, Arc::clone(&head), Head::push)),
+            tokio::spawn(read_into(stderr, Arc::clone(&tail), Tail::push)),
+        ];
+        let pid = self.group.pgid;
+        let exited = wait_for_exit_without_reaping(pid);
+        tokio::pin!(exited);
+        let deadline = self.wall_time_limit.map(|limit| self.started + limit);
+        let mut stopping: Option<RunEnd> = None;
+        let mut kill_at: Option<Instant> = None;
+        let exit_seen = loop {
+            tokio::select! {
+                exit = &mut exited => break exit.ok(),
+                () = sleep_until(deadline), if stopping.is_none() => {
+                    tracing::debug!(pgid = pid, "wall-time limit reached");
+                    stopping = Some(RunEnd::WallTimeExceeded);
+                    self.group.signal(libc::SIGTERM);
+                    kill_at = Some(Instant::now() + self.kill_grace);
+                }
+                // A value change or the killer dropped: either way, stop.
+                _ = self.stop.changed(), if stopping.is_none() => {
+                    stopping = Some(RunEnd::Killed);
+                    self.group.signal(libc::SIGTERM);
+                    kill_at = Some(Instant::now() + self.kill_grace);
+                }
+                () = sleep_until(kill_at), if kill_at.is_some() => {
+                    self.group.signal(libc::SIGKILL);
+                    kill_at = None;
+                }
+            }
+        };
+        let wall_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let cpu_ms = match exit_seen {
+            Some(cpu_ms) => {
+                // The leader is a zombie: its group id is still ours. Whatever it left
+                // running in the group goes with it.
+                self.group.signal(libc::SIGKILL);
+                cpu_ms.unwrap_or(0)
+            }
+            None => 0,
+        };
+        self.group.mark_reaped();
+        let status = match self.child.wait().await {
+            Ok(status) => Some(status),
+            Err(err) => {
+                tracing::warn!(pid, "cannot reap the task's process: {err}");
+                None
+            }
+        };
+        let end = match (stopping, status) {
+            (Some(end), _) => end,
+            (None, Some(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => RunEnd::Exited(code),
+                (None, Some(signal)) => RunEnd::Signalled(signal),
+                (None, None) => RunEnd::Exited(-1),
+            },
+            (None, None) => RunEnd::Exited(-1),
+        };
+        for reader in readers {
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(PIPE_DRAIN_TIMEOUT, reader)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    pid,
+                    "a process that left the task's group still holds its output open; not waiting for it"
+                );
+                abort.abort();
+            }
+        }
+        let head = std::mem::take(&mut *head.lock().unwrap_or_else(|e| e.into_inner()));
+        let tail = std::mem::take(&mut *tail.lock().unwrap_or_else(|e| e.into_inner()));
+        RunOutcome {
+            end,
+            cpu_ms,
+            wall_ms,
+            stdout_head: head.bytes,
+            stdout_dropped_bytes: head.dropped,
+            stderr_tail: tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX),
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits on a helper thread until process `pid` (our child) has exited, without
+/// reaping it, and answers its CPU time in ms (`None` if unreadable). The channel
+/// closes without an answer if the wait itself fails.
+fn wait_for_exit_without_reaping(pid: i32) -> oneshot::Receiver<Option<u64>> {
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("gridfold-wait-{pid}"))
+        .spawn(move || {
+            loop {
+                // SAFETY: waitid writes only into the zeroed siginfo we own.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                let rc = unsafe {
+                    libc::waitid(
+                        libc::P_PID,
+                        pid as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOWAIT,
+                    )
+                };
+                if rc == 0 {
+                    let _ = tx.send(cpu_ms_of_zombie(pid));
+                    return;
+                }
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    tracing::warn!(pid, "cannot wait for the task's process: {err}");
+                    return;
+                }
+            }
+        });
+    if let Err(err) = spawned {
+        tracing::error!(
+            pid,
+            "cannot start a thread to wait for the task's process: {err}"
+        );
+    }
+    rx
+}
+
+/// User + system time of an exited, unreaped process and of the children it reaped,
+/// from `/proc/<pid>/stat` (fields 14 to 17, in clock ticks).
+fn cpu_ms_of_zombie(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = stat_cpu_ticks(&stat)?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&t| t > 0)?;
+    Some(ticks.saturating_mul(1000) / ticks_per_second)
+}
+
+/// utime + stime + cutime + cstime of a `/proc/<pid>/stat` line. The command name
+/// (field 2) is in parentheses and may hold spaces and parentheses, so the fields
+/// are counted after the last `)`.
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // after_name starts with field 3 (state); fields 14..=17 are at 11..=14.
+    let ticks = fields.get(11..=14)?;
+    ticks.iter().try_fold(0u64, |sum, field| {
+        Some(sum.saturating_add(field.parse::<i64>().ok()?.max(0) as u64))
+    })
+}
+
+async fn read_into<S, B>(mut source: S, sink: Arc<Mutex<B>>, push: fn(&mut B, &[u8]))
+where
+    S: AsyncRead + Unpin,
+{
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        match source.read(&mut chunk).await {
+            Ok(0) => return,
+            Ok(n) => push(
+                &mut sink.lock().unwrap_or_else(|e| e.into_inner()),
+                &chunk[..n],
+            ),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => {
+                tracing::debug!("reading a task's output: {err}");
+                return;
+            }
+        }
+    }
+}
+
+/// The first [`RESULT_BYTES_MAX`] bytes of a stream, and a count of the rest.
+#[derive(Debug, Default)]
+struct Head {
+    bytes: Vec<u8>,
+    dropped: u64,
+}
+
+impl Head {
+    fn push(&mut self, data: &[u8]) {
+        let room = RESULT_BYTES_MAX - self.bytes.len();
+        let taken = room.min(data.len());
+        self.bytes.extend_from_slice(&data[..taken]);
+        self.dropped += (data.len() - taken) as u64;
+    }
+}
+
+/// The last [`ERROR_TAIL_BYTES_MAX`] bytes of a stream.
+#[derive(Debug, Default)]
+struct Tail {
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+        // Trim only once the buffer is twice the limit, so each byte moves at most twice.
+        if self.bytes.len() > 2 * ERROR_TAIL_BYTES_MAX {
+            let excess = self.bytes.len() - ERROR_TAIL_BYTES_MAX;
+            self.bytes.drain(..excess);
+        }
+    }
+}
+
+/// The end of `bytes` as text of at most `max` bytes, starting on a character
+/// boundary: a character cut by the start of the window is dropped, invalid
+/// UTF-8 is replaced (U+FFFD), and the text is cut from the front to fit.
+pub fn tail_text(bytes: &[u8], max: usize) -> String {
+    let window = &bytes[bytes.len().saturating_sub(max)..];
+    // Skip the continuation bytes of a character whose start fell outside the window.
+    let skip = window
+        .iter()
+        .take(3)
+        .take_while(|&&b| b & 0b1100_0000 == 0b1000_0000)
+        .count();
+    let text = String::from_utf8_lossy(&window[skip..]);
+    if text.len() <= max {
+        return text.into_owned();
+    }
+    let mut cut = text.len() - max;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text[cut..].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_start_on_a_character_boundary_and_fit() {
+        assert_eq!(tail_text(b"hello", 10), "hello");
+        assert_eq!(tail_text(b"hello", 3), "llo");
+        // "é" is C3 A9: a window starting at A9 drops it.
+        assert_eq!(tail_text("aé!".as_bytes(), 2), "!");
+        assert_eq!(tail_text("aé!".as_bytes(), 3), "é!");
+        // Invalid bytes become U+FFFD (3 bytes each), and the text is cut to fit.
+        let text = tail_text(&[0xff; 10], 10);
+        assert!(
+            text.len() <= 10 && text.chars().all(|c| c == '\u{FFFD}'),
+            "{text:?}"
+        );
+        assert_eq!(text.chars().count(), 3);
+    }
+
+    #[test]
+    fn heads_and_tails_keep_their_limits() {
+        let mut head = Head::default();
+        head.push(&vec![b'a'; RESULT_BYTES_MAX - 1]);
+        head.push(b"bcd");
+        assert_eq!(head.bytes.len(), RESULT_BYTES_MAX);
+        assert_eq!(head.bytes.last(), Some(&b'b'));
+        assert_eq!(head.dropped, 2);
+        let mut tail = Tail::default();
+        for n in 0..10_000u32 {
+            tail.push(format!("{n}\n").as_bytes());
+        }
+        assert!(tail.bytes.len() <= 2 * ERROR_TAIL_BYTES_MAX);
+        assert!(tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX).ends_with("9998\n9999\n"));
+    }
+
+    #[test]
+    fn reads_cpu_ticks_after_the_command_name() {
+        let stat =
+            "4242 (my (odd) prog) Z 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 5 0 0";
+        assert_eq!(stat_cpu_ticks(stat), Some(13));
+        assert_eq!(stat_cpu_ticks("garbage"), None);
+    }
+
+    async fn run(argv: &[&str], limit: Option<Duration>) -> (RunOutcome, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            work_dir: dir.path().join("w"),
+            env: vec![("GRIDFOLD_TEST".into(), "yes".into())],
+            wall_time_limit: limit,
+            kill_grace: Duration::from_millis(200),
+        };
+        let _killer = start(spec, 7u32, tx).unwrap();
+        let (tag, outcome) = rx.recv().await.unwrap();
+        assert_eq!(tag, 7);
+        (outcome, dir)
+    }
+
+    #[tokio::test]
+    async fn runs_a_process_and_captures_its_output() {
+        let (outcome, dir) = run(
+            &[
+                "sh",
+                "-c",
+                "echo out $GRIDFOLD_TEST; echo err >&2; pwd > where; exit 3",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(outcome.end, RunEnd::Exited(3));
+        assert_eq!(outcome.stdout_head, b"out yes\n");
+        assert_eq!(outcome.stderr_tail, "err\n");
+        let cwd = std::fs::read_to_string(dir.path().join("w/where")).unwrap();
+        assert_eq!(
+            cwd.trim(),
+            dir.path()
+                .join("w")
+                .canonicalize()
+                .unwrap()
+                .to_str()
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn measures_cpu_time() {
+        let (outcome, _dir) = run(
+            &[
+                "sh",
+                "-c",
+                "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert!(outcome.cpu_ms > 0, "{outcome:?}");
+        assert!(outcome.cpu_ms <= outcome.wall_ms + 20, "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn the_wall_time_limit_stops_the_group() {
+        let started = Instant::now();
+        let (outcome, _dir) = run(
+            &["sh", "-c", "trap '' TERM; sleep 30 & wait"],
+            Some(Duration::from_millis(300)),
+        )
+        .await;
+        assert_eq!(outcome.end, RunEnd::WallTimeExceeded);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "SIGKILL followed the ignored SIGTERM"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_does_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
+        let spec = LaunchSpec {
+            argv: vec!["gridfold-no-such-program".into()],
+            work_dir: dir.path().into(),
+            env: vec![],
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(10),
+        };
+        let err = start(spec, (), tx).unwrap_err();
+        assert!(
+            err.to_string().contains("gridfold-no-such-program"),
+            "{err}"
+        );
+    }
+}
