@@ -29,7 +29,7 @@ pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
 }
 
 /// Publishes one event as an outside client would; returns its log sequence.
-pub async fn publish(log: &JetStreamLog, source: &str, event: Event) -> anyhow::Result<u64> {
+pub async fn publish<L: EventLog>(log: &L, source: &str, event: Event) -> anyhow::Result<u64> {
     let id = uuid::Uuid::new_v4();
     let subject = wire::subject_for(&event);
     let envelope = Envelope { id: *id.as_bytes(), source: source.to_string(), event };

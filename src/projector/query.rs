@@ -71,6 +71,9 @@ pub struct StateSummary {
     pub attempts_failed: u64,
     pub requeues: u64,
     pub engines_lost: u64,
+    /// Mean and longest wait from a job's submission to an attempt's start, in ms of log time.
+    pub wait_ms_mean: u64,
+    pub wait_ms_max: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,6 +164,8 @@ impl StateSummary {
             attempts_failed: totals.attempts_failed,
             requeues: totals.requeues,
             engines_lost: totals.engines_lost,
+            wait_ms_mean: totals.wait_ms_sum.checked_div(totals.waits_counted).unwrap_or(0),
+            wait_ms_max: totals.wait_ms_max,
         }
     }
 }

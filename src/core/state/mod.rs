@@ -150,6 +150,8 @@ pub struct Totals {
     /// in ms; an attempt completed with no start report counts as of its completion.
     pub wait_ms_sum: u64,
     pub wait_ms_max: u64,
+    /// How many waits `wait_ms_sum` adds up.
+    pub waits_counted: u64,
     /// Sum over completed attempts of their wall time in ms.
     pub busy_ms_sum: u64,
 }
@@ -497,6 +499,7 @@ impl State {
         let wait = self.now_ms.saturating_sub(self.jobs[key.job.0 as usize].submitted_ms);
         self.totals.wait_ms_sum += wait;
         self.totals.wait_ms_max = self.totals.wait_ms_max.max(wait);
+        self.totals.waits_counted += 1;
     }
 
     /// A failure reported by the engine: counts against the task's attempts; the
