@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
+pub mod projector;
 pub mod replay;
 pub mod sim;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Why(replay::WhyArgs),
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
+    /// Run the projector, the single writer, on NATS JetStream (a second one stands by).
+    Projector(projector::ProjectorArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -38,13 +41,15 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
         Command::Sim(args) => sim::run(args),
+        Command::Projector(args) => projector::run(args),
     }
 }
 
-/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
+/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings,
+/// and the projector service's info: start, leadership changes, snapshots).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,gridfold::projector::service=info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
