@@ -112,7 +112,7 @@ pub struct EmbeddedConfig {
     pub durability: Durability,
     pub clock: WallClock,
     /// The subjects the log accepts: this prefix, then one or more tokens (the rules
-    /// of [`super::validate_subject`] with this prefix in place of `gridfold.ev.`).
+    /// of the event log's subjects (`validate_subject`) with this prefix in place of `gridfold.ev.`).
     /// The event log keeps the default, [`SUBJECT_PREFIX`]; a log of another kind
     /// of message (the projector's deliveries to engines, `gridfold.order.`) sets its own.
     pub subject_prefix: String,

@@ -3,13 +3,13 @@
 //! (or every [`ProjectorConfig::schedule_every_entries`] entries under load), publishes
 //! each order batch onto `gridfold.ev.orders` behind the fence, delivers each engine the
 //! orders of every batch it reads back, snapshots its state, ticks, and answers
-//! queries. [`crate::sim::projector`] drives the same machine the same way with a
+//! queries. The simulator (`sim::projector`) drives the same machine the same way with a
 //! simulated log; what the simulator shows is what this does.
 //!
 //! # Shape
 //!
 //! One task owns the machine and the state. It waits on a closed set of inputs
-//! ([`Input`]: a batch of entries from the reader task, a query from a
+//! (`Input`: a batch of entries from the reader task, a query from a
 //! [`ProjectorHandle`], the lease timer, the tick timer, housekeeping, shutdown) and
 //! handles one at a time to the end, so the state is never shared, cloned or locked
 //! and a query is answered between two batches. Reading runs in a task of its own
@@ -62,6 +62,13 @@
 //!   [`QUERIES_QUEUED_MAX`], batches per decision [`BATCHES_PER_DECISION_MAX`] (the
 //!   machine also stops at `PENDING_BATCHES_MAX` in flight), remembered deliveries
 //!   [`RECENT_DELIVERIES_MAX`], one tick append in flight.
+//!
+//! # The state directory
+//!
+//! [`ProjectorConfig::state_dir`] belongs to one projector: `projector-id` (its name
+//! as lease holder, see [`lease::projector_id`]), `snapshots/` (sled, locked while the
+//! projector runs) and, with the embedded sink, `orders/` (the delivery log engines
+//! read, see [`sink`]). Two projectors need two directories.
 //!
 //! # What it does not do
 //!
@@ -221,7 +228,30 @@ where
     S: OrderSink,
     A: Lease,
 {
+    /// Panics on a configuration outside its limits (a zero interval or count, a read
+    /// batch above [`crate::log::READ_BATCH_MAX`]).
     pub fn new(config: ProjectorConfig, log: L, sink: S, lease: A) -> Self {
+        assert!(
+            config.schedule_every_entries > 0,
+            "schedule_every_entries must be positive"
+        );
+        assert!(
+            config.snapshot_every_entries > 0,
+            "snapshot_every_entries must be positive"
+        );
+        assert!(
+            !config.snapshot_interval.is_zero(),
+            "snapshot_interval must be positive"
+        );
+        assert!(
+            config.tick_interval.is_none_or(|tick| !tick.is_zero()),
+            "tick_interval must be positive"
+        );
+        assert!(
+            (1..=crate::log::READ_BATCH_MAX).contains(&config.read_batch_max),
+            "read_batch_max must be 1 to {}",
+            crate::log::READ_BATCH_MAX
+        );
         let (queries_tx, queries) = mpsc::channel(QUERIES_QUEUED_MAX);
         let (status, status_rx) = watch::channel(ProjectorStatus::default());
         let handle = ProjectorHandle {

@@ -110,7 +110,8 @@ impl Lease for SoleWriter {
 pub struct KvLeaseConfig {
     pub bucket: String,
     pub key: String,
-    /// How long the lease outlives its holder's last renewal (the bucket's `max_age`).
+    /// How long the lease outlives its holder's last renewal: the bucket's `max_age`
+    /// when this creates the bucket; an existing bucket's own `max_age` wins.
     pub ttl: Duration,
     /// How often the holder renews and a standby tries to take it; well under `ttl`.
     pub renew_interval: Duration,
@@ -190,6 +191,33 @@ impl KvLease {
                     }
                 }
             }
+        };
+        // The bucket's max age is the lease's real ttl, whoever created the bucket.
+        let bucket_ttl = store
+            .status()
+            .await
+            .map_err(|err| unavailable(format!("cannot read the lease bucket: {err}")))?
+            .max_age();
+        if bucket_ttl <= config.renew_interval {
+            return Err(LeaseError::Misconfigured {
+                location,
+                detail: format!(
+                    "the bucket's entries expire after {bucket_ttl:?} (0: never), which must be longer than \
+                     the renewal interval {:?}: a stopped leader's lease would never (or always) expire",
+                    config.renew_interval
+                ),
+            });
+        }
+        if bucket_ttl != config.ttl {
+            tracing::warn!(
+                lease = %location,
+                "the lease bucket's max age is {bucket_ttl:?}, not the configured {:?}: using the bucket's",
+                config.ttl
+            );
+        }
+        let config = KvLeaseConfig {
+            ttl: bucket_ttl,
+            ..config
         };
         Ok(KvLease {
             store,

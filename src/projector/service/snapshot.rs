@@ -10,7 +10,7 @@
 //! | 16 | [`MAGIC`] |
 //! | 4 | format version, u32 big-endian |
 //! | 32 | blake3 of the body |
-//! | rest | the body, postcard: [`Body`] |
+//! | rest | the body, postcard: `Body` |
 //!
 //! The body holds the last applied sequence, the chain digest there, the sequence of
 //! the last entry on the orders subject (the fence to publish after), a fingerprint
@@ -25,7 +25,7 @@
 //!   version, a checksum that does not match, a body or state that does not decode or
 //!   breaks the state's invariants, a chain digest or sequence that disagrees with the
 //!   state — is reported as [`Loaded::Unusable`] with the reason, never half-used.
-//! - The format version must be bumped whenever [`Body`] or the serialised form of
+//! - The format version must be bumped whenever `Body` or the serialised form of
 //!   [`State`] changes; postcard carries no field names, so an old record would
 //!   otherwise decode into the wrong fields.
 //! - sled locks the store's directory: one projector per state directory.
