@@ -5,10 +5,12 @@
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
 pub mod client;
+pub mod demo;
 pub mod engine;
 pub mod jobfile;
 pub mod jobs;
 pub mod policyfile;
+pub mod projector;
 pub mod replay;
 pub mod sim;
 pub mod stat;
@@ -30,6 +32,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// A projector, four engines and a sample job in one process, ending with a verified replay.
+    Demo(demo::DemoArgs),
     /// Submit the job in a job file; prints its id.
     Submit(jobs::SubmitArgs),
     /// Jobs with their task counts, throughput and estimated end; engines with their slots.
@@ -50,11 +54,14 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
     Engine(engine::EngineArgs),
+    /// Run the projector, the single writer, on NATS JetStream (a second one stands by).
+    Projector(projector::ProjectorArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Stat(args) => stat::stat(args),
         Command::Cancel(args) => jobs::cancel(args),
@@ -65,13 +72,15 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Why(args) => replay::why(args),
         Command::Sim(args) => sim::run(args),
         Command::Engine(args) => engine::run(args),
+        Command::Projector(args) => projector::run(args),
     }
 }
 
-/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
+/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings,
+/// and the projector service's info: start, leadership changes, snapshots).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,gridfold::projector::service=info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

@@ -26,6 +26,11 @@
 //! - A message id is remembered for the duplicate window after its original's log
 //!   time, then forgotten (lazily: at most [`DEDUP_PRUNE_MAX`] per append).
 //!
+//! - Subjects are those of the event log (`gridfold.ev.…`) unless
+//!   [`EmbeddedConfig::subject_prefix`] names another prefix, under the same token
+//!   rules: the projector keeps its deliveries to engines in a second embedded log
+//!   whose subjects are `gridfold.order.<engine>`, as JetStream's `GRIDFOLD_ORDERS`.
+//!
 //! It does not replicate, compact or delete entries, and it serves one process.
 
 use std::fmt;
@@ -38,7 +43,7 @@ use tokio::sync::watch;
 
 use super::{
     Append, Appended, DUPLICATE_WINDOW_DEFAULT, EventLog, LogError, LogReader,
-    PAYLOAD_BYTES_MAX_DEFAULT, READ_BATCH_MAX, RawEntry, ReadBatch,
+    PAYLOAD_BYTES_MAX_DEFAULT, READ_BATCH_MAX, RawEntry, ReadBatch, SUBJECT_PREFIX,
 };
 
 /// The format marker stored in a new directory; another marker is refused.
@@ -106,6 +111,11 @@ pub struct EmbeddedConfig {
     pub payload_bytes_max: usize,
     pub durability: Durability,
     pub clock: WallClock,
+    /// The subjects the log accepts: this prefix, then one or more tokens (the rules
+    /// of the event log's subjects (`validate_subject`) with this prefix in place of `gridfold.ev.`).
+    /// The event log keeps the default, [`SUBJECT_PREFIX`]; a log of another kind
+    /// of message (the projector's deliveries to engines, `gridfold.order.`) sets its own.
+    pub subject_prefix: String,
 }
 
 impl Default for EmbeddedConfig {
@@ -115,6 +125,7 @@ impl Default for EmbeddedConfig {
             payload_bytes_max: PAYLOAD_BYTES_MAX_DEFAULT,
             durability: Durability::FlushEachAppend,
             clock: WallClock::system(),
+            subject_prefix: SUBJECT_PREFIX.to_string(),
         }
     }
 }
@@ -236,7 +247,7 @@ impl EmbeddedLog {
     fn append_locked(&self, msgs: Vec<Append>) -> Result<Vec<Appended>, LogError> {
         let inner = &*self.inner;
         for msg in &msgs {
-            super::validate_append(msg, inner.config.payload_bytes_max)?;
+            inner.validate_append(msg)?;
         }
         let mut writer = inner
             .writer
@@ -276,6 +287,41 @@ impl EmbeddedLog {
 }
 
 impl Inner {
+    /// [`super::validate_append`], under this log's subject prefix.
+    fn validate_append(&self, msg: &Append) -> Result<(), LogError> {
+        if self.config.subject_prefix == SUBJECT_PREFIX {
+            return super::validate_append(msg, self.config.payload_bytes_max);
+        }
+        self.validate_subject(&msg.subject)?;
+        // The subject is valid; check the rest as the event log would, on the same
+        // tokens under the event log's prefix.
+        let tokens = &msg.subject[self.config.subject_prefix.len()..];
+        let mut as_event_log = msg.clone();
+        as_event_log.subject = format!("{SUBJECT_PREFIX}{tokens}");
+        super::validate_append(&as_event_log, self.config.payload_bytes_max)
+    }
+
+    /// [`super::validate_subject`], under this log's subject prefix.
+    fn validate_subject(&self, subject: &str) -> Result<(), LogError> {
+        let prefix = &self.config.subject_prefix;
+        if prefix == SUBJECT_PREFIX {
+            return super::validate_subject(subject);
+        }
+        let rest = subject
+            .strip_prefix(prefix.as_str())
+            .filter(|rest| !rest.is_empty());
+        match rest.map(|rest| super::validate_subject(&format!("{SUBJECT_PREFIX}{rest}"))) {
+            Some(Ok(())) if subject.len() <= super::SUBJECT_BYTES_MAX => Ok(()),
+            _ => Err(LogError::Rejected {
+                detail: format!(
+                    "subject {subject:?} is not a subject of this log: it must be {prefix}<token>[.<token>...] \
+                     (at most {} bytes, no wildcards or whitespace)",
+                    super::SUBJECT_BYTES_MAX
+                ),
+            }),
+        }
+    }
+
     fn append_one(&self, writer: &mut Writer, msg: Append) -> Result<Appended, LogError> {
         let location = &self.location;
         let now_ms = self.config.clock.now_ms().max(writer.last_time_ms);
@@ -427,7 +473,7 @@ impl EventLog for EmbeddedLog {
     }
 
     async fn last_seq_for_subject(&self, subject: &str) -> Result<u64, LogError> {
-        super::validate_subject(subject)?;
+        self.inner.validate_subject(subject)?;
         self.inner.last_seq_for_subject(subject)
     }
 
@@ -712,6 +758,45 @@ mod tests {
         }
         let err = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap_err();
         assert!(matches!(err, LogError::Misconfigured { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_log_with_another_subject_prefix_takes_only_its_subjects() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig {
+            subject_prefix: "gridfold.order.".to_string(),
+            ..EmbeddedConfig::default()
+        };
+        let log = EmbeddedLog::open(dir.path(), config).unwrap();
+        let stored = log
+            .append(Append::new("gridfold.order.e1", "run").with_msg_id("7-0"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored,
+            Appended {
+                seq: 1,
+                duplicate: false
+            }
+        );
+        assert_eq!(
+            log.last_seq_for_subject("gridfold.order.e1").await.unwrap(),
+            1
+        );
+        for bad in [
+            "gridfold.ev.a",
+            "gridfold.order.",
+            "gridfold.order.*",
+            "gridfold.order.a b",
+        ] {
+            let err = log.append(Append::new(bad, "x")).await.unwrap_err();
+            assert!(matches!(err, LogError::Rejected { .. }), "{bad:?}: {err}");
+        }
+        let err = log
+            .append(Append::new("gridfold.order.e1", "x").with_msg_id(""))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LogError::Rejected { .. }), "{err}");
     }
 
     #[test]

@@ -1,0 +1,126 @@
+//! `gridfold projector`: the single writer, on NATS JetStream. A thin shell over
+//! [`crate::projector::service`]: connect, make the streams and the lease bucket,
+//! answer queries, run until SIGINT or SIGTERM, print what it did.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::log::LogError;
+use crate::log::jetstream::{JetStreamLog, LogConfig};
+use crate::projector::service::{
+    JetStreamOrderSink, KvLease, KvLeaseConfig, Projector, ProjectorConfig, projector_id,
+    spawn_query_responder,
+};
+
+#[derive(Debug, Args)]
+pub struct ProjectorArgs {
+    /// The NATS server (JetStream enabled).
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats: String,
+    /// The projector's own directory: snapshots and its projector id. One projector per directory.
+    #[arg(long)]
+    pub state: PathBuf,
+    /// Decide at least every this many entries folded, even while catching up.
+    #[arg(long, default_value_t = 10_000)]
+    pub schedule_every: u64,
+    /// Snapshot after this many entries folded since the last snapshot.
+    #[arg(long, default_value_t = 50_000)]
+    pub snapshot_every: u64,
+    /// Snapshot this many seconds after the last one, if entries were folded since.
+    #[arg(long, default_value_t = 30)]
+    pub snapshot_secs: u64,
+    /// How long the leader lease outlives a leader that stopped renewing it, in seconds
+    /// (the lease bucket's max age, set by whoever creates it).
+    #[arg(long, default_value_t = 5)]
+    pub lease_secs: u64,
+    /// Do not append a Tick every second (another ticker keeps time).
+    #[arg(long)]
+    pub no_tick: bool,
+    /// Check the state's invariants after every entry (slow; for tests).
+    #[arg(long, hide = true)]
+    pub check_invariants: bool,
+}
+
+pub fn run(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.lease_secs >= 2,
+        "--lease-secs must be at least 2 (the lease is renewed every second)"
+    );
+    anyhow::ensure!(
+        args.schedule_every > 0 && args.snapshot_every > 0,
+        "--schedule-every and --snapshot-every must be positive"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
+    // Installed first: a signal during start-up stops the projector cleanly once it runs.
+    let shutdown = shutdown_signal().context("installing the SIGINT and SIGTERM handlers")?;
+    let log = match JetStreamLog::connect(&args.nats, LogConfig::default()).await {
+        Ok(log) => log,
+        Err(err @ LogError::Unavailable { .. }) => {
+            anyhow::bail!(
+                "cannot reach the NATS broker at {} (set --nats or NATS_URL): {err}",
+                args.nats
+            )
+        }
+        Err(err) => return Err(err).context("opening the event log"),
+    };
+    let sink = JetStreamOrderSink::connect(&log)
+        .await
+        .context("opening the orders stream")?;
+    let holder = projector_id(&args.state)
+        .with_context(|| format!("reading the projector id in {}", args.state.display()))?;
+    let lease_config = KvLeaseConfig {
+        ttl: Duration::from_secs(args.lease_secs),
+        ..KvLeaseConfig::default()
+    };
+    let lease = KvLease::open(log.context(), log.url(), lease_config, holder.clone()).await?;
+    let config = ProjectorConfig {
+        schedule_every_entries: args.schedule_every,
+        snapshot_every_entries: args.snapshot_every,
+        snapshot_interval: Duration::from_secs(args.snapshot_secs.max(1)),
+        tick_interval: (!args.no_tick).then_some(Duration::from_secs(1)),
+        check_invariants: args.check_invariants,
+        ..ProjectorConfig::new(&args.state)
+    };
+    let projector = Projector::new(config, log.clone(), sink, lease);
+    let responder = spawn_query_responder(log.context().client(), projector.handle())
+        .await
+        .context("subscribing to the query subjects")?;
+    tracing::info!(nats = %args.nats, projector_id = %holder, "gridfold projector");
+    let result = projector.run(shutdown).await;
+    responder.abort();
+    let report = result.context("the projector stopped")?;
+    println!(
+        "projector stopped: folded through sequence {} (digest {}), {} entries folded, {} batches published, {} deliveries sent, {} snapshots",
+        report.last_seq,
+        report.chain_digest,
+        report.entries_folded,
+        report.batches_published,
+        report.deliveries_sent,
+        report.snapshots_written
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Installs the handlers now; the future completes on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT: stopping"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+        }
+    })
+}

@@ -1,0 +1,1152 @@
+//! The projector service: the single writer, a thin async shell around the
+//! [`Machine`]. It reads the log in order and folds it, decides when it has caught up
+//! (or every [`ProjectorConfig::schedule_every_entries`] entries under load), publishes
+//! each order batch onto `gridfold.ev.orders` behind the fence, delivers each engine the
+//! orders of every batch it reads back, snapshots its state, ticks, and answers
+//! queries. The simulator (`sim::projector`) drives the same machine the same way with a
+//! simulated log; what the simulator shows is what this does.
+//!
+//! # Shape
+//!
+//! One task owns the machine and the state. It waits on a closed set of inputs
+//! (`Input`: a batch of entries from the reader task, a query from a
+//! [`ProjectorHandle`], the lease timer, the tick timer, housekeeping, shutdown) and
+//! handles one at a time to the end, so the state is never shared, cloned or locked
+//! and a query is answered between two batches. Reading runs in a task of its own
+//! feeding a channel of at most [`READ_AHEAD_BATCHES`] batches, so waiting for the log
+//! never holds up a query. The service is generic over the log ([`EventLog`]: JetStream
+//! or the embedded log), where deliveries go ([`OrderSink`]) and who may write
+//! ([`Lease`]).
+//!
+//! # Invariants
+//!
+//! - **Order.** Entries are folded in sequence order, each once; every entry the
+//!   machine sees follows the previous one (asserted).
+//! - **One writer.** Every batch is published with `expected_last_subject_seq` = the
+//!   sequence of the newest entry on the orders subject this projector has folded or
+//!   had acknowledged. The broker refuses it if anyone else wrote there since: a
+//!   refusal ([`LogError::WrongLastSequence`]) makes the projector forget what it had
+//!   in flight (`abandon_pending`), hold its publishing until it has folded past the
+//!   refusing entry, and re-check its lease. The lease (see [`lease`]) decides who
+//!   should write; the fence guarantees that only one can.
+//! - **Publish only from a complete view.** A projector publishes only while it holds
+//!   the lease and only after it has folded everything the log held when it became
+//!   leader (and, after any publish it cannot account for — refused, unanswered or
+//!   answered "duplicate" — everything the log held then). So a new leader's first
+//!   decision already counts every batch the old leader published: no order is
+//!   decided twice. The fold is the final arbiter anyway: a dispatch of a task that is
+//!   no longer waiting is rejected, and only applied orders are delivered.
+//! - **Deliveries come from the log.** Deliveries are derived from batches as they
+//!   are folded ([`deliveries_of`]), never from what was published, and only the
+//!   leader sends them. Every projector, leader or standby, remembers the deliveries
+//!   of the batches of the last [`ProjectorConfig::redeliver_window`] of log time
+//!   (at most [`RECENT_DELIVERIES_MAX`]) and keeps them in its snapshot; on becoming
+//!   leader it sends them all again. So a batch the old leader published but did not
+//!   deliver (it died in between) is delivered by its successor; what was delivered
+//!   already is dropped by the broker (same `Nats-Msg-Id`) or by the engine (a
+//!   delivery id it has seen).
+//! - **Snapshots** ([`snapshot`]) are taken between batches, every
+//!   [`ProjectorConfig::snapshot_every_entries`] entries or
+//!   [`ProjectorConfig::snapshot_interval`], and at shutdown. A start loads the newest
+//!   one, checks that the log's entry at its sequence is the one it was taken after,
+//!   and resumes from the next sequence; otherwise (missing, corrupt, another format,
+//!   another log) it folds from sequence 1, saying why. Either way the chain digest is
+//!   the one a projector that never stopped would have.
+//! - **Ticks.** Every projector, leader or standby, appends a `Tick` each
+//!   [`ProjectorConfig::tick_interval`], with the message id `tick-<unix second>` and
+//!   an envelope id derived from the second, so two tickers in the same second store
+//!   one tick. A standby ticking keeps time moving while the leader is away; the
+//!   ticks of two projectors whose clocks disagree by part of a second cost one extra
+//!   entry now and then.
+//! - **Limits.** Read-ahead [`READ_AHEAD_BATCHES`], queries queued
+//!   [`QUERIES_QUEUED_MAX`], batches per decision [`BATCHES_PER_DECISION_MAX`] (the
+//!   machine also stops at `PENDING_BATCHES_MAX` in flight), remembered deliveries
+//!   [`RECENT_DELIVERIES_MAX`], one tick append in flight.
+//!
+//! # The state directory
+//!
+//! [`ProjectorConfig::state_dir`] belongs to one projector: `projector-id` (its name
+//! as lease holder, see [`lease::projector_id`]), `snapshots/` (sled, locked while the
+//! projector runs) and, with the embedded sink, `orders/` (the delivery log engines
+//! read, see [`sink`]). Two projectors need two directories.
+//!
+//! # What it does not do
+//!
+//! It does not retry a publish: a batch whose publish failed is forgotten and decided
+//! again from the log. It does not know NATS beyond the log, the sink and the lease;
+//! [`spawn_query_responder`] is a separate user of the handle. It does not install
+//! signal handlers: the caller passes the shutdown future.
+
+mod handle;
+pub mod lease;
+pub mod sink;
+pub mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Interval, MissedTickBehavior};
+
+pub use handle::{
+    ProjectorGone, ProjectorHandle, ProjectorStatus, QUERIES_QUEUED_MAX, QUERY_QUEUE_GROUP, Query,
+    StartPoint, spawn_query_responder,
+};
+pub use lease::{KvLease, KvLeaseConfig, Lease, LeaseError, SoleWriter, projector_id};
+pub use sink::{EmbeddedOrderSink, JetStreamOrderSink, OrderSink};
+pub use snapshot::{EntryFingerprint, Loaded, SnapshotStore, SnapshotStoreError};
+
+use crate::core::digest::Digest;
+use crate::core::event::{Envelope, Event, Origin, Payload};
+use crate::core::ids::Seq;
+use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEFAULT, ReadBatch};
+use crate::projector::delivery::deliveries_of;
+use crate::projector::machine::Machine;
+use crate::projector::query::{answer_stat, answer_why};
+use crate::projector::record::batch_envelope;
+use crate::wire::delivery::Delivery;
+use crate::wire::{self, ORDERS_SUBJECT, TICK_SUBJECT};
+
+/// Batches the reader may have read ahead of the fold.
+pub const READ_AHEAD_BATCHES: usize = 2;
+/// Most batches one decision publishes before the projector reads the log again.
+pub const BATCHES_PER_DECISION_MAX: usize = 16;
+/// Most deliveries remembered for sending again (and waiting to be sent).
+pub const RECENT_DELIVERIES_MAX: usize = 65_536;
+/// The envelope source of the projector's ticks.
+pub const TICK_SOURCE: &str = "gridfold-ticker";
+
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+const WARN_EVERY: Duration = Duration::from_secs(10);
+const READ_RETRY_MIN: Duration = Duration::from_millis(100);
+const READ_RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long a start waits for the entry its snapshot was taken after.
+const SNAPSHOT_CHECK_WAIT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for a last tick or delivery.
+const SHUTDOWN_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct ProjectorConfig {
+    /// Where the snapshots live (`<dir>/snapshots`; the embedded sink uses `<dir>/orders`).
+    pub state_dir: PathBuf,
+    /// Decide at least every this many entries folded, even when not caught up.
+    pub schedule_every_entries: u64,
+    /// Snapshot after this many entries folded since the last snapshot…
+    pub snapshot_every_entries: u64,
+    /// …or this long after it, if anything was folded since.
+    pub snapshot_interval: Duration,
+    /// Append a `Tick` this often; `None`: no ticker.
+    pub tick_interval: Option<Duration>,
+    /// Most entries read at once.
+    pub read_batch_max: usize,
+    /// How long one read waits for a first entry before reporting itself caught up.
+    pub read_wait: Duration,
+    /// How far back in log time a new leader delivers again.
+    pub redeliver_window: Duration,
+    /// Check the state's invariants after every entry (tests; costly on large states).
+    pub check_invariants: bool,
+}
+
+impl ProjectorConfig {
+    pub fn new(state_dir: impl Into<PathBuf>) -> ProjectorConfig {
+        ProjectorConfig {
+            state_dir: state_dir.into(),
+            schedule_every_entries: 10_000,
+            snapshot_every_entries: 50_000,
+            snapshot_interval: Duration::from_secs(30),
+            tick_interval: Some(Duration::from_secs(1)),
+            read_batch_max: READ_BATCH_DEFAULT,
+            read_wait: Duration::from_millis(500),
+            redeliver_window: crate::log::DUPLICATE_WINDOW_DEFAULT,
+            check_invariants: false,
+        }
+    }
+}
+
+/// What a projector did, returned when it stops.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProjectorReport {
+    pub started_from: StartPoint,
+    /// The last sequence folded, and the chain digest there.
+    pub last_seq: u64,
+    pub chain_digest: Digest,
+    /// Entries folded by this run (not counting those restored from the snapshot).
+    pub entries_folded: u64,
+    pub batches_published: u64,
+    pub deliveries_sent: u64,
+    pub publishes_fenced: u64,
+    pub leader_terms: u64,
+    pub snapshots_written: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectorError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Snapshots(#[from] SnapshotStoreError),
+    #[error("cannot create the state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the log reader stopped")]
+    ReaderStopped,
+}
+
+/// One thing for the loop to handle; see the module docs.
+#[derive(Debug)]
+enum Input {
+    Entries(Result<ReadBatch, LogError>),
+    Query(Query),
+    LeaseDue,
+    Tick,
+    Housekeeping,
+    Shutdown,
+}
+
+/// A projector ready to run: make it, take [`Projector::handle`]s, then [`Projector::run`].
+pub struct Projector<L, S, A> {
+    config: ProjectorConfig,
+    log: L,
+    sink: S,
+    lease: A,
+    queries: mpsc::Receiver<Query>,
+    status: watch::Sender<ProjectorStatus>,
+    handle: ProjectorHandle,
+}
+
+impl<L, S, A> Projector<L, S, A>
+where
+    L: EventLog + Clone + 'static,
+    S: OrderSink,
+    A: Lease,
+{
+    /// Panics on a configuration outside its limits (a zero interval or count, a read
+    /// batch above [`crate::log::READ_BATCH_MAX`]).
+    pub fn new(config: ProjectorConfig, log: L, sink: S, lease: A) -> Self {
+        assert!(
+            config.schedule_every_entries > 0,
+            "schedule_every_entries must be positive"
+        );
+        assert!(
+            config.snapshot_every_entries > 0,
+            "snapshot_every_entries must be positive"
+        );
+        assert!(
+            !config.snapshot_interval.is_zero(),
+            "snapshot_interval must be positive"
+        );
+        assert!(
+            config.tick_interval.is_none_or(|tick| !tick.is_zero()),
+            "tick_interval must be positive"
+        );
+        assert!(
+            (1..=crate::log::READ_BATCH_MAX).contains(&config.read_batch_max),
+            "read_batch_max must be 1 to {}",
+            crate::log::READ_BATCH_MAX
+        );
+        let (queries_tx, queries) = mpsc::channel(QUERIES_QUEUED_MAX);
+        let (status, status_rx) = watch::channel(ProjectorStatus::default());
+        let handle = ProjectorHandle {
+            queries: queries_tx,
+            status: status_rx,
+        };
+        Projector {
+            config,
+            log,
+            sink,
+            lease,
+            queries,
+            status,
+            handle,
+        }
+    }
+
+    /// A handle for queries and status; it works until the run ends.
+    pub fn handle(&self) -> ProjectorHandle {
+        self.handle.clone()
+    }
+
+    /// Runs until `shutdown` completes (then snapshots, releases the lease and returns
+    /// the report) or a fatal error: a corrupt or misconfigured log, a snapshot store
+    /// that cannot be opened. A log that is away is waited for, not fatal.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<ProjectorReport, ProjectorError> {
+        let Projector {
+            config,
+            log,
+            sink,
+            lease,
+            mut queries,
+            status: status_tx,
+            handle,
+        } = self;
+        drop(handle);
+        std::fs::create_dir_all(&config.state_dir).map_err(|source| ProjectorError::StateDir {
+            path: config.state_dir.clone(),
+            source,
+        })?;
+        let snapshots = SnapshotStore::open(&SnapshotStore::dir_in(&config.state_dir))?;
+        let start = load_start(&log, &snapshots).await?;
+        let from_seq = start.state_seq() + 1;
+        let reader = log.reader(from_seq).await?;
+        let (entries_tx, mut entries) = mpsc::channel(READ_AHEAD_BATCHES);
+        let _reader = AbortOnDrop(tokio::spawn(read_log(
+            reader,
+            entries_tx,
+            config.read_batch_max,
+            config.read_wait,
+        )));
+        tracing::info!(
+            log = %log.location(),
+            deliveries = %sink.location(),
+            lease = %lease.location(),
+            state_dir = %config.state_dir.display(),
+            "projector starting at sequence {from_seq} ({})",
+            describe_start(&start.started_from)
+        );
+
+        let mut lease_timer = interval(lease.renew_interval());
+        let mut tick_timer = config.tick_interval.map(interval);
+        let mut housekeeping = interval(HOUSEKEEPING_INTERVAL);
+        let mut shell = Shell::new(config, log, sink, lease, snapshots, start);
+        shell.publish_status(&status_tx);
+        tokio::pin!(shutdown);
+        loop {
+            let input = tokio::select! {
+                biased;
+                () = &mut shutdown => Input::Shutdown,
+                Some(query) = queries.recv() => Input::Query(query),
+                _ = lease_timer.tick() => Input::LeaseDue,
+                () = next_tick(&mut tick_timer) => Input::Tick,
+                _ = housekeeping.tick() => Input::Housekeeping,
+                read = entries.recv() => match read {
+                    Some(read) => Input::Entries(read),
+                    None => return Err(ProjectorError::ReaderStopped),
+                },
+            };
+            let stop = matches!(input, Input::Shutdown);
+            shell.handle(input).await?;
+            shell.publish_status(&status_tx);
+            if stop {
+                break;
+            }
+        }
+        Ok(shell.report())
+    }
+}
+
+/// Makes a projector and runs it until `shutdown`; see [`Projector`] for a handle.
+pub async fn run_projector<L, S, A>(
+    config: ProjectorConfig,
+    log: L,
+    sink: S,
+    lease: A,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<ProjectorReport, ProjectorError>
+where
+    L: EventLog + Clone + 'static,
+    S: OrderSink,
+    A: Lease,
+{
+    Projector::new(config, log, sink, lease).run(shutdown).await
+}
+
+/// The envelope of the tick of one Unix second: the same bytes from every ticker.
+pub fn tick_envelope(unix_second: u64) -> Envelope {
+    let digest = blake3::hash(format!("gridfold-tick:{unix_second}").as_bytes());
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest.as_bytes()[..16]);
+    Envelope {
+        id,
+        source: TICK_SOURCE.to_string(),
+        event: Event::Tick,
+    }
+}
+
+/// The append of the tick of one Unix second, deduplicated by `tick-<second>`.
+pub fn tick_append(unix_second: u64) -> Append {
+    Append::new(TICK_SUBJECT, wire::encode(&tick_envelope(unix_second)))
+        .with_msg_id(format!("tick-{unix_second}"))
+}
+
+// ---- starting -----------------------------------------------------------------
+
+/// Where a run starts: a snapshot's contents, or nothing.
+struct Start {
+    machine: Machine,
+    last_orders_seq: u64,
+    last_entry: Option<EntryFingerprint>,
+    recent: Vec<(u64, Delivery)>,
+    started_from: StartPoint,
+}
+
+impl Start {
+    fn state_seq(&self) -> u64 {
+        self.machine.state().last_seq.0
+    }
+}
+
+async fn load_start<L: EventLog>(log: &L, store: &SnapshotStore) -> Result<Start, ProjectorError> {
+    let reason = match store.load()? {
+        Loaded::Missing => None,
+        Loaded::Unusable(reason) => Some(format!(
+            "the snapshot in {} cannot be used: {reason}",
+            store.path().display()
+        )),
+        Loaded::Snapshot(snapshot) => match check_against_log(log, &snapshot).await? {
+            Ok(()) => {
+                let seq = snapshot.state.last_seq.0;
+                return Ok(Start {
+                    machine: Machine::from_state(snapshot.state),
+                    last_orders_seq: snapshot.last_orders_seq,
+                    last_entry: Some(snapshot.last_entry),
+                    recent: snapshot.recent,
+                    started_from: StartPoint::Snapshot { seq },
+                });
+            }
+            Err(reason) => Some(reason),
+        },
+    };
+    match &reason {
+        Some(reason) => tracing::warn!("rebuilding the state from sequence 1: {reason}"),
+        None => tracing::info!("no snapshot yet: folding the log from sequence 1"),
+    }
+    Ok(Start {
+        machine: Machine::new(),
+        last_orders_seq: 0,
+        last_entry: None,
+        recent: Vec::new(),
+        started_from: StartPoint::Scratch { reason },
+    })
+}
+
+/// Whether the log holds, at the snapshot's sequence, the entry it was taken after.
+async fn check_against_log<L: EventLog>(
+    log: &L,
+    snapshot: &snapshot::Snapshot,
+) -> Result<Result<(), String>, LogError> {
+    let seq = snapshot.state.last_seq.0;
+    let end = log.last_seq().await?;
+    if end < seq {
+        return Ok(Err(format!(
+            "the snapshot was taken after sequence {seq} and the log ends at {end}: it is of another log"
+        )));
+    }
+    let mut reader = log.reader(seq).await?;
+    let batch = reader.next_batch(1, SNAPSHOT_CHECK_WAIT).await?;
+    match batch.entries.first() {
+        Some(entry) if entry.seq == seq && EntryFingerprint::of(entry) == snapshot.last_entry => {
+            Ok(Ok(()))
+        }
+        Some(_) => Ok(Err(format!(
+            "entry {seq} of the log is not the entry the snapshot was taken after: it is of another log"
+        ))),
+        None => Err(LogError::Unavailable {
+            url: log.location(),
+            detail: format!("entry {seq} did not arrive within {SNAPSHOT_CHECK_WAIT:?}"),
+        }),
+    }
+}
+
+fn describe_start(start: &StartPoint) -> String {
+    match start {
+        StartPoint::Starting => "starting".to_string(),
+        StartPoint::Snapshot { seq } => format!("from the snapshot after sequence {seq}"),
+        StartPoint::Scratch { reason: None } => "no snapshot".to_string(),
+        StartPoint::Scratch {
+            reason: Some(reason),
+        } => format!("rebuilding: {reason}"),
+    }
+}
+
+// ---- the loop's state -----------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leadership {
+    Standby,
+    /// Holds the lease; surely until `valid_until` (`None`: until released).
+    Leader {
+        valid_until: Option<Instant>,
+    },
+}
+
+/// What must be folded before the next publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Open,
+    /// Fold through this sequence first.
+    UntilSeq(u64),
+    /// Fold through whatever the log holds now (ask it) first.
+    UntilLogEnd,
+}
+
+/// Deliveries of the recent batches, oldest first, by the log time of their batch.
+#[derive(Debug, Default)]
+struct RecentDeliveries {
+    items: VecDeque<(u64, Delivery)>,
+    window_ms: u64,
+    dropped: u64,
+}
+
+impl RecentDeliveries {
+    fn new(window: Duration, items: Vec<(u64, Delivery)>) -> Self {
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let mut recent = RecentDeliveries {
+            items: VecDeque::new(),
+            window_ms,
+            dropped: 0,
+        };
+        for (time_ms, delivery) in items {
+            recent.push(time_ms, delivery);
+        }
+        recent
+    }
+
+    fn push(&mut self, time_ms: u64, delivery: Delivery) {
+        self.items.push_back((time_ms, delivery));
+        if self.items.len() > RECENT_DELIVERIES_MAX {
+            self.items.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    /// Forgets the deliveries of batches older than the window before `now_ms`.
+    fn prune(&mut self, now_ms: u64) {
+        let oldest_kept_ms = now_ms.saturating_sub(self.window_ms);
+        while self
+            .items
+            .front()
+            .is_some_and(|(time_ms, _)| *time_ms < oldest_kept_ms)
+        {
+            self.items.pop_front();
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Delivery)> {
+        self.items
+            .iter()
+            .map(|(time_ms, delivery)| (*time_ms, delivery))
+    }
+}
+
+/// Says "now" at most once per period: for warnings that would repeat every second.
+#[derive(Debug, Default)]
+struct Throttle(Option<Instant>);
+
+impl Throttle {
+    fn ready(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .0
+            .is_some_and(|last| now.duration_since(last) < WARN_EVERY)
+        {
+            return false;
+        }
+        self.0 = Some(now);
+        true
+    }
+}
+
+struct Shell<L, S, A> {
+    config: ProjectorConfig,
+    log: L,
+    sink: S,
+    lease: A,
+    snapshots: SnapshotStore,
+    machine: Machine,
+    /// The fence: the newest entry on the orders subject folded or acknowledged to us.
+    last_orders_seq: u64,
+    /// The newest entry on the orders subject folded (what a snapshot keeps).
+    folded_orders_seq: u64,
+    /// The newest sequence one of our publishes was stored at.
+    published_through: u64,
+    /// The fingerprint of the entry at the state's last sequence.
+    last_entry: Option<EntryFingerprint>,
+    caught_up: bool,
+    /// Entries were folded (or the in-flight view changed) since the last decision.
+    dirty: bool,
+    entries_since_decision: u64,
+    entries_since_snapshot: u64,
+    last_snapshot_at: Instant,
+    leadership: Leadership,
+    /// The lease has answered at least once (to say "standby" once at start).
+    lease_answered: bool,
+    hold: Hold,
+    /// Deliveries to send (leader only), oldest first.
+    outbox: VecDeque<Delivery>,
+    recent: RecentDeliveries,
+    tick_task: Option<JoinHandle<()>>,
+    status: ProjectorStatus,
+    entries_folded: u64,
+    warn_log: Throttle,
+    warn_lease: Throttle,
+    warn_sink: Throttle,
+}
+
+impl<L, S, A> Shell<L, S, A>
+where
+    L: EventLog + Clone + 'static,
+    S: OrderSink,
+    A: Lease,
+{
+    fn new(
+        config: ProjectorConfig,
+        log: L,
+        sink: S,
+        lease: A,
+        snapshots: SnapshotStore,
+        start: Start,
+    ) -> Self {
+        let recent = RecentDeliveries::new(config.redeliver_window, start.recent);
+        let status = ProjectorStatus {
+            started_from: start.started_from,
+            folded_seq: start.machine.state().last_seq.0,
+            snapshot_seq: match start.last_entry {
+                Some(_) => start.machine.state().last_seq.0,
+                None => 0,
+            },
+            ..ProjectorStatus::default()
+        };
+        Shell {
+            config,
+            log,
+            sink,
+            lease,
+            snapshots,
+            machine: start.machine,
+            last_orders_seq: start.last_orders_seq,
+            folded_orders_seq: start.last_orders_seq,
+            published_through: 0,
+            last_entry: start.last_entry,
+            caught_up: false,
+            dirty: true,
+            entries_since_decision: 0,
+            entries_since_snapshot: 0,
+            last_snapshot_at: Instant::now(),
+            leadership: Leadership::Standby,
+            lease_answered: false,
+            hold: Hold::Open,
+            outbox: VecDeque::new(),
+            recent,
+            tick_task: None,
+            status,
+            entries_folded: 0,
+            warn_log: Throttle::default(),
+            warn_lease: Throttle::default(),
+            warn_sink: Throttle::default(),
+        }
+    }
+
+    async fn handle(&mut self, input: Input) -> Result<(), ProjectorError> {
+        match input {
+            Input::Entries(read) => self.handle_entries(read).await?,
+            Input::Query(query) => self.handle_query(query),
+            Input::LeaseDue => {
+                self.renew_lease().await;
+                self.deliver().await;
+                self.decide_and_publish().await?;
+            }
+            Input::Tick => self.tick(),
+            Input::Housekeeping => {
+                if self.entries_since_snapshot > 0
+                    && self.last_snapshot_at.elapsed() >= self.config.snapshot_interval
+                {
+                    self.snapshot("interval").await;
+                }
+                self.deliver().await;
+                self.decide_and_publish().await?;
+            }
+            Input::Shutdown => self.shut_down().await,
+        }
+        Ok(())
+    }
+
+    fn is_leader(&self) -> bool {
+        matches!(self.leadership, Leadership::Leader { .. })
+    }
+
+    fn publish_status(&mut self, status_tx: &watch::Sender<ProjectorStatus>) {
+        self.status.folded_seq = self.machine.state().last_seq.0;
+        self.status.caught_up = self.caught_up;
+        self.status.leader = self.is_leader();
+        status_tx.send_if_modified(|shown| {
+            let changed = *shown != self.status;
+            if changed {
+                *shown = self.status.clone();
+            }
+            changed
+        });
+    }
+
+    fn report(&self) -> ProjectorReport {
+        let state = self.machine.state();
+        ProjectorReport {
+            started_from: self.status.started_from.clone(),
+            last_seq: state.last_seq.0,
+            chain_digest: state.chain,
+            entries_folded: self.entries_folded,
+            batches_published: self.status.batches_published,
+            deliveries_sent: self.status.deliveries_sent,
+            publishes_fenced: self.status.publishes_fenced,
+            leader_terms: self.status.leader_terms,
+            snapshots_written: self.status.snapshots_written,
+        }
+    }
+
+    // ---- entries ------------------------------------------------------------
+
+    async fn handle_entries(
+        &mut self,
+        read: Result<ReadBatch, LogError>,
+    ) -> Result<(), ProjectorError> {
+        let batch = match read {
+            Ok(batch) => batch,
+            Err(err @ LogError::Unavailable { .. }) => {
+                if self.warn_log.ready() {
+                    tracing::warn!("reading the log: {err}; retrying");
+                }
+                return Ok(());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let count = batch.entries.len() as u64;
+        for raw in &batch.entries {
+            let expected = self.machine.state().last_seq.0 + 1;
+            assert_eq!(
+                raw.seq, expected,
+                "the reader returns every entry once, in order"
+            );
+            let entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+            let rejections = self.machine.handle_entry(&entry);
+            if self.config.check_invariants {
+                self.machine.state().check_invariants();
+            }
+            if entry.origin != Origin::Projector {
+                continue;
+            }
+            self.folded_orders_seq = raw.seq;
+            self.last_orders_seq = self.last_orders_seq.max(raw.seq);
+            if let Payload::Event(Envelope {
+                event: Event::OrderBatch(order_batch),
+                ..
+            }) = &entry.payload
+            {
+                let deliveries =
+                    deliveries_of(self.machine.state(), entry.seq, order_batch, &rejections);
+                for delivery in deliveries {
+                    if self.is_leader() {
+                        self.outbox.push_back(delivery.clone());
+                    }
+                    self.recent.push(raw.time_ms, delivery);
+                }
+            }
+        }
+        if let Some(last) = batch.entries.last() {
+            self.last_entry = Some(EntryFingerprint::of(last));
+            tracing::debug!(
+                entries = count,
+                last_seq = last.seq,
+                caught_up = batch.caught_up,
+                pending_batches = self.machine.pending_batches(),
+                "folded"
+            );
+        }
+        self.recent.prune(self.machine.state().now_ms);
+        self.trim_outbox();
+        self.caught_up = batch.caught_up;
+        if count > 0 {
+            self.dirty = true;
+            self.entries_folded += count;
+            self.entries_since_decision += count;
+            self.entries_since_snapshot += count;
+        }
+        self.deliver().await;
+        self.decide_and_publish().await?;
+        if self.entries_since_snapshot >= self.config.snapshot_every_entries {
+            self.snapshot("entries").await;
+        }
+        Ok(())
+    }
+
+    fn trim_outbox(&mut self) {
+        let excess = self.outbox.len().saturating_sub(RECENT_DELIVERIES_MAX);
+        if excess > 0 {
+            self.outbox.drain(..excess);
+            tracing::error!(
+                "{excess} deliveries dropped: more than {RECENT_DELIVERIES_MAX} waited to be sent"
+            );
+        }
+    }
+
+    /// Sends what waits in the outbox (leader only); on failure it stays for the next try.
+    async fn deliver(&mut self) {
+        if !self.is_leader() || self.outbox.is_empty() {
+            return;
+        }
+        let deliveries = self.outbox.make_contiguous();
+        match self.sink.deliver(deliveries).await {
+            Ok(()) => {
+                self.status.deliveries_sent += deliveries.len() as u64;
+                tracing::debug!(deliveries = deliveries.len(), "delivered");
+                self.outbox.clear();
+            }
+            Err(err) => {
+                if self.warn_sink.ready() {
+                    tracing::warn!(
+                        "delivering {} orders to engines: {err}; trying again",
+                        deliveries.len()
+                    );
+                }
+            }
+        }
+    }
+
+    // ---- deciding and publishing -------------------------------------------------
+
+    /// Decides and publishes if there is news, it is time, and this projector may write.
+    async fn decide_and_publish(&mut self) -> Result<(), ProjectorError> {
+        let due =
+            self.caught_up || self.entries_since_decision >= self.config.schedule_every_entries;
+        if !self.dirty || !due || !self.may_publish().await {
+            return Ok(());
+        }
+        self.dirty = false;
+        self.entries_since_decision = 0;
+        for _ in 0..BATCHES_PER_DECISION_MAX {
+            let Some(batch) = self.machine.poll_batch() else {
+                break;
+            };
+            if !self.publish(batch).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Leader, lease still surely ours, and everything the hold asks for folded.
+    async fn may_publish(&mut self) -> bool {
+        match self.leadership {
+            Leadership::Standby => return false,
+            Leadership::Leader {
+                valid_until: Some(until),
+            } if Instant::now() >= until => {
+                self.step_down("its lease was not renewed in time");
+                return false;
+            }
+            Leadership::Leader { .. } => {}
+        }
+        loop {
+            match self.hold {
+                Hold::Open => return true,
+                Hold::UntilSeq(seq) if self.machine.state().last_seq.0 >= seq => {
+                    tracing::debug!("folded through sequence {seq}: publishing again");
+                    self.hold = Hold::Open;
+                }
+                Hold::UntilSeq(_) => return false,
+                Hold::UntilLogEnd => match self.log.last_seq().await {
+                    Ok(end) => self.hold = Hold::UntilSeq(end),
+                    Err(err) => {
+                        if self.warn_log.ready() {
+                            tracing::warn!("asking the log where it ends: {err}");
+                        }
+                        return false;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Publishes one batch behind the fence. `Ok(true)`: stored, go on deciding.
+    async fn publish(
+        &mut self,
+        batch: crate::core::event::OrderBatch,
+    ) -> Result<bool, ProjectorError> {
+        let orders = batch.orders.len();
+        let envelope = batch_envelope(batch);
+        let append = Append::new(ORDERS_SUBJECT, wire::encode(&envelope))
+            .with_msg_id(hex::encode(envelope.id))
+            .with_expected_last_subject_seq(self.last_orders_seq);
+        match self.log.append(append).await {
+            Ok(Appended {
+                seq,
+                duplicate: false,
+            }) => {
+                self.last_orders_seq = seq;
+                self.published_through = self.published_through.max(seq);
+                self.status.batches_published += 1;
+                tracing::debug!(seq, orders, "published a batch");
+                Ok(true)
+            }
+            Ok(Appended {
+                seq,
+                duplicate: true,
+            }) => {
+                // Stored before (by us, before a restart): the log will give it back.
+                tracing::debug!(seq, "the batch was already on the log");
+                self.resync(Hold::UntilLogEnd);
+                Ok(false)
+            }
+            Err(LogError::WrongLastSequence {
+                actual, expected, ..
+            }) => {
+                self.status.publishes_fenced += 1;
+                tracing::warn!(
+                    expected,
+                    actual = ?actual,
+                    "another writer appended orders first: holding until that is folded and the lease confirmed"
+                );
+                let hold = match actual {
+                    Some(actual) => Hold::UntilSeq(actual.max(self.published_through)),
+                    None => Hold::UntilLogEnd,
+                };
+                self.resync(hold);
+                self.renew_lease().await;
+                Ok(false)
+            }
+            Err(err @ LogError::Unavailable { .. }) => {
+                if self.warn_log.ready() {
+                    tracing::warn!("publishing orders: {err}; deciding again once the log is back");
+                }
+                self.resync(Hold::UntilLogEnd);
+                Ok(false)
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Forgets what is in flight; publishes again only after folding what `hold` says.
+    fn resync(&mut self, hold: Hold) {
+        self.machine.abandon_pending();
+        self.hold = hold;
+        self.dirty = true;
+    }
+
+    // ---- leadership ------------------------------------------------------------
+
+    async fn renew_lease(&mut self) {
+        let sent_at = Instant::now();
+        let timeout = self.lease.renew_interval().max(Duration::from_secs(1));
+        let answer = match tokio::time::timeout(timeout, self.lease.acquire_or_renew()).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LeaseError::Unavailable {
+                location: self.lease.location(),
+                detail: format!("no answer within {timeout:?}"),
+            }),
+        };
+        let first_answer = !self.lease_answered;
+        self.lease_answered |= answer.is_ok();
+        match answer {
+            Ok(true) => {
+                let valid_until = self.lease.valid_for().map(|valid_for| sent_at + valid_for);
+                match self.leadership {
+                    Leadership::Standby => self.become_leader(valid_until),
+                    Leadership::Leader { .. } => {
+                        self.leadership = Leadership::Leader { valid_until }
+                    }
+                }
+            }
+            Ok(false) => {
+                if self.is_leader() {
+                    self.step_down("another projector holds the lease");
+                } else if first_answer {
+                    tracing::info!(
+                        "standby: another projector holds the lease; folding and answering queries, not publishing"
+                    );
+                }
+            }
+            Err(err) => {
+                if self.warn_lease.ready() {
+                    tracing::warn!("{err}");
+                }
+                if let Leadership::Leader {
+                    valid_until: Some(until),
+                } = self.leadership
+                    && Instant::now() >= until
+                {
+                    self.step_down("its lease could not be renewed in time");
+                }
+            }
+        }
+    }
+
+    fn become_leader(&mut self, valid_until: Option<Instant>) {
+        self.leadership = Leadership::Leader { valid_until };
+        self.status.leader_terms += 1;
+        // Read to the end of the log before deciding, and deliver the recent batches
+        // again: the previous leader may have published some it did not deliver.
+        self.resync(Hold::UntilLogEnd);
+        self.outbox = self
+            .recent
+            .iter()
+            .map(|(_, delivery)| delivery.clone())
+            .collect();
+        tracing::info!(
+            folded_seq = self.machine.state().last_seq.0,
+            "leader: reading to the end of the log before deciding; sending the {} deliveries of recent batches again",
+            self.outbox.len()
+        );
+    }
+
+    fn step_down(&mut self, reason: &str) {
+        self.leadership = Leadership::Standby;
+        self.outbox.clear();
+        self.machine.abandon_pending();
+        self.hold = Hold::Open;
+        tracing::info!("standby: {reason}; folding and answering queries, not publishing");
+    }
+
+    // ---- ticks, queries, snapshots, shutdown ------------------------------------------
+
+    fn tick(&mut self) {
+        if self
+            .tick_task
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let unix_second = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let log = self.log.clone();
+        self.tick_task = Some(tokio::spawn(async move {
+            if let Err(err) = log.append(tick_append(unix_second)).await {
+                tracing::debug!("tick {unix_second}: {err}");
+            }
+        }));
+    }
+
+    fn handle_query(&self, query: Query) {
+        let state = self.machine.state();
+        // A requester that gave up has dropped its receiver: nothing to do.
+        match query {
+            Query::Stat(request, reply) => {
+                let _ = reply.send(answer_stat(state, &request));
+            }
+            Query::Why(request, reply) => {
+                let _ = reply.send(answer_why(state, &request));
+            }
+        }
+    }
+
+    async fn snapshot(&mut self, why: &str) {
+        let state = self.machine.state();
+        let seq = state.last_seq.0;
+        self.entries_since_snapshot = 0;
+        self.last_snapshot_at = Instant::now();
+        if seq == 0 || seq == self.status.snapshot_seq {
+            return;
+        }
+        let last_entry = self
+            .last_entry
+            .expect("an entry was folded, so its fingerprint is known");
+        match self
+            .snapshots
+            .save(
+                state,
+                self.folded_orders_seq,
+                last_entry,
+                self.recent.iter(),
+            )
+            .await
+        {
+            Ok(bytes) => {
+                self.status.snapshot_seq = seq;
+                self.status.snapshots_written += 1;
+                tracing::info!(seq, bytes, why, digest = %state.chain, "snapshot written");
+            }
+            Err(err) => tracing::warn!("writing a snapshot at sequence {seq}: {err}"),
+        }
+    }
+
+    async fn shut_down(&mut self) {
+        tracing::info!(
+            folded_seq = self.machine.state().last_seq.0,
+            "shutting down"
+        );
+        if self.is_leader() && !self.outbox.is_empty() {
+            let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.deliver()).await;
+        }
+        self.snapshot("shutdown").await;
+        if self.is_leader() {
+            let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.lease.release()).await;
+            self.leadership = Leadership::Standby;
+            tracing::info!("lease released");
+        }
+        if let Some(task) = self.tick_task.take() {
+            let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, task).await;
+        }
+    }
+}
+
+// ---- the reader task and timers -------------------------------------------------------
+
+/// Reads the log into `batches` until the receiver goes or the log fails for good.
+/// An unavailable log is reported and tried again (backing off); an empty batch is
+/// sent only to say "caught up" once.
+async fn read_log<R: LogReader>(
+    mut reader: R,
+    batches: mpsc::Sender<Result<ReadBatch, LogError>>,
+    read_batch_max: usize,
+    read_wait: Duration,
+) {
+    let mut said_caught_up = false;
+    let mut backoff = READ_RETRY_MIN;
+    loop {
+        match reader.next_batch(read_batch_max, read_wait).await {
+            Ok(batch) => {
+                backoff = READ_RETRY_MIN;
+                if batch.entries.is_empty() && (said_caught_up || !batch.caught_up) {
+                    continue;
+                }
+                said_caught_up = batch.caught_up;
+                if batches.send(Ok(batch)).await.is_err() {
+                    return;
+                }
+            }
+            Err(err) => {
+                let fatal = !matches!(err, LogError::Unavailable { .. });
+                if batches.send(Err(err)).await.is_err() || fatal {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(READ_RETRY_MAX);
+            }
+        }
+    }
+}
+
+fn interval(period: Duration) -> Interval {
+    let mut timer = tokio::time::interval(period);
+    timer.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    timer
+}
+
+async fn next_tick(timer: &mut Option<Interval>) {
+    match timer {
+        Some(timer) => {
+            timer.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Aborts the task when dropped, so a projector that is dropped or aborted leaves no reader behind.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

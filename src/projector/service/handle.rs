@@ -1,0 +1,210 @@
+//! Talking to a running projector: [`ProjectorHandle`] sends queries into its loop
+//! (answered from its current state between two batches, never from a copy) and
+//! watches its status; [`spawn_query_responder`] answers `gridfold.q.stat` and
+//! `gridfold.q.why` on core NATS through the same handle.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::projector::query::{
+    STAT_SUBJECT, StatRequest, StateSummary, WHY_SUBJECT, WhyReply, WhyRequest,
+};
+
+/// Most queries waiting for the loop; a sender past this waits.
+pub const QUERIES_QUEUED_MAX: usize = 256;
+/// The queue group of the NATS responders: one projector answers each request.
+pub const QUERY_QUEUE_GROUP: &str = "gridfold-projector";
+
+/// A question for the loop, with where to send the answer.
+#[derive(Debug)]
+pub enum Query {
+    Stat(StatRequest, oneshot::Sender<StateSummary>),
+    Why(WhyRequest, oneshot::Sender<WhyReply>),
+}
+
+/// How the projector started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPoint {
+    /// Not started yet.
+    Starting,
+    /// From a snapshot taken after this sequence.
+    Snapshot { seq: u64 },
+    /// From sequence 1: there was no snapshot (`reason` is `None`) or it could not be used.
+    Scratch { reason: Option<String> },
+}
+
+/// What a projector is doing, updated after every input it handles.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProjectorStatus {
+    pub started_from: StartPoint,
+    /// The last sequence folded.
+    pub folded_seq: u64,
+    /// When the last batch was read, the log held nothing after it.
+    pub caught_up: bool,
+    /// This projector holds the lease (it may still be catching up before it publishes).
+    pub leader: bool,
+    /// How many times it became leader.
+    pub leader_terms: u64,
+    pub batches_published: u64,
+    pub deliveries_sent: u64,
+    /// Publishes refused by the fence: another writer got there first.
+    pub publishes_fenced: u64,
+    /// The sequence of the newest snapshot written (0: none yet).
+    pub snapshot_seq: u64,
+    pub snapshots_written: u64,
+}
+
+impl Default for ProjectorStatus {
+    fn default() -> Self {
+        ProjectorStatus {
+            started_from: StartPoint::Starting,
+            folded_seq: 0,
+            caught_up: false,
+            leader: false,
+            leader_terms: 0,
+            batches_published: 0,
+            deliveries_sent: 0,
+            publishes_fenced: 0,
+            snapshot_seq: 0,
+            snapshots_written: 0,
+        }
+    }
+}
+
+/// The projector's loop has ended: nobody will answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the projector has stopped")]
+pub struct ProjectorGone;
+
+/// A handle on a running projector: queries and status. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ProjectorHandle {
+    pub(super) queries: mpsc::Sender<Query>,
+    pub(super) status: watch::Receiver<ProjectorStatus>,
+}
+
+impl ProjectorHandle {
+    /// `gridfold stat`, answered from the loop's current state.
+    pub async fn stat(&self, request: StatRequest) -> Result<StateSummary, ProjectorGone> {
+        let (reply, answer) = oneshot::channel();
+        self.queries
+            .send(Query::Stat(request, reply))
+            .await
+            .map_err(|_| ProjectorGone)?;
+        answer.await.map_err(|_| ProjectorGone)
+    }
+
+    /// `gridfold why`, answered from the loop's current state.
+    pub async fn why(&self, request: WhyRequest) -> Result<WhyReply, ProjectorGone> {
+        let (reply, answer) = oneshot::channel();
+        self.queries
+            .send(Query::Why(request, reply))
+            .await
+            .map_err(|_| ProjectorGone)?;
+        answer.await.map_err(|_| ProjectorGone)
+    }
+
+    /// The status as of the last input the loop handled.
+    pub fn status(&self) -> ProjectorStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until the status satisfies `condition`, or the projector stops.
+    pub async fn wait_for(
+        &self,
+        mut condition: impl FnMut(&ProjectorStatus) -> bool,
+    ) -> Result<ProjectorStatus, ProjectorGone> {
+        let mut status = self.status.clone();
+        let seen = status
+            .wait_for(|s| condition(s))
+            .await
+            .map_err(|_| ProjectorGone)?;
+        Ok(seen.clone())
+    }
+}
+
+/// The answer to a request that could not be read.
+#[derive(Debug, Serialize)]
+struct QueryError {
+    error: String,
+}
+
+/// Answers stat and why requests on core NATS (JSON in, JSON out; an empty request
+/// is the default request) through `handle`, in the queue group
+/// [`QUERY_QUEUE_GROUP`], until the projector stops or the task is aborted.
+pub async fn spawn_query_responder(
+    client: async_nats::Client,
+    handle: ProjectorHandle,
+) -> Result<tokio::task::JoinHandle<()>, async_nats::SubscribeError> {
+    let stat = client
+        .queue_subscribe(STAT_SUBJECT, QUERY_QUEUE_GROUP.to_string())
+        .await?;
+    let why = client
+        .queue_subscribe(WHY_SUBJECT, QUERY_QUEUE_GROUP.to_string())
+        .await?;
+    // The subscriptions are registered with the server once the client has flushed.
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.flush()).await;
+    let mut requests = futures::stream::select(stat, why);
+    Ok(tokio::spawn(async move {
+        while let Some(message) = requests.next().await {
+            let Some(reply_to) = message.reply.clone() else {
+                continue;
+            };
+            let answer = match answer(&handle, message.subject.as_str(), &message.payload).await {
+                Ok(answer) => answer,
+                Err(ProjectorGone) => break,
+            };
+            if let Err(err) = client.publish(reply_to, answer.into()).await {
+                tracing::debug!("answering a query: {err}");
+            }
+        }
+    }))
+}
+
+async fn answer(
+    handle: &ProjectorHandle,
+    subject: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, ProjectorGone> {
+    fn parse<T: serde::de::DeserializeOwned + Default>(payload: &[u8]) -> Result<T, String> {
+        if payload.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(payload)
+            .map_err(|e| format!("the request is not valid JSON for this query: {e}"))
+    }
+    Ok(match subject {
+        STAT_SUBJECT => match parse::<StatRequest>(payload) {
+            Ok(request) => json(&handle.stat(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        WHY_SUBJECT => match parse::<WhyRequestOrDefault>(payload) {
+            Ok(WhyRequestOrDefault(Some(request))) => json(&handle.why(request).await?),
+            Ok(WhyRequestOrDefault(None)) => json(&QueryError {
+                error: "a why request names a task: {\"task\": \"JOB/INDEX\"}".into(),
+            }),
+            Err(error) => json(&QueryError { error }),
+        },
+        other => json(&QueryError {
+            error: format!("no query is answered on {other}"),
+        }),
+    })
+}
+
+/// A why request, or none (an empty payload).
+#[derive(Debug, Default)]
+struct WhyRequestOrDefault(Option<WhyRequest>);
+
+impl<'de> serde::Deserialize<'de> for WhyRequestOrDefault {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        WhyRequest::deserialize(deserializer).map(|request| WhyRequestOrDefault(Some(request)))
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("answers always serialise")
+}

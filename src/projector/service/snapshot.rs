@@ -1,0 +1,391 @@
+//! The projector's checkpoints: the folded state at one sequence, kept in sled
+//! under `<state dir>/snapshots`, so a restart folds only what came after.
+//!
+//! # Record format (version [`SNAPSHOT_FORMAT_VERSION`])
+//!
+//! One value under one key, replaced atomically by each snapshot:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 16 | [`MAGIC`] |
+//! | 4 | format version, u32 big-endian |
+//! | 32 | blake3 of the body |
+//! | rest | the body, postcard: `Body` |
+//!
+//! The body holds the last applied sequence, the chain digest there, the sequence of
+//! the last entry on the orders subject (the fence to publish after), a fingerprint
+//! of the log entry at the last applied sequence (to tell this log from another),
+//! the state ([`State::to_snapshot`], itself postcard) and the deliveries of the
+//! recent order batches (so a projector that restarts, or takes over, delivers again
+//! what its predecessor may not have).
+//!
+//! # Invariants
+//!
+//! - A snapshot that does not load as it was written — wrong magic, another format
+//!   version, a checksum that does not match, a body or state that does not decode or
+//!   breaks the state's invariants, a chain digest or sequence that disagrees with the
+//!   state — is reported as [`Loaded::Unusable`] with the reason, never half-used.
+//! - The format version must be bumped whenever `Body` or the serialised form of
+//!   [`State`] changes; postcard carries no field names, so an old record would
+//!   otherwise decode into the wrong fields.
+//! - sled locks the store's directory: one projector per state directory.
+//!
+//! It does not keep older snapshots: the log is the backup, and a projector that
+//! cannot use the newest snapshot rebuilds from sequence 1.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::digest::Digest;
+use crate::core::ids::{EngineId, Seq};
+use crate::core::state::State;
+use crate::log::RawEntry;
+use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
+
+/// The first bytes of every record.
+pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
+/// The record format this build writes and reads.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// The store's directory inside the projector's state directory.
+pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
+
+const KEY_SNAPSHOT: &[u8] = b"snapshot";
+const HEADER_BYTES: usize = 16 + 4 + 32;
+
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot store at {path}: {detail}")]
+pub struct SnapshotStoreError {
+    pub path: PathBuf,
+    pub detail: String,
+}
+
+/// A fingerprint of one raw log entry: its time, subject and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryFingerprint(pub [u8; 32]);
+
+impl EntryFingerprint {
+    pub fn of(entry: &RawEntry) -> EntryFingerprint {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&entry.time_ms.to_le_bytes());
+        hasher.update(&(entry.subject.len() as u64).to_le_bytes());
+        hasher.update(entry.subject.as_bytes());
+        hasher.update(&entry.payload);
+        EntryFingerprint(*hasher.finalize().as_bytes())
+    }
+}
+
+/// A delivery as the snapshot keeps it: the log time of its batch, its engine and
+/// its wire bytes (`wire::delivery::encode_delivery`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StoredDelivery {
+    time_ms: u64,
+    engine: String,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Body {
+    last_seq: u64,
+    chain: [u8; 32],
+    last_orders_seq: u64,
+    last_entry: EntryFingerprint,
+    state: Vec<u8>,
+    recent: Vec<StoredDelivery>,
+}
+
+/// What a snapshot holds, loaded.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub state: State,
+    /// The sequence of the last entry on the orders subject at or before `state.last_seq` (0: none).
+    pub last_orders_seq: u64,
+    /// The entry at `state.last_seq`, as the log held it.
+    pub last_entry: EntryFingerprint,
+    /// Deliveries of recent batches with the log time of their batch, oldest first.
+    pub recent: Vec<(u64, Delivery)>,
+}
+
+/// The outcome of looking for a snapshot.
+#[derive(Debug)]
+pub enum Loaded {
+    Snapshot(Box<Snapshot>),
+    /// No snapshot was ever written here.
+    Missing,
+    /// There is one, and it cannot be used: the reason.
+    Unusable(String),
+}
+
+/// The sled database of one projector's snapshots.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    db: sled::Db,
+    path: PathBuf,
+}
+
+impl SnapshotStore {
+    /// The store's directory inside a projector's state directory.
+    pub fn dir_in(state_dir: &Path) -> PathBuf {
+        state_dir.join(SNAPSHOTS_DIR_NAME)
+    }
+
+    /// Opens (creating if missing) the store in `dir`. Fails if another process has it open.
+    pub fn open(dir: &Path) -> Result<SnapshotStore, SnapshotStoreError> {
+        let path = dir.to_path_buf();
+        let db = sled::Config::new()
+            .path(dir)
+            .open()
+            .map_err(|err| SnapshotStoreError {
+                path: path.clone(),
+                detail: format!(
+                    "cannot open (is another projector using this state directory?): {err}"
+                ),
+            })?;
+        Ok(SnapshotStore { db, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn error(&self, detail: impl std::fmt::Display) -> SnapshotStoreError {
+        SnapshotStoreError {
+            path: self.path.clone(),
+            detail: detail.to_string(),
+        }
+    }
+
+    /// The newest snapshot, if there is one and it can be used.
+    pub fn load(&self) -> Result<Loaded, SnapshotStoreError> {
+        match self.read_raw()? {
+            None => Ok(Loaded::Missing),
+            Some(bytes) => Ok(match decode_record(&bytes) {
+                Ok(snapshot) => Loaded::Snapshot(Box::new(snapshot)),
+                Err(reason) => Loaded::Unusable(reason),
+            }),
+        }
+    }
+
+    /// Writes a snapshot of `state` (replacing the previous one) and flushes it to disk.
+    pub async fn save(
+        &self,
+        state: &State,
+        last_orders_seq: u64,
+        last_entry: EntryFingerprint,
+        recent: impl Iterator<Item = (u64, &Delivery)>,
+    ) -> Result<usize, SnapshotStoreError> {
+        let record = encode_record(state, last_orders_seq, last_entry, recent);
+        let bytes = record.len();
+        self.write_raw(&record)?;
+        self.db.flush_async().await.map_err(|e| self.error(e))?;
+        Ok(bytes)
+    }
+
+    /// The stored record as it is, for tools and tests.
+    pub fn read_raw(&self) -> Result<Option<Vec<u8>>, SnapshotStoreError> {
+        Ok(self
+            .db
+            .get(KEY_SNAPSHOT)
+            .map_err(|e| self.error(e))?
+            .map(|value| value.to_vec()))
+    }
+
+    /// Replaces the stored record with these bytes, for tools and tests (no checks).
+    pub fn write_raw(&self, record: &[u8]) -> Result<(), SnapshotStoreError> {
+        self.db
+            .insert(KEY_SNAPSHOT, record)
+            .map_err(|e| self.error(e))?;
+        self.db.flush().map_err(|e| self.error(e))?;
+        Ok(())
+    }
+}
+
+fn encode_record<'a>(
+    state: &State,
+    last_orders_seq: u64,
+    last_entry: EntryFingerprint,
+    recent: impl Iterator<Item = (u64, &'a Delivery)>,
+) -> Vec<u8> {
+    let body = Body {
+        last_seq: state.last_seq.0,
+        chain: state.chain.0,
+        last_orders_seq,
+        last_entry,
+        state: state.to_snapshot(),
+        recent: recent
+            .map(|(time_ms, delivery)| StoredDelivery {
+                time_ms,
+                engine: delivery.engine.to_string(),
+                bytes: encode_delivery(delivery),
+            })
+            .collect(),
+    };
+    let body = postcard::to_stdvec(&body).expect("the snapshot body always serialises");
+    let mut record = Vec::with_capacity(HEADER_BYTES + body.len());
+    record.extend_from_slice(MAGIC);
+    record.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_be_bytes());
+    record.extend_from_slice(blake3::hash(&body).as_bytes());
+    record.extend_from_slice(&body);
+    record
+}
+
+/// The snapshot a record holds, or why it cannot be used.
+fn decode_record(record: &[u8]) -> Result<Snapshot, String> {
+    if record.len() < HEADER_BYTES || &record[..16] != MAGIC {
+        return Err("it is not a gridfold snapshot record (bad header)".to_string());
+    }
+    let version = u32::from_be_bytes(record[16..20].try_into().expect("4 bytes"));
+    if version != SNAPSHOT_FORMAT_VERSION {
+        return Err(format!(
+            "it has format version {version}; this build reads version {SNAPSHOT_FORMAT_VERSION}"
+        ));
+    }
+    let body = &record[HEADER_BYTES..];
+    if blake3::hash(body).as_bytes() != &record[20..52] {
+        return Err("its checksum does not match its contents (corrupt)".to_string());
+    }
+    let body: Body =
+        postcard::from_bytes(body).map_err(|e| format!("its body does not decode: {e}"))?;
+    // `State::from_snapshot` asserts the state's invariants; a record that passed the
+    // checksum and still breaks them was written by a buggy build: refuse it, do not die.
+    let state = std::panic::catch_unwind(|| State::from_snapshot(&body.state))
+        .map_err(|_| "its state breaks the state's invariants".to_string())?
+        .map_err(|e| format!("its state does not load: {e}"))?;
+    if state.last_seq != Seq(body.last_seq) || state.chain != Digest(body.chain) {
+        return Err(format!(
+            "its header (seq {}, digest {}) disagrees with its state (seq {}, digest {})",
+            body.last_seq,
+            Digest(body.chain),
+            state.last_seq,
+            state.chain
+        ));
+    }
+    if body.last_orders_seq > body.last_seq {
+        return Err(format!(
+            "its orders sequence {} is past its last sequence {}",
+            body.last_orders_seq, body.last_seq
+        ));
+    }
+    let mut recent = Vec::with_capacity(body.recent.len());
+    for stored in body.recent {
+        let engine = EngineId::new(&stored.engine)
+            .map_err(|e| format!("a delivery names a bad engine {:?}: {e}", stored.engine))?;
+        let delivery = decode_delivery(&engine, &stored.bytes)
+            .map_err(|e| format!("a delivery does not decode: {e}"))?;
+        recent.push((stored.time_ms, delivery));
+    }
+    Ok(Snapshot {
+        state,
+        last_orders_seq: body.last_orders_seq,
+        last_entry: body.last_entry,
+        recent,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fold::fold;
+    use crate::core::testkit::*;
+    use crate::wire::delivery::{DeliveryKind, RunTask};
+
+    fn folded_state() -> State {
+        let mut log = LogBuilder::new();
+        log.login("e1", 2, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 3, ""));
+        let mut state = State::new();
+        for entry in &log.entries {
+            fold(&mut state, entry);
+        }
+        state
+    }
+
+    fn delivery() -> Delivery {
+        Delivery {
+            id: "2-0".into(),
+            batch_seq: Seq(2),
+            engine: engine_id("e1"),
+            kind: DeliveryKind::Run(RunTask {
+                task: task("j", 0),
+                attempt: 1,
+                argv: vec!["run".into(), "0".into()],
+                params: Default::default(),
+                wall_time_limit_ms: 0,
+                slots: 1,
+            }),
+        }
+    }
+
+    fn record() -> Vec<u8> {
+        let delivery = delivery();
+        encode_record(
+            &folded_state(),
+            0,
+            EntryFingerprint([7; 32]),
+            [(1_000_000, &delivery)].into_iter(),
+        )
+    }
+
+    #[test]
+    fn a_record_round_trips() {
+        let state = folded_state();
+        let snapshot = decode_record(&record()).unwrap();
+        assert_eq!(snapshot.state.last_seq, state.last_seq);
+        assert_eq!(snapshot.state.chain, state.chain);
+        assert_eq!(snapshot.state.state_digest(), state.state_digest());
+        assert_eq!(snapshot.last_entry, EntryFingerprint([7; 32]));
+        assert_eq!(snapshot.recent, vec![(1_000_000, delivery())]);
+    }
+
+    #[test]
+    fn damaged_or_foreign_records_are_refused_with_the_reason() {
+        let good = record();
+        let check = |record: &[u8], expected: &str| {
+            let reason = decode_record(record).map(|_| ()).unwrap_err();
+            assert!(
+                reason.contains(expected),
+                "{reason:?} should mention {expected:?}"
+            );
+        };
+        check(b"", "bad header");
+        check(&good[..10], "bad header");
+        let mut other_version = good.clone();
+        other_version[16..20].copy_from_slice(&(SNAPSHOT_FORMAT_VERSION + 1).to_be_bytes());
+        check(&other_version, "format version 2");
+        let mut flipped = good.clone();
+        let middle = HEADER_BYTES + (good.len() - HEADER_BYTES) / 2;
+        flipped[middle] ^= 0x40;
+        check(&flipped, "checksum");
+        check(&good[..good.len() - 1], "checksum");
+        // A body that passes the checksum but is not a body.
+        let mut garbage = good[..HEADER_BYTES].to_vec();
+        garbage[20..52].copy_from_slice(blake3::hash(b"\xff\xff\xff").as_bytes());
+        garbage.extend_from_slice(b"\xff\xff\xff");
+        check(&garbage, "does not decode");
+    }
+
+    #[tokio::test]
+    async fn the_store_keeps_the_newest_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        assert!(matches!(store.load().unwrap(), Loaded::Missing));
+        let state = folded_state();
+        store
+            .save(&state, 0, EntryFingerprint([1; 32]), std::iter::empty())
+            .await
+            .unwrap();
+        drop(store);
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        let Loaded::Snapshot(snapshot) = store.load().unwrap() else {
+            panic!("a snapshot")
+        };
+        assert_eq!(snapshot.state.chain, state.chain);
+        let mut raw = store.read_raw().unwrap().unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 1;
+        store.write_raw(&raw).unwrap();
+        assert!(
+            matches!(store.load().unwrap(), Loaded::Unusable(reason) if reason.contains("checksum"))
+        );
+    }
+}
