@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    gridfold::cli::init_logging();
     match gridfold::cli::run() {
         Ok(code) => code,
         Err(error) => {

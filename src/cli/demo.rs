@@ -130,7 +130,7 @@ fn sample_job(tasks: u32) -> JobSpec {
             argv: vec![
                 "sh".into(),
                 "-c".into(),
-                "sleep 0.0$(( GRIDFOLD_TASK_INDEX % 7 )); echo \"frame {index} of {scene} on $GRIDFOLD_ENGINE\"".into(),
+                "sleep 0.$(( GRIDFOLD_TASK_INDEX % 3 + 1 )); echo \"frame {index} of {scene} on $GRIDFOLD_ENGINE\"".into(),
             ],
             params: [("scene".to_string(), "intro".to_string())].into(),
         },

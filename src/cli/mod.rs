@@ -60,6 +60,11 @@ pub enum Command {
 
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // The services say what they are doing; the demo speaks for itself.
+    init_logging(match cli.command {
+        Command::Projector(_) | Command::Engine(_) => "warn,gridfold::projector::service=info,gridfold::engine=info",
+        _ => "warn",
+    });
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Submit(args) => jobs::submit(args),
@@ -76,11 +81,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Logs go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings,
-/// and the projector service's info: start, leadership changes, snapshots).
-pub fn init_logging() {
+/// Logs go to stderr through `tracing`, filtered by `RUST_LOG`, else by
+/// `default_filter` (the services log their start, leadership and snapshots).
+pub fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,gridfold::projector::service=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
