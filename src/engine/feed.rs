@@ -13,10 +13,7 @@
 //!   engine's deliveries from the first, and the engine skips what is stale
 //!   (see `engine` module docs). Acks do nothing.
 //!
-//! The embedded log refuses subjects outside `gridfold.ev.`, so a projector
-//! cannot write `gridfold.order.<engine>` there; it writes
-//! [`embedded_order_subject`] (`gridfold.ev.order.<engine>`) instead, and the
-//! feed accepts both spellings.
+//! Either way an engine's deliveries are on `gridfold.order.<engine>`.
 //!
 //! # Invariants
 //!
@@ -101,12 +98,6 @@ pub enum FeedError {
     /// An acknowledgement could not be sent; the message will come again.
     #[error("cannot acknowledge an order at {location}: {detail}")]
     Ack { location: String, detail: String },
-}
-
-/// The subject a projector writes this engine's deliveries on in an embedded
-/// orders log, which accepts only `gridfold.ev.` subjects.
-pub fn embedded_order_subject(engine: &EngineId) -> String {
-    format!("gridfold.ev.order.{engine}")
 }
 
 /// The name of an engine's durable consumer on `GRIDFOLD_ORDERS`.
@@ -324,7 +315,7 @@ impl OrderFeed for JetStreamOrderFeed {
 #[derive(Debug)]
 pub struct LogOrderFeed<R> {
     reader: R,
-    subjects: [String; 2],
+    subject: String,
     buffered: VecDeque<RawEntry>,
 }
 
@@ -343,7 +334,7 @@ impl<R: LogReader + 'static> LogOrderFeed<R> {
         })?;
         Ok(LogOrderFeed {
             reader,
-            subjects: [order_subject(engine), embedded_order_subject(engine)],
+            subject: order_subject(engine),
             buffered: VecDeque::new(),
         })
     }
@@ -365,7 +356,7 @@ impl<R: LogReader + 'static> OrderFeed for LogOrderFeed<R> {
         let mut backoff = FEED_RETRY_BACKOFF_MIN;
         loop {
             while let Some(entry) = self.buffered.pop_front() {
-                if self.subjects.contains(&entry.subject) {
+                if entry.subject == self.subject {
                     return Ok(OrderMessage {
                         subject: entry.subject,
                         payload: entry.payload,
