@@ -16,6 +16,7 @@ use crate::wire;
 /// Where the broker is: `--nats`, else `NATS_URL`, else the local default.
 #[derive(Debug, Clone, Args)]
 pub struct NatsArgs {
+    /// The NATS broker, with JetStream enabled.
     #[arg(long = "nats", env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub url: String,
 }

@@ -18,9 +18,12 @@ use crate::projector::service::{
 
 #[derive(Debug, Args)]
 pub struct ProjectorArgs {
-    /// The NATS server (JetStream enabled).
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats: String,
+    #[command(flatten)]
+    pub nats: super::client::NatsArgs,
+    /// Replicas of the streams and the lease bucket this projector creates: 1 on a
+    /// single server, 3 on a three-node cluster (the log then survives losing a node).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub replicas: u64,
     /// The projector's own directory: snapshots and its projector id. One projector per directory.
     #[arg(long)]
     pub state: PathBuf,
@@ -64,12 +67,13 @@ pub fn run(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     // Installed first: a signal during start-up stops the projector cleanly once it runs.
     let shutdown = shutdown_signal().context("installing the SIGINT and SIGTERM handlers")?;
-    let log = match JetStreamLog::connect(&args.nats, LogConfig::default()).await {
+    let log_config = LogConfig { replicas: args.replicas as usize, ..LogConfig::default() };
+    let log = match JetStreamLog::connect(&args.nats.url, log_config).await {
         Ok(log) => log,
         Err(err @ LogError::Unavailable { .. }) => {
             anyhow::bail!(
                 "cannot reach the NATS broker at {} (set --nats or NATS_URL): {err}",
-                args.nats
+                args.nats.url
             )
         }
         Err(err) => return Err(err).context("opening the event log"),
@@ -81,6 +85,7 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("reading the projector id in {}", args.state.display()))?;
     let lease_config = KvLeaseConfig {
         ttl: Duration::from_secs(args.lease_secs),
+        replicas: args.replicas as usize,
         ..KvLeaseConfig::default()
     };
     let lease = KvLease::open(log.context(), log.url(), lease_config, holder.clone()).await?;
@@ -96,7 +101,7 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     let responder = spawn_query_responder(log.context().client(), projector.handle())
         .await
         .context("subscribing to the query subjects")?;
-    tracing::info!(nats = %args.nats, projector_id = %holder, "gridfold projector");
+    tracing::info!(nats = %args.nats.url, projector_id = %holder, "gridfold projector");
     let result = projector.run(shutdown).await;
     responder.abort();
     let report = result.context("the projector stopped")?;
