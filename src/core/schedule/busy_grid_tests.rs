@@ -17,7 +17,7 @@ use expect_test::expect;
 
 use super::{decide, InFlight};
 use crate::core::digest::Digest;
-use crate::core::event::{EngineLoad, EngineProps, Event, FailureKind, Order, OrderBatch, Policy};
+use crate::core::event::{EngineLoad, EngineProps, Event, Order, OrderBatch, Policy};
 use crate::core::fold::fold;
 use crate::core::ids::TaskRef;
 use crate::core::rng::SplitMix64;
