@@ -16,7 +16,7 @@ pub const TIMER_ORDERS_PER_RUN_MAX: usize = 1_024;
 pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) -> BTreeSet<EngineIdx> {
     let timeout = state.policy.engine_timeout_ms;
     let mut lost = BTreeSet::new();
-    for &(last_seen_ms, e) in state.engines_by_silence() {
+    for (last_seen_ms, e) in state.engines_by_silence() {
         if last_seen_ms.saturating_add(timeout) >= state.now_ms || lost.len() == TIMER_ORDERS_PER_RUN_MAX {
             break;
         }

@@ -16,6 +16,7 @@
 //! lookup tables whose iteration order is insertion order (deterministic anyway).
 
 mod engine;
+mod index;
 mod job;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
+use index::SilenceOrder;
 pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
 
 use super::digest::Digest;
@@ -175,8 +177,8 @@ pub struct State {
     pub(crate) live: BTreeMap<TaskKey, LiveAttempt>,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
     pub(crate) dispatched_since: BTreeSet<(u64, TaskKey)>,
-    /// Logged-in engines by the log time of their last accepted event.
-    pub(crate) engine_silence: BTreeSet<(u64, EngineIdx)>,
+    /// Logged-in engines by the log time of their last accepted event (then index).
+    pub(crate) engine_silence: SilenceOrder,
     /// Live attempts of jobs that have ended (cancelled or failed): they await a Cancel.
     pub(crate) to_cancel: BTreeSet<TaskKey>,
     pub rejections: Rejections,
@@ -239,7 +241,8 @@ impl State {
     pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey)> {
         self.dispatched_since.iter()
     }
-    pub fn engines_by_silence(&self) -> impl Iterator<Item = &(u64, EngineIdx)> {
+    /// Logged-in engines as (log time last heard from, engine), the longest silent first.
+    pub fn engines_by_silence(&self) -> impl Iterator<Item = (u64, EngineIdx)> + '_ {
         self.engine_silence.iter()
     }
     pub fn attempts_to_cancel(&self) -> impl Iterator<Item = TaskKey> + '_ {
@@ -270,7 +273,7 @@ impl State {
         engine.status = EngineStatus::LoggedIn;
         engine.last_seen_ms = now;
         engine.logins += 1;
-        self.engine_silence.insert((now, idx));
+        self.engine_silence.insert(now, idx);
         for c in 0..self.categories.len() {
             self.refresh_eligibility(CategoryIdx(c as u32), idx);
         }
@@ -285,7 +288,8 @@ impl State {
         if engine.status != EngineStatus::LoggedIn {
             return;
         }
-        self.engine_silence.remove(&(engine.last_seen_ms, idx));
+        let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
+        assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
         for category in &mut self.categories {
             if category.is_eligible(idx) {
                 category.eligible_logged_in -= 1;
@@ -309,9 +313,10 @@ impl State {
         let now = self.now_ms;
         let engine = &mut self.engines[idx.0 as usize];
         if engine.status == EngineStatus::LoggedIn && engine.last_seen_ms != now {
-            self.engine_silence.remove(&(engine.last_seen_ms, idx));
+            let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
+            assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
             engine.last_seen_ms = now;
-            self.engine_silence.insert((now, idx));
+            self.engine_silence.insert(now, idx);
         }
     }
 
@@ -607,6 +612,13 @@ impl State {
             assert!(engine.used <= engine.slots, "engine {} above its slots", engine.id);
             assert_eq!(engine.used, used[e], "used slots of engine {}", engine.id);
             assert_eq!(engine.live, live_per_engine[e], "live attempts of engine {}", engine.id);
+            let logged_in = engine.status == EngineStatus::LoggedIn;
+            assert_eq!(
+                logged_in,
+                self.engine_silence.contains(engine.last_seen_ms, EngineIdx(e as u32)),
+                "silence order of {}",
+                engine.id
+            );
             let free = engine.status == EngineStatus::LoggedIn && engine.used < engine.slots;
             assert_eq!(free, self.free_engines.contains(&EngineIdx(e as u32)), "free index of {}", engine.id);
         }
@@ -615,6 +627,10 @@ impl State {
             let runnable = job.status == JobStatus::Active && job.counts.waiting > 0;
             assert_eq!(runnable, self.runnable.contains(&job.rank(JobIdx(j as u32))), "runnable index of {}", job.id);
         }
+        assert_eq!(
+            self.engine_silence.len(),
+            self.engines.iter().filter(|engine| engine.status == EngineStatus::LoggedIn).count()
+        );
         assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.status == JobStatus::Active && j.counts.waiting > 0).count());
         for key in &self.to_cancel {
             assert!(self.live.contains_key(key), "an attempt awaiting cancel is live");
