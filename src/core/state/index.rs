@@ -8,10 +8,16 @@
 //! - [`SilenceOrder`]: engines ordered by (log time last heard, index), as a
 //!   doubly linked list: log time never goes back, so hearing from an engine
 //!   moves it to (or near) the tail in O(1).
+//! - [`LiveAttempts`]: live attempts by task, hash-indexed. Its own order is
+//!   never used for a decision: whoever needs an order asks for one sorted by task.
 
+use std::collections::BTreeMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::EngineIdx;
+use super::{EngineIdx, JobIdx, LiveAttempt, TaskKey};
 
 // ---- SilenceOrder -----------------------------------------------------------------
 
@@ -153,6 +159,115 @@ impl<'de> Deserialize<'de> for SilenceOrder {
     }
 }
 
+// ---- LiveAttempts ----------------------------------------------------------------
+
+/// A hasher for the small integer keys of the state's lookup tables (task keys).
+/// Fixed (no random seed) and owned here, like the PRNG, so that nothing about it
+/// changes with a dependency; hash order is never iterated, only looked up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(32) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.mix(u64::from(byte));
+        }
+    }
+    fn write_u32(&mut self, word: u32) {
+        self.mix(u64::from(word));
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.mix(word);
+    }
+    /// SplitMix64's finaliser, so both the low bits (bucket) and the high bits
+    /// (the table's tag) depend on every input bit.
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The dispatched or running attempt of each task that has one: what was a
+/// `BTreeMap<TaskKey, LiveAttempt>`, now a hash-indexed table, since the fold
+/// looks an attempt up on every start, completion and failure and inserts one
+/// on every dispatch. The table's own order depends on the history of removals:
+/// it is not exposed. [`LiveAttempts::sorted`] and the `*_of_*` queries return
+/// task order, and the table serialises as the ordered map it replaces.
+#[derive(Debug, Clone, Default)]
+pub struct LiveAttempts {
+    map: IndexMap<TaskKey, LiveAttempt, BuildHasherDefault<KeyHasher>>,
+}
+
+impl LiveAttempts {
+    pub fn get(&self, key: &TaskKey) -> Option<&LiveAttempt> {
+        self.map.get(key)
+    }
+    pub fn get_mut(&mut self, key: &TaskKey) -> Option<&mut LiveAttempt> {
+        self.map.get_mut(key)
+    }
+    pub fn contains_key(&self, key: &TaskKey) -> bool {
+        self.map.contains_key(key)
+    }
+    pub fn insert(&mut self, key: TaskKey, live: LiveAttempt) -> Option<LiveAttempt> {
+        self.map.insert(key, live)
+    }
+    pub fn remove(&mut self, key: &TaskKey) -> Option<LiveAttempt> {
+        self.map.swap_remove(key)
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Every live attempt, in task order.
+    pub fn sorted(&self) -> Vec<(TaskKey, &LiveAttempt)> {
+        let mut all: Vec<(TaskKey, &LiveAttempt)> = self.map.iter().map(|(key, live)| (*key, live)).collect();
+        all.sort_unstable_by_key(|(key, _)| *key);
+        all
+    }
+
+    /// The tasks of one job with a live attempt, in task order.
+    pub fn tasks_of_job(&self, job: JobIdx) -> Vec<TaskKey> {
+        let mut keys: Vec<TaskKey> = self.map.keys().filter(|key| key.job == job).copied().collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The tasks with a live attempt on one engine, in task order.
+    pub fn tasks_on_engine(&self, engine: EngineIdx) -> Vec<TaskKey> {
+        let mut keys: Vec<TaskKey> =
+            self.map.iter().filter(|(_, live)| live.engine == engine).map(|(key, _)| *key).collect();
+        keys.sort_unstable();
+        keys
+    }
+}
+
+/// Serialised as the ordered map it replaces (`BTreeMap<TaskKey, LiveAttempt>`).
+impl Serialize for LiveAttempts {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.sorted().into_iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for LiveAttempts {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ordered = BTreeMap::<TaskKey, LiveAttempt>::deserialize(deserializer)?;
+        let mut live = LiveAttempts::default();
+        live.map.reserve(ordered.len());
+        for (key, attempt) in ordered {
+            live.map.insert(key, attempt);
+        }
+        Ok(live)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -197,5 +312,40 @@ mod tests {
         assert_eq!(postcard::to_stdvec(&order).unwrap(), postcard::to_stdvec(&order_model).unwrap());
         let order_back: SilenceOrder = postcard::from_bytes(&postcard::to_stdvec(&order).unwrap()).unwrap();
         assert_eq!(order_back, order);
+    }
+
+    #[test]
+    fn live_attempts_answer_in_task_order_and_serialise_as_a_btree_map() {
+        let mut rng = SplitMix64::new(5);
+        let mut live = LiveAttempts::default();
+        let mut model = BTreeMap::new();
+        for n in 0..20_000u64 {
+            let key = TaskKey { job: JobIdx(rng.below(20) as u32), index: rng.below(300) as u32 };
+            if rng.below(3) == 0 {
+                assert_eq!(live.remove(&key), model.remove(&key));
+            } else {
+                let attempt = LiveAttempt {
+                    attempt: n as u32,
+                    engine: EngineIdx(rng.below(40) as u32),
+                    dispatched_ms: n,
+                    started_ms: rng.below(2).checked_sub(1).map(|_| n),
+                };
+                assert_eq!(live.insert(key, attempt), model.insert(key, attempt));
+            }
+            assert_eq!(live.get(&key), model.get(&key));
+        }
+        assert_eq!(live.len(), model.len());
+        assert!(live.sorted().into_iter().eq(model.iter().map(|(key, live)| (*key, live))));
+        let job = JobIdx(7);
+        assert!(live.tasks_of_job(job).into_iter().eq(model.keys().filter(|key| key.job == job).copied()));
+        let engine = EngineIdx(3);
+        assert!(live
+            .tasks_on_engine(engine)
+            .into_iter()
+            .eq(model.iter().filter(|(_, live)| live.engine == engine).map(|(key, _)| *key)));
+        let bytes = postcard::to_stdvec(&live).unwrap();
+        assert_eq!(bytes, postcard::to_stdvec(&model).unwrap());
+        let back: LiveAttempts = postcard::from_bytes(&bytes).unwrap();
+        assert!(back.sorted().into_iter().eq(live.sorted()));
     }
 }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
-use index::SilenceOrder;
+use index::{LiveAttempts, SilenceOrder};
 pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
 
 use super::digest::Digest;
@@ -174,7 +174,7 @@ pub struct State {
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
     pub(crate) free_engines: BTreeSet<EngineIdx>,
-    pub(crate) live: BTreeMap<TaskKey, LiveAttempt>,
+    pub(crate) live: LiveAttempts,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
     pub(crate) dispatched_since: BTreeSet<(u64, TaskKey)>,
     /// Logged-in engines by the log time of their last accepted event (then index).
@@ -229,8 +229,9 @@ impl State {
     pub fn live_attempt(&self, key: TaskKey) -> Option<&LiveAttempt> {
         self.live.get(&key)
     }
-    pub fn live_attempts(&self) -> impl Iterator<Item = (&TaskKey, &LiveAttempt)> {
-        self.live.iter()
+    /// Every live attempt, in task order.
+    pub fn live_attempts(&self) -> Vec<(TaskKey, &LiveAttempt)> {
+        self.live.sorted()
     }
     pub fn runnable_jobs(&self) -> impl Iterator<Item = &JobRank> {
         self.runnable.iter()
@@ -422,12 +423,9 @@ impl State {
         job.ended_ms = Some(now);
         job.cancel_waiting_tasks();
         let category = job.category;
+        let has_live = job.counts.dispatched + job.counts.running > 0;
         self.categories[category.0 as usize].jobs.remove(&idx);
-        let live: Vec<TaskKey> = self
-            .live
-            .range(TaskKey { job: idx, index: 0 }..=TaskKey { job: idx, index: u32::MAX })
-            .map(|(key, _)| *key)
-            .collect();
+        let live = if has_live { self.live.tasks_of_job(idx) } else { Vec::new() };
         self.to_cancel.extend(live);
         self.refresh_runnable(idx);
     }
@@ -545,12 +543,7 @@ impl State {
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
     pub(crate) fn requeue_engine_attempts(&mut self, e: EngineIdx) {
-        let keys: Vec<TaskKey> = self
-            .live
-            .iter()
-            .filter(|(_, live)| live.engine == e)
-            .map(|(key, _)| *key)
-            .collect();
+        let keys = if self.engines[e.0 as usize].live > 0 { self.live.tasks_on_engine(e) } else { Vec::new() };
         for key in keys {
             self.requeue(key);
         }
@@ -596,7 +589,7 @@ impl State {
     pub fn check_invariants(&self) {
         let mut used = vec![0u32; self.engines.len()];
         let mut live_per_engine = vec![0u32; self.engines.len()];
-        for (key, live) in &self.live {
+        for (key, live) in self.live.sorted() {
             let job = self.job(key.job);
             used[live.engine.0 as usize] += job.slots_per_task;
             live_per_engine[live.engine.0 as usize] += 1;
