@@ -5,6 +5,7 @@
 //! order, serialised to the same bytes (so snapshots and the state digest do not
 //! change). Only the cost of an update differs.
 //!
+//! - [`EngineSet`]: a set of engine indexes as a bitset; iterates in index order.
 //! - [`SilenceOrder`]: engines ordered by (log time last heard, index), as a
 //!   doubly linked list: log time never goes back, so hearing from an engine
 //!   moves it to (or near) the tail in O(1).
@@ -18,6 +19,82 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{EngineIdx, JobIdx, LiveAttempt, TaskKey};
+
+// ---- EngineSet --------------------------------------------------------------------
+
+/// A set of engines, one bit per engine index. Iterates in ascending index order,
+/// as the `BTreeSet<EngineIdx>` it replaces did.
+#[derive(Debug, Clone, Default)]
+pub struct EngineSet {
+    words: Vec<u64>,
+    len: u32,
+}
+
+impl EngineSet {
+    pub fn insert(&mut self, e: EngineIdx) -> bool {
+        let (word, bit) = (e.0 as usize / 64, e.0 % 64);
+        if self.words.len() <= word {
+            self.words.resize(word + 1, 0);
+        }
+        let was = self.words[word] & (1 << bit) != 0;
+        self.words[word] |= 1 << bit;
+        self.len += u32::from(!was);
+        !was
+    }
+
+    pub fn remove(&mut self, e: EngineIdx) -> bool {
+        let (word, bit) = (e.0 as usize / 64, e.0 % 64);
+        let Some(w) = self.words.get_mut(word) else { return false };
+        let was = *w & (1 << bit) != 0;
+        *w &= !(1 << bit);
+        self.len -= u32::from(was);
+        was
+    }
+
+    pub fn contains(&self, e: EngineIdx) -> bool {
+        self.words.get(e.0 as usize / 64).is_some_and(|w| w & (1 << (e.0 % 64)) != 0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Members in ascending index order.
+    pub fn iter(&self) -> impl Iterator<Item = EngineIdx> + '_ {
+        self.words.iter().enumerate().flat_map(|(at, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let bit = rest.trailing_zeros();
+                rest &= rest - 1;
+                Some(EngineIdx(at as u32 * 64 + bit))
+            })
+        })
+    }
+}
+
+/// Serialised as the ordered sequence of members, as a `BTreeSet<EngineIdx>` is.
+impl Serialize for EngineSet {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let members: Vec<EngineIdx> = self.iter().collect();
+        members.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineSet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let members = Vec::<EngineIdx>::deserialize(deserializer)?;
+        let mut set = EngineSet::default();
+        for e in members {
+            if !set.insert(e) {
+                return Err(serde::de::Error::custom("an engine set lists an engine twice"));
+            }
+        }
+        Ok(set)
+    }
+}
 
 // ---- SilenceOrder -----------------------------------------------------------------
 
@@ -280,6 +357,8 @@ mod tests {
     #[test]
     fn each_index_behaves_as_the_btree_it_replaces() {
         let mut rng = SplitMix64::new(9);
+        let mut set = EngineSet::default();
+        let mut set_model = BTreeSet::new();
         let mut order = SilenceOrder::default();
         let mut order_model = BTreeSet::new();
         let mut last_seen = vec![None; 300];
@@ -287,6 +366,12 @@ mod tests {
         for _ in 0..20_000 {
             let e = EngineIdx(rng.below(300) as u32);
             now += rng.below(3); // many ties
+            if rng.below(2) == 0 {
+                assert_eq!(set.insert(e), set_model.insert(e));
+            } else {
+                assert_eq!(set.remove(e), set_model.remove(&e));
+            }
+            assert_eq!(set.contains(e), set_model.contains(&e));
             match (last_seen[e.0 as usize], rng.below(4)) {
                 (Some(t), 0) => {
                     assert!(order.remove(t, e) && order_model.remove(&(t, e)));
@@ -307,7 +392,12 @@ mod tests {
                 }
             }
             assert_eq!(order.len(), order_model.len());
+            assert_eq!(set.len(), set_model.len());
         }
+        assert!(set.iter().eq(set_model.iter().copied()));
+        assert_eq!(postcard::to_stdvec(&set).unwrap(), postcard::to_stdvec(&set_model).unwrap());
+        let set_back: EngineSet = postcard::from_bytes(&postcard::to_stdvec(&set).unwrap()).unwrap();
+        assert!(set_back.iter().eq(set.iter()));
         assert!(order.iter().eq(order_model.iter().copied()));
         assert_eq!(postcard::to_stdvec(&order).unwrap(), postcard::to_stdvec(&order_model).unwrap());
         let order_back: SilenceOrder = postcard::from_bytes(&postcard::to_stdvec(&order).unwrap()).unwrap();

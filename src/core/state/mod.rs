@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
-use index::{LiveAttempts, SilenceOrder};
+use index::{EngineSet, LiveAttempts, SilenceOrder};
 pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
 
 use super::digest::Digest;
@@ -173,7 +173,7 @@ pub struct State {
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
-    pub(crate) free_engines: BTreeSet<EngineIdx>,
+    pub(crate) free_engines: EngineSet,
     pub(crate) live: LiveAttempts,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
     pub(crate) dispatched_since: BTreeSet<(u64, TaskKey)>,
@@ -237,7 +237,7 @@ impl State {
         self.runnable.iter()
     }
     pub fn free_engines(&self) -> impl Iterator<Item = EngineIdx> + '_ {
-        self.free_engines.iter().copied()
+        self.free_engines.iter()
     }
     pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey)> {
         self.dispatched_since.iter()
@@ -300,7 +300,7 @@ impl State {
             }
         }
         self.engines[idx.0 as usize].status = EngineStatus::LoggedOut;
-        self.free_engines.remove(&idx);
+        self.free_engines.remove(idx);
     }
 
     pub(crate) fn mark_engine_lost(&mut self, idx: EngineIdx) {
@@ -330,7 +330,7 @@ impl State {
         if engine.status == EngineStatus::LoggedIn && engine.used < engine.slots {
             self.free_engines.insert(idx);
         } else {
-            self.free_engines.remove(&idx);
+            self.free_engines.remove(idx);
         }
     }
 
@@ -385,7 +385,7 @@ impl State {
         self.job_index.insert(job.id.clone(), idx);
         self.categories[job.category.0 as usize].jobs.insert(idx);
         self.jobs.push(job);
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, false);
         idx
     }
 
@@ -398,16 +398,23 @@ impl State {
         let job = &self.jobs[idx.0 as usize];
         self.runnable.remove(&job.rank(idx));
         self.jobs[idx.0 as usize].priority = priority;
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, false);
     }
 
-    fn refresh_runnable(&mut self, idx: JobIdx) {
+    /// Puts a job in or takes it out of `runnable` after a change to it.
+    /// `was_runnable` is [`Job::is_runnable`] before the change (with the same
+    /// rank): the set is touched only when the answer changed, which on most
+    /// dispatches and completions it does not.
+    fn refresh_runnable(&mut self, idx: JobIdx, was_runnable: bool) {
         let job = &self.jobs[idx.0 as usize];
-        let rank = job.rank(idx);
-        if job.status == JobStatus::Active && job.counts.waiting > 0 {
-            self.runnable.insert(rank);
-        } else {
-            self.runnable.remove(&rank);
+        let runnable = job.is_runnable();
+        if runnable != was_runnable {
+            let rank = job.rank(idx);
+            if runnable {
+                self.runnable.insert(rank);
+            } else {
+                self.runnable.remove(&rank);
+            }
         }
     }
 
@@ -419,6 +426,7 @@ impl State {
         if job.status != JobStatus::Active {
             return;
         }
+        let was_runnable = job.is_runnable();
         job.status = status;
         job.ended_ms = Some(now);
         job.cancel_waiting_tasks();
@@ -427,7 +435,7 @@ impl State {
         self.categories[category.0 as usize].jobs.remove(&idx);
         let live = if has_live { self.live.tasks_of_job(idx) } else { Vec::new() };
         self.to_cancel.extend(live);
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, was_runnable);
     }
 
     // ---- the attempt lifecycle ----------------------------------------------
@@ -436,6 +444,7 @@ impl State {
     pub(crate) fn dispatch(&mut self, key: TaskKey, attempt: Attempt, e: EngineIdx) {
         let now = self.now_ms;
         let job = &mut self.jobs[key.job.0 as usize];
+        let was_runnable = job.is_runnable();
         let slots = job.slots_per_task;
         job.take_waiting(key.index, attempt);
         let engine = &mut self.engines[e.0 as usize];
@@ -447,7 +456,7 @@ impl State {
         self.dispatched_since.insert((now, key));
         self.totals.dispatches += 1;
         self.refresh_free(e);
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     pub(crate) fn start(&mut self, key: TaskKey) {
@@ -478,6 +487,7 @@ impl State {
     }
 
     pub(crate) fn complete(&mut self, key: TaskKey, wall_ms: u64) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         let live = self.release(key);
         if live.started_ms.is_none() {
             self.start_time_unknown(key);
@@ -494,7 +504,7 @@ impl State {
             let category = job.category;
             self.categories[category.0 as usize].jobs.remove(&key.job);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// A completion with no start report still counts its wait, as of the completion.
@@ -508,6 +518,7 @@ impl State {
     /// task is retried (not on this engine while another fits) or, when its
     /// attempts are exhausted, fails and so ends its job failed.
     pub(crate) fn fail(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         let live = self.release(key);
         self.engines[live.engine.0 as usize].failed += 1;
         self.totals.attempts_failed += 1;
@@ -517,12 +528,13 @@ impl State {
             self.totals.tasks_failed += 1;
             self.end_job(key.job, JobStatus::Failed);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// An attempt ended through no fault of the task (engine lost or logged out,
     /// dispatch timeout): back to the queue without counting a failure.
     pub(crate) fn requeue(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         self.release(key);
         self.totals.requeues += 1;
         let job = &mut self.jobs[key.job.0 as usize];
@@ -531,14 +543,15 @@ impl State {
         } else {
             job.mark_cancelled(key.index);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// The Cancel order of an ended job's attempt took effect.
     pub(crate) fn cancel_attempt(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         self.release(key);
         self.jobs[key.job.0 as usize].mark_cancelled(key.index);
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
@@ -613,18 +626,22 @@ impl State {
                 engine.id
             );
             let free = engine.status == EngineStatus::LoggedIn && engine.used < engine.slots;
-            assert_eq!(free, self.free_engines.contains(&EngineIdx(e as u32)), "free index of {}", engine.id);
+            assert_eq!(free, self.free_engines.contains(EngineIdx(e as u32)), "free index of {}", engine.id);
         }
         for (j, job) in self.jobs.iter().enumerate() {
             job.check_counts();
-            let runnable = job.status == JobStatus::Active && job.counts.waiting > 0;
+            let runnable = job.is_runnable();
             assert_eq!(runnable, self.runnable.contains(&job.rank(JobIdx(j as u32))), "runnable index of {}", job.id);
         }
         assert_eq!(
             self.engine_silence.len(),
             self.engines.iter().filter(|engine| engine.status == EngineStatus::LoggedIn).count()
         );
-        assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.status == JobStatus::Active && j.counts.waiting > 0).count());
+        assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.is_runnable()).count());
+        assert_eq!(
+            self.free_engines.len(),
+            self.engines.iter().filter(|e| e.status == EngineStatus::LoggedIn && e.used < e.slots).count()
+        );
         for key in &self.to_cancel {
             assert!(self.live.contains_key(key), "an attempt awaiting cancel is live");
             assert!(self.job(key.job).status != JobStatus::Active);
