@@ -114,10 +114,12 @@ const UNLINKED: Link = Link { prev: NONE, next: NONE, time_ms: 0, linked: false 
 /// engines by the log time they were last heard from, as a doubly linked list
 /// over engine indexes.
 ///
-/// An engine is inserted at the current log time, which is at or after every
-/// time already held, so insertion walks back from the tail only over the engines
-/// heard from in the same millisecond with a larger index (usually none). Removal
-/// is O(1). Iteration is in (time, index) order.
+/// Log time never goes back, so an engine is always inserted at or after every
+/// time already held: it is appended at the tail in O(1) (asserted), and removed
+/// in O(1). Within one millisecond the list keeps engines in the order they were
+/// heard from; readers get (time, index) order, each millisecond's group sorted
+/// when the reader reaches it, so a reader that stops at the first engine not yet
+/// timed out sorts nothing.
 #[derive(Debug, Clone)]
 pub struct SilenceOrder {
     links: Vec<Link>,
@@ -133,32 +135,23 @@ impl Default for SilenceOrder {
 }
 
 impl SilenceOrder {
-    fn key(&self, e: u32) -> (u64, u32) {
-        (self.links[e as usize].time_ms, e)
-    }
-
-    /// Adds an engine heard from at `time_ms`. The engine must not be present.
+    /// Adds an engine heard from at `time_ms`, which must be at or after every time
+    /// held (log time never goes back). The engine must not be present.
     pub fn insert(&mut self, time_ms: u64, e: EngineIdx) {
         let at = e.0 as usize;
         if self.links.len() <= at {
             self.links.resize(at + 1, UNLINKED);
         }
         assert!(!self.links[at].linked, "engine {} is already in the silence order", e.0);
-        // The engine goes after `before`: the last member whose key is smaller.
-        let mut before = self.tail;
-        while before != NONE && self.key(before) > (time_ms, e.0) {
-            before = self.links[before as usize].prev;
+        let before = self.tail;
+        if before != NONE {
+            assert!(self.links[before as usize].time_ms <= time_ms, "log time went back in the silence order");
+            self.links[before as usize].next = e.0;
+        } else {
+            self.head = e.0;
         }
-        let after = if before == NONE { self.head } else { self.links[before as usize].next };
-        self.links[at] = Link { prev: before, next: after, time_ms, linked: true };
-        match before {
-            NONE => self.head = e.0,
-            b => self.links[b as usize].next = e.0,
-        }
-        match after {
-            NONE => self.tail = e.0,
-            a => self.links[a as usize].prev = e.0,
-        }
+        self.links[at] = Link { prev: before, next: NONE, time_ms, linked: true };
+        self.tail = e.0;
         self.len += 1;
     }
 
@@ -190,17 +183,38 @@ impl SilenceOrder {
         self.len as usize
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// (time, engine) in ascending order: the longest silent first.
     pub fn iter(&self) -> impl Iterator<Item = (u64, EngineIdx)> + '_ {
+        self.iter_while(|_| true)
+    }
+
+    /// (time, engine) in ascending order, for as long as `time_holds(time)`;
+    /// `time_holds` must be true up to some time and false after it.
+    pub fn iter_while<'a>(&'a self, time_holds: impl Fn(u64) -> bool + 'a) -> impl Iterator<Item = (u64, EngineIdx)> + 'a {
         let mut at = self.head;
+        let mut group: Vec<EngineIdx> = Vec::new();
+        let mut group_time = 0;
+        let mut next_in_group = 0;
         std::iter::from_fn(move || {
-            if at == NONE {
-                return None;
+            if next_in_group == group.len() {
+                if at == NONE || !time_holds(self.links[at as usize].time_ms) {
+                    return None;
+                }
+                group.clear();
+                next_in_group = 0;
+                group_time = self.links[at as usize].time_ms;
+                while at != NONE && self.links[at as usize].time_ms == group_time {
+                    group.push(EngineIdx(at));
+                    at = self.links[at as usize].next;
+                }
+                group.sort_unstable();
             }
-            let link = self.links[at as usize];
-            let item = (link.time_ms, EngineIdx(at));
-            at = link.next;
-            Some(item)
+            next_in_group += 1;
+            Some((group_time, group[next_in_group - 1]))
         })
     }
 }
@@ -384,11 +398,9 @@ mod tests {
                     last_seen[e.0 as usize] = Some(now);
                 }
                 (None, _) => {
-                    // Also at times before now, so that insertion walks back.
-                    let t = now.saturating_sub(rng.below(2));
-                    order.insert(t, e);
-                    order_model.insert((t, e));
-                    last_seen[e.0 as usize] = Some(t);
+                    order.insert(now, e);
+                    order_model.insert((now, e));
+                    last_seen[e.0 as usize] = Some(now);
                 }
             }
             assert_eq!(order.len(), order_model.len());
@@ -399,6 +411,9 @@ mod tests {
         let set_back: EngineSet = postcard::from_bytes(&postcard::to_stdvec(&set).unwrap()).unwrap();
         assert!(set_back.iter().eq(set.iter()));
         assert!(order.iter().eq(order_model.iter().copied()));
+        for cutoff in [0, now / 3, now / 2, now, now + 1] {
+            assert!(order.iter_while(|t| t < cutoff).eq(order_model.iter().copied().take_while(|(t, _)| *t < cutoff)));
+        }
         assert_eq!(postcard::to_stdvec(&order).unwrap(), postcard::to_stdvec(&order_model).unwrap());
         let order_back: SilenceOrder = postcard::from_bytes(&postcard::to_stdvec(&order).unwrap()).unwrap();
         assert_eq!(order_back, order);

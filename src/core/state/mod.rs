@@ -242,9 +242,21 @@ impl State {
     pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey)> {
         self.dispatched_since.iter()
     }
-    /// Logged-in engines as (log time last heard from, engine), the longest silent first.
+    /// Logged-in engines as (log time last heard from, engine), the longest silent
+    /// first, ties by engine index.
     pub fn engines_by_silence(&self) -> impl Iterator<Item = (u64, EngineIdx)> + '_ {
         self.engine_silence.iter()
+    }
+    /// [`State::engines_by_silence`] for as long as `time_holds(last_seen_ms)`, which
+    /// must hold up to some time and not after it (e.g. "silent past a timeout").
+    pub fn engines_by_silence_while<'a>(
+        &'a self,
+        time_holds: impl Fn(u64) -> bool + 'a,
+    ) -> impl Iterator<Item = (u64, EngineIdx)> + 'a {
+        self.engine_silence.iter_while(time_holds)
+    }
+    pub fn any_engine_logged_in(&self) -> bool {
+        !self.engine_silence.is_empty()
     }
     pub fn attempts_to_cancel(&self) -> impl Iterator<Item = TaskKey> + '_ {
         self.to_cancel.iter().copied()
