@@ -1,1 +1,568 @@
-fn main() {}
+//! Benchmarks of the core's two pure functions on a grid of realistic size.
+//!
+//! - `fold/history_1m`: folding a recorded history of 1,000,000 mixed entries
+//!   (logins, submissions, order batches, starts, completions, failures,
+//!   heartbeats, ticks) into a fresh `State`. Replay speed is fold speed.
+//! - `schedule/fill_5000_freed_slots`: one `schedule` run on a saturated grid of
+//!   5,000 engines after 5,000 completions, with 1,000,000 tasks queued in 1,000
+//!   jobs over 50 requirement categories: ~5,000 dispatch decisions.
+//! - `schedule/steady_one_completion`: one run on the same saturated grid after a
+//!   single completion (the case the projector meets most).
+//!
+//! Every input is built before the timed section from fixed seeds
+//! (`SplitMix64`), so two runs measure the same work; the builders print progress
+//! and a fingerprint of what they built (digests of the history and of the orders
+//! decided) to stderr, which also shows whether a change to the core altered a
+//! decision. See `docs/performance.md` for the figures and how to read them.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+use gridfold::core::digest::Digest;
+use gridfold::core::event::{
+    Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy,
+};
+use gridfold::core::fold::fold;
+use gridfold::core::ids::TaskRef;
+use gridfold::core::rng::SplitMix64;
+use gridfold::core::schedule::{decide, schedule, InFlight};
+use gridfold::core::state::State;
+use gridfold::core::testkit::{engine_id, job_spec, LogBuilder};
+use gridfold::projector::machine::Machine;
+
+const N_ENGINES: usize = 5_000;
+const HISTORY_ENTRIES: usize = 1_000_000;
+const N_JOBS: usize = 1_000;
+const TASKS_PER_JOB: u32 = 1_000;
+const N_COMPLETIONS: usize = 5_000;
+
+/// The canonical bytes the digest chains over: the protobuf a broker would
+/// hold, as `wire` encodes it (so the fold hashes what it hashes in production).
+fn canonical(entry: &Entry) -> Vec<u8> {
+    match &entry.payload {
+        Payload::Event(envelope) => gridfold::wire::encode(envelope),
+        Payload::Undecodable { .. } => entry.canonical.clone(),
+    }
+}
+
+
+// ---- the grid --------------------------------------------------------------------
+
+fn weighted<T: Copy>(rng: &mut SplitMix64, table: &[(T, u64)]) -> T {
+    let total: u64 = table.iter().map(|(_, weight)| weight).sum();
+    let mut draw = rng.below(total);
+    for &(value, weight) in table {
+        if draw < weight {
+            return value;
+        }
+        draw -= weight;
+    }
+    unreachable!("the draw is below the total weight")
+}
+
+const SITES: [(&str, u64); 8] = [
+    ("lyon", 30),
+    ("grenoble", 20),
+    ("paris", 15),
+    ("nantes", 10),
+    ("lille", 10),
+    ("rennes", 7),
+    ("nancy", 5),
+    ("sophia", 3),
+];
+
+/// One engine's slots and properties: sites, memory, cores and custom properties
+/// spread so that each category below is eligible on a realistic subset.
+fn engine_props(rng: &mut SplitMix64) -> (u32, EngineProps) {
+    let cores: u32 = weighted(rng, &[(2, 15), (4, 30), (8, 30), (16, 15), (32, 7), (64, 3)]);
+    let slots = (cores / 2).clamp(1, 8);
+    let memory_mb: u64 =
+        weighted(rng, &[(2048, 10), (4096, 20), (8192, 25), (16384, 20), (32768, 12), (65536, 8), (131072, 5)]);
+    let mut custom = BTreeMap::new();
+    if rng.chance_per_million(100_000) {
+        custom.insert("has_gpu".to_string(), "yes".to_string());
+        custom.insert("gpus".to_string(), weighted(rng, &[("1", 50), ("2", 35), ("4", 15)]).to_string());
+    }
+    custom.insert("tier".to_string(), weighted(rng, &[("gold", 20), ("silver", 30), ("bronze", 50)]).to_string());
+    custom.insert("rack".to_string(), format!("r{:02}", rng.below(50)));
+    if rng.chance_per_million(200_000) {
+        custom.insert("matlab".to_string(), "yes".to_string());
+    }
+    custom.insert("scratch_gb".to_string(), (100 + rng.below(1900)).to_string());
+    let props = EngineProps {
+        os: weighted(rng, &[("linux", 95), ("windows", 5)]).to_string(),
+        arch: weighted(rng, &[("x86_64", 85), ("aarch64", 15)]).to_string(),
+        cores,
+        memory_mb,
+        disk_mb: weighted(rng, &[(50_000, 30), (100_000, 40), (250_000, 20), (1_000_000, 10)]),
+        mflops: 500 + rng.below(4_500),
+        site: weighted(rng, &SITES).to_string(),
+        custom,
+    };
+    (slots, props)
+}
+
+/// The 50 requirement categories jobs cycle through, from any engine to ~2% of them.
+const CATEGORIES: [&str; 50] = [
+    "",
+    "memory_mb >= 4096",
+    "memory_mb >= 8192",
+    "memory_mb >= 16384",
+    "memory_mb >= 32768",
+    "memory_mb >= 65536",
+    "memory_mb >= 131072",
+    "cores >= 4",
+    "cores >= 8",
+    "cores >= 16",
+    "cores >= 32",
+    "site == \"lyon\"",
+    "site == \"grenoble\"",
+    "site == \"paris\"",
+    "site == \"nancy\"",
+    "site == \"sophia\"",
+    "site in [\"nantes\", \"rennes\"]",
+    "site != \"lyon\"",
+    "os == \"linux\"",
+    "os == \"windows\"",
+    "arch == \"aarch64\"",
+    "os == \"linux\" && arch == \"x86_64\"",
+    "has_gpu",
+    "has_gpu && gpus >= 2",
+    "has_gpu && memory_mb >= 16384",
+    "tier == \"gold\"",
+    "tier in [\"gold\", \"silver\"]",
+    "tier == \"bronze\" && cores >= 4",
+    "matlab",
+    "matlab && site == \"lyon\"",
+    "scratch_gb >= 500",
+    "scratch_gb >= 1500",
+    "mflops >= 2000",
+    "mflops >= 4000",
+    "disk_mb >= 250000",
+    "site == \"lyon\" && memory_mb >= 8192",
+    "site == \"grenoble\" && cores >= 8",
+    "(site == \"paris\" || site == \"lille\") && memory_mb >= 4096",
+    "memory_mb >= 8192 && cores >= 8",
+    "memory_mb >= 4096 && !has_gpu",
+    "!has_gpu",
+    "rack in [\"r00\", \"r01\", \"r02\", \"r03\", \"r04\"]",
+    "rack == \"r07\"",
+    "os == \"linux\" && memory_mb >= 16384 && tier != \"bronze\"",
+    "arch == \"aarch64\" && memory_mb >= 8192",
+    "slots >= 4",
+    "slots >= 8",
+    "cores >= 8 && mflops >= 3000",
+    "site not in [\"lyon\", \"grenoble\"]",
+    "tier == \"gold\" && has_gpu",
+];
+
+fn engine_name(e: usize) -> String {
+    format!("e{e:05}")
+}
+
+fn job_name(j: usize) -> String {
+    format!("job-{j:05}")
+}
+
+/// Appends to the log with the stand-in canonical bytes, and hands the entry back.
+/// Appends to the log as its publisher would (source named, canonical bytes per
+/// [`canonical`]), and hands the entry back.
+fn append(log: &mut LogBuilder, event: Event) -> Entry {
+    log.push(event);
+    let entry = log.entries.last_mut().expect("just pushed");
+    if let Payload::Event(envelope) = &mut entry.payload {
+        envelope.source = match &entry.origin {
+            Origin::Engine(engine) => format!("engine:{engine}"),
+            Origin::Projector => "projector".to_string(),
+            Origin::Ticker => "ticker".to_string(),
+            Origin::Client => "gridfold-cli".to_string(),
+        };
+    }
+    entry.canonical = canonical(entry);
+    entry.clone()
+}
+
+fn policy(dispatches_per_run_max: u32) -> Event {
+    Event::PolicySet(Policy {
+        engine_timeout_ms: 120_000,
+        dispatches_per_run_max,
+        seed: 2026,
+        ..Policy::default()
+    })
+}
+
+/// The policy, the 5,000 engine logins and the first jobs: where both inputs start.
+fn grid_opening(log: &mut LogBuilder, dispatches_per_run_max: u32, rng: &mut SplitMix64) {
+    append(log, policy(dispatches_per_run_max));
+    for e in 0..N_ENGINES {
+        let (slots, props) = engine_props(rng);
+        append(log, Event::EngineLoggedIn { engine: engine_id(&engine_name(e)), slots, props });
+    }
+}
+
+fn submit(log: &mut LogBuilder, j: usize, n_tasks: u32) -> Entry {
+    let mut spec = job_spec(&job_name(j), n_tasks, CATEGORIES[j % CATEGORIES.len()]);
+    spec.owner = format!("user{}", j % 17);
+    // Every 7th job is urgent; 7 and 50 are coprime, so urgent jobs span every category.
+    spec.priority = if j % 7 == 0 { 5 } else { 0 };
+    append(log, Event::JobSubmitted(spec))
+}
+
+fn completed(task: TaskRef, attempt: u32, engine: &str, wall_ms: u64) -> Event {
+    Event::TaskCompleted {
+        task,
+        attempt,
+        engine: engine_id(engine),
+        exit_code: 0,
+        cpu_ms: wall_ms * 9 / 10,
+        wall_ms,
+        result: Vec::new(),
+    }
+}
+
+fn orders_digest(orders: &[Order]) -> Digest {
+    Digest::of_bytes(format!("{orders:?}").as_bytes())
+}
+
+fn n_dispatches(orders: &[Order]) -> usize {
+    orders.iter().filter(|order| matches!(order, Order::Dispatch { .. })).count()
+}
+
+// ---- (a) a history of a million entries --------------------------------------
+
+/// A running attempt as the simulated engines see it.
+#[derive(Clone)]
+struct Running {
+    task: TaskRef,
+    attempt: u32,
+    engine: String,
+    wall_ms: u64,
+    fails: bool,
+}
+
+/// Drives the projector machine with simulated engines, 100 ms of log time per
+/// step, until the log holds `HISTORY_ENTRIES` entries: the machine decides, its
+/// batch is appended, engines start what they were given on the next step and
+/// complete it (1% fail) 5 to 60 s later; each engine heartbeats every 30 s; a
+/// tick every second; a new job of 1,000 tasks whenever fewer than 50,000 wait.
+fn build_history() -> Vec<Entry> {
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0x00C0_FFEE);
+    let mut log = LogBuilder::new();
+    let mut machine = Machine::new();
+    grid_opening(&mut log, 4_096, &mut rng);
+    let mut n_jobs = 0;
+    for _ in 0..100 {
+        submit(&mut log, n_jobs, TASKS_PER_JOB);
+        n_jobs += 1;
+    }
+    for entry in &log.entries {
+        machine.handle_entry(entry);
+    }
+    let mut to_start: Vec<Running> = Vec::new();
+    let mut finishing: BTreeMap<(u64, u64), Running> = BTreeMap::new();
+    let mut serial = 0u64;
+    let mut step = 0u64;
+    let mut next_report = 100_000;
+    while log.entries.len() < HISTORY_ENTRIES {
+        step += 1;
+        let now = log.time_ms + 100;
+        log.at(now);
+        let mut step_entries = Vec::new();
+        for run in std::mem::take(&mut to_start) {
+            step_entries.push(append(&mut log, Event::TaskStarted {
+                task: run.task.clone(),
+                attempt: run.attempt,
+                engine: engine_id(&run.engine),
+            }));
+            serial += 1;
+            finishing.insert((now + run.wall_ms, serial), run);
+        }
+        while let Some(entry) = finishing.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let run = entry.remove();
+            let event = if run.fails {
+                Event::TaskFailed {
+                    task: run.task,
+                    attempt: run.attempt,
+                    engine: engine_id(&run.engine),
+                    exit_code: Some(1),
+                    kind: FailureKind::NonZeroExit,
+                    error_tail: "Traceback (most recent call last): ValueError: bad input".into(),
+                }
+            } else {
+                completed(run.task, run.attempt, &run.engine, run.wall_ms)
+            };
+            step_entries.push(append(&mut log, event));
+        }
+        // Each engine heartbeats once every 300 steps (30 s), staggered by its index.
+        for e in (step % 300) as usize..N_ENGINES {
+            if e % 300 != (step % 300) as usize {
+                continue;
+            }
+            let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536) };
+            step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine_id(&engine_name(e)), load }));
+        }
+        if step % 10 == 0 {
+            step_entries.push(append(&mut log, Event::Tick));
+        }
+        let waiting: u64 = machine
+            .state()
+            .runnable_jobs()
+            .map(|rank| u64::from(machine.state().job(rank.job).counts.waiting))
+            .sum();
+        if waiting < 50_000 {
+            step_entries.push(submit(&mut log, n_jobs, TASKS_PER_JOB));
+            n_jobs += 1;
+        }
+        for entry in &step_entries {
+            machine.handle_entry(entry);
+        }
+        if let Some(batch) = machine.poll_batch() {
+            for order in &batch.orders {
+                if let Order::Dispatch { task, attempt, engine } = order {
+                    to_start.push(Running {
+                        task: task.clone(),
+                        attempt: *attempt,
+                        engine: engine.as_str().to_string(),
+                        wall_ms: 5_000 + rng.below(55_000),
+                        fails: rng.chance_per_million(10_000),
+                    });
+                }
+            }
+            let entry = append(&mut log, Event::OrderBatch(batch));
+            machine.handle_entry(&entry);
+        }
+        if log.entries.len() >= next_report {
+            eprintln!(
+                "  history: {} entries, {} s of log time, {} jobs ({:.1} s)",
+                log.entries.len(),
+                step / 10,
+                n_jobs,
+                started.elapsed().as_secs_f64()
+            );
+            next_report += 100_000;
+        }
+    }
+    log.entries.truncate(HISTORY_ENTRIES);
+    describe_history(&log.entries, started);
+    log.entries
+}
+
+fn describe_history(entries: &[Entry], started: Instant) {
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut bytes_by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut n_orders = 0;
+    for entry in entries {
+        if let Payload::Event(envelope) = &entry.payload {
+            *by_kind.entry(envelope.event.kind_name()).or_default() += 1;
+            *bytes_by_kind.entry(envelope.event.kind_name()).or_default() += entry.canonical.len();
+            if let Event::OrderBatch(batch) = &envelope.event {
+                n_orders += batch.orders.len();
+            }
+        }
+    }
+    let canonical_bytes: usize = entries.iter().map(|entry| entry.canonical.len()).sum();
+    let mut state = State::new();
+    for entry in entries {
+        fold(&mut state, entry);
+    }
+    let mix: Vec<String> = by_kind.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    eprintln!("history built in {:.1} s: {}", started.elapsed().as_secs_f64(), mix.join(", "));
+    let per_kind: Vec<String> =
+        by_kind.iter().map(|(kind, n)| format!("{kind} {:.0}", bytes_by_kind[kind] as f64 / *n as f64)).collect();
+    eprintln!(
+        "  {n_orders} orders in the batches; canonical bytes (stand-in): {} in all, {:.1} per entry on average; by kind: {}",
+        canonical_bytes,
+        canonical_bytes as f64 / entries.len() as f64,
+        per_kind.join(", ")
+    );
+    eprintln!(
+        "  folded: {} dispatches, {} tasks done, {} attempts failed, {} rejections; chain {}, state {}",
+        state.totals.dispatches,
+        state.totals.tasks_done,
+        state.totals.attempts_failed,
+        state.rejections.total,
+        state.chain.to_hex(),
+        state.state_digest().to_hex()
+    );
+}
+
+fn bench_fold(c: &mut Criterion) {
+    // Built on first use, so that a filter excluding this bench skips the build.
+    let mut entries: Option<Vec<Entry>> = None;
+    let mut group = c.benchmark_group("fold");
+    group.sample_size(10);
+    group.measurement_time(std::time::Duration::from_secs(20));
+    group.throughput(Throughput::Elements(HISTORY_ENTRIES as u64));
+    group.bench_function("history_1m", |b| {
+        let entries = entries.get_or_insert_with(|| {
+            eprintln!("building a history of {HISTORY_ENTRIES} entries");
+            build_history()
+        });
+        b.iter_batched(
+            State::new,
+            |mut state| {
+                for entry in entries.iter() {
+                    fold(&mut state, black_box(entry));
+                }
+                state
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    // The digest chain alone over the same entries: the part of fold no index can speed up.
+    group.bench_function("digest_chain_1m", |b| {
+        let entries = entries.get_or_insert_with(build_history);
+        b.iter(|| {
+            let mut chain = Digest::default();
+            for entry in entries.iter() {
+                chain = chain.chain(entry.seq.0, entry.time_ms, black_box(&entry.canonical));
+            }
+            chain
+        })
+    });
+    group.finish();
+}
+
+// ---- (b) a saturated grid with a million queued tasks ------------------------------
+
+/// The grid after saturation: every slot of the 5,000 engines runs a task (started),
+/// the rest of the 1,000 × 1,000 tasks wait. Returns the state, the log that built
+/// it and the running attempts (task, attempt, engine) in dispatch order.
+fn build_saturated_grid() -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0x5EED_0B0B);
+    let mut log = LogBuilder::new();
+    grid_opening(&mut log, 8_192, &mut rng);
+    for j in 0..N_JOBS {
+        submit(&mut log, j, TASKS_PER_JOB);
+    }
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    let breadth: Vec<u32> = state.categories().iter().map(|category| category.eligible_logged_in).collect();
+    assert!(breadth.iter().all(|&n| n > 0), "every category has an engine: {breadth:?}");
+    eprintln!(
+        "  grid: {} engines, {} slots, {} jobs, {} tasks; engines eligible per category: {breadth:?}",
+        state.engines().len(),
+        state.engines().iter().map(|engine| u64::from(engine.slots)).sum::<u64>(),
+        state.jobs().len(),
+        state.jobs().iter().map(|job| u64::from(job.n_tasks())).sum::<u64>(),
+    );
+    let mut running = Vec::new();
+    loop {
+        let Some(batch) = decide(&state, &InFlight::new()) else { break };
+        let dispatches: Vec<(TaskRef, u32, String)> = batch
+            .orders
+            .iter()
+            .filter_map(|order| match order {
+                Order::Dispatch { task, attempt, engine } => Some((task.clone(), *attempt, engine.as_str().to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dispatches.len(), batch.orders.len(), "saturating only dispatches");
+        let entry = append(&mut log, Event::OrderBatch(batch));
+        fold(&mut state, &entry);
+        eprintln!("  saturating: {} dispatched ({:.1} s)", dispatches.len(), started.elapsed().as_secs_f64());
+        running.extend(dispatches);
+    }
+    log.at(log.time_ms + 500);
+    for (task, attempt, engine) in &running {
+        let entry = append(&mut log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
+        fold(&mut state, &entry);
+    }
+    assert!(state.free_engines().next().is_none(), "the grid is saturated");
+    eprintln!("saturated grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
+    (state, log, running)
+}
+
+/// Folds completions of `n` running attempts drawn without replacement.
+fn complete_some(
+    mut state: State,
+    mut log: LogBuilder,
+    mut running: Vec<(TaskRef, u32, String)>,
+    n: usize,
+    seed: u64,
+) -> State {
+    let mut rng = SplitMix64::new(seed);
+    log.at(log.time_ms + 1_000);
+    for i in 0..n {
+        let pick = i + rng.below((running.len() - i) as u64) as usize;
+        running.swap(i, pick);
+        let (task, attempt, engine) = running[i].clone();
+        let entry = append(&mut log, completed(task, attempt, &engine, 30_000));
+        let rejections = fold(&mut state, &entry);
+        assert!(rejections.is_empty(), "{rejections:?}");
+    }
+    state
+}
+
+/// The two grids the schedule benches run on: ~5,000 slots freed, and one.
+struct Grids {
+    many_freed: State,
+    n_dispatches: usize,
+    one_freed: State,
+}
+
+fn build_grids() -> Grids {
+    eprintln!("building a saturated grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks, 50 categories");
+    let (saturated, log, running) = build_saturated_grid();
+    let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms };
+    let one_freed = complete_some(saturated.clone(), log_copy, running.clone(), 1, 7);
+    let many_freed = complete_some(saturated, log, running, N_COMPLETIONS, 11);
+
+    let in_flight = InFlight::new();
+    let orders = schedule(&many_freed, &in_flight);
+    let n = n_dispatches(&orders);
+    eprintln!(
+        "fill after {N_COMPLETIONS} completions: {n} dispatches, {} orders, digest {}",
+        orders.len(),
+        orders_digest(&orders).to_hex()
+    );
+    assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
+    let mut per_job: BTreeMap<&str, usize> = BTreeMap::new();
+    for order in &orders {
+        if let Order::Dispatch { task, .. } = order {
+            *per_job.entry(task.job.as_str()).or_default() += 1;
+        }
+    }
+    let per_job: Vec<String> = per_job
+        .iter()
+        .map(|(job, n)| format!("{job} (category {}): {n}", job[4..].parse::<usize>().unwrap() % CATEGORIES.len()))
+        .collect();
+    eprintln!("  dispatches per job: {}", per_job.join(", "));
+    let one = schedule(&one_freed, &in_flight);
+    eprintln!("steady after 1 completion: {} dispatches, digest {}", n_dispatches(&one), orders_digest(&one).to_hex());
+    assert_eq!(n_dispatches(&one), 1, "one freed slot, one dispatch");
+    Grids { many_freed, n_dispatches: n, one_freed }
+}
+
+fn bench_schedule(c: &mut Criterion) {
+    let mut grids: Option<Grids> = None;
+    let in_flight = InFlight::new();
+    let mut group = c.benchmark_group("schedule");
+    group.sample_size(30);
+    // Throughput needs the count before the inputs exist; the build asserts it is ~5,000.
+    group.throughput(Throughput::Elements(N_COMPLETIONS as u64));
+    group.bench_function("fill_5000_freed_slots", |b| {
+        let grids = grids.get_or_insert_with(build_grids);
+        assert_eq!(grids.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grids.many_freed), &in_flight))
+    });
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("steady_one_completion", |b| {
+        let grids = grids.get_or_insert_with(build_grids);
+        b.iter(|| schedule(black_box(&grids.one_freed), &in_flight))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_fold, bench_schedule);
+criterion_main!(benches);

@@ -17,8 +17,9 @@ pub const TIMER_ORDERS_PER_RUN_MAX: usize = 1_024;
 pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) -> BTreeSet<EngineIdx> {
     let timeout = state.policy.engine_timeout_ms;
     let mut lost = BTreeSet::new();
-    for &(last_seen_ms, e) in state.engines_by_silence() {
-        if last_seen_ms.saturating_add(timeout) >= state.now_ms || lost.len() == TIMER_ORDERS_PER_RUN_MAX {
+    let silent_too_long = |last_seen_ms: u64| last_seen_ms.saturating_add(timeout) < state.now_ms;
+    for (last_seen_ms, e) in state.engines_by_silence_while(silent_too_long) {
+        if lost.len() == TIMER_ORDERS_PER_RUN_MAX {
             break;
         }
         if in_flight.is_lost(e) {
@@ -85,7 +86,7 @@ fn end_live_attempts(
 /// `Unresolvable`): the submitter is told now. The flag clears by itself when an
 /// engine that fits logs in. Nothing is flagged while no engine is logged in at all.
 pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
-    if state.engines_by_silence().next().is_none() {
+    if !state.any_engine_logged_in() {
         return;
     }
     for category in state.categories() {

@@ -23,6 +23,9 @@
 pub mod dispatch;
 pub mod filters;
 mod in_flight;
+
+#[cfg(test)]
+mod busy_grid_tests;
 pub mod lifecycle;
 
 pub use in_flight::InFlight;

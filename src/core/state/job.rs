@@ -189,6 +189,11 @@ impl Job {
         self.status == JobStatus::Active
     }
 
+    /// Active with tasks waiting: a member of `State::runnable`.
+    pub fn is_runnable(&self) -> bool {
+        self.status == JobStatus::Active && self.counts.waiting > 0
+    }
+
     /// The waiting tasks in the order they are to be served: retries, then fresh ones.
     pub fn waiting_tasks(&self) -> impl Iterator<Item = u32> + '_ {
         let fresh = (self.fresh_next..self.n_tasks())

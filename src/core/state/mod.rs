@@ -16,6 +16,7 @@
 //! lookup tables whose iteration order is insertion order (deterministic anyway).
 
 mod engine;
+mod index;
 mod job;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
+use index::{EngineSet, LiveAttempts, SilenceOrder};
 pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
 
 use super::digest::Digest;
@@ -174,12 +176,12 @@ pub struct State {
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
-    pub(crate) free_engines: BTreeSet<EngineIdx>,
-    pub(crate) live: BTreeMap<TaskKey, LiveAttempt>,
+    pub(crate) free_engines: EngineSet,
+    pub(crate) live: LiveAttempts,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
     pub(crate) dispatched_since: BTreeSet<(u64, TaskKey)>,
-    /// Logged-in engines by the log time of their last accepted event.
-    pub(crate) engine_silence: BTreeSet<(u64, EngineIdx)>,
+    /// Logged-in engines by the log time of their last accepted event (then index).
+    pub(crate) engine_silence: SilenceOrder,
     /// Live attempts of jobs that have ended (cancelled or failed): they await a Cancel.
     pub(crate) to_cancel: BTreeSet<TaskKey>,
     pub rejections: Rejections,
@@ -230,20 +232,34 @@ impl State {
     pub fn live_attempt(&self, key: TaskKey) -> Option<&LiveAttempt> {
         self.live.get(&key)
     }
-    pub fn live_attempts(&self) -> impl Iterator<Item = (&TaskKey, &LiveAttempt)> {
-        self.live.iter()
+    /// Every live attempt, in task order.
+    pub fn live_attempts(&self) -> Vec<(TaskKey, &LiveAttempt)> {
+        self.live.sorted()
     }
     pub fn runnable_jobs(&self) -> impl Iterator<Item = &JobRank> {
         self.runnable.iter()
     }
     pub fn free_engines(&self) -> impl Iterator<Item = EngineIdx> + '_ {
-        self.free_engines.iter().copied()
+        self.free_engines.iter()
     }
     pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey)> {
         self.dispatched_since.iter()
     }
-    pub fn engines_by_silence(&self) -> impl Iterator<Item = &(u64, EngineIdx)> {
+    /// Logged-in engines as (log time last heard from, engine), the longest silent
+    /// first, ties by engine index.
+    pub fn engines_by_silence(&self) -> impl Iterator<Item = (u64, EngineIdx)> + '_ {
         self.engine_silence.iter()
+    }
+    /// [`State::engines_by_silence`] for as long as `time_holds(last_seen_ms)`, which
+    /// must hold up to some time and not after it (e.g. "silent past a timeout").
+    pub fn engines_by_silence_while<'a>(
+        &'a self,
+        time_holds: impl Fn(u64) -> bool + 'a,
+    ) -> impl Iterator<Item = (u64, EngineIdx)> + 'a {
+        self.engine_silence.iter_while(time_holds)
+    }
+    pub fn any_engine_logged_in(&self) -> bool {
+        !self.engine_silence.is_empty()
     }
     pub fn attempts_to_cancel(&self) -> impl Iterator<Item = TaskKey> + '_ {
         self.to_cancel.iter().copied()
@@ -273,7 +289,7 @@ impl State {
         engine.status = EngineStatus::LoggedIn;
         engine.last_seen_ms = now;
         engine.logins += 1;
-        self.engine_silence.insert((now, idx));
+        self.engine_silence.insert(now, idx);
         for c in 0..self.categories.len() {
             self.refresh_eligibility(CategoryIdx(c as u32), idx);
         }
@@ -288,7 +304,8 @@ impl State {
         if engine.status != EngineStatus::LoggedIn {
             return;
         }
-        self.engine_silence.remove(&(engine.last_seen_ms, idx));
+        let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
+        assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
         for category in &mut self.categories {
             if category.is_eligible(idx) {
                 category.eligible_logged_in -= 1;
@@ -298,7 +315,7 @@ impl State {
             }
         }
         self.engines[idx.0 as usize].status = EngineStatus::LoggedOut;
-        self.free_engines.remove(&idx);
+        self.free_engines.remove(idx);
     }
 
     pub(crate) fn mark_engine_lost(&mut self, idx: EngineIdx) {
@@ -312,9 +329,10 @@ impl State {
         let now = self.now_ms;
         let engine = &mut self.engines[idx.0 as usize];
         if engine.status == EngineStatus::LoggedIn && engine.last_seen_ms != now {
-            self.engine_silence.remove(&(engine.last_seen_ms, idx));
+            let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
+            assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
             engine.last_seen_ms = now;
-            self.engine_silence.insert((now, idx));
+            self.engine_silence.insert(now, idx);
         }
     }
 
@@ -327,7 +345,7 @@ impl State {
         if engine.status == EngineStatus::LoggedIn && engine.used < engine.slots {
             self.free_engines.insert(idx);
         } else {
-            self.free_engines.remove(&idx);
+            self.free_engines.remove(idx);
         }
     }
 
@@ -382,7 +400,7 @@ impl State {
         self.job_index.insert(job.id.clone(), idx);
         self.categories[job.category.0 as usize].jobs.insert(idx);
         self.jobs.push(job);
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, false);
         idx
     }
 
@@ -395,16 +413,23 @@ impl State {
         let job = &self.jobs[idx.0 as usize];
         self.runnable.remove(&job.rank(idx));
         self.jobs[idx.0 as usize].priority = priority;
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, false);
     }
 
-    fn refresh_runnable(&mut self, idx: JobIdx) {
+    /// Puts a job in or takes it out of `runnable` after a change to it.
+    /// `was_runnable` is [`Job::is_runnable`] before the change (with the same
+    /// rank): the set is touched only when the answer changed, which on most
+    /// dispatches and completions it does not.
+    fn refresh_runnable(&mut self, idx: JobIdx, was_runnable: bool) {
         let job = &self.jobs[idx.0 as usize];
-        let rank = job.rank(idx);
-        if job.status == JobStatus::Active && job.counts.waiting > 0 {
-            self.runnable.insert(rank);
-        } else {
-            self.runnable.remove(&rank);
+        let runnable = job.is_runnable();
+        if runnable != was_runnable {
+            let rank = job.rank(idx);
+            if runnable {
+                self.runnable.insert(rank);
+            } else {
+                self.runnable.remove(&rank);
+            }
         }
     }
 
@@ -416,18 +441,16 @@ impl State {
         if job.status != JobStatus::Active {
             return;
         }
+        let was_runnable = job.is_runnable();
         job.status = status;
         job.ended_ms = Some(now);
         job.cancel_waiting_tasks();
         let category = job.category;
+        let has_live = job.counts.dispatched + job.counts.running > 0;
         self.categories[category.0 as usize].jobs.remove(&idx);
-        let live: Vec<TaskKey> = self
-            .live
-            .range(TaskKey { job: idx, index: 0 }..=TaskKey { job: idx, index: u32::MAX })
-            .map(|(key, _)| *key)
-            .collect();
+        let live = if has_live { self.live.tasks_of_job(idx) } else { Vec::new() };
         self.to_cancel.extend(live);
-        self.refresh_runnable(idx);
+        self.refresh_runnable(idx, was_runnable);
     }
 
     // ---- the attempt lifecycle ----------------------------------------------
@@ -436,6 +459,7 @@ impl State {
     pub(crate) fn dispatch(&mut self, key: TaskKey, attempt: Attempt, e: EngineIdx) {
         let now = self.now_ms;
         let job = &mut self.jobs[key.job.0 as usize];
+        let was_runnable = job.is_runnable();
         let slots = job.slots_per_task;
         job.take_waiting(key.index, attempt);
         let engine = &mut self.engines[e.0 as usize];
@@ -447,7 +471,7 @@ impl State {
         self.dispatched_since.insert((now, key));
         self.totals.dispatches += 1;
         self.refresh_free(e);
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     pub(crate) fn start(&mut self, key: TaskKey) {
@@ -475,6 +499,7 @@ impl State {
     }
 
     pub(crate) fn complete(&mut self, key: TaskKey, wall_ms: u64) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         let live = self.release(key);
         if live.started_ms.is_none() {
             self.record_wait(key);
@@ -491,7 +516,7 @@ impl State {
             let category = job.category;
             self.categories[category.0 as usize].jobs.remove(&key.job);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// Counts the wait of an attempt starting now (or completing with no start report).
@@ -506,6 +531,7 @@ impl State {
     /// task is retried (not on this engine while another fits) or, when its
     /// attempts are exhausted, fails and so ends its job failed.
     pub(crate) fn fail(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         let live = self.release(key);
         self.engines[live.engine.0 as usize].failed += 1;
         self.totals.attempts_failed += 1;
@@ -515,12 +541,13 @@ impl State {
             self.totals.tasks_failed += 1;
             self.end_job(key.job, JobStatus::Failed);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// An attempt ended through no fault of the task (engine lost or logged out,
     /// dispatch timeout): back to the queue without counting a failure.
     pub(crate) fn requeue(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         self.release(key);
         self.totals.requeues += 1;
         let job = &mut self.jobs[key.job.0 as usize];
@@ -529,24 +556,20 @@ impl State {
         } else {
             job.mark_cancelled(key.index);
         }
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// The Cancel order of an ended job's attempt took effect.
     pub(crate) fn cancel_attempt(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         self.release(key);
         self.jobs[key.job.0 as usize].mark_cancelled(key.index);
-        self.refresh_runnable(key.job);
+        self.refresh_runnable(key.job, was_runnable);
     }
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
     pub(crate) fn requeue_engine_attempts(&mut self, e: EngineIdx) {
-        let keys: Vec<TaskKey> = self
-            .live
-            .iter()
-            .filter(|(_, live)| live.engine == e)
-            .map(|(key, _)| *key)
-            .collect();
+        let keys = if self.engines[e.0 as usize].live > 0 { self.live.tasks_on_engine(e) } else { Vec::new() };
         for key in keys {
             self.requeue(key);
         }
@@ -592,7 +615,7 @@ impl State {
     pub fn check_invariants(&self) {
         let mut used = vec![0u32; self.engines.len()];
         let mut live_per_engine = vec![0u32; self.engines.len()];
-        for (key, live) in &self.live {
+        for (key, live) in self.live.sorted() {
             let job = self.job(key.job);
             used[live.engine.0 as usize] += job.slots_per_task;
             live_per_engine[live.engine.0 as usize] += 1;
@@ -608,15 +631,30 @@ impl State {
             assert!(engine.used <= engine.slots, "engine {} above its slots", engine.id);
             assert_eq!(engine.used, used[e], "used slots of engine {}", engine.id);
             assert_eq!(engine.live, live_per_engine[e], "live attempts of engine {}", engine.id);
+            let logged_in = engine.status == EngineStatus::LoggedIn;
+            assert_eq!(
+                logged_in,
+                self.engine_silence.contains(engine.last_seen_ms, EngineIdx(e as u32)),
+                "silence order of {}",
+                engine.id
+            );
             let free = engine.status == EngineStatus::LoggedIn && engine.used < engine.slots;
-            assert_eq!(free, self.free_engines.contains(&EngineIdx(e as u32)), "free index of {}", engine.id);
+            assert_eq!(free, self.free_engines.contains(EngineIdx(e as u32)), "free index of {}", engine.id);
         }
         for (j, job) in self.jobs.iter().enumerate() {
             job.check_counts();
-            let runnable = job.status == JobStatus::Active && job.counts.waiting > 0;
+            let runnable = job.is_runnable();
             assert_eq!(runnable, self.runnable.contains(&job.rank(JobIdx(j as u32))), "runnable index of {}", job.id);
         }
-        assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.status == JobStatus::Active && j.counts.waiting > 0).count());
+        assert_eq!(
+            self.engine_silence.len(),
+            self.engines.iter().filter(|engine| engine.status == EngineStatus::LoggedIn).count()
+        );
+        assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.is_runnable()).count());
+        assert_eq!(
+            self.free_engines.len(),
+            self.engines.iter().filter(|e| e.status == EngineStatus::LoggedIn && e.used < e.slots).count()
+        );
         for key in &self.to_cancel {
             assert!(self.live.contains_key(key), "an attempt awaiting cancel is live");
             assert!(self.job(key.job).status != JobStatus::Active);
