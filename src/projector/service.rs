@@ -94,8 +94,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Interval, MissedTickBehavior};
 
 pub use handle::{
-    ProjectorGone, ProjectorHandle, ProjectorStatus, QUERIES_QUEUED_MAX, QUERY_QUEUE_GROUP, Query,
-    StartPoint, spawn_query_responder,
+    ProjectorGone, ProjectorHandle, ProjectorStatus, QUERIES_QUEUED_MAX, Query, StartPoint,
+    spawn_query_responder,
 };
 pub use lease::{KvLease, KvLeaseConfig, Lease, LeaseError, SoleWriter, projector_id};
 pub use sink::{EmbeddedOrderSink, JetStreamOrderSink, OrderSink};

@@ -15,8 +15,6 @@ use crate::projector::query::{
 
 /// Most queries waiting for the loop; a sender past this waits.
 pub const QUERIES_QUEUED_MAX: usize = 256;
-/// The queue group of the NATS responders: one projector answers each request.
-pub const QUERY_QUEUE_GROUP: &str = "gridfold-projector";
 
 /// A question for the loop, with where to send the answer.
 #[derive(Debug)]
@@ -134,18 +132,20 @@ struct QueryError {
 }
 
 /// Answers stat and why requests on core NATS (JSON in, JSON out; an empty request
-/// is the default request) through `handle`, in the queue group
-/// [`QUERY_QUEUE_GROUP`], until the projector stops or the task is aborted.
+/// is the default request) through `handle`, until the projector stops or the task
+/// is aborted.
+///
+/// Every projector answers every request (no queue group) and the requester keeps the
+/// first answer. A queue group would hand each request to one member chosen at random,
+/// and a member that is hung but still connected (stopped, swapping, its machine
+/// paused) keeps its subscription until the server's pings give up on it, minutes
+/// later: meanwhile every request sent its way would go unanswered.
 pub async fn spawn_query_responder(
     client: async_nats::Client,
     handle: ProjectorHandle,
 ) -> Result<tokio::task::JoinHandle<()>, async_nats::SubscribeError> {
-    let stat = client
-        .queue_subscribe(STAT_SUBJECT, QUERY_QUEUE_GROUP.to_string())
-        .await?;
-    let why = client
-        .queue_subscribe(WHY_SUBJECT, QUERY_QUEUE_GROUP.to_string())
-        .await?;
+    let stat = client.subscribe(STAT_SUBJECT).await?;
+    let why = client.subscribe(WHY_SUBJECT).await?;
     // The subscriptions are registered with the server once the client has flushed.
     let _ = tokio::time::timeout(Duration::from_secs(5), client.flush()).await;
     let mut requests = futures::stream::select(stat, why);
