@@ -35,6 +35,12 @@ use gridfold::projector::machine::Machine;
 
 const N_ENGINES: usize = 5_000;
 const HISTORY_ENTRIES: usize = 1_000_000;
+
+/// Entries in the fold bench's history: 1,000,000 unless `GRIDFOLD_BENCH_ENTRIES`
+/// says otherwise (a smaller history makes profiling under valgrind bearable).
+fn history_entries() -> usize {
+    std::env::var("GRIDFOLD_BENCH_ENTRIES").ok().and_then(|n| n.parse().ok()).unwrap_or(HISTORY_ENTRIES)
+}
 const N_JOBS: usize = 1_000;
 const TASKS_PER_JOB: u32 = 1_000;
 const N_COMPLETIONS: usize = 5_000;
@@ -267,7 +273,7 @@ fn build_history() -> Vec<Entry> {
     let mut serial = 0u64;
     let mut step = 0u64;
     let mut next_report = 100_000;
-    while log.entries.len() < HISTORY_ENTRIES {
+    while log.entries.len() < history_entries() {
         step += 1;
         let now = log.time_ms + 100;
         log.at(now);
@@ -349,7 +355,7 @@ fn build_history() -> Vec<Entry> {
             next_report += 100_000;
         }
     }
-    log.entries.truncate(HISTORY_ENTRIES);
+    log.entries.truncate(history_entries());
     describe_history(&log.entries, started);
     log.entries
 }
@@ -399,10 +405,10 @@ fn bench_fold(c: &mut Criterion) {
     let mut group = c.benchmark_group("fold");
     group.sample_size(10);
     group.measurement_time(std::time::Duration::from_secs(20));
-    group.throughput(Throughput::Elements(HISTORY_ENTRIES as u64));
+    group.throughput(Throughput::Elements(history_entries() as u64));
     group.bench_function("history_1m", |b| {
         let entries = entries.get_or_insert_with(|| {
-            eprintln!("building a history of {HISTORY_ENTRIES} entries");
+            eprintln!("building a history of {} entries", history_entries());
             build_history()
         });
         b.iter_batched(

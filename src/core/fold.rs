@@ -8,9 +8,9 @@
 
 use super::event::{Entry, Envelope, Event, JobSpec, Order, OrderBatch, Origin, Payload, Policy,
     ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
-use super::ids::{Attempt, EngineId, Seq, TaskRef};
+use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{JobProblem, OrderProblem, Rejection};
-use super::state::{EngineIdx, EngineStatus, Job, JobStatus, State, TaskKey, TaskStatus};
+use super::state::{EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskKey, TaskStatus};
 
 /// Applies one entry. Returns the rejections it caused (empty when it applied
 /// cleanly); they are also recorded in the state.
@@ -195,6 +195,14 @@ fn live_attempt_of(
     engine: &EngineId,
 ) -> Result<(TaskKey, EngineIdx), Rejection> {
     let key = resolve_task(state, task)?;
+    // The usual case, without looking the engine up by name: the report is about
+    // the live attempt and comes from the engine it is booked on.
+    if let Some(live) = state.live_attempt(key) {
+        if live.attempt == attempt && state.engine(live.engine).id == *engine {
+            return Ok((key, live.engine));
+        }
+    }
+    // Otherwise the checks in order, for the reason to reject.
     let e = state.engine_idx(engine).ok_or_else(|| Rejection::UnknownEngine { engine: engine.clone() })?;
     let live = state
         .live_attempt(key)
@@ -233,17 +241,22 @@ fn apply_orders(state: &mut State, batch: &OrderBatch, out: &mut Vec<Rejection>)
         return;
     }
     state.totals.order_batches += 1;
+    let mut last_job = None;
     for (n, order) in batch.orders.iter().enumerate() {
-        if let Err(problem) = apply_order(state, order) {
+        if let Err(problem) = apply_order(state, order, &mut last_job) {
             out.push(Rejection::OrderNotApplicable { order: n as u32, problem });
         }
     }
 }
 
-fn apply_order(state: &mut State, order: &Order) -> Result<(), OrderProblem> {
+/// The job of the previous order of the batch, as looked up: a batch's orders come
+/// in runs of one job (the scheduler fills slots job by job), so most need no lookup.
+type LastJob<'a> = Option<(&'a JobId, JobIdx)>;
+
+fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'a>) -> Result<(), OrderProblem> {
     match order {
         Order::Dispatch { task, attempt, engine } => {
-            let key = order_task(state, task)?;
+            let key = order_task(state, task, last_job)?;
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
             let engine = state.engine(e);
             if engine.status != EngineStatus::LoggedIn {
@@ -263,7 +276,7 @@ fn apply_order(state: &mut State, order: &Order) -> Result<(), OrderProblem> {
             state.dispatch(key, *attempt, e);
         }
         Order::Cancel { task, attempt, .. } => {
-            let key = order_task(state, task)?;
+            let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
             if state.job(key.job).is_active() {
                 return Err(OrderProblem::JobNotEnded);
@@ -271,7 +284,7 @@ fn apply_order(state: &mut State, order: &Order) -> Result<(), OrderProblem> {
             state.cancel_attempt(key);
         }
         Order::Requeue { task, attempt, .. } => {
-            let key = order_task(state, task)?;
+            let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
             state.requeue(key);
         }
@@ -295,8 +308,15 @@ fn apply_order(state: &mut State, order: &Order) -> Result<(), OrderProblem> {
     Ok(())
 }
 
-fn order_task(state: &State, task: &TaskRef) -> Result<TaskKey, OrderProblem> {
-    let job = state.job_idx(&task.job).ok_or(OrderProblem::UnknownJob)?;
+fn order_task<'a>(state: &State, task: &'a TaskRef, last_job: &mut LastJob<'a>) -> Result<TaskKey, OrderProblem> {
+    let job = match *last_job {
+        Some((id, job)) if *id == task.job => job,
+        _ => {
+            let job = state.job_idx(&task.job).ok_or(OrderProblem::UnknownJob)?;
+            *last_job = Some((&task.job, job));
+            job
+        }
+    };
     if task.index >= state.job(job).n_tasks() {
         return Err(OrderProblem::UnknownTask);
     }

@@ -9,6 +9,8 @@
 //! - [`SilenceOrder`]: engines ordered by (log time last heard, index), as a
 //!   doubly linked list: log time never goes back, so hearing from an engine
 //!   moves it to (or near) the tail in O(1).
+//! - [`SortedDeque`]: an ordered set as a sorted ring buffer, for sets whose new
+//!   members come at the end and leave from near the front (dispatches by age).
 //! - [`LiveAttempts`]: live attempts by task, hash-indexed. Its own order is
 //!   never used for a decision: whoever needs an order asks for one sorted by task.
 
@@ -250,6 +252,86 @@ impl<'de> Deserialize<'de> for SilenceOrder {
     }
 }
 
+// ---- SortedDeque -----------------------------------------------------------------
+
+/// An ordered set kept as a sorted `VecDeque`: the `BTreeSet` it replaces, for
+/// members that arrive in (nearly) ascending order and leave (nearly) oldest
+/// first, like attempts by dispatch time. Inserting at the end and removing near
+/// the front move nothing; a member out of place costs a shift of the shorter
+/// side, bounded by the set's size.
+#[derive(Debug, Clone)]
+pub struct SortedDeque<T> {
+    items: std::collections::VecDeque<T>,
+}
+
+impl<T> Default for SortedDeque<T> {
+    fn default() -> Self {
+        SortedDeque { items: std::collections::VecDeque::new() }
+    }
+}
+
+impl<T: Ord + Copy> SortedDeque<T> {
+    /// Adds `item`; false if it was already there.
+    pub fn insert(&mut self, item: T) -> bool {
+        if self.items.back().is_none_or(|last| *last < item) {
+            self.items.push_back(item);
+            return true;
+        }
+        match self.items.binary_search(&item) {
+            Ok(_) => false,
+            Err(at) => {
+                self.items.insert(at, item);
+                true
+            }
+        }
+    }
+
+    /// Removes `item`; false if it was not there.
+    pub fn remove(&mut self, item: &T) -> bool {
+        if self.items.front() == Some(item) {
+            self.items.pop_front();
+            return true;
+        }
+        match self.items.binary_search(item) {
+            Ok(at) => {
+                self.items.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn contains(&self, item: &T) -> bool {
+        self.items.binary_search(item).is_ok()
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Members in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.items.iter()
+    }
+}
+
+/// Serialised as the ordered sequence of members, as a `BTreeSet` is.
+impl<T: Serialize> Serialize for SortedDeque<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.items.iter())
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Ord> Deserialize<'de> for SortedDeque<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let items = Vec::<T>::deserialize(deserializer)?;
+        if items.windows(2).any(|pair| pair[0] >= pair[1]) {
+            return Err(serde::de::Error::custom("an ordered set is not strictly ascending"));
+        }
+        Ok(SortedDeque { items: items.into() })
+    }
+}
+
 // ---- LiveAttempts ----------------------------------------------------------------
 
 /// A hasher for the small integer keys of the state's lookup tables (task keys).
@@ -414,6 +496,32 @@ mod tests {
         assert_eq!(postcard::to_stdvec(&order).unwrap(), postcard::to_stdvec(&order_model).unwrap());
         let order_back: SilenceOrder = postcard::from_bytes(&postcard::to_stdvec(&order).unwrap()).unwrap();
         assert_eq!(order_back, order);
+    }
+
+    #[test]
+    fn a_sorted_deque_behaves_as_the_btree_set_it_replaces() {
+        let mut rng = SplitMix64::new(13);
+        let mut deque = SortedDeque::default();
+        let mut model = BTreeSet::new();
+        let mut now = 0u64;
+        for _ in 0..20_000 {
+            now += rng.below(3);
+            let item = (now.saturating_sub(rng.below(4) * rng.below(2)), rng.below(50) as u32);
+            if rng.below(2) == 0 {
+                assert_eq!(deque.insert(item), model.insert(item));
+            } else {
+                // Mostly the oldest, sometimes any.
+                let victim = if rng.below(3) == 0 { item } else { model.first().copied().unwrap_or(item) };
+                assert_eq!(deque.remove(&victim), model.remove(&victim));
+            }
+            assert_eq!(deque.contains(&item), model.contains(&item));
+            assert_eq!(deque.len(), model.len());
+        }
+        assert!(deque.iter().eq(model.iter()));
+        let bytes = postcard::to_stdvec(&deque).unwrap();
+        assert_eq!(bytes, postcard::to_stdvec(&model).unwrap());
+        let back: SortedDeque<(u64, u32)> = postcard::from_bytes(&bytes).unwrap();
+        assert!(back.iter().eq(deque.iter()));
     }
 
     #[test]

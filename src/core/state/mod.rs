@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
-use index::{EngineSet, LiveAttempts, SilenceOrder};
+use index::{EngineSet, LiveAttempts, SilenceOrder, SortedDeque};
 pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
 
 use super::digest::Digest;
@@ -179,7 +179,7 @@ pub struct State {
     pub(crate) free_engines: EngineSet,
     pub(crate) live: LiveAttempts,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
-    pub(crate) dispatched_since: BTreeSet<(u64, TaskKey)>,
+    pub(crate) dispatched_since: SortedDeque<(u64, TaskKey)>,
     /// Logged-in engines by the log time of their last accepted event (then index).
     pub(crate) engine_silence: SilenceOrder,
     /// Live attempts of jobs that have ended (cancelled or failed): they await a Cancel.
@@ -615,7 +615,12 @@ impl State {
     pub fn check_invariants(&self) {
         let mut used = vec![0u32; self.engines.len()];
         let mut live_per_engine = vec![0u32; self.engines.len()];
+        let mut n_unstarted = 0;
         for (key, live) in self.live.sorted() {
+            if live.started_ms.is_none() {
+                n_unstarted += 1;
+                assert!(self.dispatched_since.contains(&(live.dispatched_ms, key)), "dispatch index of {key:?}");
+            }
             let job = self.job(key.job);
             used[live.engine.0 as usize] += job.slots_per_task;
             live_per_engine[live.engine.0 as usize] += 1;
@@ -646,6 +651,7 @@ impl State {
             let runnable = job.is_runnable();
             assert_eq!(runnable, self.runnable.contains(&job.rank(JobIdx(j as u32))), "runnable index of {}", job.id);
         }
+        assert_eq!(self.dispatched_since.len(), n_unstarted, "the dispatch index holds only unstarted attempts");
         assert_eq!(
             self.engine_silence.len(),
             self.engines.iter().filter(|engine| engine.status == EngineStatus::LoggedIn).count()
