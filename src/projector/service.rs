@@ -14,7 +14,9 @@
 //! handles one at a time to the end, so the state is never shared, cloned or locked
 //! and a query is answered between two batches. Reading runs in a task of its own
 //! feeding a channel of at most [`READ_AHEAD_BATCHES`] batches, so waiting for the log
-//! never holds up a query. The service is generic over the log ([`EventLog`]: JetStream
+//! never holds up a query. Deliveries are sent by a task of their own, one send at a
+//! time (so they reach the sink in order), and the loop goes on folding while the sink
+//! waits for its acks: the answer comes back as an input. The service is generic over the log ([`EventLog`]: JetStream
 //! or the embedded log), where deliveries go ([`OrderSink`]) and who may write
 //! ([`Lease`]).
 //!
@@ -87,6 +89,7 @@ mod tests;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
@@ -204,6 +207,8 @@ pub enum ProjectorError {
 #[derive(Debug)]
 enum Input {
     Entries(Result<ReadBatch, LogError>),
+    /// The deliveries being sent have all been answered (or the send failed).
+    Delivered(DeliveryOutcome),
     Query(Query),
     LeaseDue,
     Tick,
@@ -329,6 +334,7 @@ where
                 _ = lease_timer.tick() => Input::LeaseDue,
                 () = next_tick(&mut tick_timer) => Input::Tick,
                 _ = housekeeping.tick() => Input::Housekeeping,
+                outcome = shell.delivery_done(), if shell.sending.is_some() => Input::Delivered(outcome),
                 read = entries.recv() => match read {
                     Some(read) => Input::Entries(read),
                     None => return Err(ProjectorError::ReaderStopped),
@@ -557,10 +563,14 @@ impl Throttle {
     }
 }
 
+/// Deliveries handed to the sink, and what it answered; from the task that sent them.
+type DeliveryOutcome = (Vec<Delivery>, Result<(), LogError>);
+
 struct Shell<L, S, A> {
     config: ProjectorConfig,
     log: L,
-    sink: S,
+    /// Shared with the task that sends deliveries.
+    sink: Arc<S>,
     lease: A,
     snapshots: SnapshotStore,
     machine: Machine,
@@ -584,6 +594,9 @@ struct Shell<L, S, A> {
     hold: Hold,
     /// Deliveries to send (leader only), oldest first.
     outbox: VecDeque<Delivery>,
+    /// The task sending the deliveries taken from the outbox, at most one at a time so
+    /// that they reach the sink in order; the loop goes on folding meanwhile.
+    sending: Option<JoinHandle<DeliveryOutcome>>,
     recent: RecentDeliveries,
     tick_task: Option<JoinHandle<()>>,
     status: ProjectorStatus,
@@ -620,7 +633,7 @@ where
         Shell {
             config,
             log,
-            sink,
+            sink: Arc::new(sink),
             lease,
             snapshots,
             machine: start.machine,
@@ -637,6 +650,7 @@ where
             lease_answered: false,
             hold: Hold::Open,
             outbox: VecDeque::new(),
+            sending: None,
             recent,
             tick_task: None,
             status,
@@ -650,6 +664,10 @@ where
     async fn handle(&mut self, input: Input) -> Result<(), ProjectorError> {
         match input {
             Input::Entries(read) => self.handle_entries(read).await?,
+            Input::Delivered(outcome) => {
+                self.delivered(outcome);
+                self.deliver().await;
+            }
             Input::Query(query) => self.handle_query(query),
             Input::LeaseDue => {
                 self.renew_lease().await;
@@ -788,17 +806,46 @@ where
         }
     }
 
-    /// Sends what waits in the outbox (leader only); on failure it stays for the next try.
+    /// Starts sending what waits in the outbox (leader only), unless a send is under
+    /// way: then it goes when that one is answered, in one send with whatever came
+    /// meanwhile. The loop does not wait for the sink's answers (see [`Input::Delivered`]).
     async fn deliver(&mut self) {
-        if !self.is_leader() || self.outbox.is_empty() {
+        if !self.is_leader() || self.outbox.is_empty() || self.sending.is_some() {
             return;
         }
-        let deliveries = self.outbox.make_contiguous();
-        match self.sink.deliver(deliveries).await {
+        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
+        let sink = Arc::clone(&self.sink);
+        self.sending = Some(tokio::spawn(async move {
+            let result = sink.deliver(&deliveries).await;
+            (deliveries, result)
+        }));
+    }
+
+    /// Waits for the send under way to be answered. Cancel-safe; only polled while
+    /// `sending` is `Some`.
+    async fn delivery_done(&mut self) -> DeliveryOutcome {
+        let task = self.sending.as_mut().expect("polled only while a send is under way");
+        let outcome = match task.await {
+            Ok(outcome) => outcome,
+            Err(err) => (
+                Vec::new(),
+                Err(LogError::Unavailable {
+                    url: self.sink.location(),
+                    detail: format!("the delivery task ended: {err}"),
+                }),
+            ),
+        };
+        self.sending = None;
+        outcome
+    }
+
+    /// Takes the sink's answer: on failure the deliveries go back to the front of the
+    /// outbox for the next try (their ids make sending them again safe).
+    fn delivered(&mut self, (deliveries, result): DeliveryOutcome) {
+        match result {
             Ok(()) => {
                 self.status.deliveries_sent += deliveries.len() as u64;
                 tracing::debug!(deliveries = deliveries.len(), "delivered");
-                self.outbox.clear();
             }
             Err(err) => {
                 if self.warn_sink.ready() {
@@ -807,8 +854,46 @@ where
                         deliveries.len()
                     );
                 }
+                if self.is_leader() {
+                    for delivery in deliveries.into_iter().rev() {
+                        self.outbox.push_front(delivery);
+                    }
+                    self.trim_outbox();
+                }
             }
         }
+    }
+
+    /// Stops the send under way, if any (this projector no longer delivers).
+    fn abort_sending(&mut self) {
+        if let Some(task) = self.sending.take() {
+            task.abort();
+        }
+    }
+
+    /// Waits (bounded) for the send under way, then sends what is left: at shutdown.
+    async fn flush_deliveries(&mut self) {
+        if self.sending.is_some() {
+            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.delivery_done()).await {
+                Ok(outcome) => self.delivered(outcome),
+                Err(_) => {
+                    self.abort_sending();
+                    return;
+                }
+            }
+        }
+        if !self.is_leader() || self.outbox.is_empty() {
+            return;
+        }
+        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
+        let result = match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.sink.deliver(&deliveries)).await {
+            Ok(result) => result,
+            Err(_) => Err(LogError::Unavailable {
+                url: self.sink.location(),
+                detail: format!("no answer within {SHUTDOWN_STEP_TIMEOUT:?}"),
+            }),
+        };
+        self.delivered((deliveries, result));
     }
 
     // ---- deciding and publishing -------------------------------------------------
@@ -1000,6 +1085,7 @@ where
     fn step_down(&mut self, reason: &str) {
         self.leadership = Leadership::Standby;
         self.outbox.clear();
+        self.abort_sending();
         self.machine.abandon_pending();
         self.hold = Hold::Open;
         tracing::info!("standby: {reason}; folding and answering queries, not publishing");
@@ -1075,9 +1161,7 @@ where
             folded_seq = self.machine.state().last_seq.0,
             "shutting down"
         );
-        if self.is_leader() && !self.outbox.is_empty() {
-            let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.deliver()).await;
-        }
+        self.flush_deliveries().await;
         self.snapshot("shutdown").await;
         if self.is_leader() {
             let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.lease.release()).await;
