@@ -58,7 +58,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::client::{block_on, publish};
-use crate::core::event::{EngineProps, Entry, Envelope, Event, JobSpec, Order, Origin, Payload, TaskSet, TaskTemplate};
+use crate::core::event::{
+    EngineProps, Entry, Envelope, Event, JobSpec, Order, Origin, Payload, TaskSet, TaskTemplate,
+};
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::state::{JobStatus, State, TaskStatus};
@@ -69,8 +71,8 @@ use crate::log::{Append, EventLog, read_to_end};
 use crate::projector::service::lease::{KvLease, KvLeaseConfig};
 use crate::projector::service::sink::{JetStreamOrderSink, ORDER_SUBJECT_PREFIX};
 use crate::projector::service::{Projector, ProjectorConfig, ProjectorHandle, ProjectorReport};
-use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_delivery, encode_delivery};
 use crate::wire;
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_delivery, encode_delivery};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -237,7 +239,8 @@ pub struct Verification {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if args.tasks == 0 || args.jobs == 0 || args.engines == 0 || args.slots == 0 || args.window == 0 {
+    if args.tasks == 0 || args.jobs == 0 || args.engines == 0 || args.slots == 0 || args.window == 0
+    {
         bail!("--tasks, --jobs, --engines, --slots and --window must be positive");
     }
     if args.jobs > args.tasks {
@@ -254,7 +257,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_report(&report);
     }
-    Ok(if report.verify.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.verify.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Runs the whole bench: broker, raw publish rate, grid, verification.
@@ -267,7 +274,8 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     let (url, server) = match &args.nats {
         Some(url) => (url.clone(), None),
         None => {
-            let server = NatsServer::start().context("starting a private nats-server (set --nats to use a broker)")?;
+            let server = NatsServer::start()
+                .context("starting a private nats-server (set --nats to use a broker)")?;
             (server.url(), Some(server))
         }
     };
@@ -284,7 +292,10 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         "broker: {} {}",
         url,
         match &server {
-            Some(s) => format!("(private nats-server {}, temporary store, default sync)", s.version()),
+            Some(s) => format!(
+                "(private nats-server {}, temporary store, default sync)",
+                s.version()
+            ),
             None => "(given)".to_string(),
         }
     ));
@@ -307,10 +318,13 @@ async fn bench_on(
         .await
         .with_context(|| format!("cannot reach the NATS broker at {url}"))?;
     if log.last_seq().await? != 0 {
-        bail!("the log stream GRIDFOLD_EVENTS at {url} is not empty: the bench needs a broker of its own (or no --nats)");
+        bail!(
+            "the log stream GRIDFOLD_EVENTS at {url} is not empty: the bench needs a broker of its own (or no --nats)"
+        );
     }
-    let engines: Vec<EngineId> =
-        (1..=args.engines).map(|i| EngineId::new(&format!("sim{i:04}")).expect("a valid engine id")).collect();
+    let engines: Vec<EngineId> = (1..=args.engines)
+        .map(|i| EngineId::new(&format!("sim{i:04}")).expect("a valid engine id"))
+        .collect();
     let jobs = bench_jobs(args.tasks, args.jobs);
 
     // ---- the raw publish rate, on a stream of its own --------------------------------
@@ -320,8 +334,18 @@ async fn bench_on(
             "raw JetStream publish: {} messages of {payload_bytes} bytes, {} acks in flight…",
             args.raw_messages, args.window
         ));
-        let raw = measure_raw_publish(url, args.raw_messages, payload_bytes, args.window, broker_pid).await?;
-        say(format!("raw JetStream publish: {:.0} msgs/s", raw.msgs_per_s));
+        let raw = measure_raw_publish(
+            url,
+            args.raw_messages,
+            payload_bytes,
+            args.window,
+            broker_pid,
+        )
+        .await?;
+        say(format!(
+            "raw JetStream publish: {:.0} msgs/s",
+            raw.msgs_per_s
+        ));
         Some(raw)
     } else {
         None
@@ -329,7 +353,13 @@ async fn bench_on(
 
     // ---- the projector ------------------------------------------------------------------
     let sink = JetStreamOrderSink::connect(&log).await?;
-    let lease = KvLease::open(log.context(), url, KvLeaseConfig::default(), "bench-projector".into()).await?;
+    let lease = KvLease::open(
+        log.context(),
+        url,
+        KvLeaseConfig::default(),
+        "bench-projector".into(),
+    )
+    .await?;
     let mut config = ProjectorConfig::new(state_dir);
     config.read_batch_max = args.read_batch;
     config.schedule_every_entries = args.schedule_every;
@@ -355,7 +385,14 @@ async fn bench_on(
     }));
 
     // ---- the engines, on a thread (and a runtime) of their own --------------------------
-    let sim = spawn_simulator(url, &engines, args.slots, args.window, u64::from(args.tasks)).await?;
+    let sim = spawn_simulator(
+        url,
+        &engines,
+        args.slots,
+        args.window,
+        u64::from(args.tasks),
+    )
+    .await?;
     handle
         .wait_for(|status| status.folded_seq >= sim.login_seq && status.leader)
         .await
@@ -372,8 +409,17 @@ async fn bench_on(
     for job in &jobs {
         publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
     }
-    let reporter = spawn_progress(handle.clone(), progress.clone(), u64::from(args.tasks), started, args.quiet);
-    let sim_outcome = sim.done.await.map_err(|_| anyhow!("the simulated engines' thread ended without a word"))?;
+    let reporter = spawn_progress(
+        handle.clone(),
+        progress.clone(),
+        u64::from(args.tasks),
+        started,
+        args.quiet,
+    );
+    let sim_outcome = sim
+        .done
+        .await
+        .map_err(|_| anyhow!("the simulated engines' thread ended without a word"))?;
     let sim_report = match sim_outcome {
         Ok(report) => report,
         Err(err) => {
@@ -397,7 +443,12 @@ async fn bench_on(
     ));
     let _ = stop_projector.send(true);
     let projector_report = projector_task.await.context("the projector panicked")??;
-    let cpu = cpu_after.since(&cpu_before, seconds, u64::from(args.tasks), sim_report.cpu_us);
+    let cpu = cpu_after.since(
+        &cpu_before,
+        seconds,
+        u64::from(args.tasks),
+        sim_report.cpu_us,
+    );
 
     // ---- read the log back, replay and verify ---------------------------------------------
     say("reading the whole log back and replaying it with every batch re-derived…".to_string());
@@ -415,11 +466,18 @@ async fn bench_on(
         .map(|e| wire::entry_from_log(Seq(e.seq), e.time_ms, &e.subject, &e.payload))
         .collect();
     drop(raw_entries);
-    let options = ReplayOptions { verify: true, stop_at: None, check_invariants: false };
+    let options = ReplayOptions {
+        verify: true,
+        stop_at: None,
+        check_invariants: false,
+    };
     let (state, replay_report) = replay(State::new(), &entries, &options, &mut |_| {});
     let replay_seconds = replay_started.elapsed().as_secs_f64();
     state.check_invariants();
-    let at_projector = ReplayOptions { stop_at: Some(Seq(projector_report.last_seq)), ..ReplayOptions::default() };
+    let at_projector = ReplayOptions {
+        stop_at: Some(Seq(projector_report.last_seq)),
+        ..ReplayOptions::default()
+    };
     let (projector_view, _) = replay(State::new(), &entries, &at_projector, &mut |_| {});
     let projector_digest_matches = projector_view.chain == projector_report.chain_digest;
 
@@ -469,12 +527,18 @@ async fn bench_on(
         order_batches: analysis.batches,
         publishes_per_lifecycle: publishes as f64 / tasks as f64,
         mean_message_bytes: (log_bytes + sim_report.delivery_bytes) as f64 / messages.max(1) as f64,
-        ratio_to_raw_publish: raw_publish.as_ref().map(|raw| lifecycles_per_s / raw.msgs_per_s),
-        publish_share_of_raw: raw_publish.as_ref().map(|raw| publishes as f64 / seconds / raw.msgs_per_s),
+        ratio_to_raw_publish: raw_publish
+            .as_ref()
+            .map(|raw| lifecycles_per_s / raw.msgs_per_s),
+        publish_share_of_raw: raw_publish
+            .as_ref()
+            .map(|raw| publishes as f64 / seconds / raw.msgs_per_s),
     };
     Ok(BenchReport {
         broker,
-        machine: MachineInfo { cores: std::thread::available_parallelism().map_or(1, |n| n.get()) },
+        machine: MachineInfo {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
         config: config_report,
         raw_publish,
         run,
@@ -546,8 +610,16 @@ fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
 }
 
 /// The two reports of an attempt done at once: (subject, payload, msg id) each.
-fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> ((String, Bytes, String), (String, Bytes, String)) {
-    let started = Event::TaskStarted { task: task.clone(), attempt, engine: engine.clone() };
+fn reports(
+    engine: &EngineId,
+    task: &TaskRef,
+    attempt: u32,
+) -> ((String, Bytes, String), (String, Bytes, String)) {
+    let started = Event::TaskStarted {
+        task: task.clone(),
+        attempt,
+        engine: engine.clone(),
+    };
     let completed = Event::TaskCompleted {
         task: task.clone(),
         attempt,
@@ -561,8 +633,16 @@ fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> ((String, Bytes, 
     let message = |event: Event| {
         let id = task_report_id(engine, task, attempt, event.kind_name());
         let subject = wire::subject_for(&event);
-        let envelope = Envelope { id, source: source.clone(), event };
-        (subject, Bytes::from(wire::encode(&envelope)), uuid::Uuid::from_bytes(id).hyphenated().to_string())
+        let envelope = Envelope {
+            id,
+            source: source.clone(),
+            event,
+        };
+        (
+            subject,
+            Bytes::from(wire::encode(&envelope)),
+            uuid::Uuid::from_bytes(id).hyphenated().to_string(),
+        )
     };
     (message(started), message(completed))
 }
@@ -604,7 +684,9 @@ impl Pipeline {
         let task = tokio::spawn(async move {
             let mut acked = Acked::default();
             while let Some((ack, marked)) = rx.recv().await {
-                let ack = ack.await.map_err(|err| anyhow!("a publish was not acknowledged: {err}"))?;
+                let ack = ack
+                    .await
+                    .map_err(|err| anyhow!("a publish was not acknowledged: {err}"))?;
                 acked.messages += 1;
                 acked.duplicates += u64::from(ack.duplicate);
                 on_ack(ack.sequence, marked);
@@ -615,10 +697,23 @@ impl Pipeline {
     }
 
     /// Sends one message; `marked` is handed back to the ack callback with its sequence.
-    async fn send(&self, subject: String, payload: Bytes, msg_id: &str, marked: bool) -> anyhow::Result<()> {
+    async fn send(
+        &self,
+        subject: String,
+        payload: Bytes,
+        msg_id: &str,
+        marked: bool,
+    ) -> anyhow::Result<()> {
         let publish = PublishMessage::build().payload(payload).message_id(msg_id);
-        let ack = self.context.send_publish(subject, publish).await.map_err(|err| anyhow!("publishing: {err}"))?;
-        self.acks.send((ack, marked)).await.map_err(|_| anyhow!("the ack task stopped (a publish failed)"))
+        let ack = self
+            .context
+            .send_publish(subject, publish)
+            .await
+            .map_err(|err| anyhow!("publishing: {err}"))?;
+        self.acks
+            .send((ack, marked))
+            .await
+            .map_err(|_| anyhow!("the ack task stopped (a publish failed)"))
     }
 }
 
@@ -647,20 +742,33 @@ async fn measure_raw_publish(
     let broker_before = broker_pid.and_then(cpu_ticks_of_pid);
     let started = Instant::now();
     for n in 0..messages {
-        pipeline.send(RAW_SUBJECT.to_string(), payload.clone(), &format!("raw-{n}"), false).await?;
+        pipeline
+            .send(
+                RAW_SUBJECT.to_string(),
+                payload.clone(),
+                &format!("raw-{n}"),
+                false,
+            )
+            .await?;
     }
     let context = pipeline.context.clone();
     drop(pipeline);
     let acked = acks.await.context("the ack task panicked")??;
     let seconds = started.elapsed().as_secs_f64();
     let broker_us_per_msg = match (broker_before, broker_pid.and_then(cpu_ticks_of_pid)) {
-        (Some(before), Some(after)) => Some(ticks_to_us(after.saturating_sub(before)) / f64::from(messages)),
+        (Some(before), Some(after)) => {
+            Some(ticks_to_us(after.saturating_sub(before)) / f64::from(messages))
+        }
         _ => None,
     };
     drop(stream);
     let _ = context.delete_stream(&name).await;
     if acked.messages != u64::from(messages) || acked.duplicates != 0 {
-        bail!("raw publish: {} acked, {} duplicates of {messages}", acked.messages, acked.duplicates);
+        bail!(
+            "raw publish: {} acked, {} duplicates of {messages}",
+            acked.messages,
+            acked.duplicates
+        );
     }
     Ok(RawPublish {
         messages: u64::from(messages),
@@ -692,7 +800,12 @@ impl Progress {
         seqs.partition_point(|&s| s <= seq) as u64
     }
     fn last_completion_seq(&self) -> u64 {
-        self.completion_seqs.lock().expect("not poisoned").last().copied().unwrap_or(0)
+        self.completion_seqs
+            .lock()
+            .expect("not poisoned")
+            .last()
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -705,13 +818,22 @@ struct Simulator {
 }
 
 impl Simulator {
-    async fn connect(url: &str, engines: &[EngineId], slots: u32, window: usize) -> anyhow::Result<Simulator> {
+    async fn connect(
+        url: &str,
+        engines: &[EngineId],
+        slots: u32,
+        window: usize,
+    ) -> anyhow::Result<Simulator> {
         let progress = Arc::new(Progress::default());
         let on_ack = {
             let progress = progress.clone();
             move |seq: u64, completion: bool| {
                 if completion {
-                    progress.completion_seqs.lock().expect("not poisoned").push(seq);
+                    progress
+                        .completion_seqs
+                        .lock()
+                        .expect("not poisoned")
+                        .push(seq);
                 }
             }
         };
@@ -727,11 +849,19 @@ impl Simulator {
             .get_stream(STREAM_ORDERS)
             .await
             .map_err(|err| anyhow!("getting stream {STREAM_ORDERS}: {err}"))?;
-        let start = orders.info().await.map_err(|err| anyhow!("reading stream {STREAM_ORDERS}: {err}"))?.state.last_sequence + 1;
+        let start = orders
+            .info()
+            .await
+            .map_err(|err| anyhow!("reading stream {STREAM_ORDERS}: {err}"))?
+            .state
+            .last_sequence
+            + 1;
         let consumer = orders
             .create_consumer(pull::Config {
                 filter_subject: format!("{ORDER_SUBJECT_PREFIX}>"),
-                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: start },
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
                 ack_policy: AckPolicy::None,
                 replay_policy: ReplayPolicy::Instant,
                 memory_storage: true,
@@ -749,8 +879,17 @@ impl Simulator {
             .messages()
             .await
             .map_err(|err| anyhow!("reading deliveries: {err}"))?;
-        let engines = engines.iter().map(|e| (e.as_str().to_string(), (e.clone(), slots))).collect();
-        Ok(Simulator { pipeline, acks, messages, engines, progress })
+        let engines = engines
+            .iter()
+            .map(|e| (e.as_str().to_string(), (e.clone(), slots)))
+            .collect();
+        Ok(Simulator {
+            pipeline,
+            acks,
+            messages,
+            engines,
+            progress,
+        })
     }
 
     /// Logs every engine in (pipelined); returns the sequence of the last login.
@@ -763,13 +902,25 @@ impl Simulator {
             .iter()
             .map(|engine| {
                 let id = session_event_id(engine, &session, "EngineLoggedIn", 0);
-                let event = Event::EngineLoggedIn { engine: engine.clone(), slots, props: engine_props() };
+                let event = Event::EngineLoggedIn {
+                    engine: engine.clone(),
+                    slots,
+                    props: engine_props(),
+                };
                 let subject = wire::subject_for(&event);
-                let envelope = Envelope { id, source: format!("engine:{engine}"), event };
-                Append::new(subject, wire::encode(&envelope)).with_msg_id(uuid::Uuid::from_bytes(id).hyphenated().to_string())
+                let envelope = Envelope {
+                    id,
+                    source: format!("engine:{engine}"),
+                    event,
+                };
+                Append::new(subject, wire::encode(&envelope))
+                    .with_msg_id(uuid::Uuid::from_bytes(id).hyphenated().to_string())
             })
             .collect();
-        let appended = log.append_batch(appends).await.context("logging the engines in")?;
+        let appended = log
+            .append_batch(appends)
+            .await
+            .context("logging the engines in")?;
         Ok(appended.iter().map(|a| a.seq).max().unwrap_or(0))
     }
 
@@ -786,19 +937,27 @@ impl Simulator {
                 .await
                 .ok_or_else(|| anyhow!("the deliveries consumer ended"))?
                 .map_err(|err| anyhow!("reading deliveries: {err}"))?;
-            let info = message.info().map_err(|err| anyhow!("bad delivery metadata: {err}"))?;
+            let info = message
+                .info()
+                .map_err(|err| anyhow!("bad delivery metadata: {err}"))?;
             if info.consumer_sequence != consumer_seq + 1 {
-                bail!("the deliveries consumer skipped from {consumer_seq} to {}", info.consumer_sequence);
+                bail!(
+                    "the deliveries consumer skipped from {consumer_seq} to {}",
+                    info.consumer_sequence
+                );
             }
             consumer_seq = info.consumer_sequence;
             let subject = message.subject.as_str();
-            let name = subject.strip_prefix(ORDER_SUBJECT_PREFIX).unwrap_or(subject);
+            let name = subject
+                .strip_prefix(ORDER_SUBJECT_PREFIX)
+                .unwrap_or(subject);
             let Some((engine, _slots)) = self.engines.get(name) else {
                 report.other_deliveries += 1;
                 continue;
             };
             report.delivery_bytes += message.payload.len() as u64;
-            let delivery = decode_delivery(engine, &message.payload).map_err(|err| anyhow!("a delivery on {subject} does not decode: {err}"))?;
+            let delivery = decode_delivery(engine, &message.payload)
+                .map_err(|err| anyhow!("a delivery on {subject} does not decode: {err}"))?;
             let DeliveryKind::Run(run) = delivery.kind else {
                 report.other_deliveries += 1;
                 continue;
@@ -810,8 +969,12 @@ impl Simulator {
             report.runs_received += 1;
             self.progress.runs.fetch_add(1, Ordering::Relaxed);
             let (started, completed) = reports(engine, &run.task, run.attempt);
-            self.pipeline.send(started.0, started.1, &started.2, false).await?;
-            self.pipeline.send(completed.0, completed.1, &completed.2, true).await?;
+            self.pipeline
+                .send(started.0, started.1, &started.2, false)
+                .await?;
+            self.pipeline
+                .send(completed.0, completed.1, &completed.2, true)
+                .await?;
             report.reports_published += 2;
         }
         // Close the queue but keep the connection (the context) until every ack is in.
@@ -835,7 +998,13 @@ struct SimHandle {
 /// Starts the simulated engines on a thread with a current-thread runtime of its own
 /// (so their CPU time, connections included, can be told apart from the projector's),
 /// logs them in and returns once the logins are stored.
-async fn spawn_simulator(url: &str, engines: &[EngineId], slots: u32, window: usize, tasks: u64) -> anyhow::Result<SimHandle> {
+async fn spawn_simulator(
+    url: &str,
+    engines: &[EngineId],
+    slots: u32,
+    window: usize,
+    tasks: u64,
+) -> anyhow::Result<SimHandle> {
     let (ready_tx, ready_rx) = oneshot::channel::<anyhow::Result<(u64, Arc<Progress>)>>();
     let (done_tx, done_rx) = oneshot::channel();
     let url = url.to_string();
@@ -843,7 +1012,10 @@ async fn spawn_simulator(url: &str, engines: &[EngineId], slots: u32, window: us
     std::thread::Builder::new()
         .name("bench-engines".into())
         .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(runtime) => runtime,
                 Err(err) => {
                     let _ = ready_tx.send(Err(anyhow!("starting the engines' runtime: {err}")));
@@ -870,8 +1042,14 @@ async fn spawn_simulator(url: &str, engines: &[EngineId], slots: u32, window: us
             });
         })
         .context("starting the engines' thread")?;
-    let (login_seq, progress) = ready_rx.await.map_err(|_| anyhow!("the engines' thread ended before logging in"))??;
-    Ok(SimHandle { login_seq, progress, done: done_rx })
+    let (login_seq, progress) = ready_rx
+        .await
+        .map_err(|_| anyhow!("the engines' thread ended before logging in"))??;
+    Ok(SimHandle {
+        login_seq,
+        progress,
+        done: done_rx,
+    })
 }
 
 // ---- CPU time ----------------------------------------------------------------------------
@@ -897,11 +1075,20 @@ struct CpuSample {
 
 impl CpuSample {
     fn take(broker_pid: Option<u32>) -> CpuSample {
-        CpuSample { process: process_cpu_us(), broker: broker_pid.and_then(cpu_ticks_of_pid).map(ticks_to_us) }
+        CpuSample {
+            process: process_cpu_us(),
+            broker: broker_pid.and_then(cpu_ticks_of_pid).map(ticks_to_us),
+        }
     }
 
     /// The figures since `before`; `engines_us` is the engines' thread's own measure.
-    fn since(&self, before: &CpuSample, seconds: f64, lifecycles: u64, engines_us: f64) -> CpuFigures {
+    fn since(
+        &self,
+        before: &CpuSample,
+        seconds: f64,
+        lifecycles: u64,
+        engines_us: f64,
+    ) -> CpuFigures {
         let process = self.process - before.process;
         let broker = match (self.broker, before.broker) {
             (Some(after), Some(before)) => Some(after - before),
@@ -940,7 +1127,10 @@ fn ticks_to_us(ticks: u64) -> f64 {
 }
 
 fn clock_us(clock: libc::clockid_t) -> f64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `now` is a valid timespec to write to.
     if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
         return 0.0;
@@ -958,7 +1148,13 @@ fn thread_cpu_us() -> f64 {
     clock_us(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-fn spawn_progress(handle: ProjectorHandle, progress: Arc<Progress>, tasks: u64, started: Instant, quiet: bool) -> JoinHandle<()> {
+fn spawn_progress(
+    handle: ProjectorHandle,
+    progress: Arc<Progress>,
+    tasks: u64,
+    started: Instant,
+    quiet: bool,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         if quiet {
             return;
@@ -1007,7 +1203,9 @@ fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analysis {
     let mut dispatched_at: HashMap<(JobId, u32), u64> = HashMap::new();
     let first_job = jobs.first().map(|j| j.id.clone());
     for entry in entries {
-        let Payload::Event(envelope) = &entry.payload else { continue };
+        let Payload::Event(envelope) = &entry.payload else {
+            continue;
+        };
         let t = entry.time_ms;
         match &envelope.event {
             Event::JobSubmitted(spec) => {
@@ -1016,9 +1214,14 @@ fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analysis {
                 }
                 submitted.insert(spec.id.clone(), t);
             }
-            Event::EngineLoggedIn { engine, slots: n, .. } => {
+            Event::EngineLoggedIn {
+                engine, slots: n, ..
+            } => {
                 debug_assert_eq!(*n, slots);
-                free_since.entry(engine.clone()).or_default().extend(std::iter::repeat_n(t, *n as usize));
+                free_since
+                    .entry(engine.clone())
+                    .or_default()
+                    .extend(std::iter::repeat_n(t, *n as usize));
             }
             Event::OrderBatch(batch) if entry.origin == Origin::Projector => {
                 analysis.batches += 1;
@@ -1028,7 +1231,8 @@ fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analysis {
                         if let Some(&at) = submitted.get(&task.job) {
                             analysis.submit_to_dispatch.push(t.saturating_sub(at));
                         }
-                        if let Some(free) = free_since.get_mut(engine).and_then(VecDeque::pop_front) {
+                        if let Some(free) = free_since.get_mut(engine).and_then(VecDeque::pop_front)
+                        {
                             analysis.slot_free_to_dispatch.push(t.saturating_sub(free));
                         }
                         dispatched_at.insert((task.job.clone(), task.index), t);
@@ -1038,7 +1242,10 @@ fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analysis {
             Event::TaskCompleted { task, engine, .. } => {
                 analysis.completed_events += 1;
                 analysis.completion_times.push(t);
-                *analysis.completions_per_task.entry((task.job.clone(), task.index)).or_default() += 1;
+                *analysis
+                    .completions_per_task
+                    .entry((task.job.clone(), task.index))
+                    .or_default() += 1;
                 free_since.entry(engine.clone()).or_default().push_back(t);
                 if let Some(at) = dispatched_at.get(&(task.job.clone(), task.index)) {
                     analysis.dispatch_to_completed.push(t.saturating_sub(*at));
@@ -1058,12 +1265,18 @@ impl Analysis {
             return false;
         }
         jobs.iter().all(|spec| {
-            let Some(j) = state.job_idx(&spec.id) else { return false };
+            let Some(j) = state.job_idx(&spec.id) else {
+                return false;
+            };
             let job = state.job(j);
             job.status == JobStatus::Done
                 && u64::from(job.counts.done) == spec.task_count()
-                && job.tasks.iter().all(|t| t.status == TaskStatus::Done && t.attempts == 1)
-                && (0..job.n_tasks()).all(|i| self.completions_per_task.get(&(spec.id.clone(), i)) == Some(&1))
+                && job
+                    .tasks
+                    .iter()
+                    .all(|t| t.status == TaskStatus::Done && t.attempts == 1)
+                && (0..job.n_tasks())
+                    .all(|i| self.completions_per_task.get(&(spec.id.clone(), i)) == Some(&1))
         })
     }
 
@@ -1097,8 +1310,17 @@ fn percentiles(samples: &[u64]) -> Percentiles {
     }
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
-    let rank = |p: usize| sorted[((sorted.len() * p).div_ceil(100)).saturating_sub(1).min(sorted.len() - 1)];
-    Percentiles { samples: sorted.len() as u64, p50: rank(50), p99: rank(99), max: *sorted.last().expect("not empty") }
+    let rank = |p: usize| {
+        sorted[((sorted.len() * p).div_ceil(100))
+            .saturating_sub(1)
+            .min(sorted.len() - 1)]
+    };
+    Percentiles {
+        samples: sorted.len() as u64,
+        p50: rank(50),
+        p99: rank(99),
+        max: *sorted.last().expect("not empty"),
+    }
 }
 
 // ---- output ----------------------------------------------------------------------------
@@ -1108,36 +1330,79 @@ fn print_report(report: &BenchReport) {
     let lat = &report.latency_ms;
     let c = &report.config;
     println!();
-    println!("gridfold bench: {} tasks in {} jobs, {} engines x {} slots, on {}", c.tasks, c.jobs, c.engines, c.slots_per_engine, report.broker.url);
+    println!(
+        "gridfold bench: {} tasks in {} jobs, {} engines x {} slots, on {}",
+        c.tasks, c.jobs, c.engines, c.slots_per_engine, report.broker.url
+    );
     println!(
         "  broker: {} (sync: {}), {} cores",
-        report.broker.nats_server_version.as_deref().map_or("nats-server (given)".to_string(), |v| format!("nats-server {v}")),
+        report
+            .broker
+            .nats_server_version
+            .as_deref()
+            .map_or("nats-server (given)".to_string(), |v| format!(
+                "nats-server {v}"
+            )),
         report.broker.sync,
         report.machine.cores
     );
     println!(
         "  projector: read batch {}, decide every {} entries or when caught up, snapshot every {} entries, tick {} ms, at most {} dispatches per run",
-        c.projector_read_batch_max, c.projector_schedule_every_entries, c.projector_snapshot_every_entries, c.projector_tick_interval_ms, c.dispatches_per_run_max
+        c.projector_read_batch_max,
+        c.projector_schedule_every_entries,
+        c.projector_snapshot_every_entries,
+        c.projector_tick_interval_ms,
+        c.dispatches_per_run_max
     );
     println!();
-    println!("  task lifecycles:        {:>10.0} /s  ({} tasks in {:.2} s; steady middle 80%: {:.0} /s)", run.lifecycles_per_s, run.tasks_completed, run.seconds, run.steady_lifecycles_per_s);
+    println!(
+        "  task lifecycles:        {:>10.0} /s  ({} tasks in {:.2} s; steady middle 80%: {:.0} /s)",
+        run.lifecycles_per_s, run.tasks_completed, run.seconds, run.steady_lifecycles_per_s
+    );
     if let Some(raw) = &report.raw_publish {
-        println!("  raw JetStream publish:  {:>10.0} /s  ({} msgs of {} bytes, {} acks in flight)", raw.msgs_per_s, raw.messages, raw.payload_bytes, raw.window);
-        println!("  ratio lifecycles/raw:   {:>10.3}     (the run published {:.2} messages per lifecycle: {:.0}% of the raw rate)", run.ratio_to_raw_publish.unwrap_or(0.0), run.publishes_per_lifecycle, 100.0 * run.publish_share_of_raw.unwrap_or(0.0));
+        println!(
+            "  raw JetStream publish:  {:>10.0} /s  ({} msgs of {} bytes, {} acks in flight)",
+            raw.msgs_per_s, raw.messages, raw.payload_bytes, raw.window
+        );
+        println!(
+            "  ratio lifecycles/raw:   {:>10.3}     (the run published {:.2} messages per lifecycle: {:.0}% of the raw rate)",
+            run.ratio_to_raw_publish.unwrap_or(0.0),
+            run.publishes_per_lifecycle,
+            100.0 * run.publish_share_of_raw.unwrap_or(0.0)
+        );
     }
-    println!("  slot free -> dispatch:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (a completion or login durable -> the dispatch filling that slot durable)", lat.slot_free_to_dispatch.p50, lat.slot_free_to_dispatch.p99, lat.slot_free_to_dispatch.max);
-    println!("  submit -> dispatch:     p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (job durable -> dispatch durable; mostly queueing: {} tasks, {} slots)", lat.submit_to_dispatch.p50, lat.submit_to_dispatch.p99, lat.submit_to_dispatch.max, c.tasks, c.engines * c.slots_per_engine);
-    println!("  dispatch -> completed:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (delivery, engine, both reports durable)", lat.dispatch_to_completed.p50, lat.dispatch_to_completed.p99, lat.dispatch_to_completed.max);
+    println!(
+        "  slot free -> dispatch:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (a completion or login durable -> the dispatch filling that slot durable)",
+        lat.slot_free_to_dispatch.p50, lat.slot_free_to_dispatch.p99, lat.slot_free_to_dispatch.max
+    );
+    println!(
+        "  submit -> dispatch:     p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (job durable -> dispatch durable; mostly queueing: {} tasks, {} slots)",
+        lat.submit_to_dispatch.p50,
+        lat.submit_to_dispatch.p99,
+        lat.submit_to_dispatch.max,
+        c.tasks,
+        c.engines * c.slots_per_engine
+    );
+    println!(
+        "  dispatch -> completed:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (delivery, engine, both reports durable)",
+        lat.dispatch_to_completed.p50, lat.dispatch_to_completed.p99, lat.dispatch_to_completed.max
+    );
     let cpu = &report.cpu;
     println!(
         "  CPU per lifecycle:      projector {:.1} us, engines {:.1} us, broker {} us  (cores busy: {} of {})",
         cpu.projector_us_per_lifecycle,
         cpu.engines_us_per_lifecycle,
-        cpu.broker_us_per_lifecycle.map_or("?".to_string(), |v| format!("{v:.1}")),
-        cpu.cores_busy.map_or("?".to_string(), |c| format!("{c:.2}")),
+        cpu.broker_us_per_lifecycle
+            .map_or("?".to_string(), |v| format!("{v:.1}")),
+        cpu.cores_busy
+            .map_or("?".to_string(), |c| format!("{c:.2}")),
         report.machine.cores
     );
-    if let Some(us) = report.raw_publish.as_ref().and_then(|raw| raw.broker_cpu_us_per_msg) {
+    if let Some(us) = report
+        .raw_publish
+        .as_ref()
+        .and_then(|raw| raw.broker_cpu_us_per_msg)
+    {
         println!("  broker CPU per raw publish: {us:.1} us");
     }
     println!(
@@ -1145,7 +1410,10 @@ fn print_report(report: &BenchReport) {
         run.log_entries, run.order_batches, run.deliveries, run.mean_message_bytes
     );
     let p = &report.projector;
-    println!("  projector: {} entries folded, {} batches published, {} deliveries sent, {} snapshots", p.entries_folded, p.batches_published, p.deliveries_sent, p.snapshots_written);
+    println!(
+        "  projector: {} entries folded, {} batches published, {} deliveries sent, {} snapshots",
+        p.entries_folded, p.batches_published, p.deliveries_sent, p.snapshots_written
+    );
     let v = &report.verify;
     println!(
         "  read back: {} entries in {:.2} s ({:.0} entries/s); replay with verify: {:.2} s, {} batches re-derived",
@@ -1158,7 +1426,14 @@ fn print_report(report: &BenchReport) {
         v.divergence.as_deref().unwrap_or("none"),
         yes(v.projector_digest_matches)
     );
-    println!("{}", if v.ok { format!("bench verified: digest {}", v.digest) } else { "bench NOT verified".to_string() });
+    println!(
+        "{}",
+        if v.ok {
+            format!("bench verified: digest {}", v.digest)
+        } else {
+            "bench NOT verified".to_string()
+        }
+    );
 }
 
 fn yes(b: bool) -> &'static str {
