@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
+pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod engine;
@@ -34,6 +35,8 @@ pub struct Cli {
 pub enum Command {
     /// A projector, four engines and a sample job in one process, ending with a verified replay.
     Demo(demo::DemoArgs),
+    /// End-to-end benchmark: the real projector on JetStream, simulated engines, task lifecycles per second, a verified replay.
+    Bench(bench::BenchArgs),
     /// Submit the job in a job file; prints its id.
     Submit(jobs::SubmitArgs),
     /// Jobs with their task counts, throughput and estimated end; engines with their slots.
@@ -67,6 +70,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     });
     match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Stat(args) => stat::stat(args),
         Command::Cancel(args) => jobs::cancel(args),

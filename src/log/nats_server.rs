@@ -244,6 +244,11 @@ impl NatsServer {
         log_tail(&self.log_path(), lines)
     }
 
+    /// The server's process id while it runs (to measure its CPU time, for instance).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
     }

@@ -14,7 +14,11 @@
 //! handles one at a time to the end, so the state is never shared, cloned or locked
 //! and a query is answered between two batches. Reading runs in a task of its own
 //! feeding a channel of at most [`READ_AHEAD_BATCHES`] batches, so waiting for the log
-//! never holds up a query. The service is generic over the log ([`EventLog`]: JetStream
+//! never holds up a query. Deliveries are sent by a task of their own, one send at a
+//! time (so they reach the sink in order), and the loop goes on folding while the sink
+//! waits for its acks: the answer comes back as an input. Likewise each order batch
+//! is published from a task, one at a time (each is fenced on the sequence of the one
+//! before), and the loop folds while the log stores it. The service is generic over the log ([`EventLog`]: JetStream
 //! or the embedded log), where deliveries go ([`OrderSink`]) and who may write
 //! ([`Lease`]).
 //!
@@ -87,10 +91,11 @@ mod tests;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{Interval, MissedTickBehavior};
 
 pub use handle::{
@@ -204,6 +209,10 @@ pub enum ProjectorError {
 #[derive(Debug)]
 enum Input {
     Entries(Result<ReadBatch, LogError>),
+    /// The deliveries being sent have all been answered (or the send failed).
+    Delivered(Result<DeliveryOutcome, JoinError>),
+    /// The log answered the publish of an order batch.
+    Published(Result<PublishOutcome, JoinError>),
     Query(Query),
     LeaseDue,
     Tick,
@@ -329,6 +338,8 @@ where
                 _ = lease_timer.tick() => Input::LeaseDue,
                 () = next_tick(&mut tick_timer) => Input::Tick,
                 _ = housekeeping.tick() => Input::Housekeeping,
+                outcome = task_done(&mut shell.sending), if shell.sending.is_some() => Input::Delivered(outcome),
+                outcome = task_done(&mut shell.publishing), if shell.publishing.is_some() => Input::Published(outcome),
                 read = entries.recv() => match read {
                     Some(read) => Input::Entries(read),
                     None => return Err(ProjectorError::ReaderStopped),
@@ -557,10 +568,16 @@ impl Throttle {
     }
 }
 
+/// Deliveries handed to the sink, and what it answered; from the task that sent them.
+type DeliveryOutcome = (Vec<Delivery>, Result<(), LogError>);
+/// The number of orders of a batch published, and what the log answered.
+type PublishOutcome = (usize, Result<Appended, LogError>);
+
 struct Shell<L, S, A> {
     config: ProjectorConfig,
     log: L,
-    sink: S,
+    /// Shared with the task that sends deliveries.
+    sink: Arc<S>,
     lease: A,
     snapshots: SnapshotStore,
     machine: Machine,
@@ -575,6 +592,12 @@ struct Shell<L, S, A> {
     caught_up: bool,
     /// Entries were folded (or the in-flight view changed) since the last decision.
     dirty: bool,
+    /// The publish of the last batch decided, under way in a task of its own. One at a
+    /// time: each batch is fenced on the sequence of the one before.
+    publishing: Option<JoinHandle<PublishOutcome>>,
+    /// Batches published by the decision under way; it goes on (decides again) when
+    /// each publish is answered, up to [`BATCHES_PER_DECISION_MAX`]; 0: none under way.
+    decision_batches: usize,
     entries_since_decision: u64,
     entries_since_snapshot: u64,
     last_snapshot_at: Instant,
@@ -584,6 +607,9 @@ struct Shell<L, S, A> {
     hold: Hold,
     /// Deliveries to send (leader only), oldest first.
     outbox: VecDeque<Delivery>,
+    /// The task sending the deliveries taken from the outbox, at most one at a time so
+    /// that they reach the sink in order; the loop goes on folding meanwhile.
+    sending: Option<JoinHandle<DeliveryOutcome>>,
     recent: RecentDeliveries,
     tick_task: Option<JoinHandle<()>>,
     status: ProjectorStatus,
@@ -620,7 +646,7 @@ where
         Shell {
             config,
             log,
-            sink,
+            sink: Arc::new(sink),
             lease,
             snapshots,
             machine: start.machine,
@@ -630,6 +656,8 @@ where
             last_entry: start.last_entry,
             caught_up: false,
             dirty: true,
+            publishing: None,
+            decision_batches: 0,
             entries_since_decision: 0,
             entries_since_snapshot: 0,
             last_snapshot_at: Instant::now(),
@@ -637,6 +665,7 @@ where
             lease_answered: false,
             hold: Hold::Open,
             outbox: VecDeque::new(),
+            sending: None,
             recent,
             tick_task: None,
             status,
@@ -650,6 +679,26 @@ where
     async fn handle(&mut self, input: Input) -> Result<(), ProjectorError> {
         match input {
             Input::Entries(read) => self.handle_entries(read).await?,
+            Input::Delivered(outcome) => {
+                let outcome = outcome.unwrap_or_else(|err| {
+                    (
+                        Vec::new(),
+                        Err(self.task_ended(self.sink.location(), "delivery", err)),
+                    )
+                });
+                self.delivered(outcome);
+                self.deliver().await;
+            }
+            Input::Published(outcome) => {
+                let outcome = outcome.unwrap_or_else(|err| {
+                    (
+                        0,
+                        Err(self.task_ended(self.log.location(), "publishing", err)),
+                    )
+                });
+                self.published(outcome).await?;
+                self.decide_and_publish().await?;
+            }
             Input::Query(query) => self.handle_query(query),
             Input::LeaseDue => {
                 self.renew_lease().await;
@@ -788,17 +837,36 @@ where
         }
     }
 
-    /// Sends what waits in the outbox (leader only); on failure it stays for the next try.
+    /// Starts sending what waits in the outbox (leader only), unless a send is under
+    /// way: then it goes when that one is answered, in one send with whatever came
+    /// meanwhile. The loop does not wait for the sink's answers (see [`Input::Delivered`]).
     async fn deliver(&mut self) {
-        if !self.is_leader() || self.outbox.is_empty() {
+        if !self.is_leader() || self.outbox.is_empty() || self.sending.is_some() {
             return;
         }
-        let deliveries = self.outbox.make_contiguous();
-        match self.sink.deliver(deliveries).await {
+        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
+        let sink = Arc::clone(&self.sink);
+        self.sending = Some(tokio::spawn(async move {
+            let result = sink.deliver(&deliveries).await;
+            (deliveries, result)
+        }));
+    }
+
+    /// What a task that ended without answering (it panicked or was aborted) amounts to.
+    fn task_ended(&self, url: String, what: &str, err: JoinError) -> LogError {
+        LogError::Unavailable {
+            url,
+            detail: format!("the {what} task ended: {err}"),
+        }
+    }
+
+    /// Takes the sink's answer: on failure the deliveries go back to the front of the
+    /// outbox for the next try (their ids make sending them again safe).
+    fn delivered(&mut self, (deliveries, result): DeliveryOutcome) {
+        match result {
             Ok(()) => {
                 self.status.deliveries_sent += deliveries.len() as u64;
                 tracing::debug!(deliveries = deliveries.len(), "delivered");
-                self.outbox.clear();
             }
             Err(err) => {
                 if self.warn_sink.ready() {
@@ -807,30 +875,99 @@ where
                         deliveries.len()
                     );
                 }
+                if self.is_leader() {
+                    for delivery in deliveries.into_iter().rev() {
+                        self.outbox.push_front(delivery);
+                    }
+                    self.trim_outbox();
+                }
             }
         }
     }
 
-    // ---- deciding and publishing -------------------------------------------------
-
-    /// Decides and publishes if there is news, it is time, and this projector may write.
-    async fn decide_and_publish(&mut self) -> Result<(), ProjectorError> {
-        let due =
-            self.caught_up || self.entries_since_decision >= self.config.schedule_every_entries;
-        if !self.dirty || !due || !self.may_publish().await {
-            return Ok(());
+    /// Stops the send under way, if any (this projector no longer delivers).
+    fn abort_sending(&mut self) {
+        if let Some(task) = self.sending.take() {
+            task.abort();
         }
-        self.dirty = false;
-        self.entries_since_decision = 0;
-        for _ in 0..BATCHES_PER_DECISION_MAX {
-            let Some(batch) = self.machine.poll_batch() else {
-                break;
-            };
-            if !self.publish(batch).await? {
-                break;
+    }
+
+    /// Waits (bounded) for the send under way, then sends what is left: at shutdown.
+    async fn flush_deliveries(&mut self) {
+        if self.sending.is_some() {
+            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, task_done(&mut self.sending)).await {
+                Ok(Ok(outcome)) => self.delivered(outcome),
+                Ok(Err(_)) => {}
+                Err(_) => {
+                    self.abort_sending();
+                    return;
+                }
             }
         }
+        if !self.is_leader() || self.outbox.is_empty() {
+            return;
+        }
+        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
+        let result =
+            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.sink.deliver(&deliveries)).await
+            {
+                Ok(result) => result,
+                Err(_) => Err(LogError::Unavailable {
+                    url: self.sink.location(),
+                    detail: format!("no answer within {SHUTDOWN_STEP_TIMEOUT:?}"),
+                }),
+            };
+        self.delivered((deliveries, result));
+    }
+
+    // ---- deciding and publishing -------------------------------------------------
+
+    /// Decides and starts publishing the batch if there is news, it is time, this
+    /// projector may write and no publish is under way (then the decision waits for its
+    /// answer: see [`Input::Published`]). A decision that produced a batch goes on when
+    /// the publish is answered, as if it had waited for it, up to
+    /// [`BATCHES_PER_DECISION_MAX`] batches.
+    async fn decide_and_publish(&mut self) -> Result<(), ProjectorError> {
+        if self.publishing.is_some() {
+            return Ok(());
+        }
+        let continuing = self.decision_batches > 0;
+        if !continuing {
+            let due =
+                self.caught_up || self.entries_since_decision >= self.config.schedule_every_entries;
+            if !self.dirty || !due {
+                return Ok(());
+            }
+        }
+        if !self.may_publish().await {
+            self.decision_batches = 0;
+            return Ok(());
+        }
+        if !continuing {
+            self.dirty = false;
+            self.entries_since_decision = 0;
+        }
+        match self.machine.poll_batch() {
+            Some(batch) => {
+                self.decision_batches += 1;
+                self.start_publish(batch);
+            }
+            None => self.decision_batches = 0,
+        }
         Ok(())
+    }
+
+    /// Publishes one batch behind the fence, from a task of its own.
+    fn start_publish(&mut self, batch: crate::core::event::OrderBatch) {
+        let orders = batch.orders.len();
+        let envelope = batch_envelope(batch);
+        let append = Append::new(ORDERS_SUBJECT, wire::encode(&envelope))
+            .with_msg_id(hex::encode(envelope.id))
+            .with_expected_last_subject_seq(self.last_orders_seq);
+        let log = self.log.clone();
+        self.publishing = Some(tokio::spawn(
+            async move { (orders, log.append(append).await) },
+        ));
     }
 
     /// Leader, lease still surely ours, and everything the hold asks for folded.
@@ -866,22 +1003,29 @@ where
         }
     }
 
-    /// Publishes one batch behind the fence. `Ok(true)`: stored, go on deciding.
-    async fn publish(
+    /// Takes the log's answer to the publish of a batch. Stored: the decision under way
+    /// goes on; otherwise it ends, and what the answer calls for is done.
+    async fn published(&mut self, (orders, answer): PublishOutcome) -> Result<(), ProjectorError> {
+        let go_on = self.publish_answered(orders, answer).await?;
+        if !go_on || self.decision_batches >= BATCHES_PER_DECISION_MAX {
+            self.decision_batches = 0;
+        }
+        Ok(())
+    }
+
+    /// `Ok(true)`: stored, go on deciding.
+    async fn publish_answered(
         &mut self,
-        batch: crate::core::event::OrderBatch,
+        orders: usize,
+        answer: Result<Appended, LogError>,
     ) -> Result<bool, ProjectorError> {
-        let orders = batch.orders.len();
-        let envelope = batch_envelope(batch);
-        let append = Append::new(ORDERS_SUBJECT, wire::encode(&envelope))
-            .with_msg_id(hex::encode(envelope.id))
-            .with_expected_last_subject_seq(self.last_orders_seq);
-        match self.log.append(append).await {
+        match answer {
             Ok(Appended {
                 seq,
                 duplicate: false,
             }) => {
-                self.last_orders_seq = seq;
+                // The loop may have folded the batch already, and more after it.
+                self.last_orders_seq = self.last_orders_seq.max(seq);
                 self.published_through = self.published_through.max(seq);
                 self.status.batches_published += 1;
                 tracing::debug!(seq, orders, "published a batch");
@@ -1000,6 +1144,8 @@ where
     fn step_down(&mut self, reason: &str) {
         self.leadership = Leadership::Standby;
         self.outbox.clear();
+        self.abort_sending();
+        self.decision_batches = 0;
         self.machine.abandon_pending();
         self.hold = Hold::Open;
         tracing::info!("standby: {reason}; folding and answering queries, not publishing");
@@ -1075,9 +1221,22 @@ where
             folded_seq = self.machine.state().last_seq.0,
             "shutting down"
         );
-        if self.is_leader() && !self.outbox.is_empty() {
-            let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.deliver()).await;
+        if self.publishing.is_some() {
+            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, task_done(&mut self.publishing)).await
+            {
+                // The batch is on the log or not; a fatal answer changes nothing now.
+                Ok(Ok(outcome)) => {
+                    let _ = self.published(outcome).await;
+                }
+                Ok(Err(_)) => {}
+                Err(_) => {
+                    if let Some(task) = self.publishing.take() {
+                        task.abort();
+                    }
+                }
+            }
         }
+        self.flush_deliveries().await;
         self.snapshot("shutdown").await;
         if self.is_leader() {
             let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.lease.release()).await;
@@ -1125,6 +1284,17 @@ async fn read_log<R: LogReader>(
             }
         }
     }
+}
+
+/// Waits for the task in `slot` to end and empties the slot. Cancel-safe (a
+/// `JoinHandle` can be polled again); only polled while the slot holds a task.
+async fn task_done<T>(slot: &mut Option<JoinHandle<T>>) -> Result<T, JoinError> {
+    let task = slot
+        .as_mut()
+        .expect("polled only while a task is under way");
+    let result = task.await;
+    *slot = None;
+    result
 }
 
 fn interval(period: Duration) -> Interval {
