@@ -213,7 +213,7 @@ fn submit(log: &mut LogBuilder, j: usize, n_tasks: u32) -> Entry {
     let mut spec = job_spec(&job_name(j), n_tasks, CATEGORIES[j % CATEGORIES.len()]);
     spec.owner = format!("user{}", j % 17);
     // Every 7th job is urgent; 7 and 50 are coprime, so urgent jobs span every category.
-    spec.priority = if j % 7 == 0 { 5 } else { 0 };
+    spec.priority = if j.is_multiple_of(7) { 5 } else { 0 };
     append(log, Event::JobSubmitted(spec))
 }
 
@@ -314,7 +314,7 @@ fn build_history() -> Vec<Entry> {
             let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536) };
             step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine_id(&engine_name(e)), load }));
         }
-        if step % 10 == 0 {
+        if step.is_multiple_of(10) {
             step_entries.push(append(&mut log, Event::Tick));
         }
         let waiting: u64 = machine
@@ -463,8 +463,7 @@ fn build_saturated_grid() -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
         state.jobs().iter().map(|job| u64::from(job.n_tasks())).sum::<u64>(),
     );
     let mut running = Vec::new();
-    loop {
-        let Some(batch) = decide(&state, &InFlight::new()) else { break };
+    while let Some(batch) = decide(&state, &InFlight::new()) {
         let dispatches: Vec<(TaskRef, u32, String)> = batch
             .orders
             .iter()
