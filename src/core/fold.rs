@@ -197,10 +197,11 @@ fn live_attempt_of(
     let key = resolve_task(state, task)?;
     // The usual case, without looking the engine up by name: the report is about
     // the live attempt and comes from the engine it is booked on.
-    if let Some(live) = state.live_attempt(key) {
-        if live.attempt == attempt && state.engine(live.engine).id == *engine {
-            return Ok((key, live.engine));
-        }
+    if let Some(live) = state.live_attempt(key)
+        && live.attempt == attempt
+        && state.engine(live.engine).id == *engine
+    {
+        return Ok((key, live.engine));
     }
     // Otherwise the checks in order, for the reason to reject.
     let e = state.engine_idx(engine).ok_or_else(|| Rejection::UnknownEngine { engine: engine.clone() })?;
