@@ -67,7 +67,9 @@
 //! - **Limits.** Read-ahead [`READ_AHEAD_BATCHES`], queries queued
 //!   [`QUERIES_QUEUED_MAX`], batches per decision [`BATCHES_PER_DECISION_MAX`] (the
 //!   machine also stops at `PENDING_BATCHES_MAX` in flight), remembered deliveries
-//!   [`RECENT_DELIVERIES_MAX`], one tick append in flight.
+//!   [`RECENT_DELIVERIES_MAX`], one tick append in flight, one send of deliveries,
+//!   one batch publish and one snapshot write under way at a time; past
+//!   [`OUTBOX_WAIT_AT`] deliveries waiting, the loop waits for the sink.
 //!
 //! # The state directory
 //!
@@ -125,6 +127,8 @@ pub const READ_AHEAD_BATCHES: usize = 2;
 pub const BATCHES_PER_DECISION_MAX: usize = 16;
 /// Most deliveries remembered for sending again (and waiting to be sent).
 pub const RECENT_DELIVERIES_MAX: usize = 65_536;
+/// Deliveries waiting in the outbox past which the loop waits for the send under way.
+pub const OUTBOX_WAIT_AT: usize = 16_384;
 /// The envelope source of the projector's ticks.
 pub const TICK_SOURCE: &str = "gridfold-ticker";
 
@@ -866,9 +870,28 @@ where
     /// Starts sending what waits in the outbox (leader only), unless a send is under
     /// way: then it goes when that one is answered, in one send with whatever came
     /// meanwhile. The loop does not wait for the sink's answers (see [`Input::Delivered`]).
+    ///
+    /// Past [`OUTBOX_WAIT_AT`] deliveries waiting, it waits for the send under way
+    /// first, so that a sink slower than the fold holds the loop back rather than letting
+    /// the outbox grow to [`RECENT_DELIVERIES_MAX`], where it would drop deliveries.
     async fn deliver(&mut self) {
-        if !self.is_leader() || self.outbox.is_empty() || self.sending.is_some() {
+        if !self.is_leader() || self.outbox.is_empty() {
             return;
+        }
+        if self.sending.is_some() {
+            if self.outbox.len() < OUTBOX_WAIT_AT {
+                return;
+            }
+            let outcome = task_done(&mut self.sending).await.unwrap_or_else(|err| {
+                (
+                    Vec::new(),
+                    Err(self.task_ended(self.sink.location(), "delivery", err)),
+                )
+            });
+            self.delivered(outcome);
+            if !self.is_leader() || self.outbox.is_empty() {
+                return;
+            }
         }
         let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
         let sink = Arc::clone(&self.sink);
