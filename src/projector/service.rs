@@ -51,7 +51,9 @@
 //!   delivery id it has seen).
 //! - **Snapshots** ([`snapshot`]) are taken between batches, every
 //!   [`ProjectorConfig::snapshot_every_entries`] entries or
-//!   [`ProjectorConfig::snapshot_interval`], and at shutdown. A start loads the newest
+//!   [`ProjectorConfig::snapshot_interval`], and at shutdown; each is encoded between
+//!   two inputs (every recent delivery was encoded once, when its batch was folded) and
+//!   written to disk by a blocking task, one at a time. A start loads the newest
 //!   one, checks that the log's entry at its sequence is the one it was taken after,
 //!   and resumes from the next sequence; otherwise (missing, corrupt, another format,
 //!   another log) it folds from sequence 1, saying why. Either way the chain digest is
@@ -65,7 +67,9 @@
 //! - **Limits.** Read-ahead [`READ_AHEAD_BATCHES`], queries queued
 //!   [`QUERIES_QUEUED_MAX`], batches per decision [`BATCHES_PER_DECISION_MAX`] (the
 //!   machine also stops at `PENDING_BATCHES_MAX` in flight), remembered deliveries
-//!   [`RECENT_DELIVERIES_MAX`], one tick append in flight.
+//!   [`RECENT_DELIVERIES_MAX`], one tick append in flight, one send of deliveries,
+//!   one batch publish and one snapshot write under way at a time; past
+//!   [`OUTBOX_WAIT_AT`] deliveries waiting, the loop waits for the sink.
 //!
 //! # The state directory
 //!
@@ -104,7 +108,7 @@ pub use handle::{
 };
 pub use lease::{KvLease, KvLeaseConfig, Lease, LeaseError, SoleWriter, projector_id};
 pub use sink::{EmbeddedOrderSink, JetStreamOrderSink, OrderSink};
-pub use snapshot::{EntryFingerprint, Loaded, SnapshotStore, SnapshotStoreError};
+pub use snapshot::{EncodedDelivery, EntryFingerprint, Loaded, SnapshotStore, SnapshotStoreError};
 
 use crate::core::digest::Digest;
 use crate::core::event::{Envelope, Event, Origin, Payload};
@@ -123,6 +127,8 @@ pub const READ_AHEAD_BATCHES: usize = 2;
 pub const BATCHES_PER_DECISION_MAX: usize = 16;
 /// Most deliveries remembered for sending again (and waiting to be sent).
 pub const RECENT_DELIVERIES_MAX: usize = 65_536;
+/// Deliveries waiting in the outbox past which the loop waits for the send under way.
+pub const OUTBOX_WAIT_AT: usize = 16_384;
 /// The envelope source of the projector's ticks.
 pub const TICK_SOURCE: &str = "gridfold-ticker";
 
@@ -213,6 +219,8 @@ enum Input {
     Delivered(Result<DeliveryOutcome, JoinError>),
     /// The log answered the publish of an order batch.
     Published(Result<PublishOutcome, JoinError>),
+    /// The snapshot being written is on disk (or could not be written).
+    SnapshotWritten(Result<SnapshotOutcome, JoinError>),
     Query(Query),
     LeaseDue,
     Tick,
@@ -340,6 +348,7 @@ where
                 _ = housekeeping.tick() => Input::Housekeeping,
                 outcome = task_done(&mut shell.sending), if shell.sending.is_some() => Input::Delivered(outcome),
                 outcome = task_done(&mut shell.publishing), if shell.publishing.is_some() => Input::Published(outcome),
+                outcome = task_done(&mut shell.snapshot_writing), if shell.snapshot_writing.is_some() => Input::SnapshotWritten(outcome),
                 read = entries.recv() => match read {
                     Some(read) => Input::Entries(read),
                     None => return Err(ProjectorError::ReaderStopped),
@@ -501,10 +510,11 @@ enum Hold {
     UntilLogEnd,
 }
 
-/// Deliveries of the recent batches, oldest first, by the log time of their batch.
+/// Deliveries of the recent batches, oldest first, by the log time of their batch;
+/// each also encoded once, as every snapshot that keeps it writes it.
 #[derive(Debug, Default)]
 struct RecentDeliveries {
-    items: VecDeque<(u64, Delivery)>,
+    items: VecDeque<(Delivery, EncodedDelivery)>,
     window_ms: u64,
     dropped: u64,
 }
@@ -524,7 +534,8 @@ impl RecentDeliveries {
     }
 
     fn push(&mut self, time_ms: u64, delivery: Delivery) {
-        self.items.push_back((time_ms, delivery));
+        let encoded = EncodedDelivery::new(time_ms, &delivery);
+        self.items.push_back((delivery, encoded));
         if self.items.len() > RECENT_DELIVERIES_MAX {
             self.items.pop_front();
             self.dropped += 1;
@@ -537,7 +548,7 @@ impl RecentDeliveries {
         while self
             .items
             .front()
-            .is_some_and(|(time_ms, _)| *time_ms < oldest_kept_ms)
+            .is_some_and(|(_, encoded)| encoded.time_ms < oldest_kept_ms)
         {
             self.items.pop_front();
         }
@@ -546,7 +557,11 @@ impl RecentDeliveries {
     fn iter(&self) -> impl Iterator<Item = (u64, &Delivery)> {
         self.items
             .iter()
-            .map(|(time_ms, delivery)| (*time_ms, delivery))
+            .map(|(delivery, encoded)| (encoded.time_ms, delivery))
+    }
+
+    fn encoded(&self) -> impl Iterator<Item = &EncodedDelivery> {
+        self.items.iter().map(|(_, encoded)| encoded)
     }
 }
 
@@ -572,6 +587,8 @@ impl Throttle {
 type DeliveryOutcome = (Vec<Delivery>, Result<(), LogError>);
 /// The number of orders of a batch published, and what the log answered.
 type PublishOutcome = (usize, Result<Appended, LogError>);
+/// A snapshot written (sequence, chain digest there, why), and what the store answered.
+type SnapshotOutcome = (u64, Digest, &'static str, Result<usize, SnapshotStoreError>);
 
 struct Shell<L, S, A> {
     config: ProjectorConfig,
@@ -601,6 +618,10 @@ struct Shell<L, S, A> {
     entries_since_decision: u64,
     entries_since_snapshot: u64,
     last_snapshot_at: Instant,
+    /// The snapshot being written to disk, by a blocking task; at most one at a time.
+    snapshot_writing: Option<JoinHandle<SnapshotOutcome>>,
+    /// The sequence of the newest snapshot taken (written, or being written).
+    snapshot_taken_seq: u64,
     leadership: Leadership,
     /// The lease has answered at least once (to say "standby" once at start).
     lease_answered: bool,
@@ -661,6 +682,8 @@ where
             entries_since_decision: 0,
             entries_since_snapshot: 0,
             last_snapshot_at: Instant::now(),
+            snapshot_writing: None,
+            snapshot_taken_seq: status.snapshot_seq,
             leadership: Leadership::Standby,
             lease_answered: false,
             hold: Hold::Open,
@@ -689,6 +712,13 @@ where
                 self.delivered(outcome);
                 self.deliver().await;
             }
+            Input::SnapshotWritten(outcome) => match outcome {
+                Ok(outcome) => self.snapshot_written(outcome),
+                Err(err) => {
+                    tracing::warn!("writing a snapshot: the task ended: {err}");
+                    self.snapshot_taken_seq = self.status.snapshot_seq;
+                }
+            },
             Input::Published(outcome) => {
                 let outcome = outcome.unwrap_or_else(|err| {
                     (
@@ -710,7 +740,7 @@ where
                 if self.entries_since_snapshot > 0
                     && self.last_snapshot_at.elapsed() >= self.config.snapshot_interval
                 {
-                    self.snapshot("interval").await;
+                    self.snapshot("interval");
                 }
                 self.deliver().await;
                 self.decide_and_publish().await?;
@@ -822,7 +852,7 @@ where
         self.deliver().await;
         self.decide_and_publish().await?;
         if self.entries_since_snapshot >= self.config.snapshot_every_entries {
-            self.snapshot("entries").await;
+            self.snapshot("entries");
         }
         Ok(())
     }
@@ -840,9 +870,28 @@ where
     /// Starts sending what waits in the outbox (leader only), unless a send is under
     /// way: then it goes when that one is answered, in one send with whatever came
     /// meanwhile. The loop does not wait for the sink's answers (see [`Input::Delivered`]).
+    ///
+    /// Past [`OUTBOX_WAIT_AT`] deliveries waiting, it waits for the send under way
+    /// first, so that a sink slower than the fold holds the loop back rather than letting
+    /// the outbox grow to [`RECENT_DELIVERIES_MAX`], where it would drop deliveries.
     async fn deliver(&mut self) {
-        if !self.is_leader() || self.outbox.is_empty() || self.sending.is_some() {
+        if !self.is_leader() || self.outbox.is_empty() {
             return;
+        }
+        if self.sending.is_some() {
+            if self.outbox.len() < OUTBOX_WAIT_AT {
+                return;
+            }
+            let outcome = task_done(&mut self.sending).await.unwrap_or_else(|err| {
+                (
+                    Vec::new(),
+                    Err(self.task_ended(self.sink.location(), "delivery", err)),
+                )
+            });
+            self.delivered(outcome);
+            if !self.is_leader() || self.outbox.is_empty() {
+                return;
+            }
         }
         let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
         let sink = Arc::clone(&self.sink);
@@ -1186,33 +1235,61 @@ where
         }
     }
 
-    async fn snapshot(&mut self, why: &str) {
+    /// Takes a snapshot: encodes it here, between two inputs, and writes it from a
+    /// blocking task, so the loop does not wait for the disk. At most one is written at
+    /// a time: while one is, this does nothing (the next input tries again).
+    fn snapshot(&mut self, why: &'static str) {
+        if self.snapshot_writing.is_some() {
+            return;
+        }
         let state = self.machine.state();
         let seq = state.last_seq.0;
         self.entries_since_snapshot = 0;
         self.last_snapshot_at = Instant::now();
-        if seq == 0 || seq == self.status.snapshot_seq {
+        if seq == 0 || seq == self.snapshot_taken_seq {
             return;
         }
         let last_entry = self
             .last_entry
             .expect("an entry was folded, so its fingerprint is known");
-        match self
-            .snapshots
-            .save(
-                state,
-                self.folded_orders_seq,
-                last_entry,
-                self.recent.iter(),
-            )
-            .await
-        {
+        let record = SnapshotStore::encode_record(
+            state,
+            self.folded_orders_seq,
+            last_entry,
+            self.recent.encoded(),
+        );
+        let chain = state.chain;
+        let store = self.snapshots.clone();
+        self.snapshot_taken_seq = seq;
+        self.snapshot_writing = Some(tokio::task::spawn_blocking(move || {
+            (seq, chain, why, store.write_record(&record))
+        }));
+    }
+
+    fn snapshot_written(&mut self, (seq, chain, why, result): SnapshotOutcome) {
+        match result {
             Ok(bytes) => {
                 self.status.snapshot_seq = seq;
                 self.status.snapshots_written += 1;
-                tracing::info!(seq, bytes, why, digest = %state.chain, "snapshot written");
+                tracing::info!(seq, bytes, why, digest = %chain, "snapshot written");
             }
-            Err(err) => tracing::warn!("writing a snapshot at sequence {seq}: {err}"),
+            Err(err) => {
+                tracing::warn!("writing a snapshot at sequence {seq}: {err}");
+                self.snapshot_taken_seq = self.status.snapshot_seq;
+            }
+        }
+    }
+
+    /// Waits for the snapshot being written, if any.
+    async fn snapshot_settled(&mut self) {
+        if self.snapshot_writing.is_some() {
+            match task_done(&mut self.snapshot_writing).await {
+                Ok(outcome) => self.snapshot_written(outcome),
+                Err(err) => {
+                    tracing::warn!("writing a snapshot: the task ended: {err}");
+                    self.snapshot_taken_seq = self.status.snapshot_seq;
+                }
+            }
         }
     }
 
@@ -1237,7 +1314,9 @@ where
             }
         }
         self.flush_deliveries().await;
-        self.snapshot("shutdown").await;
+        self.snapshot_settled().await;
+        self.snapshot("shutdown");
+        self.snapshot_settled().await;
         if self.is_leader() {
             let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.lease.release()).await;
             self.leadership = Leadership::Standby;
