@@ -3,9 +3,11 @@
 //! - `fold/history_1m`: folding a recorded history of 1,000,000 mixed entries
 //!   (logins, submissions, order batches, starts, completions, failures,
 //!   heartbeats, ticks) into a fresh `State`. Replay speed is fold speed.
+//! - `fold/digest_chain_1m`: only the digest chain over the same entries, the
+//!   part of fold that depends on the canonical bytes and on nothing the state does.
 //! - `schedule/fill_5000_freed_slots`: one `schedule` run on a saturated grid of
 //!   5,000 engines after 5,000 completions, with 1,000,000 tasks queued in 1,000
-//!   jobs over 50 requirement categories: ~5,000 dispatch decisions.
+//!   jobs over 50 requirement categories: 5,000 dispatch decisions (asserted).
 //! - `schedule/steady_one_completion`: one run on the same saturated grid after a
 //!   single completion (the case the projector meets most).
 //!
@@ -14,6 +16,7 @@
 //! and a fingerprint of what they built (digests of the history and of the orders
 //! decided) to stderr, which also shows whether a change to the core altered a
 //! decision. See `docs/performance.md` for the figures and how to read them.
+//! `GRIDFOLD_BENCH_ENTRIES=100000` shrinks the history, for profiling under valgrind.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

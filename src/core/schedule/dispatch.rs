@@ -117,13 +117,12 @@ impl<'s> Candidates<'s> {
             self.queues.resize_with(self.state.categories().len(), || None);
         }
         if self.queues[c.0 as usize].is_none() {
-            let eligible: Vec<Reverse<Rank>> = (0..self.by_id.len() as u32)
-                .filter(|&at| {
-                    let candidate = &self.by_id[at as usize];
-                    candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine)
-                })
-                .map(|at| Reverse((self.load(&self.by_id[at as usize]), at)))
-                .collect();
+            let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
+            for (at, candidate) in self.by_id.iter().enumerate() {
+                if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
+                    eligible.push(Reverse((self.load(candidate), at as u32)));
+                }
+            }
             self.queues[c.0 as usize] = Some(BinaryHeap::from(eligible));
         }
         let queue = self.queues[c.0 as usize].as_mut().expect("just built");
@@ -170,11 +169,17 @@ impl<'s> Candidates<'s> {
     fn is_empty(&self) -> bool {
         self.n_open == 0
     }
+
+    /// Free slots over all candidates: at most this many dispatches fit.
+    fn free_slots(&self) -> usize {
+        self.by_id.iter().map(|candidate| (candidate.slots - candidate.used) as usize).sum()
+    }
 }
 
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
     let mut candidates = Candidates::gather(state, in_flight, lost);
     let budget = state.policy.dispatches_per_run_max as usize;
+    orders.reserve(budget.min(candidates.free_slots()));
     let mut n_dispatched = 0;
     let mut exhausted = vec![false; state.categories().len()];
     for rank in state.runnable_jobs() {

@@ -18,7 +18,9 @@
 //!
 //! Cost: a run touches the engines with free slots and the jobs it examines, not
 //! the whole world: requirements are precomputed per category (a bitset over
-//! engines), so a decision is a walk of the free engines in load order.
+//! engines), and each category examined in a run keeps a queue of its eligible free
+//! engines by load, so a decision is O(log n) however narrow the category
+//! ([`dispatch`] has the details).
 
 pub mod dispatch;
 pub mod filters;

@@ -8,12 +8,16 @@
 //!   and an engine's used slots are the sum over its live attempts;
 //! - a job's task counts add up to its number of tasks;
 //! - `runnable` holds exactly the active jobs with waiting tasks;
-//! - `free_engines` holds exactly the logged-in engines with a free slot.
+//! - `free_engines` holds exactly the logged-in engines with a free slot;
+//! - `engine_silence` holds exactly the logged-in engines, at their last-seen time;
+//! - `dispatched_since` holds exactly the live attempts not yet started.
 //!
 //! Mutations go through methods here so the indexes cannot drift from the data;
 //! `fold` decides *whether* an entry applies, these methods apply it.
-//! Iteration is over `Vec`, `BTreeMap` and `BTreeSet` only; the `IndexMap`s are
-//! lookup tables whose iteration order is insertion order (deterministic anyway).
+//! Iteration is over `Vec`, `BTreeMap`, `BTreeSet` and the ordered structures of
+//! `state/index.rs` (each iterates as the `BTreeSet` it replaced did). The `IndexMap`s are
+//! lookup tables; the live attempts' table is read in an order only after sorting
+//! by task (its own order depends on the history of removals).
 
 mod engine;
 mod index;
