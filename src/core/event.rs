@@ -102,6 +102,18 @@ pub enum Event {
     /// the log time of its entry is the news.
     Tick,
     OrderBatch(OrderBatch),
+    /// More tasks for an active job (GridServer's tasks added to an open session).
+    /// Their indexes follow the job's last; `conditions` is keyed by the index
+    /// within this addition (0 = the first task added).
+    TasksAdded { job: JobId, tasks: Vec<BTreeMap<String, String>>, conditions: BTreeMap<u32, TaskConditions> },
+    /// A grid library was stored in the object store (`gridfold library put`).
+    LibraryPublished(LibraryInfo),
+    /// An engine finished syncing a library: it may now run the jobs rooted on it.
+    LibrarySynced { engine: EngineId, library: LibraryRef },
+    /// An engine could not sync a library (fetch or unpack failed); it may be asked again.
+    LibrarySyncFailed { engine: EngineId, library: LibraryRef, error: String },
+    /// An operator cleared blacklists and greylists: for one engine, or for all when `None`.
+    BlacklistsCleared { engine: Option<EngineId> },
 }
 
 impl Event {
@@ -113,7 +125,9 @@ impl Event {
             | Event::EngineHeartbeat { engine, .. }
             | Event::TaskStarted { engine, .. }
             | Event::TaskCompleted { engine, .. }
-            | Event::TaskFailed { engine, .. } => Some(engine),
+            | Event::TaskFailed { engine, .. }
+            | Event::LibrarySynced { engine, .. }
+            | Event::LibrarySyncFailed { engine, .. } => Some(engine),
             _ => None,
         }
     }
@@ -133,6 +147,11 @@ impl Event {
             Event::PolicySet(_) => "PolicySet",
             Event::Tick => "Tick",
             Event::OrderBatch(_) => "OrderBatch",
+            Event::TasksAdded { .. } => "TasksAdded",
+            Event::LibraryPublished(_) => "LibraryPublished",
+            Event::LibrarySynced { .. } => "LibrarySynced",
+            Event::LibrarySyncFailed { .. } => "LibrarySyncFailed",
+            Event::BlacklistsCleared { .. } => "BlacklistsCleared",
         }
     }
 }
@@ -157,6 +176,116 @@ pub struct JobSpec {
     pub slots_per_task: u32,
     pub template: TaskTemplate,
     pub tasks: TaskSet,
+    /// GridServer's service options: library, conditions, black/greylisting, redundancy.
+    pub options: JobOptions,
+    /// Conditions of single tasks, by task index; most tasks have none.
+    pub task_conditions: BTreeMap<u32, TaskConditions>,
+}
+
+/// Options of a job beyond what it runs and where: each switches on one stage
+/// or lifecycle rule of `schedule`. The default switches every one off.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct JobOptions {
+    /// No task is dispatched to an engine that has not reported this library synced.
+    pub root_library: Option<LibraryRef>,
+    /// Preferences that raise (or lower) an engine's score without excluding any.
+    pub affinity: Vec<Preference>,
+    /// The job waits until these jobs have ended.
+    pub depends_on_jobs: Vec<JobId>,
+    /// A job or task whose dependency failed (or was cancelled) fails too, instead
+    /// of running once the dependency has ended.
+    pub fail_on_dependency_failure: bool,
+    /// A task that exhausts its attempts fails alone and the job carries on (it
+    /// ends failed once every task has ended); by default the job fails at once.
+    pub continue_on_task_failure: bool,
+    /// Engines that fail tasks of this job get no more of its tasks.
+    pub engine_blacklisting: bool,
+    /// Task failures on one engine before it is blacklisted (0 is read as 1).
+    pub failures_before_blacklist: u32,
+    /// Each task failure on an engine lowers its score for this job by the policy's `greylist_affinity`.
+    pub engine_greylisting: bool,
+    /// Long-running tasks get redundant copies (see `RedundancyPolicy`).
+    pub redundant_rescheduling: bool,
+    /// A task running longer than this (log time since its newest copy was
+    /// dispatched) gets a redundant copy, whatever the strategies say; 0 means no limit.
+    pub task_max_time_ms: u64,
+    /// The first result cancels the other copies at once, instead of letting them
+    /// run until the job ends.
+    pub cancel_redundant_on_first_result: bool,
+}
+
+impl JobOptions {
+    /// Failures that blacklist an engine, when blacklisting is on.
+    pub fn blacklist_threshold(&self) -> u32 {
+        self.failures_before_blacklist.max(1)
+    }
+}
+
+/// Conditions of one task, on top of its job's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct TaskConditions {
+    /// A requirements expression that must also hold (GridServer's discriminator).
+    pub discriminator: String,
+    pub affinity: Vec<Preference>,
+    /// Prefer the engines that ran these tasks of the same job (a dataset loaded once).
+    pub task_affinity: Vec<u32>,
+    /// The task goes to the front of its job's queue.
+    pub queue_jump: bool,
+    /// The task waits until these tasks have ended.
+    pub depends_on: Vec<TaskRef>,
+}
+
+impl TaskConditions {
+    pub fn is_empty(&self) -> bool {
+        *self == TaskConditions::default()
+    }
+}
+
+/// A soft rule: engines for which `when` holds get `weight` added to their score.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Preference {
+    /// A requirements-language expression over engine properties.
+    pub when: String,
+    pub weight: i32,
+}
+
+/// A grid library by name and version, as a job roots on it and an engine holds it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct LibraryRef {
+    pub name: String,
+    pub version: String,
+}
+
+impl LibraryRef {
+    pub fn new(name: &str, version: &str) -> Self {
+        LibraryRef { name: name.to_string(), version: version.to_string() }
+    }
+    /// Names and versions follow the id rules (1..=64 of `[A-Za-z0-9_.-]`): they
+    /// become object-store keys and directory names.
+    pub fn validate(&self) -> Result<(), crate::core::ids::IdError> {
+        crate::core::ids::JobId::new(&self.name)?;
+        crate::core::ids::JobId::new(&self.version)?;
+        Ok(())
+    }
+    /// The object-store key and the directory an engine unpacks it into.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.name, self.version)
+    }
+}
+
+impl std::fmt::Display for LibraryRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+/// A stored library: where it is and what it weighs, so engines can check what they fetched.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LibraryInfo {
+    pub library: LibraryRef,
+    pub size_bytes: u64,
+    /// blake3 of the stored bytes, in hex.
+    pub digest_hex: String,
 }
 
 impl JobSpec {
@@ -198,6 +327,8 @@ pub struct EngineProps {
     pub site: String,
     /// Operator-given properties (`--prop type=blade`).
     pub custom: BTreeMap<String, String>,
+    /// Grid libraries the engine already holds, synced by an earlier session.
+    pub libraries: Vec<LibraryRef>,
 }
 
 /// Load figures an engine reports with each heartbeat, as integers so that the
@@ -250,6 +381,55 @@ pub struct Policy {
     pub dispatches_per_run_max: u32,
     /// Seed for any randomised decision, mixed with a log sequence.
     pub seed: u64,
+    /// GridServer's engine tiers, highest first, each `property=value`: an engine
+    /// of a higher tier is always chosen before one of a lower tier; an engine
+    /// matching several takes the highest, one matching none comes after all.
+    pub engine_tiers: Vec<String>,
+    /// How much each task failure on an engine lowers its score for a greylisting job.
+    pub greylist_affinity: u32,
+    pub redundancy: RedundancyPolicy,
+}
+
+/// GridServer's redundant rescheduling, for jobs that switch it on. All
+/// arithmetic is on integers (ms, percent, thousandths), so replay is exact.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RedundancyPolicy {
+    /// The strategies stay off until this share of a job's tasks has completed;
+    /// before that only the job's `task_max_time` makes copies.
+    pub strategy_effective_percent: u32,
+    /// The rescheduler looks at running tasks at multiples of this much log time.
+    pub poll_period_ms: u64,
+    /// Percent-completed strategy: once no more than this share of tasks remains,
+    /// tasks running longer than the mean get a copy.
+    pub percent_completed_strategy: bool,
+    pub remaining_task_percent: u32,
+    /// Average strategy: tasks running longer than mean × `average_limit_milli` / 1000.
+    pub average_strategy: bool,
+    pub average_limit_milli: u32,
+    /// Standard-deviation strategy: longer than mean + sd × `std_dev_limit_milli` / 1000.
+    pub std_dev_strategy: bool,
+    pub std_dev_limit_milli: u32,
+    /// A copy goes to the front of its job's queue rather than the back.
+    pub reschedule_first: bool,
+    /// Most copies alive at once beside a task's first attempt.
+    pub copies_per_task_max: u32,
+}
+
+impl Default for RedundancyPolicy {
+    fn default() -> Self {
+        RedundancyPolicy {
+            strategy_effective_percent: 50,
+            poll_period_ms: 5_000,
+            percent_completed_strategy: true,
+            remaining_task_percent: 10,
+            average_strategy: true,
+            average_limit_milli: 3_000,
+            std_dev_strategy: true,
+            std_dev_limit_milli: 2_000,
+            reschedule_first: false,
+            copies_per_task_max: 2,
+        }
+    }
 }
 
 impl Default for Policy {
@@ -261,6 +441,9 @@ impl Default for Policy {
             load_formula: LoadFormula::default(),
             dispatches_per_run_max: 4_096,
             seed: 0,
+            engine_tiers: Vec::new(),
+            greylist_affinity: 5,
+            redundancy: RedundancyPolicy::default(),
         }
     }
 }
@@ -325,6 +508,15 @@ pub enum Order {
     /// No engine known to the grid can ever run this job as it stands; it waits
     /// for one that can, and tells its submitter now rather than never.
     MarkUnschedulable { job: JobId, reason: Unschedulable },
+    /// Fetch and unpack this grid library; the engine keeps running other tasks meanwhile.
+    SyncLibrary { engine: EngineId, library: LibraryRef },
+    /// The engine failed `failures` tasks of the job: it gets no more of them.
+    Blacklist { job: JobId, engine: EngineId, failures: u32 },
+    /// Put a redundant copy of this running task in its job's waiting list.
+    Reschedule { task: TaskRef, reason: RescheduleReason, elapsed_ms: u64, limit_ms: u64 },
+    /// A dependency of the job (or of one task, `task` = its index) failed and the
+    /// job asked to fail with it.
+    FailDependent { job: JobId, task: Option<u32>, dependency: String },
 }
 
 impl Order {
@@ -335,6 +527,10 @@ impl Order {
             Order::EngineLost { .. } => "EngineLost",
             Order::Requeue { .. } => "Requeue",
             Order::MarkUnschedulable { .. } => "MarkUnschedulable",
+            Order::SyncLibrary { .. } => "SyncLibrary",
+            Order::Blacklist { .. } => "Blacklist",
+            Order::Reschedule { .. } => "Reschedule",
+            Order::FailDependent { .. } => "FailDependent",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -343,7 +539,7 @@ impl Order {
             Order::Dispatch { engine, .. } | Order::Cancel { engine, .. } | Order::Requeue { engine, .. } => {
                 Some(engine)
             }
-            Order::EngineLost { engine, .. } => Some(engine),
+            Order::EngineLost { engine, .. } | Order::SyncLibrary { engine, .. } => Some(engine),
             _ => None,
         }
     }
@@ -352,6 +548,8 @@ impl Order {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
     JobCancelled,
+    /// Another copy of the task returned its result first.
+    RedundantCopy,
     /// Sent to the engine of a requeued attempt; never in an order on the log.
     Requeued,
 }
@@ -368,6 +566,28 @@ pub enum Unschedulable {
     NoEngineMatchesRequirements,
     /// Engines match, but none has as many slots as one task needs.
     NoEngineHasEnoughSlots,
+    /// The job's root library was never published, so no engine can sync it.
+    LibraryNotPublished,
+}
+
+/// Which rule of redundant rescheduling asked for a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum RescheduleReason {
+    TaskMaxTime,
+    PercentCompleted,
+    Average,
+    StdDev,
+}
+
+impl RescheduleReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RescheduleReason::TaskMaxTime => "task-max-time",
+            RescheduleReason::PercentCompleted => "percent-completed",
+            RescheduleReason::Average => "average",
+            RescheduleReason::StdDev => "std-dev",
+        }
+    }
 }
 
 impl Unschedulable {
@@ -375,6 +595,7 @@ impl Unschedulable {
         match self {
             Unschedulable::NoEngineMatchesRequirements => "no-engine-matches-requirements",
             Unschedulable::NoEngineHasEnoughSlots => "no-engine-has-enough-slots",
+            Unschedulable::LibraryNotPublished => "library-not-published",
         }
     }
 }
@@ -392,6 +613,15 @@ impl std::fmt::Display for Order {
                 write!(f, "requeue {task} #{attempt} from {engine} ({reason:?})")
             }
             Order::MarkUnschedulable { job, reason } => write!(f, "unschedulable {job} ({})", reason.as_str()),
+            Order::SyncLibrary { engine, library } => write!(f, "sync {library} on {engine}"),
+            Order::Blacklist { job, engine, failures } => write!(f, "blacklist {engine} for {job} ({failures} failures)"),
+            Order::Reschedule { task, reason, elapsed_ms, limit_ms } => {
+                write!(f, "reschedule {task} ({}: {elapsed_ms} ms > {limit_ms} ms)", reason.as_str())
+            }
+            Order::FailDependent { job, task: Some(index), dependency } => {
+                write!(f, "fail {job}/{index} (dependency {dependency} failed)")
+            }
+            Order::FailDependent { job, task: None, dependency } => write!(f, "fail {job} (dependency {dependency} failed)"),
         }
     }
 }
