@@ -1,12 +1,25 @@
 //! Why a task waits, or where it went: Grid Engine's scheduling info, answerable
-//! because every filter in `schedule::filters` carries its reason.
+//! because every filter in `schedule::filters` carries its reason and every
+//! ranking input of `schedule::dispatch` is a function of the state.
+//!
+//! For a waiting task, each engine is listed under the first rule that keeps it
+//! from the task (in the order of `filters::check`, then the tier rule), and the
+//! answer says whether any logged-in engine could ever take it. For a dispatched
+//! or finished task, it says where it went and ranks that engine among the
+//! engines the task's permanent rules allow, by the dispatcher's own terms (tier,
+//! score and its parts, load index). Scores are as of the state asked about: the
+//! load of an engine then may differ from its load at the dispatch (`gridfold why
+//! --at SEQ` asks the state at the dispatch).
 
 use std::collections::BTreeMap;
 
 use super::ids::{Attempt, EngineId, TaskRef};
-use super::schedule::dispatch::load_index;
+use super::schedule::dispatch::{job_score, jobs_ahead, load_index, task_score};
 use super::schedule::filters::{self, Unfit};
-use super::state::{EngineIdx, JobStatus, State, TaskStatus};
+use super::state::{EngineIdx, EngineStatus, JobStatus, State, TaskKey, TaskStatus};
+
+/// At most this many engines are ranked in an answer about a dispatched task.
+pub const RANKED_ENGINES_MAX: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Explanation {
@@ -30,15 +43,54 @@ pub enum Detail {
         fit_now: Vec<String>,
         /// rule name -> engines it excluded, sorted by engine id.
         excluded: BTreeMap<&'static str, Vec<String>>,
-        /// Whether any logged-in engine could ever run it (requirements and slot count).
+        /// Whether any logged-in engine could ever run it: one that no permanent
+        /// rule (requirements, slots, discriminator, blacklist) excludes.
         could_ever_fit: bool,
         unschedulable: Option<&'static str>,
         avoided_engine: Option<String>,
+        /// Tasks it depends on that have not ended.
+        waits_for_tasks: Vec<String>,
+        /// Jobs its job depends on that have not ended (the job is held until they have).
+        waits_for_jobs: Vec<String>,
+        queue_jump: bool,
     },
-    /// The task has an attempt on an engine.
-    Live { engine: String, attempt: Attempt, started: bool, dispatched_ms: u64, load_index: u64 },
+    /// The task has live attempts (more than one when it has redundant copies).
+    Live {
+        attempts: Vec<LiveInfo>,
+        /// A redundant copy waits in the job's queue.
+        copy_waiting: bool,
+        /// The engine of the newest attempt among the engines its rules allow, best first.
+        ranking: Vec<EngineRank>,
+    },
     /// The task has ended.
-    Ended { last_failed_on: Option<String> },
+    Ended {
+        last_engine: Option<String>,
+        last_failed_on: Option<String>,
+        ranking: Vec<EngineRank>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LiveInfo {
+    pub engine: String,
+    pub attempt: Attempt,
+    pub started: bool,
+    pub dispatched_ms: u64,
+}
+
+/// One engine as the dispatcher ranks it for the task: lower tier, then higher
+/// score, then lower load index, then engine id.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EngineRank {
+    pub engine: String,
+    pub chosen: bool,
+    pub tier: u32,
+    pub score: i64,
+    /// The job's affinity plus its greylist penalty.
+    pub job_score: i64,
+    /// The task's own affinity and task affinity.
+    pub task_score: i64,
+    pub load_index: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,48 +112,32 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
     let task_state = state.task(key);
     let engine_name = |e: EngineIdx| state.engine(e).id.to_string();
     let detail = match task_state.status {
-        TaskStatus::Waiting if job.status == JobStatus::Active => {
-            let mut fit_now = Vec::new();
-            let mut excluded: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-            let mut could_ever_fit = false;
-            let mut engines: Vec<(&EngineId, EngineIdx)> =
-                state.engines().iter().enumerate().map(|(e, engine)| (&engine.id, EngineIdx(e as u32))).collect();
-            engines.sort();
-            for (id, e) in engines {
-                match filters::check(state, job, e, 0) {
-                    Ok(()) => {
-                        could_ever_fit = true;
-                        fit_now.push(id.to_string());
-                    }
-                    Err(unfit) => {
-                        if !unfit.is_permanent() && unfit != Unfit::NotLoggedIn {
-                            could_ever_fit = true;
-                        }
-                        excluded.entry(unfit.rule_name()).or_default().push(id.to_string());
-                    }
-                }
-            }
-            Detail::Waiting {
-                jobs_ahead: state.runnable_jobs().take_while(|rank| rank.job != j).count(),
-                fit_now,
-                excluded,
-                could_ever_fit,
-                unschedulable: job.unschedulable.map(|u| u.as_str()),
-                avoided_engine: task_state.last_failed_on.map(engine_name),
-            }
-        }
+        TaskStatus::Waiting if job.status == JobStatus::Active => waiting(state, key),
         TaskStatus::Dispatched | TaskStatus::Running => {
-            let live = state.live_attempt(key).expect("dispatched and running tasks are live");
-            let engine = state.engine(live.engine);
+            let live = state.live_attempts_of(key);
+            let newest = live.iter().max_by_key(|live| live.attempt).expect("live tasks have attempts").engine;
             Detail::Live {
-                engine: engine.id.to_string(),
-                attempt: live.attempt,
-                started: live.started_ms.is_some(),
-                dispatched_ms: live.dispatched_ms,
-                load_index: load_index(&state.policy.load_formula, engine, engine.used),
+                attempts: live
+                    .iter()
+                    .map(|live| LiveInfo {
+                        engine: engine_name(live.engine),
+                        attempt: live.attempt,
+                        started: live.started_ms.is_some(),
+                        dispatched_ms: live.dispatched_ms,
+                    })
+                    .collect(),
+                copy_waiting: job.copy_waits(key.index),
+                ranking: ranking(state, key, Some(newest)),
             }
         }
-        _ => Detail::Ended { last_failed_on: task_state.last_failed_on.map(engine_name) },
+        _ => {
+            let last = task_state.last_engine.get();
+            Detail::Ended {
+                last_engine: last.map(engine_name),
+                last_failed_on: task_state.last_failed_on.get().map(engine_name),
+                ranking: if last.is_some() { ranking(state, key, last) } else { Vec::new() },
+            }
+        }
     };
     Ok(Explanation {
         task: task.to_string(),
@@ -113,12 +149,128 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
     })
 }
 
+/// Engines sorted by id, so every list in an answer is.
+fn engines_by_id(state: &State) -> Vec<(&EngineId, EngineIdx)> {
+    let mut engines: Vec<(&EngineId, EngineIdx)> =
+        state.engines().iter().enumerate().map(|(e, engine)| (&engine.id, EngineIdx(e as u32))).collect();
+    engines.sort();
+    engines
+}
+
+fn waiting(state: &State, key: TaskKey) -> Detail {
+    let job = state.job(key.job);
+    let task_state = state.task(key);
+    let mut excluded: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut could_ever_fit = false;
+    let mut passing: Vec<(&EngineId, EngineIdx)> = Vec::new();
+    for (id, e) in engines_by_id(state) {
+        match filters::check(state, key, e, 0) {
+            Ok(()) => {
+                could_ever_fit = true;
+                passing.push((id, e));
+            }
+            Err(unfit) => {
+                if !unfit.is_permanent() && unfit != Unfit::NotLoggedIn {
+                    could_ever_fit = true;
+                }
+                excluded.entry(unfit.rule_name()).or_default().push(id.to_string());
+            }
+        }
+    }
+    let best_tier = passing.iter().map(|&(_, e)| state.engine(e).tier).min().unwrap_or(0);
+    let mut fit_now = Vec::new();
+    for (id, e) in passing {
+        match filters::tier(state.engine(e), best_tier) {
+            Ok(()) => fit_now.push(id.to_string()),
+            Err(unfit) => excluded.entry(unfit.rule_name()).or_default().push(id.to_string()),
+        }
+    }
+    let waits_for_tasks = match job.condition(key.index) {
+        Some(condition) => condition
+            .depends_on
+            .iter()
+            .filter(|&&dependency| !state.task_has_ended(dependency))
+            .map(|&dependency| state.task_ref(dependency).to_string())
+            .collect(),
+        None => Vec::new(),
+    };
+    let waits_for_jobs = state.unended_dependencies_of(key.job).into_iter().map(|j| state.job(j).id.to_string()).collect();
+    Detail::Waiting {
+        jobs_ahead: jobs_ahead(state, key.job),
+        fit_now,
+        excluded,
+        could_ever_fit,
+        unschedulable: job.unschedulable.map(|u| u.as_str()),
+        avoided_engine: task_state.last_failed_on.get().map(|e| state.engine(e).id.to_string()),
+        waits_for_tasks,
+        waits_for_jobs,
+        queue_jump: task_state.is_queue_jump(),
+    }
+}
+
+/// The engines the task's permanent rules allow (plus `chosen`, whatever it is
+/// now), ranked as the dispatcher ranks them, best first, at most
+/// [`RANKED_ENGINES_MAX`] (the chosen engine always among them).
+fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<EngineRank> {
+    let job = state.job(key.job);
+    let mut ranks: Vec<(EngineRank, (u32, i64, u64, EngineId))> = Vec::new();
+    for (id, e) in engines_by_id(state) {
+        let engine = state.engine(e);
+        let allowed = engine.status == EngineStatus::LoggedIn
+            && match filters::check(state, key, e, 0) {
+                Ok(()) => true,
+                Err(unfit) => !unfit.is_permanent() && unfit != Unfit::NotLoggedIn,
+            };
+        if !allowed && chosen != Some(e) {
+            continue;
+        }
+        let (job_part, task_part) = (job_score(state, job, e), task_score(state, job, key.index, e));
+        let load = load_index(&state.policy.load_formula, engine, engine.used);
+        let rank = EngineRank {
+            engine: id.to_string(),
+            chosen: chosen == Some(e),
+            tier: engine.tier,
+            score: job_part + task_part,
+            job_score: job_part,
+            task_score: task_part,
+            load_index: load,
+        };
+        ranks.push((rank, (engine.tier, -(job_part + task_part), load, id.clone())));
+    }
+    ranks.sort_by(|a, b| a.1.cmp(&b.1));
+    let chosen_at = ranks.iter().position(|(rank, _)| rank.chosen);
+    let mut shown: Vec<EngineRank> = ranks.iter().take(RANKED_ENGINES_MAX).map(|(rank, _)| rank.clone()).collect();
+    if let Some(at) = chosen_at.filter(|&at| at >= RANKED_ENGINES_MAX) {
+        shown[RANKED_ENGINES_MAX - 1] = ranks[at].0.clone();
+    }
+    shown
+}
+
 impl std::fmt::Display for Explanation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "task {}: {} (job {}), attempts {}, failures {}", self.task, self.task_status, self.job_status, self.attempts, self.failures)?;
         match &self.detail {
-            Detail::Waiting { jobs_ahead, fit_now, excluded, could_ever_fit, unschedulable, avoided_engine } => {
+            Detail::Waiting {
+                jobs_ahead,
+                fit_now,
+                excluded,
+                could_ever_fit,
+                unschedulable,
+                avoided_engine,
+                waits_for_tasks,
+                waits_for_jobs,
+                queue_jump,
+            } => {
+                if !waits_for_jobs.is_empty() {
+                    writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
+                }
+                if !waits_for_tasks.is_empty() {
+                    writeln!(f, "  waits for task(s) to end: {}", waits_for_tasks.join(", "))?;
+                }
                 writeln!(f, "  {jobs_ahead} runnable job(s) are examined before this one")?;
+                if *queue_jump {
+                    writeln!(f, "  it jumps its job's queue")?;
+                }
                 if !fit_now.is_empty() {
                     writeln!(f, "  could run now on: {}", fit_now.join(", "))?;
                 }
@@ -135,18 +287,44 @@ impl std::fmt::Display for Explanation {
                     writeln!(f, "  no logged-in engine could ever run it; it waits for one that can")?;
                 }
             }
-            Detail::Live { engine, attempt, started, load_index, .. } => {
-                let state = if *started { "running" } else { "dispatched, not yet started" };
-                writeln!(f, "  attempt {attempt} {state} on {engine} (load index {load_index})")?;
+            Detail::Live { attempts, copy_waiting, ranking } => {
+                for live in attempts {
+                    let state = if live.started { "running" } else { "dispatched, not yet started" };
+                    writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?;
+                }
+                if *copy_waiting {
+                    writeln!(f, "  a redundant copy waits in the queue")?;
+                }
+                write_ranking(f, ranking)?;
             }
-            Detail::Ended { last_failed_on } => {
+            Detail::Ended { last_engine, last_failed_on, ranking } => {
+                if let Some(engine) = last_engine {
+                    writeln!(f, "  its last attempt went to {engine}")?;
+                }
                 if let Some(engine) = last_failed_on {
                     writeln!(f, "  its last failure was on {engine}")?;
                 }
+                write_ranking(f, ranking)?;
             }
         }
         Ok(())
     }
+}
+
+fn write_ranking(f: &mut std::fmt::Formatter<'_>, ranking: &[EngineRank]) -> std::fmt::Result {
+    if ranking.is_empty() {
+        return Ok(());
+    }
+    writeln!(f, "  ranking (tier, then score, then load index, then id):")?;
+    for rank in ranking {
+        let mark = if rank.chosen { "->" } else { "  " };
+        writeln!(
+            f,
+            "  {mark} {}: tier {}, score {} (job {}, task {}), load index {}",
+            rank.engine, rank.tier, rank.score, rank.job_score, rank.task_score, rank.load_index
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

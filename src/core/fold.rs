@@ -6,11 +6,22 @@
 //! log folds to the same state on every replay; an entry at or below the last
 //! folded sequence is a no-op, so re-applying is harmless.
 
-use super::event::{Entry, Envelope, Event, JobSpec, Order, OrderBatch, Origin, Payload, Policy,
-    ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
+use std::collections::BTreeMap;
+
+use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
+    Policy, TaskConditions, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{JobProblem, OrderProblem, Rejection};
-use super::state::{EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskKey, TaskStatus};
+use super::state::{
+    CompiledPreference, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey, TaskStatus,
+};
+
+/// Most preferences (affinity rules) one job or task may carry.
+pub const PREFERENCES_MAX: usize = 64;
+/// Most dependencies of one job or task.
+pub const DEPENDENCIES_MAX: usize = 1_024;
+/// Most tasks with conditions in one job.
+pub const CONDITIONAL_TASKS_MAX: usize = 100_000;
 
 /// Applies one entry. Returns the rejections it caused (empty when it applied
 /// cleanly); they are also recorded in the state.
@@ -74,7 +85,7 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
-                    state.complete(key, *wall_ms);
+                    state.complete(key, *attempt, *wall_ms);
                 })
             }
         }
@@ -84,7 +95,7 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
-                    state.fail(key);
+                    state.fail(key, *attempt);
                 })
             }
         }
@@ -94,6 +105,37 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
             apply_orders(state, batch, out);
             Ok(())
         }
+        Event::TasksAdded { job, tasks, conditions } => add_tasks(state, job, tasks, conditions),
+        Event::LibraryPublished(info) => publish_library(state, info),
+        Event::LibrarySynced { engine, library } => logged_in_engine(state, engine).and_then(|e| {
+            if state.library(library).is_none() {
+                return Err(Rejection::InvalidLibrary { library: library.to_string(), problem: "never published".into() });
+            }
+            state.touch_engine(e);
+            state.library_synced(e, library);
+            Ok(())
+        }),
+        Event::LibrarySyncFailed { engine, library, error } => {
+            if error.len() > ERROR_TAIL_BYTES_MAX {
+                Err(Rejection::InvalidLibrary { library: library.to_string(), problem: "error text too long".into() })
+            } else {
+                logged_in_engine(state, engine).map(|e| {
+                    state.touch_engine(e);
+                    state.sync_failed(e, library);
+                })
+            }
+        }
+        Event::BlacklistsCleared { engine: None } => {
+            state.clear_blacklists(None);
+            Ok(())
+        }
+        Event::BlacklistsCleared { engine: Some(engine) } => match state.engine_idx(engine) {
+            Some(e) => {
+                state.clear_blacklists(Some(e));
+                Ok(())
+            }
+            None => Err(Rejection::UnknownEngine { engine: engine.clone() }),
+        },
     };
     if let Err(rejection) = result {
         out.push(rejection);
@@ -142,10 +184,236 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     let expr = super::expr::parse(&spec.requirements).map_err(|e| {
         invalid(JobProblem::BadRequirements { position: e.position, message: e.message.clone() })
     })?;
-    let category = state.category_for(expr, spec.slots_per_task);
-    let job = Job::new(spec, category, seq, state.now_ms);
-    state.add_job(job);
+    let library = spec.options.root_library.clone();
+    if let Some(library) = &library {
+        library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
+    }
+    let affinity = compile_preferences(&spec.options.affinity, None).map_err(invalid)?;
+    if spec.options.depends_on_jobs.len() > DEPENDENCIES_MAX {
+        return Err(invalid(JobProblem::TooManyTasks { tasks: spec.options.depends_on_jobs.len() as u64, max: DEPENDENCIES_MAX as u32 }));
+    }
+    let mut depends_on = Vec::with_capacity(spec.options.depends_on_jobs.len());
+    for dependency in &spec.options.depends_on_jobs {
+        let j = state
+            .job_idx(dependency)
+            .ok_or_else(|| invalid(JobProblem::UnknownDependency { dependency: dependency.to_string() }))?;
+        if !depends_on.contains(&j) {
+            depends_on.push(j);
+        }
+    }
+    let n_tasks = tasks as u32;
+    let job_idx = JobIdx(state.jobs().len() as u32);
+    let shape = JobShape::of_spec(spec);
+    let conditions =
+        resolve_conditions(state, &shape, &expr, job_idx, 0, n_tasks, &spec.task_conditions).map_err(invalid)?;
+    let category = state.category_for(expr, spec.slots_per_task, library);
+    let mut job = Job::new(spec, category, seq, state.now_ms);
+    job.affinity = affinity;
+    for (index, condition, queue_jump) in conditions {
+        job.set_condition(index, condition, queue_jump);
+    }
+    let added = state.add_job(job, &depends_on);
+    assert_eq!(added, job_idx);
     Ok(())
+}
+
+fn compile_preferences(
+    preferences: &[super::event::Preference],
+    task: Option<u32>,
+) -> Result<Vec<CompiledPreference>, JobProblem> {
+    if preferences.len() > PREFERENCES_MAX {
+        return Err(JobProblem::BadCondition {
+            task,
+            field: "affinity".into(),
+            position: 0,
+            message: format!("{} preferences, more than {PREFERENCES_MAX}", preferences.len()),
+        });
+    }
+    preferences
+        .iter()
+        .map(|preference| {
+            CompiledPreference::compile(preference).map_err(|e| JobProblem::BadCondition {
+                task,
+                field: "affinity".into(),
+                position: e.position,
+                message: e.message.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Resolves the conditions of tasks `first..first + count` of a job (`conditions`
+/// keyed from 0 at `first`): discriminators become categories, dependencies task
+/// keys. Refuses what could never be met: an unknown or out-of-range task, a
+/// task affinity to a task that is not earlier, a dependency cycle in the job.
+fn resolve_conditions(
+    state: &mut State,
+    shape: &JobShape,
+    job_expr: &super::expr::Expr,
+    job_idx: JobIdx,
+    first: u32,
+    count: u32,
+    conditions: &BTreeMap<u32, TaskConditions>,
+) -> Result<Vec<(u32, TaskCondition, bool)>, JobProblem> {
+    if conditions.len() > CONDITIONAL_TASKS_MAX {
+        return Err(JobProblem::TooManyTasks { tasks: conditions.len() as u64, max: CONDITIONAL_TASKS_MAX as u32 });
+    }
+    let job_id = &shape.id;
+    let mut resolved = Vec::with_capacity(conditions.len());
+    for (&relative, written) in conditions {
+        if relative >= count {
+            return Err(JobProblem::ConditionsForUnknownTask { task: first + relative });
+        }
+        let index = first + relative;
+        if written.is_empty() {
+            continue;
+        }
+        let category = if written.discriminator.trim().is_empty() {
+            None
+        } else {
+            let discriminator = super::expr::parse(&written.discriminator).map_err(|e| JobProblem::BadCondition {
+                task: Some(index),
+                field: "discriminator".into(),
+                position: e.position,
+                message: e.message.clone(),
+            })?;
+            let both = match job_expr {
+                super::expr::Expr::Bool(true) => discriminator,
+                _ => super::expr::parse(&format!("({job_expr}) && ({discriminator})"))
+                    .expect("two valid expressions joined by && parse"),
+            };
+            Some(state.category_for(both, shape.slots_per_task, shape.root_library.clone()))
+        };
+        let affinity = compile_preferences(&written.affinity, Some(index))?;
+        for &target in &written.task_affinity {
+            if target >= index {
+                return Err(JobProblem::BadTaskAffinity { task: index, target });
+            }
+        }
+        if written.depends_on.len() > DEPENDENCIES_MAX {
+            return Err(JobProblem::TooManyTasks { tasks: written.depends_on.len() as u64, max: DEPENDENCIES_MAX as u32 });
+        }
+        let mut depends_on = Vec::with_capacity(written.depends_on.len());
+        for dependency in &written.depends_on {
+            let unknown = || JobProblem::UnknownDependency { dependency: dependency.to_string() };
+            let key = if dependency.job == *job_id {
+                if dependency.index >= first + count || dependency.index == index {
+                    return Err(unknown());
+                }
+                TaskKey { job: job_idx, index: dependency.index }
+            } else {
+                state.task_key(dependency).ok_or_else(unknown)?
+            };
+            depends_on.push(key);
+        }
+        let condition = TaskCondition {
+            discriminator: written.discriminator.clone(),
+            category,
+            affinity,
+            task_affinity: written.task_affinity.clone(),
+            depends_on,
+        };
+        resolved.push((index, condition, written.queue_jump));
+    }
+    check_no_cycle(job_idx, &resolved)?;
+    Ok(resolved)
+}
+
+/// What condition resolution needs of a job, submitted or already in the state.
+struct JobShape {
+    id: JobId,
+    slots_per_task: u32,
+    root_library: Option<LibraryRef>,
+}
+
+impl JobShape {
+    fn of_spec(spec: &JobSpec) -> Self {
+        JobShape { id: spec.id.clone(), slots_per_task: spec.slots_per_task, root_library: spec.options.root_library.clone() }
+    }
+    fn of_job(job: &Job) -> Self {
+        JobShape { id: job.id.clone(), slots_per_task: job.slots_per_task, root_library: job.options.root_library.clone() }
+    }
+}
+
+/// Dependencies among the job's own tasks must not loop (depth-first search,
+/// iterative so a long chain cannot overflow the stack). Tasks added later only
+/// depend on tasks that exist, so the new ones are all that need checking.
+fn check_no_cycle(job: JobIdx, resolved: &[(u32, TaskCondition, bool)]) -> Result<(), JobProblem> {
+    let edges: BTreeMap<u32, Vec<u32>> = resolved
+        .iter()
+        .map(|(index, condition, _)| {
+            let inside: Vec<u32> = condition.depends_on.iter().filter(|key| key.job == job).map(|key| key.index).collect();
+            (*index, inside)
+        })
+        .collect();
+    // 0 unvisited, 1 on the current path, 2 done.
+    let mut mark: BTreeMap<u32, u8> = BTreeMap::new();
+    for &start in edges.keys() {
+        if mark.get(&start).copied().unwrap_or(0) != 0 {
+            continue;
+        }
+        let mut stack: Vec<(u32, usize)> = vec![(start, 0)];
+        mark.insert(start, 1);
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            let targets = edges.get(&node).map(Vec::as_slice).unwrap_or(&[]);
+            if *next < targets.len() {
+                let target = targets[*next];
+                *next += 1;
+                match mark.get(&target).copied().unwrap_or(0) {
+                    1 => return Err(JobProblem::DependencyCycle { task: target }),
+                    0 => {
+                        mark.insert(target, 1);
+                        stack.push((target, 0));
+                    }
+                    _ => {}
+                }
+            } else {
+                mark.insert(node, 2);
+                stack.pop();
+            }
+        }
+    }
+    Ok(())
+}
+
+fn add_tasks(
+    state: &mut State,
+    id: &JobId,
+    params: &[BTreeMap<String, String>],
+    conditions: &BTreeMap<u32, TaskConditions>,
+) -> Result<(), Rejection> {
+    let j = state.job_idx(id).ok_or_else(|| Rejection::UnknownJob { job: id.clone() })?;
+    if !state.job(j).is_active() {
+        return Err(Rejection::JobAlreadyEnded { job: id.clone() });
+    }
+    let invalid = |problem| Rejection::InvalidJob { job: id.clone(), problem };
+    let first = state.job(j).n_tasks();
+    let total = u64::from(first) + params.len() as u64;
+    if params.is_empty() {
+        return Err(invalid(JobProblem::NoTasks));
+    }
+    if total > u64::from(TASKS_PER_JOB_MAX) {
+        return Err(invalid(JobProblem::TooManyTasks { tasks: total, max: TASKS_PER_JOB_MAX }));
+    }
+    let shape = JobShape::of_job(state.job(j));
+    let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
+    let resolved =
+        resolve_conditions(state, &shape, &job_expr, j, first, params.len() as u32, conditions).map_err(invalid)?;
+    state.add_tasks(j, params, resolved);
+    Ok(())
+}
+
+fn publish_library(state: &mut State, info: &LibraryInfo) -> Result<(), Rejection> {
+    let refuse = |problem: String| Rejection::InvalidLibrary { library: info.library.to_string(), problem };
+    info.library.validate().map_err(|e| refuse(e.to_string()))?;
+    match state.library(&info.library) {
+        Some(known) if known == info => Ok(()),
+        Some(_) => Err(refuse("already published with other contents; publish a new version".into())),
+        None => {
+            state.publish_library(info.clone());
+            Ok(())
+        }
+    }
 }
 
 fn cancel_job(state: &mut State, id: &super::ids::JobId) -> Result<(), Rejection> {
@@ -175,7 +443,24 @@ fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
     if policy.engine_timeout_ms == 0 || policy.dispatch_timeout_ms == 0 {
         return Err(Rejection::InvalidPolicy { problem: "timeouts must be positive".into() });
     }
-    state.policy = policy.clone();
+    for tier in &policy.engine_tiers {
+        let Some((property, value)) = tier.split_once('=') else {
+            return Err(Rejection::InvalidPolicy { problem: format!("engine tier {tier:?} is not property=value") });
+        };
+        if property.trim().is_empty() || value.trim().is_empty() {
+            return Err(Rejection::InvalidPolicy { problem: format!("engine tier {tier:?} is not property=value") });
+        }
+    }
+    let tiers = super::state::compile_tiers(&policy.engine_tiers)
+        .map_err(|e| Rejection::InvalidPolicy { problem: format!("engine tiers: {e}") })?;
+    let redundancy = &policy.redundancy;
+    if redundancy.strategy_effective_percent > 100 || redundancy.remaining_task_percent > 100 {
+        return Err(Rejection::InvalidPolicy { problem: "percentages must be within 0..=100".into() });
+    }
+    if redundancy.poll_period_ms == 0 {
+        return Err(Rejection::InvalidPolicy { problem: "poll_period must be positive".into() });
+    }
+    state.set_policy(policy.clone(), tiers);
     Ok(())
 }
 
@@ -206,8 +491,7 @@ fn live_attempt_of(
     // Otherwise the checks in order, for the reason to reject.
     let e = state.engine_idx(engine).ok_or_else(|| Rejection::UnknownEngine { engine: engine.clone() })?;
     let live = state
-        .live_attempt(key)
-        .filter(|live| live.attempt == attempt)
+        .live_attempt_numbered(key, attempt)
         .ok_or_else(|| Rejection::StaleAttempt { task: task.clone(), attempt })?;
     if live.engine != e {
         return Err(Rejection::WrongEngine { task: task.clone(), attempt, engine: engine.clone() });
@@ -225,11 +509,11 @@ fn resolve_task(state: &State, task: &TaskRef) -> Result<TaskKey, Rejection> {
 
 fn task_started(state: &mut State, task: &TaskRef, attempt: Attempt, engine: &EngineId) -> Result<(), Rejection> {
     let (key, e) = live_attempt_of(state, task, attempt, engine)?;
-    if state.task(key).status != TaskStatus::Dispatched {
+    if state.live_attempt_numbered(key, attempt).is_some_and(|live| live.started_ms.is_some()) {
         return Err(Rejection::DuplicateReport { task: task.clone(), attempt });
     }
     state.touch_engine(e);
-    state.start(key);
+    state.start(key, attempt);
     Ok(())
 }
 
@@ -264,30 +548,93 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::EngineNotLoggedIn);
             }
             let current = state.task(key);
-            if current.status != TaskStatus::Waiting || !state.job(key.job).is_active() {
+            let job = state.job(key.job);
+            let copy_waits = current.is_live() && job.copies_waiting.contains(&key.index);
+            if !(current.status == TaskStatus::Waiting || copy_waits) || !job.is_active() {
                 return Err(OrderProblem::TaskNotWaiting);
             }
             if *attempt != current.attempts + 1 {
                 return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
             }
-            let needed = state.job(key.job).slots_per_task;
+            let needed = job.slots_per_task;
             if engine.free_slots() < needed {
                 return Err(OrderProblem::NotEnoughFreeSlots { free: engine.free_slots(), needed });
+            }
+            if job.options.root_library.as_ref().is_some_and(|library| !engine.holds(library)) {
+                return Err(OrderProblem::LibraryNotSynced);
+            }
+            if job.blacklist.contains(&e) {
+                return Err(OrderProblem::EngineBlacklisted);
+            }
+            if copy_waits && state.live_attempts_of(key).iter().any(|live| live.engine == e) {
+                return Err(OrderProblem::EngineRunsTask);
             }
             state.dispatch(key, *attempt, e);
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
-            if state.job(key.job).is_active() {
+            if state.job(key.job).is_active() && state.task(key).status != TaskStatus::Done {
                 return Err(OrderProblem::JobNotEnded);
             }
-            state.cancel_attempt(key);
+            state.cancel_attempt(key, *attempt);
         }
         Order::Requeue { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
-            state.requeue(key);
+            state.requeue(key, *attempt);
+        }
+        Order::SyncLibrary { engine, library } => {
+            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+            let engine = state.engine(e);
+            if engine.status != EngineStatus::LoggedIn {
+                return Err(OrderProblem::EngineNotLoggedIn);
+            }
+            if engine.holds(library) || engine.syncing.is_some() || state.library(library).is_none() {
+                return Err(OrderProblem::SyncNotNeeded);
+            }
+            state.sync_ordered(e, library);
+        }
+        Order::Blacklist { job, engine, .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+            if !state.pending_blacklists().any(|pending| pending == (j, e)) {
+                return Err(OrderProblem::NotBlacklistable);
+            }
+            state.blacklist(j, e);
+        }
+        Order::Reschedule { task, .. } => {
+            let key = order_task(state, task, last_job)?;
+            let job = state.job(key.job);
+            let live_attempts = state.live_attempts_of(key).len() as u32;
+            let wanted = job.is_active()
+                && job.options.redundant_rescheduling
+                && state.task(key).is_live()
+                && !job.copies_waiting.contains(&key.index)
+                && live_attempts <= state.policy.redundancy.copies_per_task_max;
+            if !wanted {
+                return Err(OrderProblem::NoCopyWanted);
+            }
+            let first = state.policy.redundancy.reschedule_first;
+            state.add_copy(key, first);
+        }
+        Order::FailDependent { job, task: None, .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            if state.job(j).failed_dependency.is_none() || !state.job(j).is_active() {
+                return Err(OrderProblem::DependencyNotFailed);
+            }
+            state.fail_for_dependency(j);
+        }
+        Order::FailDependent { job, task: Some(index), .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            if *index >= state.job(j).n_tasks() {
+                return Err(OrderProblem::UnknownTask);
+            }
+            let key = TaskKey { job: j, index: *index };
+            if !state.job(j).is_active() || failed_dependency_of(state, key).is_none() {
+                return Err(OrderProblem::DependencyNotFailed);
+            }
+            state.fail_task_for_dependency(key);
         }
         Order::EngineLost { engine, .. } => {
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
@@ -300,7 +647,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
             let category = state.category(state.job(j).category);
-            if category.eligible_logged_in > 0 || !state.job(j).is_active() {
+            if super::schedule::lifecycle::why_unschedulable(state, category).is_none() || !state.job(j).is_active() {
                 return Err(OrderProblem::JobIsSchedulable);
             }
             state.job_mut(j).unschedulable = Some(*reason);
@@ -325,8 +672,23 @@ fn order_task<'a>(state: &State, task: &'a TaskRef, last_job: &mut LastJob<'a>) 
 }
 
 fn live_order_attempt(state: &State, key: TaskKey, attempt: Attempt) -> Result<(), OrderProblem> {
-    match state.live_attempt(key) {
-        Some(live) if live.attempt == attempt => Ok(()),
-        _ => Err(OrderProblem::AttemptNotLive),
+    match state.live_attempt_numbered(key, attempt) {
+        Some(_) => Ok(()),
+        None => Err(OrderProblem::AttemptNotLive),
     }
+}
+
+/// The first dependency of a waiting task that failed or was cancelled, when the
+/// task's job fails with its dependencies: the task must fail too.
+pub fn failed_dependency_of(state: &State, key: TaskKey) -> Option<TaskKey> {
+    let job = state.job(key.job);
+    if !job.options.fail_on_dependency_failure || state.task(key).status != TaskStatus::Waiting {
+        return None;
+    }
+    let condition = job.condition(key.index)?;
+    condition
+        .depends_on
+        .iter()
+        .copied()
+        .find(|&dependency| matches!(state.task(dependency).status, TaskStatus::Failed | TaskStatus::Cancelled))
 }

@@ -38,6 +38,9 @@ pub enum Rejection {
     /// An order batch carried more orders than a batch may.
     BatchTooLarge { orders: usize, max: usize },
     InvalidPolicy { problem: String },
+    /// A library synced or published that the state cannot take (unknown, or
+    /// published again with other contents).
+    InvalidLibrary { library: String, problem: String },
 }
 
 /// Why a submitted job was refused.
@@ -48,6 +51,17 @@ pub enum JobProblem {
     TooManyTasks { tasks: u64, max: u32 },
     ZeroSlotsPerTask,
     ZeroMaxAttempts,
+    /// An expression of a condition (discriminator or affinity), of the job or of one task.
+    BadCondition { task: Option<u32>, field: String, position: usize, message: String },
+    /// A dependency names a job or task the grid does not know.
+    UnknownDependency { dependency: String },
+    /// Task dependencies inside the job form a cycle through this task.
+    DependencyCycle { task: u32 },
+    /// Task affinity names a task that is not an earlier task of the same job.
+    BadTaskAffinity { task: u32, target: u32 },
+    BadLibrary { detail: String },
+    /// Conditions given for a task index the job does not have.
+    ConditionsForUnknownTask { task: u32 },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -65,6 +79,21 @@ pub enum OrderProblem {
     JobNotEnded,
     /// A job flagged unschedulable that an engine could run by the time the flag was read back.
     JobIsSchedulable,
+    /// A dispatch to an engine that does not hold the job's root library.
+    LibraryNotSynced,
+    /// A dispatch to an engine blacklisted for the job.
+    EngineBlacklisted,
+    /// A blacklisting the job did not ask for (blacklisting off, too few failures, already on the list).
+    NotBlacklistable,
+    /// A reschedule of a task that is not running, whose job does not reschedule,
+    /// or that already has a copy waiting or its most copies alive.
+    NoCopyWanted,
+    /// A copy dispatched to an engine already running the task.
+    EngineRunsTask,
+    /// A dependent failed whose dependency had not failed, or that is not waiting.
+    DependencyNotFailed,
+    /// A library sync ordered of an engine that holds it or is syncing something.
+    SyncNotNeeded,
 }
 
 impl Rejection {
@@ -90,6 +119,7 @@ impl Rejection {
             Rejection::OrderNotApplicable { .. } => "order-not-applicable",
             Rejection::BatchTooLarge { .. } => "batch-too-large",
             Rejection::InvalidPolicy { .. } => "invalid-policy",
+            Rejection::InvalidLibrary { .. } => "invalid-library",
         }
     }
 }
@@ -135,6 +165,7 @@ impl fmt::Display for Rejection {
                 write!(f, "batch of {orders} orders, more than {max}")
             }
             Rejection::InvalidPolicy { problem } => write!(f, "policy refused: {problem}"),
+            Rejection::InvalidLibrary { library, problem } => write!(f, "library {library}: {problem}"),
         }
     }
 }
@@ -149,6 +180,19 @@ impl fmt::Display for JobProblem {
             JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
             JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
             JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
+            JobProblem::BadCondition { task: Some(task), field, position, message } => {
+                write!(f, "task {task}'s {field}, at byte {position}: {message}")
+            }
+            JobProblem::BadCondition { task: None, field, position, message } => {
+                write!(f, "{field}, at byte {position}: {message}")
+            }
+            JobProblem::UnknownDependency { dependency } => write!(f, "it depends on {dependency}, which the grid does not know"),
+            JobProblem::DependencyCycle { task } => write!(f, "the dependencies of task {task} form a cycle"),
+            JobProblem::BadTaskAffinity { task, target } => {
+                write!(f, "task {task} has affinity to task {target}, which is not an earlier task of the job")
+            }
+            JobProblem::BadLibrary { detail } => write!(f, "root library: {detail}"),
+            JobProblem::ConditionsForUnknownTask { task } => write!(f, "conditions for task {task}, which the job does not have"),
         }
     }
 }

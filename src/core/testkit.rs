@@ -33,6 +33,8 @@ pub fn job_spec(id: &str, n: u32, requirements: &str) -> JobSpec {
         slots_per_task: 1,
         template: TaskTemplate { argv: vec!["run".into(), "{index}".into()], params: BTreeMap::new() },
         tasks: TaskSet::Count(n),
+        options: Default::default(),
+        task_conditions: BTreeMap::new(),
     }
 }
 
@@ -46,6 +48,7 @@ pub fn linux_props(site: &str, memory_mb: u64) -> EngineProps {
         mflops: 1000,
         site: site.into(),
         custom: BTreeMap::new(),
+        libraries: Vec::new(),
     }
 }
 

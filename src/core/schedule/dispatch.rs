@@ -1,34 +1,81 @@
 //! Matching waiting tasks to free engines.
 //!
 //! Ordering: jobs in `State::runnable` order (priority, then submission). Within a
-//! job: retries, then fresh tasks by index. Candidates: the engines with a free
-//! slot, ranked for the run by (load index, engine id), so the least loaded engine
-//! comes first and ties go to the smaller id. A category that finds no candidate
-//! is exhausted for the run: every later job of it is skipped at once.
+//! job: its front (queue jumps, copies rescheduled first), retries, fresh tasks by
+//! index, its back (other redundant copies). A task whose dependencies have not
+//! ended is passed over, and so is one no free engine may take: the engine goes to
+//! the first task it is eligible for (GridServer's discriminator rule).
+//!
+//! Ranking, best first (Nomad's rank stage, as one integer tuple so ties are exact):
+//! 1. the engine tier (policy `engine_tiers`): a higher tier always wins;
+//! 2. the score, highest first: the job's and task's affinity preferences, task
+//!    affinity to the engines that ran the named tasks, minus the greylist
+//!    penalty of each failure the engine had on the job;
+//! 3. the load index (Grid Engine's load formula), lowest first;
+//! 4. the engine id.
+//!
+//! Filters (each also a rule of [`super::filters`], which `why` reports): the
+//! task's category (requirements, discriminator, slots, root library held) as a
+//! precomputed bitset; the job's blacklist; for a redundant copy, the engines
+//! already running the task; softly, the engine the task last failed on.
 //!
 //! Cost: each category examined in a run gets its own queue of the candidates
-//! eligible for it (its requirements bitset, computed at login, says which), so a
-//! pick never walks past engines the category cannot use. Booking a slot raises
-//! an engine's load index; rather than update every queue holding the engine, a
-//! queue re-files an entry whose load has changed when it comes to the top (loads
-//! only rise during a run, so the first up-to-date entry is the true minimum).
-//! A pick is O(log n) amortised, however narrow the category. With few candidates
-//! (a run after a completion or two) a pick walks them instead; in debug builds
-//! every queued pick is checked against that walk.
+//! eligible for it, ranked by (tier, load, id), so a pick never walks past engines
+//! the category cannot use. Booking a slot raises an engine's load index; rather
+//! than update every queue holding the engine, a queue re-files an entry whose load
+//! has changed when it comes to the top (loads only rise during a run, so the first
+//! up-to-date entry is the true minimum). A pick is O(log n) amortised, however
+//! narrow the category. Jobs that score engines (affinity, greylisting, task
+//! affinity) rank their candidates one by one instead: O(candidates) a pick, paid
+//! only by the jobs that ask for it. With few candidates (a run after a completion
+//! or two) every pick walks them; in debug builds every queued pick is checked
+//! against that walk.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
-use super::filters::failed_here_last;
+use super::filters::{self, failed_here_last};
 use super::InFlight;
 use crate::core::event::{LoadFormula, Order};
-use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, State, TaskKey};
+use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, State, TaskKey};
 
 /// Grid Engine's load formula, in milli-units: lower is chosen first.
 pub fn load_index(formula: &LoadFormula, engine: &Engine, used_slots: u32) -> u64 {
     let slots_part = u64::from(used_slots) * 1000 / u64::from(engine.slots.max(1));
     u64::from(formula.slots_weight) * slots_part
         + u64::from(formula.load_weight) * u64::from(engine.load.load_per_core_milli)
+}
+
+/// What one task adds to an engine's score, on top of its job's.
+pub const TASK_AFFINITY_SCORE: i64 = 1_000;
+
+/// The score of an engine for a task: affinity preferences of the job and the
+/// task, task affinity, minus the greylist penalty. Higher is better.
+pub fn score(state: &State, job: &Job, task_index: u32, e: EngineIdx) -> i64 {
+    job_score(state, job, e) + task_score(state, job, task_index, e)
+}
+
+/// The part of the score shared by every task of the job.
+pub fn job_score(state: &State, job: &Job, e: EngineIdx) -> i64 {
+    let engine = state.engine(e);
+    let mut score = crate::core::state::preference_score(&job.affinity, engine);
+    if job.options.engine_greylisting {
+        let failures = job.failures_by_engine.get(&e).copied().unwrap_or(0);
+        score -= i64::from(failures) * i64::from(state.policy.greylist_affinity);
+    }
+    score
+}
+
+/// The part of the score a task's own conditions add.
+pub fn task_score(state: &State, job: &Job, task_index: u32, e: EngineIdx) -> i64 {
+    let Some(condition) = job.condition(task_index) else { return 0 };
+    let mut score = crate::core::state::preference_score(&condition.affinity, state.engine(e));
+    for &target in &condition.task_affinity {
+        if job.task(target).and_then(|task| task.last_engine.get()) == Some(e) {
+            score += TASK_AFFINITY_SCORE;
+        }
+    }
+    score
 }
 
 /// A free engine of the run.
@@ -43,9 +90,22 @@ struct Candidate {
 /// building queues when a run has a slot or two to fill, the common case).
 const SCAN_CANDIDATES_MAX: usize = 16;
 
-/// (load index, position in `Candidates::by_id`): the rank of a candidate, the
-/// position standing for the engine id (positions follow id order).
-type Rank = (u64, u32);
+/// Most waiting tasks one job may pass over in a run (tasks whose dependencies
+/// have not ended, or that no free engine may take), so a job of a million held
+/// tasks costs a bounded walk; the rest are looked at in later runs.
+pub const PASSED_OVER_PER_JOB_MAX: u32 = 10_000;
+
+/// (tier, negated score, load index, position in `Candidates::by_id`): the rank
+/// of a candidate, least first; the position stands for the engine id.
+type Rank = (u32, i64, u64, u32);
+
+/// How one pick chooses: which engines it may not use, which it avoids while
+/// another fits, and the score of each (`None`: every score is 0).
+struct PickRules<'a> {
+    excluded: &'a dyn Fn(EngineIdx) -> bool,
+    avoided: &'a dyn Fn(EngineIdx) -> bool,
+    score: Option<&'a dyn Fn(EngineIdx) -> i64>,
+}
 
 /// The free engines of one run, ranked; updated as the run books slots.
 struct Candidates<'s> {
@@ -82,36 +142,44 @@ impl<'s> Candidates<'s> {
         load_index(&self.state.policy.load_formula, self.state.engine(candidate.engine), candidate.used)
     }
 
+    fn tier(&self, candidate: &Candidate) -> u32 {
+        self.state.engine(candidate.engine).tier
+    }
+
     /// The best candidate (its position) of the category with room for one of its
-    /// tasks, avoiding `avoid` while another fits.
-    fn pick(&mut self, c: CategoryIdx, category: &Category, avoid: impl Fn(EngineIdx) -> bool) -> Option<u32> {
-        if self.by_id.len() <= SCAN_CANDIDATES_MAX {
-            return self.pick_by_scan(category, avoid);
+    /// tasks, under the rules.
+    fn pick(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
+        if self.by_id.len() <= SCAN_CANDIDATES_MAX || rules.score.is_some() {
+            return self.pick_by_scan(category, rules);
         }
-        let picked = self.pick_from_queue(c, category, &avoid);
-        debug_assert_eq!(picked, self.pick_by_scan(category, &avoid), "the queue picks what the rule says");
+        let picked = self.pick_from_queue(c, category, rules);
+        debug_assert_eq!(picked, self.pick_by_scan(category, rules), "the queue picks what the rule says");
         picked
     }
 
-    /// The rule itself, by a walk over every candidate: the least (load, id) among
-    /// those eligible with room, not avoided if any such is left.
-    fn pick_by_scan(&self, category: &Category, avoid: impl Fn(EngineIdx) -> bool) -> Option<u32> {
+    /// The rule itself, by a walk over every candidate: the least rank among
+    /// those eligible with room and not excluded, not avoided if any such is left.
+    fn pick_by_scan(&self, category: &Category, rules: &PickRules) -> Option<u32> {
         let slots = category.slots_per_task;
         let (mut best, mut best_avoided): (Option<Rank>, Option<Rank>) = (None, None);
         for (at, candidate) in self.by_id.iter().enumerate() {
-            if candidate.slots - candidate.used < slots || !category.is_eligible(candidate.engine) {
+            if candidate.slots - candidate.used < slots
+                || !category.is_eligible(candidate.engine)
+                || (rules.excluded)(candidate.engine)
+            {
                 continue;
             }
-            let rank = (self.load(candidate), at as u32);
-            let best = if avoid(candidate.engine) { &mut best_avoided } else { &mut best };
+            let score = rules.score.map_or(0, |score| score(candidate.engine));
+            let rank = (self.tier(candidate), -score, self.load(candidate), at as u32);
+            let best = if (rules.avoided)(candidate.engine) { &mut best_avoided } else { &mut best };
             if best.is_none_or(|b| rank < b) {
                 *best = Some(rank);
             }
         }
-        best.or(best_avoided).map(|(_, at)| at)
+        best.or(best_avoided).map(|(.., at)| at)
     }
 
-    fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, avoid: impl Fn(EngineIdx) -> bool) -> Option<u32> {
+    fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
         let slots = category.slots_per_task;
         if self.queues.is_empty() {
             self.queues.resize_with(self.state.categories().len(), || None);
@@ -120,16 +188,18 @@ impl<'s> Candidates<'s> {
             let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
             for (at, candidate) in self.by_id.iter().enumerate() {
                 if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
-                    eligible.push(Reverse((self.load(candidate), at as u32)));
+                    eligible.push(Reverse((self.tier(candidate), 0, self.load(candidate), at as u32)));
                 }
             }
             self.queues[c.0 as usize] = Some(BinaryHeap::from(eligible));
         }
         let queue = self.queues[c.0 as usize].as_mut().expect("just built");
+        // Entries this pick may not use but other picks may: put back afterwards.
+        let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
         // The avoided engine, when it came up first: the fallback if nothing else fits.
         let mut avoided: Option<Reverse<Rank>> = None;
         let found = loop {
-            let Some(&Reverse((load, at))) = queue.peek() else { break None };
+            let Some(&Reverse((tier, _, load, at))) = queue.peek() else { break None };
             let candidate = &self.by_id[at as usize];
             if candidate.slots - candidate.used < slots {
                 // Free slots only shrink during a run: no room for this category again.
@@ -139,19 +209,22 @@ impl<'s> Candidates<'s> {
             let now = load_index(&self.state.policy.load_formula, self.state.engine(candidate.engine), candidate.used);
             if now != load {
                 queue.pop();
-                queue.push(Reverse((now, at)));
+                queue.push(Reverse((tier, 0, now, at)));
                 continue;
             }
-            if avoided.is_none() && avoid(candidate.engine) {
+            if (rules.excluded)(candidate.engine) {
+                set_aside.extend(queue.pop());
+                continue;
+            }
+            if avoided.is_none() && (rules.avoided)(candidate.engine) {
                 avoided = queue.pop();
                 continue;
             }
             break Some(at);
         };
-        let fallback = avoided.map(|Reverse((_, at))| at);
-        if let Some(entry) = avoided {
-            queue.push(entry);
-        }
+        let fallback = avoided.map(|Reverse((.., at))| at);
+        queue.extend(avoided);
+        queue.extend(set_aside);
         found.or(fallback)
     }
 
@@ -186,22 +259,65 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
         if candidates.is_empty() || n_dispatched == budget {
             break;
         }
-        let job = state.job(rank.job);
-        let c = job.category.0 as usize;
-        if exhausted[c] || job.counts.waiting <= in_flight.dispatched_of_job(rank.job) {
+        let j = rank.job;
+        let job = state.job(j);
+        if exhausted[job.category.0 as usize] && job.conditions_are_empty() {
             continue;
         }
-        let category = state.category(job.category);
-        assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
+        if job.n_wanting_dispatch() <= in_flight.dispatched_of_job(j) {
+            continue;
+        }
+        let job_has_exclusions = !job.blacklist.is_empty() || !job.copies_waiting_is_empty();
+        let scored_job = job.has_scores();
+        let mut n_passed_over = 0;
         for index in job.waiting_tasks() {
-            let key = TaskKey { job: rank.job, index };
+            let key = TaskKey { job: j, index };
             if in_flight.is_dispatched(key) {
                 continue;
             }
             let task = state.task(key);
-            let Some(at) = candidates.pick(job.category, category, |e| failed_here_last(&task, e)) else {
-                exhausted[c] = true;
-                break;
+            let condition = job.condition(index);
+            let c = condition.and_then(|condition| condition.category).unwrap_or(job.category);
+            let is_copy = task.is_live();
+            let held = condition.is_some_and(|_| filters::dependencies_ended(state, key).is_err());
+            if held || exhausted[c.0 as usize] {
+                n_passed_over += 1;
+                if n_passed_over == PASSED_OVER_PER_JOB_MAX {
+                    break;
+                }
+                continue;
+            }
+            let category = state.category(c);
+            assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
+            let running_here = if is_copy { state.live_attempts_of(key) } else { Vec::new() };
+            let excluded = |e: EngineIdx| {
+                job.blacklist.contains(&e)
+                    || state.is_blacklist_pending(j, e)
+                    || running_here.iter().any(|live| live.engine == e)
+            };
+            let avoided = |e: EngineIdx| failed_here_last(&task, e);
+            let task_scored = condition.is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
+            let score = |e: EngineIdx| score(state, job, index, e);
+            let rules = PickRules {
+                excluded: &excluded,
+                avoided: &avoided,
+                score: if scored_job || task_scored { Some(&score) } else { None },
+            };
+            let Some(at) = candidates.pick(c, category, &rules) else {
+                // Nothing free may take it. Unless the job's own exclusions were in
+                // the way, nothing free may take any task of the category this run.
+                let job_specific = job_has_exclusions || is_copy || state.has_pending_blacklist(j);
+                if !job_specific {
+                    exhausted[c.0 as usize] = true;
+                }
+                if c == job.category && !job_specific && job.conditions_are_empty() {
+                    break;
+                }
+                n_passed_over += 1;
+                if n_passed_over == PASSED_OVER_PER_JOB_MAX {
+                    break;
+                }
+                continue;
             };
             let e = candidates.book(at, job.slots_per_task);
             orders.push(Order::Dispatch {
@@ -215,4 +331,9 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             }
         }
     }
+}
+
+/// The job's rank among runnable jobs, for `why`: how many are examined before it.
+pub fn jobs_ahead(state: &State, j: JobIdx) -> usize {
+    state.runnable_jobs().take_while(|rank| rank.job != j).count()
 }

@@ -1,9 +1,10 @@
 //! Orders published but not yet read back: `schedule` must see them as done,
-//! or it would dispatch a task twice or book a slot twice.
+//! or it would dispatch a task twice, book a slot twice, or repeat an order.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::event::{Order, OrderBatch};
+use crate::core::ids::Attempt;
 use crate::core::state::{EngineIdx, JobIdx, State, TaskKey};
 
 #[derive(Debug, Clone, Default)]
@@ -13,8 +14,13 @@ pub struct InFlight {
     booked: BTreeMap<EngineIdx, u32>,
     lost: BTreeSet<EngineIdx>,
     /// Attempts a Requeue or Cancel in flight will end.
-    ending: BTreeSet<TaskKey>,
+    ending: BTreeSet<(TaskKey, Attempt)>,
     flagged: BTreeSet<JobIdx>,
+    syncing: BTreeSet<EngineIdx>,
+    blacklisted: BTreeSet<(JobIdx, EngineIdx)>,
+    rescheduled: BTreeSet<TaskKey>,
+    /// FailDependent orders: (job, task index or `None` for the whole job).
+    failing: BTreeSet<(JobIdx, Option<u32>)>,
 }
 
 impl InFlight {
@@ -41,9 +47,9 @@ impl InFlight {
                         *self.booked.entry(e).or_default() += state.job(key.job).slots_per_task;
                     }
                 }
-                Order::Cancel { task, .. } | Order::Requeue { task, .. } => {
+                Order::Cancel { task, attempt, .. } | Order::Requeue { task, attempt, .. } => {
                     if let Some(key) = state.task_key(task) {
-                        self.ending.insert(key);
+                        self.ending.insert((key, *attempt));
                     }
                 }
                 Order::EngineLost { engine, .. } => {
@@ -56,12 +62,39 @@ impl InFlight {
                         self.flagged.insert(j);
                     }
                 }
+                Order::SyncLibrary { engine, .. } => {
+                    if let Some(e) = state.engine_idx(engine) {
+                        self.syncing.insert(e);
+                    }
+                }
+                Order::Blacklist { job, engine, .. } => {
+                    if let (Some(j), Some(e)) = (state.job_idx(job), state.engine_idx(engine)) {
+                        self.blacklisted.insert((j, e));
+                    }
+                }
+                Order::Reschedule { task, .. } => {
+                    if let Some(key) = state.task_key(task) {
+                        self.rescheduled.insert(key);
+                    }
+                }
+                Order::FailDependent { job, task, .. } => {
+                    if let Some(j) = state.job_idx(job) {
+                        self.failing.insert((j, *task));
+                    }
+                }
             }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.dispatched.is_empty() && self.lost.is_empty() && self.ending.is_empty() && self.flagged.is_empty()
+        self.dispatched.is_empty()
+            && self.lost.is_empty()
+            && self.ending.is_empty()
+            && self.flagged.is_empty()
+            && self.syncing.is_empty()
+            && self.blacklisted.is_empty()
+            && self.rescheduled.is_empty()
+            && self.failing.is_empty()
     }
     pub fn is_dispatched(&self, key: TaskKey) -> bool {
         self.dispatched.contains(&key)
@@ -75,10 +108,22 @@ impl InFlight {
     pub fn is_lost(&self, engine: EngineIdx) -> bool {
         self.lost.contains(&engine)
     }
-    pub fn is_ending(&self, key: TaskKey) -> bool {
-        self.ending.contains(&key)
+    pub fn is_ending(&self, key: TaskKey, attempt: Attempt) -> bool {
+        self.ending.contains(&(key, attempt))
     }
     pub fn is_flagged(&self, job: JobIdx) -> bool {
         self.flagged.contains(&job)
+    }
+    pub fn is_syncing(&self, engine: EngineIdx) -> bool {
+        self.syncing.contains(&engine)
+    }
+    pub fn is_blacklisted(&self, job: JobIdx, engine: EngineIdx) -> bool {
+        self.blacklisted.contains(&(job, engine))
+    }
+    pub fn is_rescheduled(&self, key: TaskKey) -> bool {
+        self.rescheduled.contains(&key)
+    }
+    pub fn is_failing(&self, job: JobIdx, task: Option<u32>) -> bool {
+        self.failing.contains(&(job, task))
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::InFlight;
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
-use crate::core::state::{EngineIdx, State, TaskKey};
+use crate::core::state::{Category, EngineIdx, State, TaskKey};
 
 /// Most timer-driven orders of each kind in one run, so a long silence cannot
 /// produce an unbounded batch; the rest fire on the next run.
@@ -37,8 +37,8 @@ pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
     let timeout = state.policy.dispatch_timeout_ms;
     let overdue = state
         .dispatched_by_age()
-        .take_while(|&&(dispatched_ms, _)| dispatched_ms.saturating_add(timeout) < state.now_ms)
-        .map(|&(_, key)| key);
+        .take_while(|&&(dispatched_ms, ..)| dispatched_ms.saturating_add(timeout) < state.now_ms)
+        .map(|&(_, key, attempt)| (key, attempt));
     end_live_attempts(state, in_flight, lost, overdue, orders, |task, attempt, engine| Order::Requeue {
         task,
         attempt,
@@ -47,13 +47,16 @@ pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
     });
 }
 
-/// Live attempts of cancelled or failed jobs are told to stop.
+/// Live attempts of ended jobs are told to stop, and so are redundant copies of
+/// tasks that have their result when the job cancels copies at once.
 pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
-    end_live_attempts(state, in_flight, lost, state.attempts_to_cancel(), orders, |task, attempt, engine| Order::Cancel {
-        task,
-        attempt,
-        engine,
-        reason: CancelReason::JobCancelled,
+    let reason_of = |task: &TaskRef| match state.job_idx(&task.job) {
+        Some(j) if state.job(j).is_active() => CancelReason::RedundantCopy,
+        _ => CancelReason::JobCancelled,
+    };
+    end_live_attempts(state, in_flight, lost, state.attempts_to_cancel(), orders, |task, attempt, engine| {
+        let reason = reason_of(&task);
+        Order::Cancel { task, attempt, engine, reason }
     });
 }
 
@@ -64,17 +67,17 @@ fn end_live_attempts(
     state: &State,
     in_flight: &InFlight,
     lost: &BTreeSet<EngineIdx>,
-    keys: impl Iterator<Item = TaskKey>,
+    keys: impl Iterator<Item = (TaskKey, Attempt)>,
     orders: &mut Vec<Order>,
     order_for: impl Fn(TaskRef, Attempt, EngineId) -> Order,
 ) {
     let mut n_ended = 0;
-    for key in keys {
+    for (key, attempt) in keys {
         if n_ended == TIMER_ORDERS_PER_RUN_MAX {
             break;
         }
-        let live = state.live_attempt(key).expect("attempts to end are live");
-        if in_flight.is_ending(key) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
+        let live = state.live_attempt_numbered(key, attempt).expect("attempts to end are live");
+        if in_flight.is_ending(key, attempt) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
             continue;
         }
         n_ended += 1;
@@ -89,20 +92,32 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Vec<Order
     if !state.any_engine_logged_in() {
         return;
     }
-    for category in state.categories() {
-        if category.eligible_logged_in > 0 {
-            continue;
-        }
-        let reason = if category.matching_logged_in == 0 {
-            Unschedulable::NoEngineMatchesRequirements
-        } else {
-            Unschedulable::NoEngineHasEnoughSlots
-        };
+    for (c, category) in state.categories().iter().enumerate() {
+        let Some(reason) = why_unschedulable(state, category) else { continue };
         for &j in &category.jobs {
             let job = state.job(j);
-            if job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j) {
+            let is_own_category = job.category.0 as usize == c;
+            if is_own_category && job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j) {
                 orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason });
             }
         }
+    }
+}
+
+/// Why no logged-in engine could ever run a category's tasks, if none could. An
+/// engine that fits but lacks a published library is not a reason: it can sync.
+pub fn why_unschedulable(state: &State, category: &Category) -> Option<Unschedulable> {
+    if category.fitting_logged_in == 0 {
+        return Some(if category.matching_logged_in == 0 {
+            Unschedulable::NoEngineMatchesRequirements
+        } else {
+            Unschedulable::NoEngineHasEnoughSlots
+        });
+    }
+    match &category.library {
+        Some(library) if category.eligible_logged_in == 0 && state.library(library).is_none() => {
+            Some(Unschedulable::LibraryNotPublished)
+        }
+        _ => None,
     }
 }

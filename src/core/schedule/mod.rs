@@ -3,12 +3,20 @@
 //! A run is a fixed sequence of small stages, each in its own module:
 //! 1. [`lifecycle`]: engines silent past `engine_timeout` are declared lost;
 //!    dispatches not started within `dispatch_timeout` are requeued; live attempts
-//!    of ended jobs are cancelled.
-//! 2. [`dispatch`]: waiting tasks are matched to engines. *Ordering* picks the job
-//!    (priority, then submission order: Grid Engine's SGE mode); *filters*
-//!    ([`filters`]) say whether an engine may take it, each with a reason;
-//!    *scores* rank the engines that may (lowest load index first, ties by engine id).
-//! 3. [`lifecycle::unschedulable`]: jobs no logged-in engine could ever run are
+//!    of ended jobs (and redundant copies a job cancels at once) are cancelled.
+//! 2. [`dependencies`]: jobs and tasks whose dependency failed fail with it, when
+//!    they asked to.
+//! 3. [`blacklist`]: engines that reached a job's failure count are blacklisted for it.
+//! 4. [`redundancy`]: long-running tasks of jobs that ask for it get a redundant copy.
+//! 5. [`libraries`]: idle engines that could run a waiting job but lack its root
+//!    library are ordered to sync it.
+//! 6. [`dispatch`]: waiting tasks (and copies) are matched to engines. *Ordering*
+//!    picks the job (priority, then submission order: Grid Engine's SGE mode) and
+//!    the task (queue jumps first); *filters* ([`filters`]) say whether an engine
+//!    may take it, each with a reason (requirements, discriminator, library,
+//!    blacklist, ...); *ranking* orders the engines that may: tier, then score
+//!    (affinity, task affinity, greylisting), then load index, then engine id.
+//! 7. [`lifecycle::unschedulable`]: jobs no logged-in engine could ever run are
 //!    flagged, so their submitters hear it now rather than never.
 //!
 //! `schedule` reads only the state (the policy is a folded fact, `state.policy`)
@@ -22,9 +30,13 @@
 //! engines by load, so a decision is O(log n) however narrow the category
 //! ([`dispatch`] has the details).
 
+pub mod blacklist;
+pub mod dependencies;
 pub mod dispatch;
 pub mod filters;
 mod in_flight;
+pub mod libraries;
+pub mod redundancy;
 
 #[cfg(test)]
 mod busy_grid_tests;
@@ -37,7 +49,7 @@ use super::state::State;
 
 /// Bumped whenever a change alters decisions; recorded in every batch so an
 /// auditor knows which code made it.
-pub const ALGORITHM_VERSION: u32 = 1;
+pub const ALGORITHM_VERSION: u32 = 2;
 
 /// The next orders, given the state folded so far and the orders in flight.
 pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
@@ -45,6 +57,10 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     let lost = lifecycle::lose_silent_engines(state, in_flight, &mut orders);
     lifecycle::requeue_unstarted(state, in_flight, &lost, &mut orders);
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
+    dependencies::fail_dependents(state, in_flight, &mut orders);
+    blacklist::blacklist_failing_engines(state, in_flight, &mut orders);
+    redundancy::reschedule_long_tasks(state, in_flight, &mut orders);
+    libraries::sync_missing_libraries(state, in_flight, &lost, &mut orders);
     dispatch::fill_free_slots(state, in_flight, &lost, &mut orders);
     lifecycle::unschedulable(state, in_flight, &mut orders);
     orders

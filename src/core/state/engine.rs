@@ -1,6 +1,8 @@
 //! An engine as the state knows it.
 
-use crate::core::event::{EngineLoad, EngineProps};
+use std::collections::BTreeSet;
+
+use crate::core::event::{EngineLoad, EngineProps, LibraryRef};
 use crate::core::ids::EngineId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,11 +27,21 @@ pub struct Engine {
     pub logins: u32,
     pub completed: u64,
     pub failed: u64,
+    /// Position of the first engine tier it matches (0 = highest); the number of
+    /// tiers when it matches none. Recomputed at login and on every policy.
+    pub tier: u32,
+    /// Grid libraries it holds: reported at login and at each finished sync.
+    pub libraries: BTreeSet<LibraryRef>,
+    /// The library it was ordered to sync and has not reported on yet.
+    pub syncing: Option<LibraryRef>,
 }
 
 impl Engine {
     pub(super) fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
         Engine {
+            tier: 0,
+            libraries: props.libraries.iter().cloned().collect(),
+            syncing: None,
             id,
             slots,
             used: 0,
@@ -46,5 +58,9 @@ impl Engine {
 
     pub fn free_slots(&self) -> u32 {
         self.slots - self.used
+    }
+
+    pub fn holds(&self, library: &LibraryRef) -> bool {
+        self.libraries.contains(library)
     }
 }

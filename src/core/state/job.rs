@@ -7,8 +7,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{CategoryIdx, EngineIdx, JobIdx, JobRank};
-use crate::core::event::TaskTemplate;
+use std::collections::BTreeSet;
+
+use super::{CategoryIdx, EngineIdx, JobIdx, JobRank, TaskKey};
+use crate::core::event::{JobOptions, Preference, TaskTemplate};
+use crate::core::expr::{Expr, ExprError};
 use crate::core::ids::{Attempt, JobId, Seq};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -53,20 +56,147 @@ impl TaskStatus {
     }
 }
 
-/// One task: 12 bytes, so a million-task job is 12 MB.
+/// An optional engine in 4 bytes (0 = none, else index + 1), so a task stays 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MaybeEngine(u32);
+
+impl MaybeEngine {
+    pub const NONE: MaybeEngine = MaybeEngine(0);
+    pub fn some(e: EngineIdx) -> Self {
+        MaybeEngine(e.0 + 1)
+    }
+    pub fn get(self) -> Option<EngineIdx> {
+        self.0.checked_sub(1).map(EngineIdx)
+    }
+}
+
+/// One task: 16 bytes, so a million-task job is 16 MB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskState {
     pub status: TaskStatus,
+    /// [`TaskState::QUEUE_JUMP`], [`TaskState::CONDITIONAL`].
+    pub flags: u8,
     /// Failures reported by engines; the task fails when this reaches `max_attempts`.
     pub failures: u16,
-    /// Attempts dispatched so far (the live or last attempt's number).
+    /// Attempts dispatched so far, copies included (the newest attempt's number).
     pub attempts: Attempt,
     /// The engine the last failure happened on, avoided while another fits.
-    pub last_failed_on: Option<EngineIdx>,
+    pub last_failed_on: MaybeEngine,
+    /// The engine of the newest attempt, whatever became of it: where the task
+    /// went, for `why` and for task affinity.
+    pub last_engine: MaybeEngine,
 }
 
 impl TaskState {
-    const FRESH: TaskState = TaskState { status: TaskStatus::Waiting, failures: 0, attempts: 0, last_failed_on: None };
+    const FRESH: TaskState = TaskState {
+        status: TaskStatus::Waiting,
+        flags: 0,
+        failures: 0,
+        attempts: 0,
+        last_failed_on: MaybeEngine::NONE,
+        last_engine: MaybeEngine::NONE,
+    };
+    /// Served from the front of the job's queue, not in index order.
+    pub const QUEUE_JUMP: u8 = 1;
+    /// Has an entry in `Job::conditions`.
+    pub const CONDITIONAL: u8 = 2;
+
+    pub fn is_queue_jump(&self) -> bool {
+        self.flags & Self::QUEUE_JUMP != 0
+    }
+    pub fn is_conditional(&self) -> bool {
+        self.flags & Self::CONDITIONAL != 0
+    }
+    pub fn is_live(&self) -> bool {
+        matches!(self.status, TaskStatus::Dispatched | TaskStatus::Running)
+    }
+}
+
+/// A preference compiled: its expression is rebuilt from `when` after a snapshot loads.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct CompiledPreference {
+    pub when: String,
+    pub weight: i32,
+    #[serde(skip)]
+    pub expr: Option<Expr>,
+}
+
+impl CompiledPreference {
+    pub(crate) fn compile(preference: &Preference) -> Result<Self, ExprError> {
+        let expr = crate::core::expr::parse(&preference.when)?;
+        Ok(CompiledPreference { when: preference.when.clone(), weight: preference.weight, expr: Some(expr) })
+    }
+    pub(crate) fn rebuild(&mut self) -> Result<(), ExprError> {
+        self.expr = Some(crate::core::expr::parse(&self.when)?);
+        Ok(())
+    }
+    pub fn holds(&self, engine: &super::Engine) -> bool {
+        self.expr.as_ref().expect("preferences are rebuilt after every load").eval(&engine.props, engine.slots)
+    }
+}
+
+/// The score a list of preferences gives an engine.
+pub fn preference_score(preferences: &[CompiledPreference], engine: &super::Engine) -> i64 {
+    preferences.iter().filter(|p| p.holds(engine)).map(|p| i64::from(p.weight)).sum()
+}
+
+/// The conditions of one task, resolved against the state at submission.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TaskCondition {
+    /// The discriminator as written (empty: none).
+    pub discriminator: String,
+    /// The category of the job's requirements and this discriminator together.
+    pub category: Option<CategoryIdx>,
+    pub affinity: Vec<CompiledPreference>,
+    /// Earlier tasks of the job whose engines this task prefers.
+    pub task_affinity: Vec<u32>,
+    /// Tasks (of this job or earlier ones) that must end first.
+    pub depends_on: Vec<TaskKey>,
+}
+
+/// Completion times of a job's tasks (log time from the winning attempt's dispatch
+/// to its result), kept as exact integer sums for redundant rescheduling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CompletionTimes {
+    pub count: u64,
+    pub sum_ms: u128,
+    pub sum_sq_ms: u128,
+}
+
+impl CompletionTimes {
+    pub fn add(&mut self, ms: u64) {
+        self.count += 1;
+        self.sum_ms += u128::from(ms);
+        self.sum_sq_ms += u128::from(ms) * u128::from(ms);
+    }
+    /// Mean, rounded down.
+    pub fn mean_ms(&self) -> Option<u64> {
+        (self.count > 0).then(|| (self.sum_ms / u128::from(self.count)) as u64)
+    }
+    /// Population standard deviation, rounded down: isqrt((n·Σx² − (Σx)²) / n²).
+    pub fn std_dev_ms(&self) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let n = u128::from(self.count);
+        let spread = (n * self.sum_sq_ms).saturating_sub(self.sum_ms * self.sum_ms);
+        Some(isqrt(spread / (n * n)) as u64)
+    }
+}
+
+/// The integer square root, rounded down (Newton's method on integers).
+pub fn isqrt(value: u128) -> u128 {
+    if value < 2 {
+        return value;
+    }
+    let mut x = 1u128 << (value.ilog2() / 2 + 1);
+    loop {
+        let y = (x + value / x) / 2;
+        if y >= x {
+            return x;
+        }
+        x = y;
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -121,6 +251,29 @@ pub struct Job {
     pub(crate) fresh_next: u32,
     /// Tasks sent back to the queue, in the order they came back.
     pub(crate) retries: VecDeque<u32>,
+    pub options: JobOptions,
+    /// Job-level affinity.
+    pub(crate) affinity: Vec<CompiledPreference>,
+    /// Conditions of the tasks flagged [`TaskState::CONDITIONAL`].
+    pub(crate) conditions: BTreeMap<u32, TaskCondition>,
+    /// Served before anything else: queue-jumping tasks, and redundant copies
+    /// when the policy says `reschedule_first`.
+    pub(crate) front: VecDeque<u32>,
+    /// Served after the fresh tasks: redundant copies otherwise.
+    pub(crate) back: VecDeque<u32>,
+    /// Running tasks with a redundant copy waiting in `front` or `back`.
+    pub(crate) copies_waiting: BTreeSet<u32>,
+    /// Engines that get no more of this job's tasks.
+    pub blacklist: BTreeSet<EngineIdx>,
+    /// Task failures per engine, for black- and greylisting; cleared with the blacklists.
+    pub failures_by_engine: BTreeMap<EngineIdx, u32>,
+    pub completion_times: CompletionTimes,
+    /// Jobs this one depends on that have not ended yet (or failed, when it fails with them).
+    pub(crate) blocked_by: u32,
+    /// The dependency that failed, when the job fails with it: it waits for a FailDependent order.
+    pub failed_dependency: Option<JobIdx>,
+    /// Results that arrived after the task already had one (redundant copies).
+    pub redundant_results: u64,
 }
 
 impl Job {
@@ -157,6 +310,18 @@ impl Job {
             tasks: vec![TaskState::FRESH; n_tasks as usize],
             fresh_next: 0,
             retries: VecDeque::new(),
+            options: spec.options.clone(),
+            affinity: Vec::new(),
+            conditions: BTreeMap::new(),
+            front: VecDeque::new(),
+            back: VecDeque::new(),
+            copies_waiting: BTreeSet::new(),
+            blacklist: BTreeSet::new(),
+            failures_by_engine: BTreeMap::new(),
+            completion_times: CompletionTimes::default(),
+            blocked_by: 0,
+            failed_dependency: None,
+            redundant_results: 0,
         }
     }
 
@@ -189,16 +354,57 @@ impl Job {
         self.status == JobStatus::Active
     }
 
-    /// Active with tasks waiting: a member of `State::runnable`.
+    /// Active, not held by a dependency, with tasks or copies waiting: a member of `State::runnable`.
     pub fn is_runnable(&self) -> bool {
-        self.status == JobStatus::Active && self.counts.waiting > 0
+        self.status == JobStatus::Active
+            && self.blocked_by == 0
+            && (self.counts.waiting > 0 || !self.copies_waiting.is_empty())
     }
 
-    /// The waiting tasks in the order they are to be served: retries, then fresh ones.
+    /// Waiting tasks plus waiting redundant copies: how many dispatches the job can take.
+    pub fn n_wanting_dispatch(&self) -> u32 {
+        self.counts.waiting + self.copies_waiting.len() as u32
+    }
+
+    /// The waiting tasks (and copies) in the order they are served: the front
+    /// (queue jumps, copies rescheduled first), retries, fresh tasks by index, the
+    /// back (other copies). A task listed with its status `Dispatched` or `Running`
+    /// stands for a redundant copy of it.
     pub fn waiting_tasks(&self) -> impl Iterator<Item = u32> + '_ {
-        let fresh = (self.fresh_next..self.n_tasks())
-            .filter(|&index| self.tasks[index as usize].status == TaskStatus::Waiting && self.tasks[index as usize].attempts == 0);
-        self.retries.iter().copied().chain(fresh)
+        let fresh = (self.fresh_next..self.n_tasks()).filter(|&index| {
+            let task = &self.tasks[index as usize];
+            task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
+        });
+        self.front.iter().copied().chain(self.retries.iter().copied()).chain(fresh).chain(self.back.iter().copied())
+    }
+
+    /// No task of the job has conditions: every task is of the job's category.
+    pub fn conditions_are_empty(&self) -> bool {
+        self.conditions.is_empty()
+    }
+
+    /// A redundant copy of this task waits in the queue.
+    pub fn copy_waits(&self, index: u32) -> bool {
+        self.copies_waiting.contains(&index)
+    }
+
+    pub fn conditions_iter(&self) -> impl Iterator<Item = (&u32, &TaskCondition)> {
+        self.conditions.iter()
+    }
+
+    pub fn copies_waiting_is_empty(&self) -> bool {
+        self.copies_waiting.is_empty()
+    }
+
+    /// The conditions of a task, if it has any.
+    pub fn condition(&self, index: u32) -> Option<&TaskCondition> {
+        if self.tasks[index as usize].is_conditional() { self.conditions.get(&index) } else { None }
+    }
+
+    /// Whether the job scores engines by anything but tier and load (so the
+    /// dispatcher ranks its candidates one by one).
+    pub fn has_scores(&self) -> bool {
+        !self.affinity.is_empty() || (self.options.engine_greylisting && !self.failures_by_engine.is_empty())
     }
 
     fn set_status(&mut self, index: u32, status: TaskStatus) {
@@ -211,7 +417,9 @@ impl Job {
     pub(super) fn take_waiting(&mut self, index: u32, attempt: Attempt) {
         let task = self.tasks[index as usize];
         assert_eq!(task.status, TaskStatus::Waiting);
-        if task.attempts == 0 {
+        if task.is_queue_jump() && task.attempts == 0 {
+            remove_first(&mut self.front, index);
+        } else if task.attempts == 0 {
             if index == self.fresh_next {
                 self.fresh_next += 1;
                 while self.fresh_next < self.n_tasks() && self.tasks[self.fresh_next as usize].attempts > 0 {
@@ -227,6 +435,37 @@ impl Job {
         self.set_status(index, TaskStatus::Dispatched);
     }
 
+    /// A waiting redundant copy of a running task is being dispatched.
+    pub(super) fn take_copy(&mut self, index: u32, attempt: Attempt) {
+        let removed = self.copies_waiting.remove(&index);
+        assert!(removed, "a copy is taken only when one waits");
+        if !remove_first(&mut self.front, index) {
+            let in_back = remove_first(&mut self.back, index);
+            assert!(in_back, "a waiting copy is in the front or the back");
+        }
+        self.tasks[index as usize].attempts = attempt;
+    }
+
+    /// Queues a redundant copy of a running task.
+    pub(super) fn add_copy(&mut self, index: u32, first: bool) {
+        let added = self.copies_waiting.insert(index);
+        assert!(added, "one waiting copy per task");
+        if first { self.front.push_front(index) } else { self.back.push_back(index) }
+    }
+
+    /// Drops a task's waiting copy, if any (the task got its result or ended).
+    pub(super) fn drop_copy(&mut self, index: u32) {
+        if self.copies_waiting.remove(&index) && !remove_first(&mut self.front, index) {
+            remove_first(&mut self.back, index);
+        }
+    }
+
+    pub(super) fn set_task_status(&mut self, index: u32, status: TaskStatus) {
+        if self.tasks[index as usize].status != status {
+            self.set_status(index, status);
+        }
+    }
+
     pub(super) fn mark_running(&mut self, index: u32) {
         self.set_status(index, TaskStatus::Running);
     }
@@ -239,11 +478,12 @@ impl Job {
         self.set_status(index, TaskStatus::Cancelled);
     }
 
-    /// Returns true when the task has exhausted its attempts (and is now failed).
+    /// Counts a failure of the task's only live attempt. Returns true when the
+    /// task has exhausted its attempts (and is now failed); otherwise it waits again.
     pub(super) fn record_failure(&mut self, index: u32, engine: EngineIdx) -> bool {
         let task = &mut self.tasks[index as usize];
         task.failures = task.failures.saturating_add(1);
-        task.last_failed_on = Some(engine);
+        task.last_failed_on = MaybeEngine::some(engine);
         if u32::from(task.failures) >= self.max_attempts {
             self.set_status(index, TaskStatus::Failed);
             true
@@ -253,9 +493,46 @@ impl Job {
         }
     }
 
+    /// Counts a task failure reported by an engine, for black- and greylisting.
+    pub(super) fn count_engine_failure(&mut self, engine: EngineIdx) {
+        *self.failures_by_engine.entry(engine).or_default() += 1;
+    }
+
     pub(super) fn requeue(&mut self, index: u32) {
         self.set_status(index, TaskStatus::Waiting);
         self.retries.push_back(index);
+    }
+
+    /// A waiting task fails without running (a dependency of it failed).
+    pub(super) fn fail_waiting(&mut self, index: u32) {
+        assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting);
+        remove_first(&mut self.front, index);
+        remove_first(&mut self.retries, index);
+        self.set_status(index, TaskStatus::Failed);
+    }
+
+    /// Every task has ended (none waits, none is live).
+    pub fn all_tasks_ended(&self) -> bool {
+        self.counts.waiting + self.counts.dispatched + self.counts.running == 0
+    }
+
+    /// Adds tasks at the end of the job (`TasksAdded`).
+    pub(super) fn append_tasks(&mut self, params: &[BTreeMap<String, String>]) {
+        let list = self.task_params.get_or_insert_with(|| vec![BTreeMap::new(); self.tasks.len()]);
+        list.extend(params.iter().cloned());
+        self.tasks.extend(std::iter::repeat_n(TaskState::FRESH, params.len()));
+        self.counts.waiting += params.len() as u32;
+    }
+
+    /// Marks a task conditional (and queue-jumping if it asks), with its resolved conditions.
+    pub(crate) fn set_condition(&mut self, index: u32, condition: TaskCondition, queue_jump: bool) {
+        let task = &mut self.tasks[index as usize];
+        task.flags |= TaskState::CONDITIONAL;
+        if queue_jump {
+            task.flags |= TaskState::QUEUE_JUMP;
+            self.front.push_back(index);
+        }
+        self.conditions.insert(index, condition);
     }
 
     /// Every waiting task becomes cancelled (the job ended).
@@ -266,6 +543,9 @@ impl Job {
             }
         }
         self.retries.clear();
+        self.front.clear();
+        self.back.clear();
+        self.copies_waiting.clear();
         self.fresh_next = self.n_tasks();
     }
 
@@ -279,6 +559,28 @@ impl Job {
         for &index in &self.retries {
             assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting, "retry queue of {}", self.id);
         }
+        let mut copies_queued = 0;
+        for &index in self.front.iter().chain(&self.back) {
+            let task = &self.tasks[index as usize];
+            if task.is_live() {
+                copies_queued += 1;
+                assert!(self.copies_waiting.contains(&index), "a queued copy of {} is counted", self.id);
+            } else {
+                assert!(task.status == TaskStatus::Waiting && task.is_queue_jump(), "front of {} holds waiting jumps", self.id);
+            }
+        }
+        assert_eq!(copies_queued, self.copies_waiting.len(), "waiting copies of {}", self.id);
+    }
+}
+
+/// Removes the first `index` from a queue; whether it was there.
+fn remove_first(queue: &mut VecDeque<u32>, index: u32) -> bool {
+    match queue.iter().position(|&queued| queued == index) {
+        Some(at) => {
+            queue.remove(at);
+            true
+        }
+        None => false,
     }
 }
 

@@ -29,10 +29,13 @@ use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
 use index::{EngineSet, LiveAttempts, SilenceOrder, SortedDeque};
-pub use job::{Job, JobStatus, TaskCounts, TaskState, TaskStatus};
+pub use job::{
+    isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, TaskCondition,
+    TaskCounts, TaskState, TaskStatus,
+};
 
 use super::digest::Digest;
-use super::event::{EngineProps, Policy};
+use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
 use super::expr::Expr;
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{Rejected, Rejection};
@@ -88,14 +91,20 @@ pub struct Category {
     /// The requirements in canonical form (the parsed expression, printed).
     pub requirements: String,
     pub slots_per_task: u32,
+    /// The root library its jobs need: an engine is eligible only once it holds it.
+    pub library: Option<LibraryRef>,
     /// Rebuilt from `requirements` after a snapshot is loaded.
     #[serde(skip)]
     pub expr: Option<Expr>,
-    /// Bit `e` set: engine `e`'s properties satisfy the requirements and it has enough slots.
+    /// Bit `e` set: engine `e`'s properties satisfy the requirements, it has
+    /// enough slots, and it holds the library.
     pub eligible: Vec<u64>,
     /// Logged-in engines whose properties satisfy the requirements.
     pub matching_logged_in: u32,
-    /// Logged-in engines that are eligible (matching, with enough slots).
+    /// Logged-in engines that match and have enough slots, library or not: the
+    /// ones that could run the category once synced.
+    pub fitting_logged_in: u32,
+    /// Logged-in engines that are eligible (matching, with enough slots, holding the library).
     pub eligible_logged_in: u32,
     /// Active jobs of this category.
     pub jobs: BTreeSet<JobIdx>,
@@ -176,18 +185,37 @@ pub struct State {
     pub(crate) engines: Vec<Engine>,
     pub(crate) engine_index: IndexMap<EngineId, EngineIdx>,
     pub(crate) categories: Vec<Category>,
-    pub(crate) category_index: IndexMap<(String, u32), CategoryIdx>,
+    pub(crate) category_index: IndexMap<(String, u32, Option<LibraryRef>), CategoryIdx>,
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
     pub(crate) free_engines: EngineSet,
+    /// Each live task's first live attempt (the one a task without copies has).
     pub(crate) live: LiveAttempts,
+    /// Redundant copies: live attempts beside the one in `live`.
+    pub(crate) copies: BTreeMap<(TaskKey, Attempt), LiveAttempt>,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
-    pub(crate) dispatched_since: SortedDeque<(u64, TaskKey)>,
+    pub(crate) dispatched_since: SortedDeque<(u64, TaskKey, Attempt)>,
     /// Logged-in engines by the log time of their last accepted event (then index).
     pub(crate) engine_silence: SilenceOrder,
-    /// Live attempts of jobs that have ended (cancelled or failed): they await a Cancel.
-    pub(crate) to_cancel: BTreeSet<TaskKey>,
+    /// Live attempts that await a Cancel: of jobs that have ended, and redundant
+    /// copies of tasks that have their result when the job cancels them at once.
+    pub(crate) to_cancel: BTreeSet<(TaskKey, Attempt)>,
+    /// Published grid libraries.
+    pub libraries: BTreeMap<LibraryRef, LibraryInfo>,
+    /// The engine tiers of the policy, compiled (rebuilt after a snapshot loads).
+    #[serde(skip)]
+    pub(crate) tier_exprs: Vec<Expr>,
+    /// Jobs that wait for each job to end.
+    pub(crate) dependents: BTreeMap<JobIdx, Vec<JobIdx>>,
+    /// Active jobs whose failed dependency awaits a FailDependent order.
+    pub(crate) failing_dependents: BTreeSet<JobIdx>,
+    /// Active jobs with tasks that depend on other tasks.
+    pub(crate) jobs_with_task_dependencies: BTreeSet<JobIdx>,
+    /// Active jobs that reschedule long tasks redundantly.
+    pub(crate) redundancy_jobs: BTreeSet<JobIdx>,
+    /// (job, engine) that reached the job's blacklisting threshold, awaiting a Blacklist order.
+    pub(crate) pending_blacklists: BTreeSet<(JobIdx, EngineIdx)>,
     pub rejections: Rejections,
     pub totals: Totals,
 }
@@ -233,12 +261,50 @@ impl State {
     pub fn task(&self, key: TaskKey) -> TaskState {
         self.job(key.job).tasks[key.index as usize]
     }
+    /// The task's first live attempt (its only one unless it has redundant copies).
     pub fn live_attempt(&self, key: TaskKey) -> Option<&LiveAttempt> {
         self.live.get(&key)
     }
-    /// Every live attempt, in task order.
-    pub fn live_attempts(&self) -> Vec<(TaskKey, &LiveAttempt)> {
-        self.live.sorted()
+    /// One live attempt of a task by number, first or copy.
+    pub fn live_attempt_numbered(&self, key: TaskKey, attempt: Attempt) -> Option<&LiveAttempt> {
+        match self.live.get(&key) {
+            Some(live) if live.attempt == attempt => Some(live),
+            Some(_) => self.copies.get(&(key, attempt)),
+            None => None,
+        }
+    }
+    /// Every live attempt of a task, first one first, then copies by number.
+    pub fn live_attempts_of(&self, key: TaskKey) -> Vec<LiveAttempt> {
+        let mut all: Vec<LiveAttempt> = self.live.get(&key).copied().into_iter().collect();
+        if !self.copies.is_empty() {
+            all.extend(self.copies.range((key, 0)..=(key, Attempt::MAX)).map(|(_, live)| *live));
+        }
+        all
+    }
+    /// Every live attempt, in (task, attempt) order.
+    pub fn live_attempts(&self) -> Vec<(TaskKey, LiveAttempt)> {
+        let mut all: Vec<(TaskKey, LiveAttempt)> = self.live.sorted().into_iter().map(|(key, live)| (key, *live)).collect();
+        all.extend(self.copies.iter().map(|(&(key, _), live)| (key, *live)));
+        all.sort_unstable_by_key(|(key, live)| (*key, live.attempt));
+        all
+    }
+    /// The jobs a job depends on that have not ended.
+    pub fn unended_dependencies_of(&self, j: JobIdx) -> Vec<JobIdx> {
+        self.dependents.iter().filter(|(_, dependents)| dependents.contains(&j)).map(|(&dependency, _)| dependency).collect()
+    }
+
+    /// Every live attempt of one job, in (task, attempt) order.
+    pub fn live_attempts_of_job_sorted(&self, j: JobIdx) -> Vec<(TaskKey, LiveAttempt)> {
+        let mut all: Vec<(TaskKey, LiveAttempt)> =
+            self.live.tasks_of_job(j).into_iter().map(|key| (key, *self.live.get(&key).expect("listed"))).collect();
+        if !self.copies.is_empty() {
+            all.extend(self.copies.iter().filter(|((key, _), _)| key.job == j).map(|(&(key, _), live)| (key, *live)));
+            all.sort_unstable_by_key(|(key, live)| (*key, live.attempt));
+        }
+        all
+    }
+    pub fn n_redundant_copies(&self) -> usize {
+        self.copies.len()
     }
     pub fn runnable_jobs(&self) -> impl Iterator<Item = &JobRank> {
         self.runnable.iter()
@@ -246,7 +312,7 @@ impl State {
     pub fn free_engines(&self) -> impl Iterator<Item = EngineIdx> + '_ {
         self.free_engines.iter()
     }
-    pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey)> {
+    pub fn dispatched_by_age(&self) -> impl Iterator<Item = &(u64, TaskKey, Attempt)> {
         self.dispatched_since.iter()
     }
     /// Logged-in engines as (log time last heard from, engine), the longest silent
@@ -265,8 +331,36 @@ impl State {
     pub fn any_engine_logged_in(&self) -> bool {
         !self.engine_silence.is_empty()
     }
-    pub fn attempts_to_cancel(&self) -> impl Iterator<Item = TaskKey> + '_ {
+    pub fn attempts_to_cancel(&self) -> impl Iterator<Item = (TaskKey, Attempt)> + '_ {
         self.to_cancel.iter().copied()
+    }
+    pub fn library(&self, library: &LibraryRef) -> Option<&LibraryInfo> {
+        self.libraries.get(library)
+    }
+    pub fn jobs_failing_with_a_dependency(&self) -> impl Iterator<Item = JobIdx> + '_ {
+        self.failing_dependents.iter().copied()
+    }
+    pub fn jobs_with_task_dependencies(&self) -> impl Iterator<Item = JobIdx> + '_ {
+        self.jobs_with_task_dependencies.iter().copied()
+    }
+    pub fn redundancy_jobs(&self) -> impl Iterator<Item = JobIdx> + '_ {
+        self.redundancy_jobs.iter().copied()
+    }
+    pub fn pending_blacklists(&self) -> impl Iterator<Item = (JobIdx, EngineIdx)> + '_ {
+        self.pending_blacklists.iter().copied()
+    }
+    /// The engine reached the job's blacklisting threshold; its Blacklist order is yet to be folded.
+    pub fn is_blacklist_pending(&self, j: JobIdx, e: EngineIdx) -> bool {
+        !self.pending_blacklists.is_empty() && self.pending_blacklists.contains(&(j, e))
+    }
+    pub fn has_pending_blacklist(&self, j: JobIdx) -> bool {
+        !self.pending_blacklists.is_empty()
+            && self.pending_blacklists.range((j, EngineIdx(0))..=(j, EngineIdx(u32::MAX))).next().is_some()
+    }
+    /// Whether a task has ended in a way that releases its dependents: done, or
+    /// failed or cancelled (which fails dependents that ask to fail with it).
+    pub fn task_has_ended(&self, key: TaskKey) -> bool {
+        matches!(self.task(key).status, TaskStatus::Done | TaskStatus::Failed | TaskStatus::Cancelled)
     }
 
     // ---- engines -------------------------------------------------------------
@@ -278,6 +372,8 @@ impl State {
                 self.set_engine_logged_out(idx);
                 let engine = &mut self.engines[idx.0 as usize];
                 engine.slots = slots;
+                engine.libraries = props.libraries.iter().cloned().collect();
+                engine.syncing = None;
                 engine.props = props;
                 idx
             }
@@ -293,6 +389,7 @@ impl State {
         engine.status = EngineStatus::LoggedIn;
         engine.last_seen_ms = now;
         engine.logins += 1;
+        engine.tier = tier_of(&self.tier_exprs, engine);
         self.engine_silence.insert(now, idx);
         for c in 0..self.categories.len() {
             self.refresh_eligibility(CategoryIdx(c as u32), idx);
@@ -316,6 +413,9 @@ impl State {
             }
             if category.expr().eval(&engine.props, engine.slots) {
                 category.matching_logged_in -= 1;
+                if engine.slots >= category.slots_per_task {
+                    category.fitting_logged_in -= 1;
+                }
             }
         }
         self.engines[idx.0 as usize].status = EngineStatus::LoggedOut;
@@ -355,17 +455,20 @@ impl State {
 
     /// Recomputes one (category, engine) cell and keeps the logged-in counts and
     /// the unschedulable flags of the category's jobs in step with it.
+    /// Only for an engine not yet counted in the category (just logged in, or a new category).
     fn refresh_eligibility(&mut self, c: CategoryIdx, e: EngineIdx) {
         let engine = &self.engines[e.0 as usize];
         let category = &mut self.categories[c.0 as usize];
         let matches = category.expr().eval(&engine.props, engine.slots);
-        let eligible = matches && engine.slots >= category.slots_per_task;
+        let fits = matches && engine.slots >= category.slots_per_task;
+        let eligible = fits && category.library.as_ref().is_none_or(|library| engine.holds(library));
         category.set_eligible(e, eligible);
         if engine.status == EngineStatus::LoggedIn {
             category.matching_logged_in += u32::from(matches);
+            category.fitting_logged_in += u32::from(fits);
             category.eligible_logged_in += u32::from(eligible);
         }
-        if category.eligible_logged_in > 0 {
+        if category.fitting_logged_in > 0 {
             let jobs: Vec<JobIdx> = category.jobs.iter().copied().collect();
             for job in jobs {
                 self.jobs[job.0 as usize].unschedulable = None;
@@ -373,12 +476,73 @@ impl State {
         }
     }
 
+    // ---- libraries and tiers -------------------------------------------------
+
+    /// A library is published: jobs flagged unschedulable for the want of it can now sync it.
+    pub(crate) fn publish_library(&mut self, info: LibraryInfo) {
+        for category in &self.categories {
+            if category.library.as_ref() == Some(&info.library) {
+                for &j in &category.jobs {
+                    self.jobs[j.0 as usize].unschedulable = None;
+                }
+            }
+        }
+        self.libraries.insert(info.library.clone(), info);
+    }
+
+    /// The engine now holds the library: categories rooted on it may use it.
+    pub(crate) fn library_synced(&mut self, e: EngineIdx, library: &LibraryRef) {
+        let engine = &mut self.engines[e.0 as usize];
+        if engine.syncing.as_ref() == Some(library) {
+            engine.syncing = None;
+        }
+        if !engine.libraries.insert(library.clone()) {
+            return;
+        }
+        let logged_in = engine.status == EngineStatus::LoggedIn;
+        for c in 0..self.categories.len() {
+            let category = &self.categories[c];
+            if category.library.as_ref() != Some(library) || category.is_eligible(e) {
+                continue;
+            }
+            let engine = &self.engines[e.0 as usize];
+            let fits = category.expr().eval(&engine.props, engine.slots) && engine.slots >= category.slots_per_task;
+            if fits {
+                let category = &mut self.categories[c];
+                category.set_eligible(e, true);
+                if logged_in {
+                    category.eligible_logged_in += 1;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn sync_ordered(&mut self, e: EngineIdx, library: &LibraryRef) {
+        self.engines[e.0 as usize].syncing = Some(library.clone());
+    }
+
+    pub(crate) fn sync_failed(&mut self, e: EngineIdx, library: &LibraryRef) {
+        let engine = &mut self.engines[e.0 as usize];
+        if engine.syncing.as_ref() == Some(library) {
+            engine.syncing = None;
+        }
+    }
+
+    /// A new policy: its tiers are compiled and every engine's tier recomputed.
+    pub(crate) fn set_policy(&mut self, policy: Policy, tier_exprs: Vec<Expr>) {
+        self.policy = policy;
+        self.tier_exprs = tier_exprs;
+        for engine in &mut self.engines {
+            engine.tier = tier_of(&self.tier_exprs, engine);
+        }
+    }
+
     // ---- jobs and categories -------------------------------------------------
 
-    /// The category for these requirements, created (and its eligibility computed
-    /// over every known engine) if new.
-    pub(crate) fn category_for(&mut self, expr: Expr, slots_per_task: u32) -> CategoryIdx {
-        let key = (expr.to_string(), slots_per_task);
+    /// The category for these requirements and library, created (and its
+    /// eligibility computed over every known engine) if new.
+    pub(crate) fn category_for(&mut self, expr: Expr, slots_per_task: u32, library: Option<LibraryRef>) -> CategoryIdx {
+        let key = (expr.to_string(), slots_per_task, library);
         if let Some(&idx) = self.category_index.get(&key) {
             return idx;
         }
@@ -386,9 +550,11 @@ impl State {
         self.categories.push(Category {
             requirements: key.0.clone(),
             slots_per_task,
+            library: key.2.clone(),
             expr: Some(expr),
             eligible: Vec::new(),
             matching_logged_in: 0,
+            fitting_logged_in: 0,
             eligible_logged_in: 0,
             jobs: BTreeSet::new(),
         });
@@ -399,13 +565,75 @@ impl State {
         idx
     }
 
-    pub(crate) fn add_job(&mut self, job: Job) -> JobIdx {
+    /// Adds a submitted job. `depends_on` are the jobs it waits for (already resolved).
+    pub(crate) fn add_job(&mut self, job: Job, depends_on: &[JobIdx]) -> JobIdx {
         let idx = JobIdx(self.jobs.len() as u32);
         self.job_index.insert(job.id.clone(), idx);
-        self.categories[job.category.0 as usize].jobs.insert(idx);
         self.jobs.push(job);
+        for c in self.job_categories(idx) {
+            self.categories[c.0 as usize].jobs.insert(idx);
+        }
+        for &dependency in depends_on {
+            let status = self.jobs[dependency.0 as usize].status;
+            if status == JobStatus::Active {
+                self.jobs[idx.0 as usize].blocked_by += 1;
+                self.dependents.entry(dependency).or_default().push(idx);
+            } else {
+                self.release_dependent(idx, dependency, status);
+            }
+        }
+        self.index_job_rules(idx);
         self.refresh_runnable(idx, false);
         idx
+    }
+
+    /// Every category a job's tasks use: the job's own and its discriminators'.
+    pub fn job_categories(&self, idx: JobIdx) -> BTreeSet<CategoryIdx> {
+        let job = &self.jobs[idx.0 as usize];
+        let mut categories: BTreeSet<CategoryIdx> = job.conditions.values().filter_map(|c| c.category).collect();
+        categories.insert(job.category);
+        categories
+    }
+
+    /// Keeps the job in the indexes of the rules it uses (task dependencies, redundancy).
+    fn index_job_rules(&mut self, idx: JobIdx) {
+        let job = &self.jobs[idx.0 as usize];
+        let active = job.status == JobStatus::Active;
+        let has_task_deps = job.conditions.values().any(|c| !c.depends_on.is_empty());
+        if active && has_task_deps {
+            self.jobs_with_task_dependencies.insert(idx);
+        } else {
+            self.jobs_with_task_dependencies.remove(&idx);
+        }
+        if active && job.options.redundant_rescheduling {
+            self.redundancy_jobs.insert(idx);
+        } else {
+            self.redundancy_jobs.remove(&idx);
+        }
+        if !active {
+            self.failing_dependents.remove(&idx);
+            self.pending_blacklists.retain(|&(j, _)| j != idx);
+        }
+    }
+
+    /// More tasks for an active job; `conditions` are already resolved, keyed by
+    /// absolute task index.
+    pub(crate) fn add_tasks(
+        &mut self,
+        idx: JobIdx,
+        params: &[BTreeMap<String, String>],
+        conditions: Vec<(u32, TaskCondition, bool)>,
+    ) {
+        let was_runnable = self.jobs[idx.0 as usize].is_runnable();
+        self.jobs[idx.0 as usize].append_tasks(params);
+        for (index, condition, queue_jump) in conditions {
+            if let Some(c) = condition.category {
+                self.categories[c.0 as usize].jobs.insert(idx);
+            }
+            self.jobs[idx.0 as usize].set_condition(index, condition, queue_jump);
+        }
+        self.index_job_rules(idx);
+        self.refresh_runnable(idx, was_runnable);
     }
 
     pub(crate) fn job_mut(&mut self, idx: JobIdx) -> &mut Job {
@@ -437,7 +665,8 @@ impl State {
         }
     }
 
-    /// Ends a job: its waiting tasks are cancelled, its live attempts await a Cancel order.
+    /// Ends a job: its waiting tasks are cancelled, its live attempts await a
+    /// Cancel, and the jobs that depend on it hear of it.
     pub(crate) fn end_job(&mut self, idx: JobIdx, status: JobStatus) {
         assert!(status != JobStatus::Active);
         let now = self.now_ms;
@@ -449,78 +678,192 @@ impl State {
         job.status = status;
         job.ended_ms = Some(now);
         job.cancel_waiting_tasks();
-        let category = job.category;
-        let has_live = job.counts.dispatched + job.counts.running > 0;
-        self.categories[category.0 as usize].jobs.remove(&idx);
-        let live = if has_live { self.live.tasks_of_job(idx) } else { Vec::new() };
-        self.to_cancel.extend(live);
+        self.leave_job(idx, was_runnable);
+    }
+
+    /// What every ending does once the job's status is set: out of the categories
+    /// and rule indexes, its live attempts to cancel, its dependents released.
+    fn leave_job(&mut self, idx: JobIdx, was_runnable: bool) {
+        for c in self.job_categories(idx) {
+            self.categories[c.0 as usize].jobs.remove(&idx);
+        }
+        let job = &self.jobs[idx.0 as usize];
+        let status = job.status;
+        let has_live = job.counts.dispatched + job.counts.running > 0 || !self.copies.is_empty();
+        if has_live {
+            let live = self.live_attempts_of_job(idx);
+            self.to_cancel.extend(live);
+        }
+        self.index_job_rules(idx);
         self.refresh_runnable(idx, was_runnable);
+        for dependent in self.dependents.remove(&idx).unwrap_or_default() {
+            self.release_dependent(dependent, idx, status);
+        }
+    }
+
+    /// A job `dependent` waited for has ended with `status`: it is released, or,
+    /// when it fails with its dependencies and this one did not succeed, it awaits
+    /// a FailDependent order (and stays held until then).
+    fn release_dependent(&mut self, dependent: JobIdx, dependency: JobIdx, status: JobStatus) {
+        let job = &mut self.jobs[dependent.0 as usize];
+        if job.status != JobStatus::Active {
+            return;
+        }
+        let was_runnable = job.is_runnable();
+        if status != JobStatus::Done && job.options.fail_on_dependency_failure {
+            if job.failed_dependency.is_none() {
+                job.failed_dependency = Some(dependency);
+                self.failing_dependents.insert(dependent);
+            }
+            return;
+        }
+        if job.blocked_by > 0 {
+            job.blocked_by -= 1;
+        }
+        self.refresh_runnable(dependent, was_runnable);
+    }
+
+    /// Every live attempt of a job, first attempts and copies.
+    fn live_attempts_of_job(&self, idx: JobIdx) -> Vec<(TaskKey, Attempt)> {
+        let mut all: Vec<(TaskKey, Attempt)> =
+            self.live.tasks_of_job(idx).into_iter().map(|key| (key, self.live.get(&key).expect("listed").attempt)).collect();
+        all.extend(self.copies.keys().filter(|(key, _)| key.job == idx).copied());
+        all
+    }
+
+    /// Ends an active job whose tasks have all ended: done when every task is, failed otherwise.
+    fn finish_job_if_ended(&mut self, idx: JobIdx) {
+        let now = self.now_ms;
+        let job = &mut self.jobs[idx.0 as usize];
+        if job.status != JobStatus::Active || !job.all_tasks_ended() {
+            return;
+        }
+        let was_runnable = job.is_runnable();
+        job.status = if job.counts.done == job.n_tasks() { JobStatus::Done } else { JobStatus::Failed };
+        job.ended_ms = Some(now);
+        self.leave_job(idx, was_runnable);
     }
 
     // ---- the attempt lifecycle ----------------------------------------------
 
-    /// Books a waiting task onto an engine as the given attempt.
+    /// Books a waiting task, or a waiting redundant copy of a live one, onto an
+    /// engine as the given attempt.
     pub(crate) fn dispatch(&mut self, key: TaskKey, attempt: Attempt, e: EngineIdx) {
         let now = self.now_ms;
         let job = &mut self.jobs[key.job.0 as usize];
         let was_runnable = job.is_runnable();
         let slots = job.slots_per_task;
-        job.take_waiting(key.index, attempt);
+        let is_copy = job.tasks[key.index as usize].is_live();
+        if is_copy {
+            job.take_copy(key.index, attempt);
+        } else {
+            job.take_waiting(key.index, attempt);
+        }
+        job.tasks[key.index as usize].last_engine = MaybeEngine::some(e);
         let engine = &mut self.engines[e.0 as usize];
         engine.used += slots;
         assert!(engine.used <= engine.slots, "engine {} booked above its slots", engine.id);
         engine.live += 1;
-        let previous = self.live.insert(key, LiveAttempt { attempt, engine: e, dispatched_ms: now, started_ms: None });
-        assert!(previous.is_none(), "a task has at most one live attempt");
-        self.dispatched_since.insert((now, key));
+        let live = LiveAttempt { attempt, engine: e, dispatched_ms: now, started_ms: None };
+        if is_copy {
+            let previous = self.copies.insert((key, attempt), live);
+            assert!(previous.is_none(), "an attempt number is used once");
+        } else {
+            let previous = self.live.insert(key, live);
+            assert!(previous.is_none(), "a waiting task has no live attempt");
+        }
+        self.dispatched_since.insert((now, key, attempt));
         self.totals.dispatches += 1;
         self.refresh_free(e);
         self.refresh_runnable(key.job, was_runnable);
     }
 
-    pub(crate) fn start(&mut self, key: TaskKey) {
+    fn live_numbered_mut(&mut self, key: TaskKey, attempt: Attempt) -> &mut LiveAttempt {
+        match self.live.get_mut(&key) {
+            Some(live) if live.attempt == attempt => live,
+            _ => self.copies.get_mut(&(key, attempt)).expect("fold checks the attempt is live"),
+        }
+    }
+
+    pub(crate) fn start(&mut self, key: TaskKey, attempt: Attempt) {
         let now = self.now_ms;
-        let live = self.live.get_mut(&key).expect("fold checks the attempt is live");
-        self.dispatched_since.remove(&(live.dispatched_ms, key));
+        let live = self.live_numbered_mut(key, attempt);
+        let dispatched_ms = live.dispatched_ms;
         live.started_ms = Some(now);
-        self.jobs[key.job.0 as usize].mark_running(key.index);
+        self.dispatched_since.remove(&(dispatched_ms, key, attempt));
+        let job = &mut self.jobs[key.job.0 as usize];
+        if job.tasks[key.index as usize].status == TaskStatus::Dispatched {
+            job.mark_running(key.index);
+        }
         self.record_wait(key);
     }
 
-    /// Removes the live attempt and frees its slots; the caller sets the task's next status.
-    fn release(&mut self, key: TaskKey) -> LiveAttempt {
-        let live = self.live.remove(&key).expect("only live attempts are released");
+    /// Removes one live attempt and frees its slots. When it was the task's first
+    /// live attempt and copies remain, the oldest copy takes its place. Returns
+    /// the attempt and whether the task still has a live attempt; the caller sets
+    /// the task's next status.
+    fn release(&mut self, key: TaskKey, attempt: Attempt) -> (LiveAttempt, bool) {
+        let live = match self.live.get(&key) {
+            Some(first) if first.attempt == attempt => {
+                let first = self.live.remove(&key).expect("just seen");
+                if let Some((&(_, copy_attempt), _)) = self.copies.range((key, 0)..=(key, Attempt::MAX)).next() {
+                    let copy = self.copies.remove(&(key, copy_attempt)).expect("just seen");
+                    self.live.insert(key, copy);
+                }
+                first
+            }
+            _ => self.copies.remove(&(key, attempt)).expect("only live attempts are released"),
+        };
         if live.started_ms.is_none() {
-            self.dispatched_since.remove(&(live.dispatched_ms, key));
+            self.dispatched_since.remove(&(live.dispatched_ms, key, attempt));
         }
-        self.to_cancel.remove(&key);
+        self.to_cancel.remove(&(key, attempt));
         let slots = self.jobs[key.job.0 as usize].slots_per_task;
         let engine = &mut self.engines[live.engine.0 as usize];
         engine.used -= slots;
         engine.live -= 1;
         self.refresh_free(live.engine);
-        live
+        (live, self.live.contains_key(&key))
     }
 
-    pub(crate) fn complete(&mut self, key: TaskKey, wall_ms: u64) {
+    /// After one of several attempts ended: the task runs if any remaining attempt has started.
+    fn refresh_live_status(&mut self, key: TaskKey) {
+        let job = &self.jobs[key.job.0 as usize];
+        if !job.tasks[key.index as usize].is_live() {
+            return;
+        }
+        let any_started = self.live_attempts_of(key).iter().any(|live| live.started_ms.is_some());
+        let status = if any_started { TaskStatus::Running } else { TaskStatus::Dispatched };
+        self.jobs[key.job.0 as usize].set_task_status(key.index, status);
+    }
+
+    pub(crate) fn complete(&mut self, key: TaskKey, attempt: Attempt, wall_ms: u64) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
-        let live = self.release(key);
+        let (live, others_live) = self.release(key, attempt);
         if live.started_ms.is_none() {
             self.record_wait(key);
         }
         self.engines[live.engine.0 as usize].completed += 1;
-        self.totals.tasks_done += 1;
         self.totals.busy_ms_sum += wall_ms;
+        let now = self.now_ms;
         let job = &mut self.jobs[key.job.0 as usize];
+        if !job.tasks[key.index as usize].is_live() {
+            // A redundant copy's result after the task already had one: the first wins.
+            job.redundant_results += 1;
+            self.refresh_runnable(key.job, was_runnable);
+            return;
+        }
+        self.totals.tasks_done += 1;
+        job.completion_times.add(now.saturating_sub(live.dispatched_ms));
+        job.drop_copy(key.index);
         job.mark_done(key.index);
-        if job.status == JobStatus::Active && job.counts.done == job.n_tasks() {
-            let now = self.now_ms;
-            job.status = JobStatus::Done;
-            job.ended_ms = Some(now);
-            let category = job.category;
-            self.categories[category.0 as usize].jobs.remove(&key.job);
+        job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
+        if others_live && job.options.cancel_redundant_on_first_result {
+            let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
+            self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }
         self.refresh_runnable(key.job, was_runnable);
+        self.finish_job_if_ended(key.job);
     }
 
     /// Counts the wait of an attempt starting now (or completing with no start report).
@@ -531,31 +874,57 @@ impl State {
         self.totals.waits_counted += 1;
     }
 
-    /// A failure reported by the engine: counts against the task's attempts; the
-    /// task is retried (not on this engine while another fits) or, when its
-    /// attempts are exhausted, fails and so ends its job failed.
-    pub(crate) fn fail(&mut self, key: TaskKey) {
+    /// A failure reported by the engine. It counts against the engine for black-
+    /// and greylisting. When it was the task's only live attempt it counts against
+    /// the task: retried (not on this engine while another fits) or, its attempts
+    /// exhausted, failed, which fails the job unless the job carries on.
+    pub(crate) fn fail(&mut self, key: TaskKey, attempt: Attempt) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
-        let live = self.release(key);
+        let (live, others_live) = self.release(key, attempt);
         self.engines[live.engine.0 as usize].failed += 1;
         self.totals.attempts_failed += 1;
         let job = &mut self.jobs[key.job.0 as usize];
+        job.count_engine_failure(live.engine);
+        let failures = job.failures_by_engine[&live.engine];
+        if job.options.engine_blacklisting
+            && failures >= job.options.blacklist_threshold()
+            && !job.blacklist.contains(&live.engine)
+            && job.status == JobStatus::Active
+        {
+            self.pending_blacklists.insert((key.job, live.engine));
+        }
+        let job = &mut self.jobs[key.job.0 as usize];
+        if !job.tasks[key.index as usize].is_live() || others_live {
+            self.refresh_live_status(key);
+            self.refresh_runnable(key.job, was_runnable);
+            return;
+        }
+        job.drop_copy(key.index);
         let exhausted = job.record_failure(key.index, live.engine);
         if exhausted {
             self.totals.tasks_failed += 1;
+            if self.jobs[key.job.0 as usize].options.continue_on_task_failure {
+                self.refresh_runnable(key.job, was_runnable);
+                self.finish_job_if_ended(key.job);
+                return;
+            }
             self.end_job(key.job, JobStatus::Failed);
         }
         self.refresh_runnable(key.job, was_runnable);
     }
 
     /// An attempt ended through no fault of the task (engine lost or logged out,
-    /// dispatch timeout): back to the queue without counting a failure.
-    pub(crate) fn requeue(&mut self, key: TaskKey) {
+    /// dispatch timeout): back to the queue without counting a failure, unless
+    /// another attempt of the task lives on.
+    pub(crate) fn requeue(&mut self, key: TaskKey, attempt: Attempt) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
-        self.release(key);
+        let (_, others_live) = self.release(key, attempt);
         self.totals.requeues += 1;
         let job = &mut self.jobs[key.job.0 as usize];
-        if job.status == JobStatus::Active {
+        if !job.tasks[key.index as usize].is_live() || others_live {
+            self.refresh_live_status(key);
+        } else if job.status == JobStatus::Active {
+            job.drop_copy(key.index);
             job.requeue(key.index);
         } else {
             job.mark_cancelled(key.index);
@@ -563,19 +932,87 @@ impl State {
         self.refresh_runnable(key.job, was_runnable);
     }
 
-    /// The Cancel order of an ended job's attempt took effect.
-    pub(crate) fn cancel_attempt(&mut self, key: TaskKey) {
+    /// A Cancel order took effect: of an ended job's attempt, or of a redundant copy.
+    pub(crate) fn cancel_attempt(&mut self, key: TaskKey, attempt: Attempt) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
-        self.release(key);
-        self.jobs[key.job.0 as usize].mark_cancelled(key.index);
+        let (_, others_live) = self.release(key, attempt);
+        let job = &mut self.jobs[key.job.0 as usize];
+        if !job.tasks[key.index as usize].is_live() || others_live {
+            self.refresh_live_status(key);
+        } else {
+            job.mark_cancelled(key.index);
+        }
         self.refresh_runnable(key.job, was_runnable);
     }
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
     pub(crate) fn requeue_engine_attempts(&mut self, e: EngineIdx) {
-        let keys = if self.engines[e.0 as usize].live > 0 { self.live.tasks_on_engine(e) } else { Vec::new() };
-        for key in keys {
-            self.requeue(key);
+        if self.engines[e.0 as usize].live == 0 {
+            return;
+        }
+        let mut attempts: Vec<(TaskKey, Attempt)> = self
+            .live
+            .tasks_on_engine(e)
+            .into_iter()
+            .map(|key| (key, self.live.get(&key).expect("listed").attempt))
+            .collect();
+        attempts.extend(self.copies.iter().filter(|(_, live)| live.engine == e).map(|(&key, _)| key));
+        attempts.sort_unstable();
+        for (key, attempt) in attempts {
+            self.requeue(key, attempt);
+        }
+    }
+
+    // ---- blacklists, copies and dependencies -----------------------------------
+
+    /// A Reschedule order took effect: a copy of the running task waits in its job's queue.
+    pub(crate) fn add_copy(&mut self, key: TaskKey, first: bool) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
+        self.jobs[key.job.0 as usize].add_copy(key.index, first);
+        self.refresh_runnable(key.job, was_runnable);
+    }
+
+    pub(crate) fn blacklist(&mut self, j: JobIdx, e: EngineIdx) {
+        self.pending_blacklists.remove(&(j, e));
+        self.jobs[j.0 as usize].blacklist.insert(e);
+    }
+
+    /// Clears the blacklists and greylists of every job, for one engine or all.
+    pub(crate) fn clear_blacklists(&mut self, engine: Option<EngineIdx>) {
+        for job in &mut self.jobs {
+            match engine {
+                Some(e) => {
+                    job.blacklist.remove(&e);
+                    job.failures_by_engine.remove(&e);
+                }
+                None => {
+                    job.blacklist.clear();
+                    job.failures_by_engine.clear();
+                }
+            }
+        }
+        self.pending_blacklists.retain(|&(_, e)| engine.is_some_and(|cleared| cleared != e));
+    }
+
+    /// A FailDependent order for a whole job took effect.
+    pub(crate) fn fail_for_dependency(&mut self, j: JobIdx) {
+        self.failing_dependents.remove(&j);
+        self.end_job(j, JobStatus::Failed);
+    }
+
+    /// A FailDependent order for one waiting task took effect: it fails without
+    /// running, and its job fails with it unless the job carries on.
+    pub(crate) fn fail_task_for_dependency(&mut self, key: TaskKey) {
+        let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
+        let job = &mut self.jobs[key.job.0 as usize];
+        job.fail_waiting(key.index);
+        self.totals.tasks_failed += 1;
+        if job.options.continue_on_task_failure {
+            self.refresh_runnable(key.job, was_runnable);
+            self.finish_job_if_ended(key.job);
+        } else {
+            self.end_job(key.job, JobStatus::Failed);
+            self.refresh_runnable(key.job, was_runnable);
         }
     }
 
@@ -605,6 +1042,14 @@ impl State {
             })?;
             category.expr = Some(expr);
         }
+        let broken = |what: &str, e: super::expr::ExprError| SnapshotError::Decode(format!("{what}: {e}"));
+        for job in &mut state.jobs {
+            let preferences = job.affinity.iter_mut().chain(job.conditions.values_mut().flat_map(|c| c.affinity.iter_mut()));
+            for preference in preferences {
+                preference.rebuild().map_err(|e| broken(&format!("affinity of job {}", job.id), e))?;
+            }
+        }
+        state.tier_exprs = compile_tiers(&state.policy.engine_tiers).map_err(|e| broken("engine tiers", e))?;
         state.check_invariants();
         Ok(state)
     }
@@ -620,21 +1065,36 @@ impl State {
         let mut used = vec![0u32; self.engines.len()];
         let mut live_per_engine = vec![0u32; self.engines.len()];
         let mut n_unstarted = 0;
-        for (key, live) in self.live.sorted() {
+        for (key, live) in self.live_attempts() {
             if live.started_ms.is_none() {
                 n_unstarted += 1;
-                assert!(self.dispatched_since.contains(&(live.dispatched_ms, key)), "dispatch index of {key:?}");
+                assert!(
+                    self.dispatched_since.contains(&(live.dispatched_ms, key, live.attempt)),
+                    "dispatch index of {key:?}"
+                );
             }
             let job = self.job(key.job);
             used[live.engine.0 as usize] += job.slots_per_task;
             live_per_engine[live.engine.0 as usize] += 1;
             let task = job.tasks[key.index as usize];
+            let redundant_leftover = task.status == TaskStatus::Done || job.status != JobStatus::Active;
             assert!(
-                matches!(task.status, TaskStatus::Dispatched | TaskStatus::Running),
+                task.is_live() || redundant_leftover,
                 "live attempt of {key:?} has task status {:?}",
                 task.status
             );
-            assert_eq!(task.attempts, live.attempt, "live attempt number of {key:?}");
+            assert!(live.attempt <= task.attempts, "live attempt number of {key:?}");
+            assert!(self.live.contains_key(&key), "a task with copies has a first live attempt");
+        }
+        for (key, live) in self.live.sorted() {
+            let task = self.task(key);
+            if task.is_live() {
+                let all = self.live_attempts_of(key);
+                let any_started = all.iter().any(|live| live.started_ms.is_some());
+                let expected = if any_started { TaskStatus::Running } else { TaskStatus::Dispatched };
+                assert_eq!(task.status, expected, "status of {key:?} follows its attempts");
+                assert!(all.iter().all(|other| other.attempt >= live.attempt), "the first live attempt is the oldest");
+            }
         }
         for (e, engine) in self.engines.iter().enumerate() {
             assert!(engine.used <= engine.slots, "engine {} above its slots", engine.id);
@@ -665,11 +1125,45 @@ impl State {
             self.free_engines.len(),
             self.engines.iter().filter(|e| e.status == EngineStatus::LoggedIn && e.used < e.slots).count()
         );
-        for key in &self.to_cancel {
-            assert!(self.live.contains_key(key), "an attempt awaiting cancel is live");
-            assert!(self.job(key.job).status != JobStatus::Active);
+        for &(key, attempt) in &self.to_cancel {
+            assert!(self.live_attempt_numbered(key, attempt).is_some(), "an attempt awaiting cancel is live");
+            assert!(self.job(key.job).status != JobStatus::Active || self.task(key).status == TaskStatus::Done);
+        }
+        for (e, engine) in self.engines.iter().enumerate() {
+            assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);
+            for category in &self.categories {
+                let fits = category.expr().eval(&engine.props, engine.slots) && engine.slots >= category.slots_per_task;
+                let eligible = fits && category.library.as_ref().is_none_or(|library| engine.holds(library));
+                assert_eq!(category.is_eligible(EngineIdx(e as u32)), eligible, "eligibility of {}", engine.id);
+            }
+        }
+        for &(j, e) in &self.pending_blacklists {
+            let job = self.job(j);
+            assert!(job.is_active() && job.options.engine_blacklisting && !job.blacklist.contains(&e));
         }
     }
+}
+
+/// Compiles the policy's engine tiers, each `property=value`, into `property == value`.
+pub fn compile_tiers(tiers: &[String]) -> Result<Vec<Expr>, super::expr::ExprError> {
+    tiers.iter().map(|tier| super::expr::parse(&tier_expression(tier))).collect()
+}
+
+/// A tier as a requirements expression: a value that is a whole number compares
+/// as a number (`cores=8`), any other as a string (`type=blade`).
+pub fn tier_expression(tier: &str) -> String {
+    let (property, value) = tier.split_once('=').unwrap_or((tier, ""));
+    let (property, value) = (property.trim(), value.trim());
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        format!("{property} == {value}")
+    } else {
+        format!("{property} == \"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// The first tier the engine matches (0 = highest), or the number of tiers.
+fn tier_of(tiers: &[Expr], engine: &Engine) -> u32 {
+    tiers.iter().position(|tier| tier.eval(&engine.props, engine.slots)).unwrap_or(tiers.len()) as u32
 }
 
 #[derive(Debug, thiserror::Error)]
