@@ -40,6 +40,8 @@ pub mod redundancy;
 
 #[cfg(test)]
 mod busy_grid_tests;
+#[cfg(test)]
+mod gridserver_tests;
 pub mod lifecycle;
 
 pub use in_flight::InFlight;

@@ -1,0 +1,519 @@
+//! Scenario tests of the GridServer stages: libraries, tiers, conditions, black-
+//! and greylisting, redundant rescheduling. Each builds a log by hand, lets the
+//! projector decide, folds the batch back, and compares the orders with what a
+//! person can read (`UPDATE_EXPECT=1` regenerates them). Engines in each test
+//! differ only in the property at stake.
+
+use expect_test::{expect, Expect};
+
+use super::{decide, InFlight};
+use crate::core::event::{
+    Event, JobSpec, LibraryInfo, LibraryRef, OrderBatch, Policy, Preference, RedundancyPolicy, TaskConditions,
+};
+use crate::core::explain::explain;
+use crate::core::fold::fold;
+use crate::core::state::{JobStatus, State, TaskStatus};
+use crate::core::testkit::*;
+
+fn decide_once(log: &mut LogBuilder, state: &mut State) -> String {
+    for entry in &log.entries[state.last_seq.0 as usize..] {
+        fold(state, entry);
+        state.check_invariants();
+    }
+    let Some(batch) = decide(state, &InFlight::new()) else { return "(no orders)\n".into() };
+    let rendered = render(&batch);
+    let entry = log.orders(batch);
+    let rejections = fold(state, &entry);
+    assert!(rejections.is_empty(), "a fresh decision applies cleanly: {rejections:?}");
+    state.check_invariants();
+    rendered
+}
+
+fn render(batch: &OrderBatch) -> String {
+    batch.orders.iter().map(|order| format!("{order}\n")).collect()
+}
+
+fn check(log: &mut LogBuilder, state: &mut State, expect: Expect) {
+    expect.assert_eq(&decide_once(log, state));
+}
+
+fn why(state: &State, job: &str, index: u32) -> String {
+    explain(state, &task(job, index)).unwrap().to_string()
+}
+
+fn with_custom(props: crate::core::event::EngineProps, key: &str, value: &str) -> crate::core::event::EngineProps {
+    let mut props = props;
+    props.custom.insert(key.into(), value.into());
+    props
+}
+
+fn library(name: &str, version: &str) -> LibraryRef {
+    LibraryRef::new(name, version)
+}
+
+fn publish(log: &mut LogBuilder, lib: &LibraryRef) {
+    log.push(Event::LibraryPublished(LibraryInfo { library: lib.clone(), size_bytes: 100, digest_hex: "ab".repeat(32) }));
+}
+
+fn conditions(pairs: Vec<(u32, TaskConditions)>) -> std::collections::BTreeMap<u32, TaskConditions> {
+    pairs.into_iter().collect()
+}
+
+#[test]
+fn a_job_rooted_on_a_library_runs_only_where_it_is_synced_and_idle_engines_sync_it() {
+    let lib = library("pricing", "2.1");
+    let mut log = LogBuilder::new();
+    publish(&mut log, &lib);
+    let mut holder = linux_props("lyon", 8192);
+    holder.libraries = vec![lib.clone()];
+    log.login("has-it", 1, holder);
+    log.login("lacks-it", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("priced", 3, "");
+    spec.options.root_library = Some(lib.clone());
+    log.submit(spec);
+    log.submit(job_spec("plain", 1, ""));
+    let mut state = State::new();
+    // The engine without the library is told to sync it and meanwhile takes the plain job.
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "priced", 1));
+    log.push(Event::LibrarySynced { engine: engine_id("lacks-it"), library: lib.clone() });
+    log.started("plain", 0, 1, "lacks-it");
+    log.completed("plain", 0, 1, "lacks-it");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn a_library_never_published_makes_the_job_unschedulable_until_it_is() {
+    let lib = library("missing", "1");
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("orphan", 1, "");
+    spec.options.root_library = Some(lib.clone());
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    publish(&mut log, &lib);
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn a_higher_tier_is_always_chosen_first_and_an_untiered_engine_last() {
+    let mut log = LogBuilder::new();
+    log.push(Event::PolicySet(Policy {
+        engine_tiers: vec!["type=blade".into(), "type=server".into(), "type=desktop".into()],
+        ..Policy::default()
+    }));
+    // Ids in reverse tier order, so neither id nor login order explains the choice.
+    log.login("a-none", 2, linux_props("lyon", 8192));
+    log.login("b-desktop", 2, with_custom(linux_props("lyon", 8192), "type", "desktop"));
+    log.login("c-server", 2, with_custom(linux_props("lyon", 8192), "type", "server"));
+    log.login("d-blade", 2, with_custom(linux_props("lyon", 8192), "type", "blade"));
+    log.submit(job_spec("tiered", 7, ""));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "tiered", 6));
+}
+
+#[test]
+fn an_engine_not_eligible_for_the_next_task_takes_the_first_it_is_eligible_for() {
+    let mut log = LogBuilder::new();
+    log.login("lyon-1", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("picky", 3, "");
+    spec.task_conditions = conditions(vec![
+        (0, TaskConditions { discriminator: "site == \"bern\"".into(), ..Default::default() }),
+        (1, TaskConditions { discriminator: "site == \"bern\"".into(), ..Default::default() }),
+    ]);
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "picky", 0));
+    log.login("bern-1", 1, linux_props("bern", 8192));
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn affinity_prefers_without_excluding() {
+    let mut log = LogBuilder::new();
+    let mut fast = linux_props("lyon", 8192);
+    fast.mflops = 5000;
+    log.login("a-slow", 1, linux_props("lyon", 8192));
+    log.login("b-fast", 1, fast);
+    let mut spec = job_spec("keen", 2, "");
+    spec.options.affinity = vec![Preference { when: "mflops > 2000".into(), weight: 10 }];
+    log.submit(spec);
+    let mut state = State::new();
+    // The fast engine first, though its id is larger; the slow one still gets the second task.
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "keen", 0));
+}
+
+#[test]
+fn task_affinity_follows_the_engine_that_ran_the_named_task() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    log.login("e2", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("dataset", 3, "");
+    spec.task_conditions = conditions(vec![(2, TaskConditions { task_affinity: vec![1], ..Default::default() })]);
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    // Both free again: task 2 goes where task 1 ran, not to the smaller id.
+    log.started("dataset", 0, 1, "e1");
+    log.completed("dataset", 0, 1, "e1");
+    log.started("dataset", 1, 1, "e2");
+    log.completed("dataset", 1, 1, "e2");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "dataset", 2));
+}
+
+#[test]
+fn a_queue_jump_task_is_served_first_and_added_tasks_can_jump_too() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("line", 4, "");
+    spec.task_conditions = conditions(vec![(3, TaskConditions { queue_jump: true, ..Default::default() })]);
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.push(Event::TasksAdded {
+        job: job_id("line"),
+        tasks: vec![Default::default(), Default::default()],
+        conditions: conditions(vec![(1, TaskConditions { queue_jump: true, ..Default::default() })]),
+    });
+    log.started("line", 3, 1, "e1");
+    log.completed("line", 3, 1, "e1");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn a_job_waits_for_the_jobs_it_depends_on() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 2, linux_props("lyon", 8192));
+    log.submit(job_spec("prepare", 1, ""));
+    let mut after = job_spec("analyse", 1, "");
+    after.options.depends_on_jobs = vec![job_id("prepare")];
+    log.submit(after);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "analyse", 0));
+    log.started("prepare", 0, 1, "e1");
+    log.completed("prepare", 0, 1, "e1");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn a_dependency_failure_fails_the_dependents_that_ask_and_releases_the_others() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    let mut first = job_spec("fragile", 1, "");
+    first.max_attempts = 1;
+    log.submit(first);
+    let mut strict = job_spec("strict", 1, "");
+    strict.options.depends_on_jobs = vec![job_id("fragile")];
+    strict.options.fail_on_dependency_failure = true;
+    log.submit(strict);
+    let mut lenient = job_spec("lenient", 1, "");
+    lenient.options.depends_on_jobs = vec![job_id("fragile")];
+    log.submit(lenient);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("fragile", 0, 1, "e1");
+    log.failed("fragile", 0, 1, "e1");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    let strict = state.job(state.job_idx(&job_id("strict")).unwrap());
+    assert_eq!(strict.status, JobStatus::Failed);
+}
+
+#[test]
+fn tasks_wait_for_their_tasks_and_fail_with_them_when_asked() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 4, linux_props("lyon", 8192));
+    let mut spec = job_spec("flow", 4, "");
+    spec.max_attempts = 1;
+    spec.options.continue_on_task_failure = true;
+    spec.options.fail_on_dependency_failure = true;
+    spec.task_conditions = conditions(vec![
+        (1, TaskConditions { depends_on: vec![task("flow", 0)], ..Default::default() }),
+        (3, TaskConditions { depends_on: vec![task("flow", 2)], ..Default::default() }),
+    ]);
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "flow", 1));
+    log.started("flow", 0, 1, "e1");
+    log.completed("flow", 0, 1, "e1");
+    log.started("flow", 2, 1, "e1");
+    log.failed("flow", 2, 1, "e1");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    let key = state.task_key(&task("flow", 3)).unwrap();
+    assert_eq!(state.task(key).status, TaskStatus::Failed);
+}
+
+#[test]
+fn a_dependency_cycle_is_refused_with_the_task_named() {
+    let mut log = LogBuilder::new();
+    let mut spec = job_spec("loop", 3, "");
+    spec.task_conditions = conditions(vec![
+        (0, TaskConditions { depends_on: vec![task("loop", 2)], ..Default::default() }),
+        (2, TaskConditions { depends_on: vec![task("loop", 0)], ..Default::default() }),
+    ]);
+    let entry = log.submit(spec);
+    let mut state = State::new();
+    let rejections = fold(&mut state, &entry);
+    expect![[r#"
+    "#]]
+    .assert_eq(&rejections.iter().map(|r| format!("{r}\n")).collect::<String>());
+}
+
+#[test]
+fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
+    let mut log = LogBuilder::new();
+    log.login("a-bad", 1, linux_props("lyon", 8192));
+    log.login("b-good", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("careful", 4, "");
+    spec.max_attempts = 5;
+    spec.options.engine_blacklisting = true;
+    spec.options.failures_before_blacklist = 2;
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("careful", 0, 1, "a-bad");
+    log.failed("careful", 0, 1, "a-bad");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("careful", 2, 1, "a-bad");
+    log.failed("careful", 2, 1, "a-bad");
+    log.submit(job_spec("other", 1, ""));
+    // The second failure blacklists a-bad for `careful`; `other` still uses it.
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "careful", 0));
+    log.push(Event::BlacklistsCleared { engine: Some(engine_id("a-bad")) });
+    log.started("other", 0, 1, "a-bad");
+    log.completed("other", 0, 1, "a-bad");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+#[test]
+fn greylisting_lowers_an_engines_score_for_the_job_without_excluding_it() {
+    let mut log = LogBuilder::new();
+    log.login("a-flaky", 1, linux_props("lyon", 8192));
+    log.login("b-steady", 1, linux_props("lyon", 8192));
+    let mut spec = job_spec("grey", 4, "");
+    spec.options.engine_greylisting = true;
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("grey", 0, 1, "a-flaky");
+    log.failed("grey", 0, 1, "a-flaky");
+    log.started("grey", 1, 1, "b-steady");
+    log.completed("grey", 1, 1, "b-steady");
+    // Both free: the retry and the next task go to b-steady first, then a-flaky.
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    expect![[r#"
+    "#]]
+    .assert_eq(&why(&state, "grey", 2));
+}
+
+/// A job of `n` tasks that reschedules redundantly, on the given policy.
+fn redundant_job(id: &str, n: u32) -> JobSpec {
+    let mut spec = job_spec(id, n, "");
+    spec.options.redundant_rescheduling = true;
+    spec
+}
+
+#[test]
+fn task_max_time_makes_a_copy_and_the_first_result_wins() {
+    let mut log = LogBuilder::new();
+    log.at(0);
+    log.push(Event::PolicySet(Policy {
+        redundancy: RedundancyPolicy { poll_period_ms: 1_000, ..RedundancyPolicy::default() },
+        ..Policy::default()
+    }));
+    log.login("a-slow", 1, linux_props("lyon", 8192));
+    let mut spec = redundant_job("long", 2);
+    spec.options.task_max_time_ms = 10_000;
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("long", 0, 1, "a-slow");
+    log.login("b-fast", 1, linux_props("lyon", 8192));
+    log.at(10_500);
+    log.push(Event::Tick);
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.at(11_000);
+    log.push(Event::Tick);
+    // Past the limit at the poll instant 11 s: a copy, dispatched in the next run.
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("long", 1, 1, "b-fast");
+    log.completed("long", 1, 1, "b-fast");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    // The copy's result first: the task is done, the first attempt runs on until the job ends.
+    log.started("long", 0, 2, "b-fast");
+    log.completed("long", 0, 2, "b-fast");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    let job = state.job(state.job_idx(&job_id("long")).unwrap());
+    assert_eq!(job.status, JobStatus::Done);
+}
+
+#[test]
+fn with_cancel_on_first_result_the_other_copies_stop_at_once() {
+    let mut log = LogBuilder::new();
+    log.at(0);
+    log.push(Event::PolicySet(Policy {
+        redundancy: RedundancyPolicy { poll_period_ms: 1_000, ..RedundancyPolicy::default() },
+        ..Policy::default()
+    }));
+    log.login("a-slow", 1, linux_props("lyon", 8192));
+    log.login("b-fast", 1, linux_props("lyon", 8192));
+    let mut spec = redundant_job("eager", 3);
+    spec.options.task_max_time_ms = 5_000;
+    spec.options.cancel_redundant_on_first_result = true;
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("eager", 0, 1, "a-slow");
+    log.started("eager", 1, 1, "b-fast");
+    log.at(2_000);
+    log.completed("eager", 1, 1, "b-fast");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("eager", 2, 1, "b-fast");
+    log.at(7_000);
+    log.completed("eager", 2, 1, "b-fast");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+    log.started("eager", 0, 2, "b-fast");
+    log.completed("eager", 0, 2, "b-fast");
+    check(&mut log, &mut state, expect![[r#"
+    "#]]);
+}
+
+/// Ten tasks on ten engines; nine complete at the given times (ms after dispatch
+/// at 0), the tenth runs on. Returns the orders of the run at `poll_at_ms`.
+fn strategy_run(policy: RedundancyPolicy, completion_ms: [u64; 9], poll_at_ms: u64) -> String {
+    let mut log = LogBuilder::new();
+    log.at(0);
+    log.push(Event::PolicySet(Policy { redundancy: policy, ..Policy::default() }));
+    for e in 0..11 {
+        log.login(&format!("e{e:02}"), 1, linux_props("lyon", 8192));
+    }
+    log.submit(redundant_job("spread", 10));
+    let mut state = State::new();
+    decide_once(&mut log, &mut state);
+    for index in 0..10 {
+        log.started("spread", index, 1, &format!("e{index:02}"));
+    }
+    let mut done: Vec<(u64, u32)> = completion_ms.iter().enumerate().map(|(i, &ms)| (ms, i as u32)).collect();
+    done.sort();
+    for (ms, index) in done {
+        log.at(ms);
+        log.completed("spread", index, 1, &format!("e{index:02}"));
+    }
+    log.at(poll_at_ms);
+    log.push(Event::Tick);
+    decide_once(&mut log, &mut state)
+}
+
+#[test]
+fn each_strategy_fires_on_its_own_limit() {
+    let only = |percent: bool, average: bool, std_dev: bool| RedundancyPolicy {
+        poll_period_ms: 1_000,
+        strategy_effective_percent: 50,
+        percent_completed_strategy: percent,
+        remaining_task_percent: 10,
+        average_strategy: average,
+        average_limit_milli: 2_000,
+        std_dev_strategy: std_dev,
+        std_dev_limit_milli: 3_000,
+        ..RedundancyPolicy::default()
+    };
+    // Nine done in 10 s each: mean 10 s, sd 0. At 12 s the tenth has run 12 s.
+    let even = [10_000; 9];
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(only(true, false, false), even, 12_000));
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(only(false, true, false), even, 12_000));
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(only(false, true, false), even, 21_000));
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(only(false, false, true), even, 12_000));
+    // Spread times: mean 10 s, sd ~5.2 s: the sd limit is 10 + 3 × 5.2 = 25.5 s.
+    let spread = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000, 16_000, 18_000];
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(only(false, false, true), spread, 26_000));
+    // Before the effective percentage only task_max_time applies: no strategy fires.
+    let mut late = only(true, true, true);
+    late.strategy_effective_percent = 95;
+    expect![[r#"
+    "#]]
+    .assert_eq(&strategy_run(late, even, 30_000));
+}
+
+#[test]
+fn exact_statistics_of_completion_times() {
+    let mut times = crate::core::state::CompletionTimes::default();
+    for ms in [2_000, 4_000, 4_000, 4_000, 5_000, 5_000, 7_000, 9_000] {
+        times.add(ms);
+    }
+    assert_eq!(times.mean_ms(), Some(5_000));
+    assert_eq!(times.std_dev_ms(), Some(2_000));
+    assert_eq!(crate::core::state::isqrt(u128::from(u64::MAX) * u128::from(u64::MAX)), u128::from(u64::MAX));
+    for value in [0u128, 1, 2, 3, 4, 15, 16, 17, 1 << 70] {
+        let root = crate::core::state::isqrt(value);
+        assert!(root * root <= value && (root + 1) * (root + 1) > value, "isqrt({value})");
+    }
+}
