@@ -271,7 +271,10 @@ impl std::fmt::Display for Explanation {
                 if *queue_jump {
                     writeln!(f, "  it jumps its job's queue")?;
                 }
-                if !fit_now.is_empty() {
+                let held = !waits_for_jobs.is_empty() || !waits_for_tasks.is_empty();
+                if !fit_now.is_empty() && held {
+                    writeln!(f, "  once they have ended, could run on: {}", fit_now.join(", "))?;
+                } else if !fit_now.is_empty() {
                     writeln!(f, "  could run now on: {}", fit_now.join(", "))?;
                 }
                 for (rule, engines) in excluded {

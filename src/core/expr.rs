@@ -1270,6 +1270,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            libraries: Vec::new(),
         }
     }
 

@@ -64,6 +64,7 @@ fn props(rng: &mut SplitMix64, site: &str) -> (u32, EngineProps) {
         mflops: 1000,
         site: site.to_string(),
         custom,
+        libraries: Vec::new(),
     };
     ((cores / 4).clamp(1, 4), props)
 }
@@ -88,6 +89,7 @@ fn render(order: &Order) -> String {
         Order::EngineLost { engine, last_seen_ms } => format!("lost {engine} (last seen {last_seen_ms})"),
         Order::Requeue { task, attempt, reason, .. } => format!("requeue {task} #{attempt} ({reason:?})"),
         Order::MarkUnschedulable { job, reason } => format!("unschedulable {job} ({})", reason.as_str()),
+        other => other.to_string(),
     }
 }
 

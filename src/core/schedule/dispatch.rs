@@ -37,6 +37,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 use super::filters::{self, failed_here_last};
 use super::InFlight;
 use crate::core::event::{LoadFormula, Order};
+use crate::core::fold::failed_dependency_of;
 use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, State, TaskKey};
 
 /// Grid Engine's load formula, in milli-units: lower is chosen first.
@@ -279,7 +280,9 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             let condition = job.condition(index);
             let c = condition.and_then(|condition| condition.category).unwrap_or(job.category);
             let is_copy = task.is_live();
-            let held = condition.is_some_and(|_| filters::dependencies_ended(state, key).is_err());
+            let held = condition.is_some_and(|_| {
+                filters::dependencies_ended(state, key).is_err() || failed_dependency_of(state, key).is_some()
+            });
             if held || exhausted[c.0 as usize] {
                 n_passed_over += 1;
                 if n_passed_over == PASSED_OVER_PER_JOB_MAX {

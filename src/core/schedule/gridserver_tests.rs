@@ -75,14 +75,22 @@ fn a_job_rooted_on_a_library_runs_only_where_it_is_synced_and_idle_engines_sync_
     let mut state = State::new();
     // The engine without the library is told to sync it and meanwhile takes the plain job.
     check(&mut log, &mut state, expect![[r#"
+        sync pricing@2.1 on lacks-it
+        dispatch priced/0 #1 -> has-it
+        dispatch plain/0 #1 -> lacks-it
     "#]]);
     expect![[r#"
+        task priced/1: waiting (job active), attempts 0, failures 0
+          0 runnable job(s) are examined before this one
+          excluded by library-missing: lacks-it
+          excluded by no-free-slot: has-it
     "#]]
     .assert_eq(&why(&state, "priced", 1));
     log.push(Event::LibrarySynced { engine: engine_id("lacks-it"), library: lib.clone() });
     log.started("plain", 0, 1, "lacks-it");
     log.completed("plain", 0, 1, "lacks-it");
     check(&mut log, &mut state, expect![[r#"
+        dispatch priced/1 #1 -> lacks-it
     "#]]);
 }
 
@@ -96,9 +104,11 @@ fn a_library_never_published_makes_the_job_unschedulable_until_it_is() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        unschedulable orphan (library-not-published)
     "#]]);
     publish(&mut log, &lib);
     check(&mut log, &mut state, expect![[r#"
+        sync missing@1 on e1
     "#]]);
 }
 
@@ -116,9 +126,34 @@ fn a_higher_tier_is_always_chosen_first_and_an_untiered_engine_last() {
     log.login("d-blade", 2, with_custom(linux_props("lyon", 8192), "type", "blade"));
     log.submit(job_spec("tiered", 7, ""));
     let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    // Before the run: every engine is free, only the blade may take the first task.
+    expect![[r#"
+        task tiered/0: waiting (job active), attempts 0, failures 0
+          0 runnable job(s) are examined before this one
+          could run now on: d-blade
+          excluded by tier-held: a-none, b-desktop, c-server
+    "#]]
+    .assert_eq(&why(&state, "tiered", 0));
     check(&mut log, &mut state, expect![[r#"
+        dispatch tiered/0 #1 -> d-blade
+        dispatch tiered/1 #1 -> d-blade
+        dispatch tiered/2 #1 -> c-server
+        dispatch tiered/3 #1 -> c-server
+        dispatch tiered/4 #1 -> b-desktop
+        dispatch tiered/5 #1 -> b-desktop
+        dispatch tiered/6 #1 -> a-none
     "#]]);
     expect![[r#"
+        task tiered/6: dispatched (job active), attempts 1, failures 0
+          attempt 1 dispatched, not yet started on a-none
+          ranking (tier, then score, then load index, then id):
+             d-blade: tier 0, score 0 (job 0, task 0), load index 1000
+             c-server: tier 1, score 0 (job 0, task 0), load index 1000
+             b-desktop: tier 2, score 0 (job 0, task 0), load index 1000
+          -> a-none: tier 3, score 0 (job 0, task 0), load index 500
     "#]]
     .assert_eq(&why(&state, "tiered", 6));
 }
@@ -135,12 +170,18 @@ fn an_engine_not_eligible_for_the_next_task_takes_the_first_it_is_eligible_for()
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch picky/2 #1 -> lyon-1
     "#]]);
     expect![[r#"
+        task picky/0: waiting (job active), attempts 0, failures 0
+          0 runnable job(s) are examined before this one
+          excluded by discriminator-false: lyon-1
+          no logged-in engine could ever run it; it waits for one that can
     "#]]
     .assert_eq(&why(&state, "picky", 0));
     log.login("bern-1", 1, linux_props("bern", 8192));
     check(&mut log, &mut state, expect![[r#"
+        dispatch picky/0 #1 -> bern-1
     "#]]);
 }
 
@@ -157,8 +198,15 @@ fn affinity_prefers_without_excluding() {
     let mut state = State::new();
     // The fast engine first, though its id is larger; the slow one still gets the second task.
     check(&mut log, &mut state, expect![[r#"
+        dispatch keen/0 #1 -> b-fast
+        dispatch keen/1 #1 -> a-slow
     "#]]);
     expect![[r#"
+        task keen/0: dispatched (job active), attempts 1, failures 0
+          attempt 1 dispatched, not yet started on b-fast
+          ranking (tier, then score, then load index, then id):
+          -> b-fast: tier 0, score 10 (job 10, task 0), load index 1000
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
     "#]]
     .assert_eq(&why(&state, "keen", 0));
 }
@@ -173,6 +221,8 @@ fn task_affinity_follows_the_engine_that_ran_the_named_task() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch dataset/0 #1 -> e1
+        dispatch dataset/1 #1 -> e2
     "#]]);
     // Both free again: task 2 goes where task 1 ran, not to the smaller id.
     log.started("dataset", 0, 1, "e1");
@@ -180,8 +230,14 @@ fn task_affinity_follows_the_engine_that_ran_the_named_task() {
     log.started("dataset", 1, 1, "e2");
     log.completed("dataset", 1, 1, "e2");
     check(&mut log, &mut state, expect![[r#"
+        dispatch dataset/2 #1 -> e2
     "#]]);
     expect![[r#"
+        task dataset/2: dispatched (job active), attempts 1, failures 0
+          attempt 1 dispatched, not yet started on e2
+          ranking (tier, then score, then load index, then id):
+          -> e2: tier 0, score 1000 (job 0, task 1000), load index 1000
+             e1: tier 0, score 0 (job 0, task 0), load index 0
     "#]]
     .assert_eq(&why(&state, "dataset", 2));
 }
@@ -195,6 +251,7 @@ fn a_queue_jump_task_is_served_first_and_added_tasks_can_jump_too() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch line/3 #1 -> e1
     "#]]);
     log.push(Event::TasksAdded {
         job: job_id("line"),
@@ -204,6 +261,7 @@ fn a_queue_jump_task_is_served_first_and_added_tasks_can_jump_too() {
     log.started("line", 3, 1, "e1");
     log.completed("line", 3, 1, "e1");
     check(&mut log, &mut state, expect![[r#"
+        dispatch line/5 #1 -> e1
     "#]]);
 }
 
@@ -217,13 +275,19 @@ fn a_job_waits_for_the_jobs_it_depends_on() {
     log.submit(after);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch prepare/0 #1 -> e1
     "#]]);
     expect![[r#"
+        task analyse/0: waiting (job active), attempts 0, failures 0
+          its job waits for job(s) to end: prepare
+          0 runnable job(s) are examined before this one
+          once they have ended, could run on: e1
     "#]]
     .assert_eq(&why(&state, "analyse", 0));
     log.started("prepare", 0, 1, "e1");
     log.completed("prepare", 0, 1, "e1");
     check(&mut log, &mut state, expect![[r#"
+        dispatch analyse/0 #1 -> e1
     "#]]);
 }
 
@@ -243,10 +307,13 @@ fn a_dependency_failure_fails_the_dependents_that_ask_and_releases_the_others() 
     log.submit(lenient);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch fragile/0 #1 -> e1
     "#]]);
     log.started("fragile", 0, 1, "e1");
     log.failed("fragile", 0, 1, "e1");
     check(&mut log, &mut state, expect![[r#"
+        fail strict (dependency fragile failed)
+        dispatch lenient/0 #1 -> e1
     "#]]);
     let strict = state.job(state.job_idx(&job_id("strict")).unwrap());
     assert_eq!(strict.status, JobStatus::Failed);
@@ -267,8 +334,14 @@ fn tasks_wait_for_their_tasks_and_fail_with_them_when_asked() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch flow/0 #1 -> e1
+        dispatch flow/2 #1 -> e1
     "#]]);
     expect![[r#"
+        task flow/1: waiting (job active), attempts 0, failures 0
+          waits for task(s) to end: flow/0
+          0 runnable job(s) are examined before this one
+          once they have ended, could run on: e1
     "#]]
     .assert_eq(&why(&state, "flow", 1));
     log.started("flow", 0, 1, "e1");
@@ -276,6 +349,8 @@ fn tasks_wait_for_their_tasks_and_fail_with_them_when_asked() {
     log.started("flow", 2, 1, "e1");
     log.failed("flow", 2, 1, "e1");
     check(&mut log, &mut state, expect![[r#"
+        fail flow/3 (dependency flow/2 failed)
+        dispatch flow/1 #1 -> e1
     "#]]);
     let key = state.task_key(&task("flow", 3)).unwrap();
     assert_eq!(state.task(key).status, TaskStatus::Failed);
@@ -293,6 +368,7 @@ fn a_dependency_cycle_is_refused_with_the_task_named() {
     let mut state = State::new();
     let rejections = fold(&mut state, &entry);
     expect![[r#"
+        job loop refused: the dependencies of task 0 form a cycle
     "#]]
     .assert_eq(&rejections.iter().map(|r| format!("{r}\n")).collect::<String>());
 }
@@ -309,24 +385,36 @@ fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch careful/0 #1 -> a-bad
+        dispatch careful/1 #1 -> b-good
     "#]]);
     log.started("careful", 0, 1, "a-bad");
     log.failed("careful", 0, 1, "a-bad");
+    // One failure: below the count, and b-good is busy, so the retry may go back to a-bad.
     check(&mut log, &mut state, expect![[r#"
+        dispatch careful/0 #2 -> a-bad
     "#]]);
-    log.started("careful", 2, 1, "a-bad");
-    log.failed("careful", 2, 1, "a-bad");
+    log.started("careful", 0, 2, "a-bad");
+    log.failed("careful", 0, 2, "a-bad");
     log.submit(job_spec("other", 1, ""));
     // The second failure blacklists a-bad for `careful`; `other` still uses it.
     check(&mut log, &mut state, expect![[r#"
+        blacklist a-bad for careful (2 failures)
+        dispatch other/0 #1 -> a-bad
     "#]]);
     expect![[r#"
+        task careful/0: waiting (job active), attempts 2, failures 2
+          0 runnable job(s) are examined before this one
+          excluded by blacklisted: a-bad
+          excluded by no-free-slot: b-good
+          avoids a-bad, where its last attempt failed, while another engine fits
     "#]]
     .assert_eq(&why(&state, "careful", 0));
     log.push(Event::BlacklistsCleared { engine: Some(engine_id("a-bad")) });
     log.started("other", 0, 1, "a-bad");
     log.completed("other", 0, 1, "a-bad");
     check(&mut log, &mut state, expect![[r#"
+        dispatch careful/0 #3 -> a-bad
     "#]]);
 }
 
@@ -340,6 +428,8 @@ fn greylisting_lowers_an_engines_score_for_the_job_without_excluding_it() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch grey/0 #1 -> a-flaky
+        dispatch grey/1 #1 -> b-steady
     "#]]);
     log.started("grey", 0, 1, "a-flaky");
     log.failed("grey", 0, 1, "a-flaky");
@@ -347,8 +437,15 @@ fn greylisting_lowers_an_engines_score_for_the_job_without_excluding_it() {
     log.completed("grey", 1, 1, "b-steady");
     // Both free: the retry and the next task go to b-steady first, then a-flaky.
     check(&mut log, &mut state, expect![[r#"
+        dispatch grey/0 #2 -> b-steady
+        dispatch grey/2 #1 -> a-flaky
     "#]]);
     expect![[r#"
+        task grey/2: dispatched (job active), attempts 1, failures 0
+          attempt 1 dispatched, not yet started on a-flaky
+          ranking (tier, then score, then load index, then id):
+             b-steady: tier 0, score 0 (job 0, task 0), load index 1000
+          -> a-flaky: tier 0, score -5 (job -5, task 0), load index 1000
     "#]]
     .assert_eq(&why(&state, "grey", 2));
 }
@@ -374,28 +471,34 @@ fn task_max_time_makes_a_copy_and_the_first_result_wins() {
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch long/0 #1 -> a-slow
     "#]]);
     log.started("long", 0, 1, "a-slow");
     log.login("b-fast", 1, linux_props("lyon", 8192));
     log.at(10_500);
     log.push(Event::Tick);
     check(&mut log, &mut state, expect![[r#"
+        dispatch long/1 #1 -> b-fast
     "#]]);
     log.at(11_000);
     log.push(Event::Tick);
     // Past the limit at the poll instant 11 s: a copy, dispatched in the next run.
     check(&mut log, &mut state, expect![[r#"
+        reschedule long/0 (task-max-time: 11000 ms > 10000 ms)
     "#]]);
     check(&mut log, &mut state, expect![[r#"
+        (no orders)
     "#]]);
     log.started("long", 1, 1, "b-fast");
     log.completed("long", 1, 1, "b-fast");
     check(&mut log, &mut state, expect![[r#"
+        dispatch long/0 #2 -> b-fast
     "#]]);
     // The copy's result first: the task is done, the first attempt runs on until the job ends.
     log.started("long", 0, 2, "b-fast");
     log.completed("long", 0, 2, "b-fast");
     check(&mut log, &mut state, expect![[r#"
+        cancel long/0 #1 on a-slow (JobCancelled)
     "#]]);
     let job = state.job(state.job_idx(&job_id("long")).unwrap());
     assert_eq!(job.status, JobStatus::Done);
@@ -406,35 +509,67 @@ fn with_cancel_on_first_result_the_other_copies_stop_at_once() {
     let mut log = LogBuilder::new();
     log.at(0);
     log.push(Event::PolicySet(Policy {
-        redundancy: RedundancyPolicy { poll_period_ms: 1_000, ..RedundancyPolicy::default() },
+        redundancy: RedundancyPolicy { poll_period_ms: 1_000, reschedule_first: true, ..RedundancyPolicy::default() },
         ..Policy::default()
     }));
     log.login("a-slow", 1, linux_props("lyon", 8192));
     log.login("b-fast", 1, linux_props("lyon", 8192));
-    let mut spec = redundant_job("eager", 3);
+    log.login("c-busy", 1, linux_props("lyon", 8192));
+    let mut spec = redundant_job("eager", 4);
     spec.options.task_max_time_ms = 5_000;
     spec.options.cancel_redundant_on_first_result = true;
     log.submit(spec);
     let mut state = State::new();
     check(&mut log, &mut state, expect![[r#"
+        dispatch eager/0 #1 -> a-slow
+        dispatch eager/1 #1 -> b-fast
+        dispatch eager/2 #1 -> c-busy
     "#]]);
     log.started("eager", 0, 1, "a-slow");
     log.started("eager", 1, 1, "b-fast");
-    log.at(2_000);
+    log.started("eager", 2, 1, "c-busy");
+    log.at(6_000);
     log.completed("eager", 1, 1, "b-fast");
+    // Past the limit: a copy of each long task; the freed engine takes the last
+    // task first, as copies wait at the front only once they are queued.
     check(&mut log, &mut state, expect![[r#"
+        reschedule eager/0 (task-max-time: 6000 ms > 5000 ms)
+        reschedule eager/2 (task-max-time: 6000 ms > 5000 ms)
+        dispatch eager/3 #1 -> b-fast
     "#]]);
-    log.started("eager", 2, 1, "b-fast");
-    log.at(7_000);
-    log.completed("eager", 2, 1, "b-fast");
+    log.started("eager", 3, 1, "b-fast");
+    log.completed("eager", 3, 1, "b-fast");
+    // reschedule_first: each copy goes to the very front, so the newer copy first.
     check(&mut log, &mut state, expect![[r#"
+        dispatch eager/2 #2 -> b-fast
     "#]]);
+    log.started("eager", 2, 2, "b-fast");
+    log.completed("eager", 2, 2, "b-fast");
+    // The copy won while the job still runs: the first attempt is cancelled at once,
+    // and the freed engine takes the other waiting copy.
     check(&mut log, &mut state, expect![[r#"
+        cancel eager/2 #1 on c-busy (RedundantCopy)
+        dispatch eager/0 #2 -> b-fast
     "#]]);
-    log.started("eager", 0, 2, "b-fast");
-    log.completed("eager", 0, 2, "b-fast");
-    check(&mut log, &mut state, expect![[r#"
-    "#]]);
+    expect![[r#"
+        task eager/2: done (job active), attempts 2, failures 0
+          its last attempt went to b-fast
+          ranking (tier, then score, then load index, then id):
+             c-busy: tier 0, score 0 (job 0, task 0), load index 0
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
+          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000
+    "#]]
+    .assert_eq(&why(&state, "eager", 2));
+    expect![[r#"
+        task eager/0: running (job active), attempts 2, failures 0
+          attempt 1 running on a-slow
+          attempt 2 dispatched, not yet started on b-fast
+          ranking (tier, then score, then load index, then id):
+             c-busy: tier 0, score 0 (job 0, task 0), load index 0
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
+          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000
+    "#]]
+    .assert_eq(&why(&state, "eager", 0));
 }
 
 /// Ten tasks on ten engines; nine complete at the given times (ms after dispatch
@@ -479,26 +614,32 @@ fn each_strategy_fires_on_its_own_limit() {
     // Nine done in 10 s each: mean 10 s, sd 0. At 12 s the tenth has run 12 s.
     let even = [10_000; 9];
     expect![[r#"
+        reschedule spread/9 (percent-completed: 12000 ms > 10000 ms)
     "#]]
     .assert_eq(&strategy_run(only(true, false, false), even, 12_000));
     expect![[r#"
+        (no orders)
     "#]]
     .assert_eq(&strategy_run(only(false, true, false), even, 12_000));
     expect![[r#"
+        reschedule spread/9 (average: 21000 ms > 20000 ms)
     "#]]
     .assert_eq(&strategy_run(only(false, true, false), even, 21_000));
     expect![[r#"
+        reschedule spread/9 (std-dev: 12000 ms > 10000 ms)
     "#]]
     .assert_eq(&strategy_run(only(false, false, true), even, 12_000));
     // Spread times: mean 10 s, sd ~5.2 s: the sd limit is 10 + 3 × 5.2 = 25.5 s.
     let spread = [2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000, 16_000, 18_000];
     expect![[r#"
+        reschedule spread/9 (std-dev: 26000 ms > 25489 ms)
     "#]]
     .assert_eq(&strategy_run(only(false, false, true), spread, 26_000));
     // Before the effective percentage only task_max_time applies: no strategy fires.
     let mut late = only(true, true, true);
     late.strategy_effective_percent = 95;
     expect![[r#"
+        (no orders)
     "#]]
     .assert_eq(&strategy_run(late, even, 30_000));
 }

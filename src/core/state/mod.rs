@@ -687,13 +687,11 @@ impl State {
         for c in self.job_categories(idx) {
             self.categories[c.0 as usize].jobs.remove(&idx);
         }
-        let job = &self.jobs[idx.0 as usize];
-        let status = job.status;
-        let has_live = job.counts.dispatched + job.counts.running > 0 || !self.copies.is_empty();
-        if has_live {
-            let live = self.live_attempts_of_job(idx);
-            self.to_cancel.extend(live);
-        }
+        let status = self.jobs[idx.0 as usize].status;
+        // Live attempts may outlast their task (redundant copies of a task that has
+        // its result), so the table is searched whatever the counts say.
+        let live = self.live_attempts_of_job(idx);
+        self.to_cancel.extend(live);
         self.index_job_rules(idx);
         self.refresh_runnable(idx, was_runnable);
         for dependent in self.dependents.remove(&idx).unwrap_or_default() {
