@@ -397,7 +397,8 @@ pub struct RedundancyPolicy {
     /// The strategies stay off until this share of a job's tasks has completed;
     /// before that only the job's `task_max_time` makes copies.
     pub strategy_effective_percent: u32,
-    /// The rescheduler looks at running tasks at multiples of this much log time.
+    /// The rescheduler looks at running tasks at multiples of this much log time
+    /// (0 is read as 1 ms: every run).
     pub poll_period_ms: u64,
     /// Percent-completed strategy: once no more than this share of tasks remains,
     /// tasks running longer than the mean get a copy.

@@ -457,9 +457,6 @@ fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
     if redundancy.strategy_effective_percent > 100 || redundancy.remaining_task_percent > 100 {
         return Err(Rejection::InvalidPolicy { problem: "percentages must be within 0..=100".into() });
     }
-    if redundancy.poll_period_ms == 0 {
-        return Err(Rejection::InvalidPolicy { problem: "poll_period must be positive".into() });
-    }
     state.set_policy(policy.clone(), tiers);
     Ok(())
 }
