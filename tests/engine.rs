@@ -281,6 +281,7 @@ fn run_with(
         params: BTreeMap::new(),
         wall_time_limit_ms: 0,
         slots: 1,
+        root_library: None,
     };
     adjust(&mut run);
     Delivery {

@@ -11,7 +11,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::core::event::{
-    Envelope, Event, FailureKind, JobSpec, Order, OrderBatch, Origin, TaskSet, TaskTemplate,
+    Envelope, Event, FailureKind, JobOptions, JobSpec, Order, OrderBatch, Origin, TaskSet,
+    TaskTemplate,
 };
 use crate::core::ids::{EngineId, JobId, Seq};
 use crate::core::replay::{replay, ReplayOptions};
@@ -748,5 +749,7 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         slots_per_task: plan.slots_per_task,
         template: TaskTemplate { argv: vec!["sim-task".into(), "{index}".into()], params: BTreeMap::new() },
         tasks: TaskSet::Count(plan.tasks),
+        options: JobOptions::default(),
+        task_conditions: BTreeMap::new(),
     }
 }
