@@ -110,6 +110,7 @@ fn engine_props(rng: &mut SplitMix64) -> (u32, EngineProps) {
         mflops: 500 + rng.below(4_500),
         site: weighted(rng, &SITES).to_string(),
         custom,
+        ..EngineProps::default()
     };
     (slots, props)
 }

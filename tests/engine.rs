@@ -14,7 +14,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
-use gridfold::core::event::{CancelReason, Entry, Event, FailureKind, Order, Origin, Payload};
+use gridfold::core::event::{
+    CancelReason, Entry, Event, FailureKind, LibraryRef, Order, Origin, Payload,
+};
 use gridfold::core::ids::{EngineId, JobId, Seq, TaskRef};
 use gridfold::engine::feed::{LogOrderFeed, consumer_name};
 use gridfold::engine::{
@@ -281,6 +283,7 @@ fn run_with(
         params: BTreeMap::new(),
         wall_time_limit_ms: 0,
         slots: 1,
+        root_library: None,
     };
     adjust(&mut run);
     Delivery {
@@ -1128,6 +1131,84 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
         .unwrap();
     seen.until("the logout", logged_out("e9")).await;
     assert_eq!((report.completed, report.logins), (1, 1));
+}
+
+/// Over the embedded logs, so it needs no broker.
+#[tokio::test]
+async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_library_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let orders = gridfold::projector::service::sink::open_order_log(&dir.path().join("orders")).unwrap();
+    let events = EmbeddedLog::open(dir.path().join("events"), EmbeddedConfig::default()).unwrap();
+    let library_dir = dir.path().join("work").join("libraries");
+    let held = LibraryRef::new("render-lib", "2.1.0");
+    let missing = LibraryRef::new("ffmpeg", "7");
+    std::fs::create_dir_all(library_dir.join("render-lib/2.1.0")).unwrap();
+    std::fs::write(library_dir.join("render-lib/2.1.0/.synced"), b"").unwrap();
+    std::fs::create_dir_all(library_dir.join("ffmpeg/7")).unwrap(); // no marker: not held
+
+    let config = EngineConfig {
+        kill_grace: Duration::from_millis(300),
+        ..EngineConfig::new(engine_id("e8"), 1, dir.path().join("work"))
+    };
+    assert_eq!(config.library_dir, library_dir, "the default is <work dir>/libraries");
+    let feed = EmbeddedOrderFeed::open(&orders, &config.engine).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(run_engine(config, events.clone(), feed, async move {
+        let _ = stopped.await;
+    }));
+    let mut seen = Events::new(events.reader(1).await.unwrap());
+    let login = seen.until("a login", |e| is_login(e, "e8")).await;
+    let Some(Event::EngineLoggedIn { props, .. }) = event(&login) else { panic!("{login:?}") };
+    assert_eq!(props.libraries, vec![held.clone()]);
+    let login = login.seq.0;
+
+    let deliver = |delivery: Delivery| {
+        let orders = orders.clone();
+        async move {
+            let subject = order_subject(&delivery.engine);
+            orders.append(Append::new(subject, encode_delivery(&delivery))).await.unwrap();
+        }
+    };
+    let sync = |n: usize, library: &LibraryRef| Delivery {
+        id: Delivery::id_for(Seq(login + 1), n),
+        batch_seq: Seq(login + 1),
+        engine: engine_id("e8"),
+        kind: DeliveryKind::SyncLibrary(library.clone()),
+    };
+    deliver(sync(0, &held)).await;
+    deliver(sync(1, &missing)).await;
+    let synced = seen.until("LibrarySynced", |e| matches!(event(e), Some(Event::LibrarySynced { .. }))).await;
+    assert!(matches!(event(&synced), Some(Event::LibrarySynced { library, .. }) if *library == held), "{synced:?}");
+    let failed = seen.until("LibrarySyncFailed", |e| matches!(event(e), Some(Event::LibrarySyncFailed { .. }))).await;
+    let Some(Event::LibrarySyncFailed { library, error, .. }) = event(&failed) else { unreachable!() };
+    assert_eq!(*library, missing);
+    assert!(error.contains("ffmpeg/7"), "{error}");
+    assert!(synced.seq < failed.seq, "answered in order");
+
+    let rooted = task("lib", 0);
+    let with_library = |library: &LibraryRef| {
+        let library = library.clone();
+        move |run: &mut RunTask| run.root_library = Some(library)
+    };
+    let argv = ["sh", "-c", "printf %s \"$GRIDFOLD_LIBRARY_DIR\""];
+    deliver(run_with("e8", login + 2, 0, &rooted, 1, &argv, with_library(&held))).await;
+    let end = seen.until("the rooted task's end", ended(&rooted, 1)).await;
+    let expected = std::path::absolute(library_dir.join("render-lib/2.1.0")).unwrap();
+    assert!(
+        matches!(event(&end), Some(Event::TaskCompleted { result, .. }) if *result == expected.display().to_string().into_bytes()),
+        "{end:?}"
+    );
+    let unrooted = task("lib", 1);
+    deliver(run_with("e8", login + 3, 0, &unrooted, 1, &argv, with_library(&missing))).await;
+    let end = seen.until("the task without its library", ended(&unrooted, 1)).await;
+    assert!(
+        matches!(event(&end), Some(Event::TaskFailed { kind: FailureKind::LaunchFailed, error_tail, .. }) if error_tail.contains("ffmpeg@7 is not synced here")),
+        "{end:?}"
+    );
+
+    stop.send(()).unwrap();
+    let report = tokio::time::timeout(WAIT, handle).await.unwrap().unwrap().unwrap();
+    assert_eq!((report.completed, report.failed, report.logins), (1, 1, 1));
 }
 
 #[tokio::test]

@@ -59,7 +59,8 @@ use tokio::task::JoinHandle;
 
 use super::client::{block_on, publish};
 use crate::core::event::{
-    EngineProps, Entry, Envelope, Event, JobSpec, Order, Origin, Payload, TaskSet, TaskTemplate,
+    EngineProps, Entry, Envelope, Event, JobOptions, JobSpec, Order, Origin, Payload, TaskSet,
+    TaskTemplate,
 };
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{ReplayOptions, replay};
@@ -571,6 +572,8 @@ fn bench_jobs(tasks: u32, jobs: u32) -> Vec<JobSpec> {
                     params: [("scene".to_string(), "bench".to_string())].into(),
                 },
                 tasks: TaskSet::Count(count),
+                options: JobOptions::default(),
+                task_conditions: BTreeMap::new(),
             }
         })
         .collect()
@@ -586,6 +589,7 @@ fn engine_props() -> EngineProps {
         mflops: 1_000,
         site: "bench".into(),
         custom: BTreeMap::new(),
+        ..EngineProps::default()
     }
 }
 
@@ -603,6 +607,7 @@ fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
             params: job.template.params.clone(),
             wall_time_limit_ms: job.wall_time_limit_ms,
             slots: 1,
+            root_library: job.options.root_library.clone(),
         }),
     };
     let (started, completed) = reports(engine, &task, 1);

@@ -6,6 +6,7 @@
 //! starts from the PATH or `./.venv`), and on the embedded log otherwise, so it
 //! needs nothing installed to show what gridfold does.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use clap::Args;
 use tokio::sync::watch;
 
 use super::client::{block_on, publish};
-use crate::core::event::{Event, JobSpec, Policy, TaskSet, TaskTemplate};
+use crate::core::event::{Event, JobOptions, JobSpec, Policy, TaskSet, TaskTemplate};
 use crate::core::ids::{EngineId, JobId, Seq};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::state::State;
@@ -135,6 +136,8 @@ fn sample_job(tasks: u32) -> JobSpec {
             params: [("scene".to_string(), "intro".to_string())].into(),
         },
         tasks: TaskSet::Count(tasks),
+        options: JobOptions::default(),
+        task_conditions: BTreeMap::new(),
     }
 }
 

@@ -28,6 +28,10 @@ pub struct EngineArgs {
     /// Where attempts run, each in <work-dir>/<job>/<index>-<attempt> [default: <temp dir>/gridfold-engine-<name>].
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Grid libraries this engine holds, one <library-dir>/<name>/<version>/ directory each,
+    /// counted once it holds a `.synced` file; reported at login [default: <work-dir>/libraries].
+    #[arg(long)]
+    pub library_dir: Option<PathBuf>,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_secs: u64,
@@ -58,11 +62,13 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         .work_dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("gridfold-engine-{}", args.name)));
     let given_props: BTreeMap<String, String> = args.props.into_iter().collect();
+    let defaults = EngineConfig::new(args.name.clone(), args.slots, work_dir);
     let config = EngineConfig {
         given_props,
         heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
-        ..EngineConfig::new(args.name.clone(), args.slots, work_dir)
+        library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
+        ..defaults
     };
     let log = super::client::connect_log(&args.nats).await?;
     let feed = JetStreamOrderFeed::open(&log, &args.name)
@@ -74,11 +80,12 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
     eprintln!(
-        "gridfold engine {}: {} slot(s), broker {}, work dir {}",
+        "gridfold engine {}: {} slot(s), broker {}, work dir {}, library dir {}",
         args.name,
         config.slots,
         args.nats.url,
-        config.work_dir.display()
+        config.work_dir.display(),
+        config.library_dir.display()
     );
     let shutdown = async move {
         let name = tokio::select! {

@@ -1,18 +1,42 @@
 //! The job file: a TOML description of a job, turned into a `JobSpec`.
 //!
 //! Every error names the file, the line and what is wrong, including errors of
-//! meaning (a bad requirements expression points at the byte inside the string),
-//! so a user never has to guess. See the README's job file reference.
+//! meaning (a bad requirements, affinity or discriminator expression points at
+//! the byte inside the string; a task that depends on a later one names it), so
+//! a user never has to guess. See the README's job file reference.
+//!
+//! The tasks are given one of three ways: `tasks = N` (counted), `tasks = [ {..},
+//! .. ]` (one parameter table per task), or `[[task_list]]` entries (one per task,
+//! each with its parameters and conditions). `[[condition]]` entries put
+//! conditions on a range of tasks (`tasks = "0-9"`), whichever way they were given.
+//!
+//! Rules the file enforces beyond the types, so a job never waits on something
+//! that cannot happen: a task's `task_affinity` and same-job `depends_on` name
+//! only earlier tasks of the job (so dependencies cannot form a cycle); a task's
+//! conditions come from one place; an option that only refines another
+//! (`failures_before_blacklist`, `task_max_time_secs`,
+//! `cancel_redundant_on_first_result`, `fail_on_dependency_failure`) needs that
+//! other one on.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::core::event::{JobSpec, TaskSet, TaskTemplate, TASKS_PER_JOB_MAX};
+use crate::core::event::{
+    JobOptions, JobSpec, LibraryRef, Preference, TASKS_PER_JOB_MAX, TaskConditions, TaskSet,
+    TaskTemplate,
+};
 use crate::core::expr;
-use crate::core::ids::JobId;
+use crate::core::ids::{JobId, TaskRef};
+
+/// Most tasks of one job that may carry conditions: they travel in the
+/// `JobSubmitted` event, which must stay well under the broker's 1 MiB payload.
+pub const CONDITIONED_TASKS_MAX: usize = 10_000;
+/// Most entries in one list of a job file (`affinity`, `depends_on`, `task_affinity`).
+pub const LIST_ENTRIES_MAX: usize = 256;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,7 +58,28 @@ struct JobFile {
     #[serde(default = "default_slots")]
     slots_per_task: Spanned<u32>,
     task: Spanned<TaskSection>,
-    tasks: Spanned<Tasks>,
+    tasks: Option<Spanned<Tasks>>,
+    task_list: Option<Spanned<Vec<Spanned<TaskTable>>>>,
+    #[serde(default)]
+    condition: Vec<Spanned<TaskTable>>,
+    // GridServer's service options.
+    root_library: Option<Spanned<LibraryTable>>,
+    #[serde(default)]
+    affinity: Vec<Spanned<PreferenceTable>>,
+    #[serde(default)]
+    depends_on: Vec<Spanned<String>>,
+    fail_on_dependency_failure: Option<Spanned<bool>>,
+    #[serde(default)]
+    continue_on_task_failure: bool,
+    #[serde(default)]
+    engine_blacklisting: bool,
+    failures_before_blacklist: Option<Spanned<u32>>,
+    #[serde(default)]
+    engine_greylisting: bool,
+    #[serde(default)]
+    redundant_rescheduling: bool,
+    task_max_time_secs: Option<Spanned<u64>>,
+    cancel_redundant_on_first_result: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,6 +95,48 @@ struct TaskSection {
 enum Tasks {
     Count(i64),
     List(Vec<BTreeMap<String, String>>),
+}
+
+/// A `[[task_list]]` entry (one task: `params` and conditions) or a
+/// `[[condition]]` entry (`tasks`, a range, and conditions). One shape for
+/// both, so both read and check their conditions alike; each refuses the key
+/// that belongs to the other.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskTable {
+    params: Option<Spanned<BTreeMap<String, String>>>,
+    tasks: Option<Spanned<TaskRange>>,
+    discriminator: Option<Spanned<String>>,
+    #[serde(default)]
+    affinity: Vec<Spanned<PreferenceTable>>,
+    #[serde(default)]
+    task_affinity: Vec<Spanned<u32>>,
+    #[serde(default)]
+    queue_jump: bool,
+    #[serde(default)]
+    depends_on: Vec<Spanned<String>>,
+}
+
+/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TaskRange {
+    One(u32),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LibraryTable {
+    name: Spanned<String>,
+    version: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreferenceTable {
+    when: Spanned<String>,
+    weight: i32,
 }
 
 fn default_queue() -> String {
@@ -76,6 +163,82 @@ pub fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
+/// The text of a TOML file being read and its name, to turn offsets into `path:line: message` errors.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FileText<'a> {
+    pub text: &'a str,
+    pub path: &'a str,
+}
+
+impl FileText<'_> {
+    /// The error at a byte offset of the file.
+    pub fn error(&self, offset: usize, message: impl Into<String>) -> JobFileError {
+        JobFileError { path: self.path.to_string(), line: line_of(self.text, offset), message: message.into() }
+    }
+
+    /// The error at the start of a value.
+    pub fn at<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> JobFileError {
+        self.error(value.span().start, message)
+    }
+
+    /// Parses `text` with serde, or says where the TOML (or its shape) is wrong.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, JobFileError> {
+        toml::from_str(self.text).map_err(|e| self.error(e.span().map_or(0, |span| span.start), e.message()))
+    }
+
+    /// Checks a requirements-language expression given as a TOML string; an
+    /// error names `what` and points a caret at the byte, on the line it is on.
+    fn expression(&self, what: &str, source: &Spanned<String>) -> Result<(), JobFileError> {
+        let value = source.get_ref();
+        expr::parse(value).map_err(|e| {
+            let line_in_string = value[..e.position.min(value.len())].matches('\n').count();
+            let start = string_start(self.text, source.span().start);
+            JobFileError {
+                path: self.path.to_string(),
+                line: line_of(self.text, start) + line_in_string,
+                message: format!("{what} {}", e.render(value).trim_end()),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Refuses a list longer than [`LIST_ENTRIES_MAX`], at its last entry.
+    fn bounded<T>(&self, what: &str, list: &[Spanned<T>]) -> Result<(), JobFileError> {
+        match list.last() {
+            Some(last) if list.len() > LIST_ENTRIES_MAX => {
+                Err(self.at(last, format!("{what}: {} entries, more than {LIST_ENTRIES_MAX}", list.len())))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn preferences(&self, what: &str, list: &[Spanned<PreferenceTable>]) -> Result<Vec<Preference>, JobFileError> {
+        self.bounded(what, list)?;
+        list.iter()
+            .enumerate()
+            .map(|(pref_idx, preference)| {
+                let preference = preference.get_ref();
+                self.expression(&format!("{what}[{pref_idx}].when"), &preference.when)?;
+                Ok(Preference { when: preference.when.get_ref().clone(), weight: preference.weight })
+            })
+            .collect()
+    }
+}
+
+/// Where the text of the TOML string whose value starts at `value_start` begins:
+/// after its opening quote, or after `'''` or `"""` and the newline that may
+/// follow them (TOML drops it), so lines counted into the string are the file's.
+fn string_start(text: &str, value_start: usize) -> usize {
+    let rest = &text[value_start.min(text.len())..];
+    if rest.starts_with("'''") || rest.starts_with("\"\"\"") {
+        let after = &rest[3..];
+        let newline = if after.starts_with("\r\n") { 2 } else { usize::from(after.starts_with('\n')) };
+        value_start + 3 + newline
+    } else {
+        value_start + 1
+    }
+}
+
 /// Reads and checks a job file. `owner_default` fills `owner` when the file has none.
 pub fn read_job_file(path: &Path, owner_default: &str) -> Result<JobSpec, JobFileError> {
     let text = std::fs::read_to_string(path).map_err(|e| JobFileError {
@@ -87,53 +250,37 @@ pub fn read_job_file(path: &Path, owner_default: &str) -> Result<JobSpec, JobFil
 }
 
 pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec, JobFileError> {
-    let error = |offset: usize, message: String| JobFileError { path: path.to_string(), line: line_of(text, offset), message };
-    let file: JobFile = toml::from_str(text).map_err(|e| {
-        let offset = e.span().map(|span| span.start).unwrap_or(0);
-        error(offset, e.message().to_string())
-    })?;
+    let file_text = FileText { text, path };
+    let file: JobFile = file_text.parse()?;
     let id = match &file.id {
-        Some(id) => JobId::new(id.get_ref()).map_err(|e| error(id.span().start, format!("id: {e}")))?,
+        Some(id) => JobId::new(id.get_ref()).map_err(|e| file_text.at(id, format!("id: {e}")))?,
         None => generated_job_id(),
     };
     let requirements = match &file.requirements {
         Some(source) => {
-            let value = source.get_ref();
-            // The string starts after its opening quote; point into it.
-            let start = source.span().start + 1;
-            expr::parse(value).map_err(|e| {
-                let line_in_string = value[..e.position.min(value.len())].matches('\n').count();
-                JobFileError {
-                    path: path.to_string(),
-                    line: line_of(text, start) + line_in_string,
-                    message: format!("requirements {}", e.render(value).trim_end()),
-                }
-            })?;
-            value.clone()
+            file_text.expression("requirements", source)?;
+            source.get_ref().clone()
         }
         None => String::new(),
     };
     if *file.max_attempts.get_ref() == 0 {
-        return Err(error(file.max_attempts.span().start, "max_attempts must be at least 1".into()));
+        return Err(file_text.at(&file.max_attempts, "max_attempts must be at least 1"));
     }
     if *file.slots_per_task.get_ref() == 0 {
-        return Err(error(file.slots_per_task.span().start, "slots_per_task must be at least 1".into()));
+        return Err(file_text.at(&file.slots_per_task, "slots_per_task must be at least 1"));
     }
     let task = file.task.get_ref();
     if task.argv.is_empty() {
-        return Err(error(file.task.span().start, "[task] argv must name a program to run".into()));
+        return Err(file_text.at(&file.task, "[task] argv must name a program to run"));
     }
-    let tasks = match file.tasks.get_ref() {
-        Tasks::Count(n) if *n >= 1 && *n <= i64::from(TASKS_PER_JOB_MAX) => TaskSet::Count(*n as u32),
-        Tasks::Count(n) => {
-            return Err(error(file.tasks.span().start, format!("tasks must be between 1 and {TASKS_PER_JOB_MAX}, not {n}")));
-        }
-        Tasks::List(list) if list.is_empty() => return Err(error(file.tasks.span().start, "tasks: the list is empty".into())),
-        Tasks::List(list) if list.len() > TASKS_PER_JOB_MAX as usize => {
-            return Err(error(file.tasks.span().start, format!("tasks: {} tasks, more than {TASKS_PER_JOB_MAX}", list.len())));
-        }
-        Tasks::List(list) => TaskSet::List(list.clone()),
+    let tasks = task_set(file_text, &file)?;
+    let n_tasks = match &tasks {
+        TaskSet::Count(n) => *n,
+        TaskSet::List(list) => list.len() as u32,
     };
+    let reader = ConditionReader { file_text, job: &id, n_tasks };
+    let task_conditions = reader.task_conditions(&file)?;
+    let options = job_options(file_text, &file, &id, &task_conditions)?;
     Ok(JobSpec {
         id,
         owner: file.owner.unwrap_or_else(|| owner_default.to_string()),
@@ -146,6 +293,281 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         slots_per_task: *file.slots_per_task.get_ref(),
         template: TaskTemplate { argv: task.argv.clone(), params: task.params.clone() },
         tasks,
+        options,
+        task_conditions,
+    })
+}
+
+/// The tasks, from `tasks` or from `[[task_list]]`.
+fn task_set(file_text: FileText<'_>, file: &JobFile) -> Result<TaskSet, JobFileError> {
+    let too_many = |n: usize| format!("{n} tasks, more than {TASKS_PER_JOB_MAX}");
+    match (&file.tasks, &file.task_list) {
+        (Some(_), Some(list)) => Err(file_text.at(list, "give the tasks once: `tasks` or [[task_list]], not both")),
+        (None, None) => Err(file_text.error(
+            file.task.span().start,
+            "the job has no tasks: give `tasks = N`, `tasks = [ {...}, ... ]` or [[task_list]] entries",
+        )),
+        (Some(tasks), None) => match tasks.get_ref() {
+            Tasks::Count(n) if *n >= 1 && *n <= i64::from(TASKS_PER_JOB_MAX) => Ok(TaskSet::Count(*n as u32)),
+            Tasks::Count(n) => {
+                Err(file_text.at(tasks, format!("tasks must be between 1 and {TASKS_PER_JOB_MAX}, not {n}")))
+            }
+            Tasks::List(list) if list.is_empty() => Err(file_text.at(tasks, "tasks: the list is empty")),
+            Tasks::List(list) if list.len() > TASKS_PER_JOB_MAX as usize => {
+                Err(file_text.at(tasks, format!("tasks: {}", too_many(list.len()))))
+            }
+            Tasks::List(list) => Ok(TaskSet::List(list.clone())),
+        },
+        (None, Some(list)) => {
+            if list.get_ref().len() > TASKS_PER_JOB_MAX as usize {
+                return Err(file_text.at(list, format!("task_list: {}", too_many(list.get_ref().len()))));
+            }
+            let mut params = Vec::with_capacity(list.get_ref().len());
+            for (task_idx, entry) in list.get_ref().iter().enumerate() {
+                if let Some(range) = &entry.get_ref().tasks {
+                    return Err(file_text.at(
+                        range,
+                        format!("task_list[{task_idx}]: `tasks` belongs in [[condition]]; a [[task_list]] entry is one task"),
+                    ));
+                }
+                params.push(entry.get_ref().params.as_ref().map(|p| p.get_ref().clone()).unwrap_or_default());
+            }
+            Ok(TaskSet::List(params))
+        }
+    }
+}
+
+/// Reads the conditions of `[[task_list]]` and `[[condition]]` entries of one job.
+struct ConditionReader<'a> {
+    file_text: FileText<'a>,
+    job: &'a JobId,
+    n_tasks: u32,
+}
+
+impl ConditionReader<'_> {
+    /// Conditions by task index, from both places; a task's come from one.
+    fn task_conditions(&self, file: &JobFile) -> Result<BTreeMap<u32, TaskConditions>, JobFileError> {
+        let mut by_task: BTreeMap<u32, (TaskConditions, String)> = BTreeMap::new();
+        let entries = file.task_list.as_ref().map(|list| list.get_ref().as_slice()).unwrap_or_default();
+        for (task_idx, entry) in entries.iter().enumerate() {
+            let what = format!("task_list[{task_idx}]");
+            let task_idx = task_idx as u32;
+            let conditions = self.conditions(&what, entry.get_ref(), task_idx)?;
+            if !conditions.is_empty() {
+                by_task.insert(task_idx, (conditions, what));
+            }
+        }
+        for (cond_idx, entry) in file.condition.iter().enumerate() {
+            let what = format!("condition[{cond_idx}]");
+            let table = entry.get_ref();
+            if let Some(params) = &table.params {
+                return Err(self.file_text.at(
+                    params,
+                    format!("{what}: `params` belongs in [[task_list]]; a [[condition]] gives conditions only"),
+                ));
+            }
+            let Some(range_value) = &table.tasks else {
+                return Err(self.file_text.at(entry, format!("{what}: say which tasks, e.g. tasks = \"0-9\"")));
+            };
+            let range = self.task_range(&what, range_value)?;
+            let conditions = self.conditions(&what, table, *range.start())?;
+            if conditions.is_empty() {
+                return Err(self.file_text.at(entry, format!("{what} sets no condition")));
+            }
+            if let Some((task_idx, (_, earlier))) = by_task.range(range.clone()).next() {
+                return Err(self.file_text.at(
+                    range_value,
+                    format!("{what}: task {task_idx} already has conditions from {earlier}; give a task's conditions in one place"),
+                ));
+            }
+            let n_conditioned = by_task.len() + (range.end() - range.start()) as usize + 1;
+            if n_conditioned > CONDITIONED_TASKS_MAX {
+                return Err(self.file_text.at(
+                    range_value,
+                    format!("{what}: {n_conditioned} tasks with conditions, more than {CONDITIONED_TASKS_MAX}"),
+                ));
+            }
+            for task_idx in range {
+                by_task.insert(task_idx, (conditions.clone(), what.clone()));
+            }
+        }
+        if by_task.len() > CONDITIONED_TASKS_MAX {
+            let message = format!("{} tasks with conditions, more than {CONDITIONED_TASKS_MAX}", by_task.len());
+            return Err(self.file_text.error(file.task_list.as_ref().map_or(0, |list| list.span().start), message));
+        }
+        Ok(by_task.into_iter().map(|(task_idx, (conditions, _))| (task_idx, conditions)).collect())
+    }
+
+    /// `3`, `"3"` or `"0-9"`, within the job's tasks.
+    fn task_range(&self, what: &str, value: &Spanned<TaskRange>) -> Result<RangeInclusive<u32>, JobFileError> {
+        let bad = |detail: String| self.file_text.at(value, format!("{what}: tasks {detail}"));
+        let (first, last) = match value.get_ref() {
+            TaskRange::One(task_idx) => (*task_idx, *task_idx),
+            TaskRange::Text(text) => {
+                let number = |part: &str| {
+                    part.trim().parse::<u32>().map_err(|_| bad(format!("{text:?} is not an index or a range such as \"0-9\"")))
+                };
+                match text.split_once('-') {
+                    Some((first, last)) => (number(first)?, number(last)?),
+                    None => {
+                        let task_idx = number(text)?;
+                        (task_idx, task_idx)
+                    }
+                }
+            }
+        };
+        if first > last {
+            return Err(bad(format!("{first}-{last} is empty: the range runs from the lower index to the higher")));
+        }
+        if last >= self.n_tasks {
+            return Err(bad(format!("{first}-{last} goes past the job's last task, {}", self.n_tasks - 1)));
+        }
+        Ok(first..=last)
+    }
+
+    /// The conditions of one entry, applied from task `first_task_idx` on:
+    /// `task_affinity` and same-job `depends_on` must name tasks before it.
+    fn conditions(&self, what: &str, table: &TaskTable, first_task_idx: u32) -> Result<TaskConditions, JobFileError> {
+        let file_text = self.file_text;
+        let discriminator = match &table.discriminator {
+            Some(source) => {
+                file_text.expression(&format!("{what}.discriminator"), source)?;
+                source.get_ref().clone()
+            }
+            None => String::new(),
+        };
+        let affinity = file_text.preferences(&format!("{what}.affinity"), &table.affinity)?;
+        file_text.bounded(&format!("{what}.task_affinity"), &table.task_affinity)?;
+        let task_affinity = table
+            .task_affinity
+            .iter()
+            .enumerate()
+            .map(|(entry_idx, earlier)| {
+                let task_idx = *earlier.get_ref();
+                if task_idx >= first_task_idx {
+                    let message = format!(
+                        "{what}.task_affinity[{entry_idx}]: task {task_idx} is not before task {first_task_idx}; \
+                         task affinity names earlier tasks of the job"
+                    );
+                    return Err(file_text.at(earlier, message));
+                }
+                Ok(task_idx)
+            })
+            .collect::<Result<Vec<u32>, JobFileError>>()?;
+        file_text.bounded(&format!("{what}.depends_on"), &table.depends_on)?;
+        let depends_on = table
+            .depends_on
+            .iter()
+            .enumerate()
+            .map(|(entry_idx, dependency)| self.task_dependency(&format!("{what}.depends_on[{entry_idx}]"), dependency, first_task_idx))
+            .collect::<Result<Vec<TaskRef>, JobFileError>>()?;
+        Ok(TaskConditions { discriminator, affinity, task_affinity, queue_jump: table.queue_jump, depends_on })
+    }
+
+    /// `"3"` is task 3 of this job, which must come before `first_task_idx`;
+    /// `"JOB/3"` is task 3 of job JOB (this one's own id counts as a bare index).
+    fn task_dependency(&self, what: &str, dependency: &Spanned<String>, first_task_idx: u32) -> Result<TaskRef, JobFileError> {
+        let text = dependency.get_ref();
+        let task = match text.parse::<u32>() {
+            Ok(task_idx) => TaskRef::new(self.job.clone(), task_idx),
+            Err(_) => text.parse::<TaskRef>().map_err(|problem| {
+                self.file_text.at(dependency, format!("{what}: {problem} (or a bare index for a task of this job)"))
+            })?,
+        };
+        if task.job == *self.job && task.index >= first_task_idx {
+            let message = format!(
+                "{what}: task {} is not before task {first_task_idx}; a task depends only on earlier tasks of its job",
+                task.index
+            );
+            return Err(self.file_text.at(dependency, message));
+        }
+        Ok(task)
+    }
+}
+
+/// The job's options, each checked against the others.
+fn job_options(
+    file_text: FileText<'_>,
+    file: &JobFile,
+    id: &JobId,
+    task_conditions: &BTreeMap<u32, TaskConditions>,
+) -> Result<JobOptions, JobFileError> {
+    let root_library = match &file.root_library {
+        Some(table) => {
+            let LibraryTable { name, version } = table.get_ref();
+            let library = LibraryRef::new(name.get_ref(), version.get_ref());
+            if let Err(problem) = library.validate() {
+                // `validate` checks the name, then the version: point at the wrong one.
+                let (part, value) = match JobId::new(name.get_ref()) {
+                    Err(_) => ("name", name),
+                    Ok(_) => ("version", version),
+                };
+                return Err(file_text.at(value, format!("root_library.{part}: {problem}")));
+            }
+            Some(library)
+        }
+        None => None,
+    };
+    let affinity = file_text.preferences("affinity", &file.affinity)?;
+    file_text.bounded("depends_on", &file.depends_on)?;
+    let depends_on_jobs = file
+        .depends_on
+        .iter()
+        .enumerate()
+        .map(|(entry_idx, job)| {
+            let what = format!("depends_on[{entry_idx}]");
+            let job_id = JobId::new(job.get_ref()).map_err(|problem| file_text.at(job, format!("{what}: {problem}")))?;
+            if job_id == *id {
+                return Err(file_text.at(job, format!("{what}: a job cannot depend on itself")));
+            }
+            Ok(job_id)
+        })
+        .collect::<Result<Vec<JobId>, JobFileError>>()?;
+    // An option that refines another is refused without it, rather than ignored.
+    let needs = |given_at: usize, option: &str, other_on: bool, other: &str| -> Result<(), JobFileError> {
+        if other_on { Ok(()) } else { Err(file_text.error(given_at, format!("{option} needs {other}"))) }
+    };
+    let any_dependency = !depends_on_jobs.is_empty() || task_conditions.values().any(|c| !c.depends_on.is_empty());
+    let is_on = |option: &Option<Spanned<bool>>| option.as_ref().is_some_and(|o| *o.get_ref());
+    if let Some(option) = file.fail_on_dependency_failure.as_ref().filter(|o| *o.get_ref()) {
+        let other = "something to depend on: `depends_on` of the job or of a task";
+        needs(option.span().start, "fail_on_dependency_failure", any_dependency, other)?;
+    }
+    if let Some(option) = file.cancel_redundant_on_first_result.as_ref().filter(|o| *o.get_ref()) {
+        let other = "redundant_rescheduling = true";
+        needs(option.span().start, "cancel_redundant_on_first_result", file.redundant_rescheduling, other)?;
+    }
+    if let Some(n) = &file.failures_before_blacklist {
+        needs(n.span().start, "failures_before_blacklist", file.engine_blacklisting, "engine_blacklisting = true")?;
+    }
+    if let Some(secs) = &file.task_max_time_secs {
+        needs(secs.span().start, "task_max_time_secs", file.redundant_rescheduling, "redundant_rescheduling = true")?;
+    }
+    let failures_before_blacklist = match &file.failures_before_blacklist {
+        Some(n) if *n.get_ref() == 0 => return Err(file_text.at(n, "failures_before_blacklist must be at least 1")),
+        Some(n) => *n.get_ref(),
+        None if file.engine_blacklisting => 1,
+        None => 0,
+    };
+    let task_max_time_ms = match &file.task_max_time_secs {
+        Some(secs) if *secs.get_ref() == 0 => {
+            return Err(file_text.at(secs, "task_max_time_secs must be at least 1 (leave it out for no limit)"));
+        }
+        Some(secs) => secs.get_ref().saturating_mul(1000),
+        None => 0,
+    };
+    Ok(JobOptions {
+        root_library,
+        affinity,
+        depends_on_jobs,
+        fail_on_dependency_failure: is_on(&file.fail_on_dependency_failure),
+        continue_on_task_failure: file.continue_on_task_failure,
+        engine_blacklisting: file.engine_blacklisting,
+        failures_before_blacklist,
+        engine_greylisting: file.engine_greylisting,
+        redundant_rescheduling: file.redundant_rescheduling,
+        task_max_time_ms,
+        cancel_redundant_on_first_result: is_on(&file.cancel_redundant_on_first_result),
     })
 }
 
@@ -156,60 +578,4 @@ fn generated_job_id() -> JobId {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use expect_test::expect;
-
-    fn check_error(text: &str, expect: expect_test::Expect) {
-        let error = parse_job(text, "job.toml", "alice").expect_err("the file is bad");
-        expect.assert_eq(&error.to_string());
-    }
-
-    #[test]
-    fn a_complete_file_becomes_a_job() {
-        let spec = parse_job(
-            r#"
-id = "render-1"
-project = "film"
-priority = 5
-requirements = 'os == "linux" && memory_mb >= 4096'
-max_attempts = 2
-wall_time_limit_secs = 600
-tasks = 100
-
-[task]
-argv = ["render", "--frame={index}", "--scene={scene}"]
-params = { scene = "intro" }
-"#,
-            "job.toml",
-            "alice",
-        )
-        .unwrap();
-        assert_eq!(spec.id.as_str(), "render-1");
-        assert_eq!(spec.owner, "alice");
-        assert_eq!(spec.task_count(), 100);
-        assert_eq!(spec.wall_time_limit_ms, 600_000);
-        assert_eq!(spec.template.params["scene"], "intro");
-    }
-
-    #[test]
-    fn a_task_list_gives_each_task_its_parameters() {
-        let spec = parse_job("tasks = [{ x = \"1\" }, { x = \"2\" }]\n[task]\nargv = [\"echo\", \"{x}\"]\n", "job.toml", "bob").unwrap();
-        assert_eq!(spec.task_count(), 2);
-        assert!(spec.id.as_str().starts_with("job-"));
-    }
-
-    #[test]
-    fn errors_name_the_line_and_what_is_wrong() {
-        check_error("tasks = 3\n[task]\nargv = [\"x\"]\ncolour = 1\n", expect!["job.toml:4: unknown field `colour`, expected `argv` or `params`"]);
-        check_error("tasks = 0\n[task]\nargv = [\"x\"]\n", expect!["job.toml:1: tasks must be between 1 and 10000000, not 0"]);
-        check_error("id = \"a b\"\ntasks = 1\n[task]\nargv = [\"x\"]\n", expect!["job.toml:1: id: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found ' ' at byte 1"]);
-        check_error("tasks = 1\n[task]\nargv = []\n", expect!["job.toml:2: [task] argv must name a program to run"]);
-        check_error("tasks = 1\nmax_attempts = 0\n[task]\nargv = [\"x\"]\n", expect!["job.toml:2: max_attempts must be at least 1"]);
-        check_error("tasks = 1\n\nrequirements = 'memory_mb >= \"lots\"'\n[task]\nargv = [\"x\"]\n", expect![[r#"
-            job.toml:3: requirements at byte 13: `memory_mb` is a number; compare it with a number, not a string
-              memory_mb >= "lots"
-                           ^"#]]);
-        check_error("tasks = 1\n[task]\nargv = [\"x\"\n", expect!["job.toml:3: unclosed array, expected `]`"]);
-    }
-}
+mod tests;

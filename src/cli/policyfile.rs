@@ -7,8 +7,9 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::jobfile::{line_of, JobFileError as FileError};
-use crate::core::event::{Algorithm, LoadFormula, Policy, ORDERS_PER_BATCH_MAX};
+use super::jobfile::{FileText, JobFileError as FileError};
+use crate::core::event::{Algorithm, LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
+use crate::wire::check_engine_tier;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,6 +20,9 @@ struct PolicyFile {
     dispatches_per_run_max: Option<Spanned<u32>>,
     seed: Option<u64>,
     load_formula: Option<LoadFormulaSection>,
+    engine_tiers: Option<Vec<Spanned<String>>>,
+    greylist_affinity: Option<u32>,
+    redundancy: Option<RedundancySection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -30,9 +34,28 @@ struct LoadFormulaSection {
     load_weight: u32,
 }
 
+/// `[redundancy]`: every key optional, defaulting to `RedundancyPolicy::default()`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedundancySection {
+    strategy_effective_percent: Option<Spanned<u32>>,
+    poll_period_secs: Option<Spanned<u64>>,
+    percent_completed_strategy: Option<bool>,
+    remaining_task_percent: Option<Spanned<u32>>,
+    average_strategy: Option<bool>,
+    average_limit: Option<Spanned<toml::Value>>,
+    std_dev_strategy: Option<bool>,
+    std_dev_limit: Option<Spanned<toml::Value>>,
+    reschedule_first: Option<bool>,
+    copies_per_task_max: Option<u32>,
+}
+
 fn one() -> u32 {
     1
 }
+
+/// Most decimals of a limit: it is kept in thousandths.
+const LIMIT_DECIMALS_MAX: usize = 3;
 
 pub fn read_policy_file(path: &Path) -> Result<Policy, FileError> {
     let text = std::fs::read_to_string(path).map_err(|e| FileError {
@@ -44,44 +67,128 @@ pub fn read_policy_file(path: &Path) -> Result<Policy, FileError> {
 }
 
 pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
-    let error = |offset: usize, message: String| FileError { path: path.to_string(), line: line_of(text, offset), message };
-    let file: PolicyFile = toml::from_str(text).map_err(|e| error(e.span().map(|s| s.start).unwrap_or(0), e.message().to_string()))?;
+    let file_text = FileText { text, path };
+    let file: PolicyFile = file_text.parse()?;
     let defaults = Policy::default();
     let algorithm = match &file.algorithm {
         Some(name) => Algorithm::from_name(name.get_ref())
-            .ok_or_else(|| error(name.span().start, format!("unknown algorithm {:?}; known: sge-plain", name.get_ref())))?,
+            .ok_or_else(|| file_text.at(name, format!("unknown algorithm {:?}; known: sge-plain", name.get_ref())))?,
         None => defaults.algorithm,
-    };
-    let seconds = |value: &Option<Spanned<u64>>, default_ms: u64, name: &str| -> Result<u64, FileError> {
-        match value {
-            Some(secs) if *secs.get_ref() == 0 => Err(error(secs.span().start, format!("{name} must be at least 1 second"))),
-            Some(secs) => Ok(secs.get_ref().saturating_mul(1000)),
-            None => Ok(default_ms),
-        }
     };
     let dispatches_per_run_max = match &file.dispatches_per_run_max {
         Some(n) if *n.get_ref() == 0 || *n.get_ref() as usize > ORDERS_PER_BATCH_MAX => {
-            return Err(error(n.span().start, format!("dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}")));
+            return Err(file_text.at(n, format!("dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}")));
         }
         Some(n) => *n.get_ref(),
         None => defaults.dispatches_per_run_max,
     };
+    let engine_tiers = match &file.engine_tiers {
+        Some(tiers) => tiers
+            .iter()
+            .enumerate()
+            .map(|(tier_idx, tier)| {
+                check_engine_tier(tier.get_ref())
+                    .map_err(|problem| file_text.at(tier, format!("engine_tiers[{tier_idx}]: {problem}")))?;
+                Ok(tier.get_ref().clone())
+            })
+            .collect::<Result<Vec<String>, FileError>>()?,
+        None => defaults.engine_tiers,
+    };
+    let redundancy = match &file.redundancy {
+        Some(section) => redundancy(file_text, section)?,
+        None => defaults.redundancy,
+    };
     Ok(Policy {
         algorithm,
-        engine_timeout_ms: seconds(&file.engine_timeout_secs, defaults.engine_timeout_ms, "engine_timeout_secs")?,
-        dispatch_timeout_ms: seconds(&file.dispatch_timeout_secs, defaults.dispatch_timeout_ms, "dispatch_timeout_secs")?,
+        engine_timeout_ms: seconds(file_text, "engine_timeout_secs", &file.engine_timeout_secs, defaults.engine_timeout_ms)?,
+        dispatch_timeout_ms: seconds(file_text, "dispatch_timeout_secs", &file.dispatch_timeout_secs, defaults.dispatch_timeout_ms)?,
         load_formula: file
             .load_formula
             .map(|f| LoadFormula { slots_weight: f.slots_weight, load_weight: f.load_weight })
             .unwrap_or_default(),
         dispatches_per_run_max,
         seed: file.seed.unwrap_or(defaults.seed),
+        engine_tiers,
+        greylist_affinity: file.greylist_affinity.unwrap_or(defaults.greylist_affinity),
+        redundancy,
     })
+}
+
+/// A duration given in seconds, at least 1, in ms; `default_ms` when absent.
+fn seconds(file_text: FileText<'_>, name: &str, value: &Option<Spanned<u64>>, default_ms: u64) -> Result<u64, FileError> {
+    match value {
+        Some(secs) if *secs.get_ref() == 0 => Err(file_text.at(secs, format!("{name} must be at least 1 second"))),
+        Some(secs) => Ok(secs.get_ref().saturating_mul(1000)),
+        None => Ok(default_ms),
+    }
+}
+
+fn redundancy(file_text: FileText<'_>, section: &RedundancySection) -> Result<RedundancyPolicy, FileError> {
+    let defaults = RedundancyPolicy::default();
+    let percent = |name: &str, value: &Option<Spanned<u32>>, default: u32| match value {
+        Some(n) if *n.get_ref() > 100 => {
+            Err(file_text.at(n, format!("redundancy.{name} is a percentage: 0 to 100, not {}", n.get_ref())))
+        }
+        Some(n) => Ok(*n.get_ref()),
+        None => Ok(default),
+    };
+    let limit = |name: &str, value: &Option<Spanned<toml::Value>>, default_milli: u32| match value {
+        Some(value) => limit_milli(file_text.text, value).map_err(|problem| file_text.at(value, format!("redundancy.{name}: {problem}"))),
+        None => Ok(default_milli),
+    };
+    let poll_period_name = "redundancy.poll_period_secs";
+    Ok(RedundancyPolicy {
+        strategy_effective_percent: percent("strategy_effective_percent", &section.strategy_effective_percent, defaults.strategy_effective_percent)?,
+        poll_period_ms: seconds(file_text, poll_period_name, &section.poll_period_secs, defaults.poll_period_ms)?,
+        percent_completed_strategy: section.percent_completed_strategy.unwrap_or(defaults.percent_completed_strategy),
+        remaining_task_percent: percent("remaining_task_percent", &section.remaining_task_percent, defaults.remaining_task_percent)?,
+        average_strategy: section.average_strategy.unwrap_or(defaults.average_strategy),
+        average_limit_milli: limit("average_limit", &section.average_limit, defaults.average_limit_milli)?,
+        std_dev_strategy: section.std_dev_strategy.unwrap_or(defaults.std_dev_strategy),
+        std_dev_limit_milli: limit("std_dev_limit", &section.std_dev_limit, defaults.std_dev_limit_milli)?,
+        reschedule_first: section.reschedule_first.unwrap_or(defaults.reschedule_first),
+        copies_per_task_max: section.copies_per_task_max.unwrap_or(defaults.copies_per_task_max),
+    })
+}
+
+/// A non-negative decimal with at most three decimals, in thousandths, read
+/// from its text so nothing is lost to binary floating point: `3`, `2.5`,
+/// `1.125`, or the same as a string (`"2.5"`).
+fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u32, String> {
+    let literal = match value.get_ref() {
+        toml::Value::String(decimal) => decimal.clone(),
+        toml::Value::Integer(_) | toml::Value::Float(_) => text[value.span()].replace('_', ""),
+        other => return Err(format!("expected a decimal such as 3.0, found a {}", other.type_str())),
+    };
+    let bad = || format!("{literal:?} is not a decimal such as 3.0 or 2.5");
+    let digits = literal.strip_prefix('+').unwrap_or(&literal);
+    if digits.starts_with('-') {
+        return Err(format!("{literal} is negative; a limit is a multiple, 0 or more"));
+    }
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let all_digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !all_digits(whole) || !all_digits(fraction) || (digits.contains('.') && fraction.is_empty()) {
+        return Err(bad());
+    }
+    if fraction.len() > LIMIT_DECIMALS_MAX {
+        return Err(format!("{literal} has {} decimals; at most {LIMIT_DECIMALS_MAX} are kept", fraction.len()));
+    }
+    let too_large = || format!("{literal} is too large");
+    let whole: u32 = whole.parse().map_err(|_| too_large())?;
+    let fraction_milli: u32 = format!("{fraction:0<3}").parse().map_err(|_| bad())?;
+    whole.checked_mul(1000).and_then(|milli| milli.checked_add(fraction_milli)).ok_or_else(too_large)
 }
 
 #[cfg(test)]
 mod tests {
+    use expect_test::{Expect, expect};
+
     use super::*;
+
+    fn check_error(text: &str, expect: Expect) {
+        let error = parse_policy(text, "p.toml").expect_err("the policy is bad");
+        expect.assert_eq(&error.to_string());
+    }
 
     #[test]
     fn a_policy_file_sets_every_field_and_defaults_the_rest() {
@@ -89,15 +196,82 @@ mod tests {
         assert_eq!(policy.engine_timeout_ms, 10_000);
         assert_eq!(policy.dispatch_timeout_ms, Policy::default().dispatch_timeout_ms);
         assert_eq!(policy.load_formula, LoadFormula { slots_weight: 1, load_weight: 2 });
+        assert_eq!(policy.engine_tiers, Vec::<String>::new());
+        assert_eq!(policy.greylist_affinity, Policy::default().greylist_affinity);
+        assert_eq!(policy.redundancy, RedundancyPolicy::default());
+    }
+
+    #[test]
+    fn tiers_greylisting_and_redundancy_are_read() {
+        let policy = parse_policy(
+            r#"
+engine_tiers = ["type=blade", "type=server", "site=hel"]
+greylist_affinity = 8
+
+[redundancy]
+strategy_effective_percent = 40
+poll_period_secs = 10
+percent_completed_strategy = false
+remaining_task_percent = 5
+average_strategy = true
+average_limit = 2.5
+std_dev_strategy = true
+std_dev_limit = 1.125
+reschedule_first = true
+copies_per_task_max = 3
+"#,
+            "p.toml",
+        )
+        .unwrap();
+        expect![[r#"
+            ["type=blade", "type=server", "site=hel"]
+            8
+            RedundancyPolicy { strategy_effective_percent: 40, poll_period_ms: 10000, percent_completed_strategy: false, remaining_task_percent: 5, average_strategy: true, average_limit_milli: 2500, std_dev_strategy: true, std_dev_limit_milli: 1125, reschedule_first: true, copies_per_task_max: 3 }"#]].assert_eq(&format!("{:?}\n{}\n{:?}", policy.engine_tiers, policy.greylist_affinity, policy.redundancy));
+        // A section with one key keeps the defaults of the others.
+        let policy = parse_policy("[redundancy]\naverage_limit = 4\n", "p.toml").unwrap();
+        assert_eq!(policy.redundancy, RedundancyPolicy { average_limit_milli: 4_000, ..RedundancyPolicy::default() });
+    }
+
+    #[test]
+    fn limits_are_decimals_kept_in_thousandths_exactly() {
+        let milli = |literal: &str| {
+            parse_policy(&format!("[redundancy]\nstd_dev_limit = {literal}\n"), "p.toml")
+                .map(|policy| policy.redundancy.std_dev_limit_milli.to_string())
+                .unwrap_or_else(|error| error.to_string())
+        };
+        let shown: Vec<String> = ["3.0", "2", "0.001", "1.1", "+2.25", "1_000.5", "\"2.5\"", "0.1234", "-1.0", "1e3", "\"2.\"", "true", "5000000.0"]
+            .iter()
+            .map(|literal| format!("{literal:<10} {}", milli(literal)))
+            .collect();
+        expect![[r#"
+            3.0        3000
+            2          2000
+            0.001      1
+            1.1        1100
+            +2.25      2250
+            1_000.5    1000500
+            "2.5"      2500
+            0.1234     p.toml:2: redundancy.std_dev_limit: 0.1234 has 4 decimals; at most 3 are kept
+            -1.0       p.toml:2: redundancy.std_dev_limit: -1.0 is negative; a limit is a multiple, 0 or more
+            1e3        p.toml:2: redundancy.std_dev_limit: "1e3" is not a decimal such as 3.0 or 2.5
+            "2."       p.toml:2: redundancy.std_dev_limit: "2." is not a decimal such as 3.0 or 2.5
+            true       p.toml:2: redundancy.std_dev_limit: expected a decimal such as 3.0, found a boolean
+            5000000.0  p.toml:2: redundancy.std_dev_limit: 5000000.0 is too large"#]].assert_eq(&shown.join("\n"));
     }
 
     #[test]
     fn bad_policies_name_the_line() {
-        let error = parse_policy("seed = 1\nalgorithm = \"magic\"\n", "p.toml").unwrap_err();
-        assert_eq!(error.to_string(), "p.toml:2: unknown algorithm \"magic\"; known: sge-plain");
-        let error = parse_policy("\n\ndispatch_timeout_secs = 0\n", "p.toml").unwrap_err();
-        assert_eq!(error.to_string(), "p.toml:3: dispatch_timeout_secs must be at least 1 second");
-        let error = parse_policy("colour = 1\n", "p.toml").unwrap_err();
-        assert!(error.to_string().starts_with("p.toml:1: unknown field `colour`"), "{error}");
+        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain"#]]);
+        check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`"]);
+        check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
+        check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
+        check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
+        check_error("[redundancy]\nstrategy_effective_percent = 101\n", expect!["p.toml:2: redundancy.strategy_effective_percent is a percentage: 0 to 100, not 101"]);
+        check_error("[redundancy]\n\nremaining_task_percent = 150\n", expect!["p.toml:3: redundancy.remaining_task_percent is a percentage: 0 to 100, not 150"]);
+        check_error("[redundancy]\npoll_period_secs = 0\n", expect!["p.toml:2: redundancy.poll_period_secs must be at least 1 second"]);
+        check_error("[redundancy]\naverage_limit = 2.0001\n", expect!["p.toml:2: redundancy.average_limit: 2.0001 has 4 decimals; at most 3 are kept"]);
+        check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; a limit is a multiple, 0 or more"]);
+        check_error("[redundancy]\ncopies = 2\n", expect!["p.toml:2: unknown field `copies`, expected one of `strategy_effective_percent`, `poll_period_secs`, `percent_completed_strategy`, `remaining_task_percent`, `average_strategy`, `average_limit`, `std_dev_strategy`, `std_dev_limit`, `reschedule_first`, `copies_per_task_max`"]);
     }
 }

@@ -18,8 +18,10 @@ use tracing::Instrument as _;
 use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
 use super::report::{self, Outbox, PublisherGone};
 use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
-use super::{EngineConfig, EngineError, EngineReport, probe};
-use crate::core::event::{ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, Order};
+use super::{EngineConfig, EngineError, EngineReport, library, probe};
+use crate::core::event::{
+    ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryRef, Order,
+};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::log::EventLog;
 use crate::wire::delivery::{DeliveryKind, RunTask, decode_delivery};
@@ -52,6 +54,13 @@ where
     async move {
         config.validate()?;
         let work_dir = prepare_work_dir(&config.work_dir)?;
+        // Absolute, as tasks get it in GRIDFOLD_LIBRARY_DIR and run elsewhere.
+        let library_dir = std::path::absolute(&config.library_dir).map_err(|source| {
+            EngineError::WorkDir {
+                path: config.library_dir.clone(),
+                source,
+            }
+        })?;
         let measured = {
             let work_dir = work_dir.clone();
             tokio::task::spawn_blocking(move || probe::measure(&work_dir))
@@ -69,6 +78,7 @@ where
             seen_attempts: Seen::new(config.seen_max),
             config,
             work_dir,
+            library_dir,
             props,
             cores_measured: probe::cores(),
             session: Session::default(),
@@ -142,6 +152,8 @@ struct Running {
 struct Agent {
     config: EngineConfig,
     work_dir: PathBuf,
+    /// `config.library_dir`, absolute.
+    library_dir: PathBuf,
     props: EngineProps,
     /// The machine's cores, for the load per core (the login may declare others).
     cores_measured: u32,
@@ -212,6 +224,8 @@ impl Agent {
             login_seq: 0,
             heartbeats: 0,
         };
+        // What the library directory holds now: a sync may have completed since the last login.
+        self.props.libraries = library::held_libraries(&self.library_dir);
         let login = self.session_event(
             "EngineLoggedIn",
             Event::EngineLoggedIn {
@@ -294,6 +308,10 @@ impl Agent {
                 self.report.deliveries += 1;
                 self.lost().await
             }
+            DeliveryKind::SyncLibrary(library) => {
+                self.report.deliveries += 1;
+                self.sync_library(&delivery.id, library).await
+            }
             other => {
                 tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine or of an unknown shape: {other:?}");
                 Ok(())
@@ -322,13 +340,26 @@ impl Agent {
             );
             return self.launch_failed(&run, message).await;
         }
+        if let Some(root) = &run.root_library
+            && !library::is_held(&self.library_dir, root)
+        {
+            let message = format!(
+                "engine {} cannot start {} #{}: its job's root library {root} is not synced here (no {} in {})",
+                self.engine(),
+                run.task,
+                run.attempt,
+                library::SYNCED_MARKER,
+                library::library_path(&self.library_dir, root).display()
+            );
+            return self.launch_failed(&run, message).await;
+        }
         let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
             Ok(dir) => dir,
             Err(message) => return self.launch_failed(&run, message).await,
         };
         let spec = LaunchSpec {
             argv: run.argv.clone(),
-            env: task_env(self.engine(), &run, &work_dir),
+            env: task_env(self.engine(), &run, &work_dir, &self.library_dir),
             work_dir,
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
@@ -374,6 +405,37 @@ impl Agent {
             error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
         };
         self.publish_task_event(event).await
+    }
+
+    /// Answers a `SyncLibrary`: `LibrarySynced` when the library directory already
+    /// holds the library (unpacked by hand, or by an earlier sync), else
+    /// `LibrarySyncFailed` saying where it is missing. This engine does not fetch
+    /// libraries from the object store.
+    async fn sync_library(&mut self, delivery_id: &str, library: LibraryRef) -> Result<(), EngineError> {
+        let engine = self.engine().clone();
+        let event = if library::is_held(&self.library_dir, &library) {
+            tracing::info!(%library, "asked to sync a library already held");
+            Event::LibrarySynced { engine, library }
+        } else {
+            let path = library::library_path(&self.library_dir, &library);
+            let error = format!(
+                "engine {engine} does not fetch grid libraries; {library} is not in {} (unpack it there, then create {} in it)",
+                path.display(),
+                library::SYNCED_MARKER
+            );
+            tracing::warn!("{error}");
+            Event::LibrarySyncFailed {
+                engine,
+                library,
+                error,
+            }
+        };
+        let envelope = Envelope {
+            id: report::library_report_id(self.engine(), delivery_id, event.kind_name()),
+            source: report::source(self.engine()),
+            event,
+        };
+        self.outbox.send(envelope).await.map_err(gone)
     }
 
     /// A run ended: free its slots and report it, unless the projector ended it first.
@@ -565,7 +627,12 @@ fn attempt_work_dir(work_dir: &Path, task: &TaskRef, attempt: Attempt) -> Result
 }
 
 /// The environment a task runs with, added to the engine's own.
-fn task_env(engine: &EngineId, run: &RunTask, work_dir: &Path) -> Vec<(String, String)> {
+fn task_env(
+    engine: &EngineId,
+    run: &RunTask,
+    work_dir: &Path,
+    library_dir: &Path,
+) -> Vec<(String, String)> {
     let mut env = vec![
         ("GRIDFOLD_JOB_ID".to_string(), run.task.job.to_string()),
         ("GRIDFOLD_TASK_ID".to_string(), run.task.to_string()),
@@ -581,6 +648,10 @@ fn task_env(engine: &EngineId, run: &RunTask, work_dir: &Path) -> Vec<(String, S
             work_dir.display().to_string(),
         ),
     ];
+    if let Some(root) = &run.root_library {
+        let dir = library::library_path(library_dir, root);
+        env.push(("GRIDFOLD_LIBRARY_DIR".to_string(), dir.display().to_string()));
+    }
     // In name order; two names that map to one variable: the later name wins.
     for (name, value) in &run.params {
         env.push((param_env_name(name), value.clone()));
@@ -667,14 +738,15 @@ mod tests {
             params: [("scene".to_string(), "intro".to_string())].into(),
             wall_time_limit_ms: 0,
             slots: 0,
+            root_library: None,
         };
-        let env: BTreeMap<_, _> = task_env(
-            &EngineId::new("e1").unwrap(),
-            &run,
-            Path::new("/w/render/3-2"),
-        )
-        .into_iter()
-        .collect();
+        let env_of = |run: &RunTask| -> BTreeMap<String, String> {
+            let engine = EngineId::new("e1").unwrap();
+            task_env(&engine, run, Path::new("/w/render/3-2"), Path::new("/w/libraries"))
+                .into_iter()
+                .collect()
+        };
+        let env = env_of(&run);
         assert_eq!(env["GRIDFOLD_TASK_ID"], "render/3");
         assert_eq!(env["GRIDFOLD_TASK_INDEX"], "3");
         assert_eq!(env["GRIDFOLD_ATTEMPT"], "2");
@@ -684,6 +756,12 @@ mod tests {
         );
         assert_eq!(env["GRIDFOLD_PARAM_SCENE"], "intro");
         assert_eq!(env["GRIDFOLD_WORKDIR"], "/w/render/3-2");
+        assert!(!env.contains_key("GRIDFOLD_LIBRARY_DIR"), "the job has no root library");
+        let rooted = RunTask {
+            root_library: Some(LibraryRef::new("render-lib", "2.1.0")),
+            ..run
+        };
+        assert_eq!(env_of(&rooted)["GRIDFOLD_LIBRARY_DIR"], "/w/libraries/render-lib/2.1.0");
     }
 
     #[test]

@@ -39,12 +39,25 @@
 //!
 //! # Not here
 //!
-//! No library sync, no object store (results are stdout, at most 64 KiB), no
-//! sandboxing (tasks run as the engine's user), no clean-up of work directories
+//! - **Libraries.** At each login the engine reports the grid libraries its
+//!   library directory holds ([`library`]: `<dir>/<name>/<version>/` with a
+//!   `.synced` marker). A task of a job rooted on a library runs with
+//!   `GRIDFOLD_LIBRARY_DIR` set to that library's directory; if the engine does
+//!   not hold it, the attempt is reported `TaskFailed` (`LaunchFailed`). A
+//!   `SyncLibrary` is answered `LibrarySynced` when the library is already held
+//!   and `LibrarySyncFailed` otherwise.
+//!
+//! # Not here
+//!
+//! No fetching of libraries from the object store (a `SyncLibrary` for a library
+//! not already in the library directory fails, saying so), no object store for
+//! results (results are stdout, at most 64 KiB), no sandboxing (tasks run as the
+//! engine's user), no clean-up of work directories
 //! (`<work-dir>/<job>/<index>-<attempt>` stays for inspection).
 
 mod agent;
 pub mod feed;
+pub mod library;
 pub mod probe;
 mod report;
 pub mod runner;
@@ -59,7 +72,7 @@ pub use feed::{
     OrderMessage,
 };
 pub use probe::PropError;
-pub use report::{RetryPolicy, session_event_id, task_report_id};
+pub use report::{RetryPolicy, library_report_id, session_event_id, task_report_id};
 
 use crate::core::event::EngineProps;
 use crate::core::ids::EngineId;
@@ -73,6 +86,8 @@ pub const KILL_GRACE_DEFAULT: Duration = Duration::from_secs(2);
 pub const SEEN_MAX_DEFAULT: usize = 100_000;
 /// Most slots one engine may declare.
 pub const SLOTS_MAX: u32 = 4_096;
+/// The library directory's name under the work directory, by default.
+pub const LIBRARY_DIR_NAME: &str = "libraries";
 
 /// How to run one engine.
 #[derive(Debug, Clone)]
@@ -86,6 +101,9 @@ pub struct EngineConfig {
     pub given_props: BTreeMap<String, String>,
     /// Attempts run in `<work_dir>/<job>/<index>-<attempt>`; created if missing.
     pub work_dir: PathBuf,
+    /// Grid libraries, `<library_dir>/<name>/<version>/` (see [`library`]); by
+    /// default `<work_dir>/libraries`. Not created: a missing one holds none.
+    pub library_dir: PathBuf,
     pub heartbeat_interval: Duration,
     pub drain_timeout: Duration,
     pub kill_grace: Duration,
@@ -97,11 +115,13 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// A configuration with every default: 5 s heartbeats, 30 s drain, 2 s kill grace.
     pub fn new(engine: EngineId, slots: u32, work_dir: impl Into<PathBuf>) -> EngineConfig {
+        let work_dir = work_dir.into();
         EngineConfig {
             engine,
             slots,
             given_props: BTreeMap::new(),
-            work_dir: work_dir.into(),
+            library_dir: work_dir.join(LIBRARY_DIR_NAME),
+            work_dir,
             heartbeat_interval: HEARTBEAT_INTERVAL_DEFAULT,
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
             kill_grace: KILL_GRACE_DEFAULT,

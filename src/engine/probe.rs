@@ -180,6 +180,8 @@ pub fn measure(work_dir: &Path) -> EngineProps {
         mflops: benchmark_mflops(BENCHMARK_DURATION_MIN),
         site: String::new(),
         custom: BTreeMap::new(),
+        // Filled by the agent from its library directory, not measured.
+        libraries: Vec::new(),
     }
 }
 

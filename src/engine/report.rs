@@ -11,6 +11,8 @@
 //! - A session event's id (login, heartbeat, logout) hashes (engine, session,
 //!   kind, number), the session being a random id drawn at each login, because
 //!   two logins are two facts.
+//! - A library report's id hashes (engine, delivery id, kind): one answer per
+//!   `SyncLibrary` order, however often it is delivered.
 //!
 //! A report that cannot be stored because the log is unavailable is retried with
 //! the same id, with backoff, up to [`RetryPolicy::attempts_max`] times; then the
@@ -63,6 +65,17 @@ pub fn task_report_id(engine: &EngineId, task: &TaskRef, attempt: Attempt, kind:
         task.job.as_str().as_bytes(),
         &task.index.to_be_bytes(),
         &attempt.to_be_bytes(),
+        kind.as_bytes(),
+    ])
+}
+
+/// The id of a library report (`kind` = `LibrarySynced`, `LibrarySyncFailed`)
+/// answering the `SyncLibrary` delivered as `delivery_id`: one answer per order.
+pub fn library_report_id(engine: &EngineId, delivery_id: &str, kind: &str) -> [u8; 16] {
+    hashed_uuid(&[
+        b"library",
+        engine.as_str().as_bytes(),
+        delivery_id.as_bytes(),
         kind.as_bytes(),
     ])
 }

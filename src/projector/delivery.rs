@@ -1,6 +1,11 @@
 //! Which engine hears of which order: the deliveries of a batch the projector has
 //! read back and folded. Only orders the fold applied are delivered; a Dispatch
-//! carries its task's command, resolved from the job.
+//! carries its task's command and its job's root library, resolved from the job.
+//! Every `Cancel` is delivered whatever its reason (a cancelled job, a redundant
+//! copy); a `Requeue` is delivered as a cancel of the attempt it gives up on; a
+//! `SyncLibrary` to the engine that is to sync. Orders no engine acts on
+//! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
+//! delivered.
 
 use crate::core::event::{CancelReason, Order, OrderBatch};
 use crate::core::ids::Seq;
@@ -39,6 +44,7 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
                     params,
                     wall_time_limit_ms: job.wall_time_limit_ms,
                     slots: job.slots_per_task,
+                    root_library: job.options.root_library.clone(),
                 };
                 (engine.clone(), DeliveryKind::Run(run))
             }
@@ -48,7 +54,11 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
                 let stop = Order::Cancel { task: task.clone(), attempt: *attempt, engine: engine.clone(), reason: CancelReason::Requeued };
                 (engine.clone(), DeliveryKind::Cancel(stop))
             }
-            Order::MarkUnschedulable { .. } => continue,
+            Order::SyncLibrary { engine, library } => (engine.clone(), DeliveryKind::SyncLibrary(library.clone())),
+            Order::MarkUnschedulable { .. }
+            | Order::Blacklist { .. }
+            | Order::Reschedule { .. }
+            | Order::FailDependent { .. } => continue,
         };
         deliveries.push(Delivery { id, batch_seq, engine, kind });
     }
@@ -58,6 +68,7 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::event::{LibraryRef, RescheduleReason, Unschedulable};
     use crate::core::fold::fold;
     use crate::core::schedule::{decide, InFlight};
     use crate::core::testkit::*;
@@ -81,6 +92,55 @@ mod tests {
         assert_eq!(deliveries.len(), 1);
         let DeliveryKind::Run(run) = &deliveries[0].kind else { panic!("a run") };
         assert_eq!(run.argv, vec!["run".to_string(), "0".to_string()]);
+        assert_eq!(run.root_library, None);
         assert_eq!(deliveries[0].id, format!("{}-0", entry.seq.0));
+    }
+
+    #[test]
+    fn a_run_names_its_jobs_root_library() {
+        let mut log = LogBuilder::new();
+        let mut spec = job_spec("j", 1, "");
+        spec.options.root_library = Some(LibraryRef::new("render-lib", "2.1.0"));
+        log.submit(spec);
+        let mut state = State::new();
+        for entry in &log.entries {
+            fold(&mut state, entry);
+        }
+        let batch = OrderBatch {
+            based_on_seq: Seq(1),
+            algorithm: "sge-plain".into(),
+            algorithm_version: 1,
+            orders: vec![Order::Dispatch { task: task("j", 0), attempt: 1, engine: engine_id("e1") }],
+        };
+        let deliveries = deliveries_of(&state, Seq(2), &batch, &[]);
+        let [Delivery { kind: DeliveryKind::Run(run), .. }] = deliveries.as_slice() else { panic!("{deliveries:?}") };
+        assert_eq!(run.root_library, Some(LibraryRef::new("render-lib", "2.1.0")));
+    }
+
+    #[test]
+    fn syncs_and_every_cancel_are_delivered_and_orders_for_no_engine_are_not() {
+        let e1 = engine_id("e1");
+        let redundant = Order::Cancel { task: task("j", 0), attempt: 2, engine: e1.clone(), reason: CancelReason::RedundantCopy };
+        let batch = OrderBatch {
+            based_on_seq: Seq(1),
+            algorithm: "sge-plain".into(),
+            algorithm_version: 1,
+            orders: vec![
+                Order::Blacklist { job: job_id("j"), engine: e1.clone(), failures: 1 },
+                Order::SyncLibrary { engine: e1.clone(), library: LibraryRef::new("lib", "1") },
+                Order::Reschedule { task: task("j", 0), reason: RescheduleReason::Average, elapsed_ms: 9, limit_ms: 8 },
+                redundant.clone(),
+                Order::FailDependent { job: job_id("k"), task: None, dependency: "j".into() },
+                Order::MarkUnschedulable { job: job_id("k"), reason: Unschedulable::LibraryNotPublished },
+            ],
+        };
+        let deliveries = deliveries_of(&State::new(), Seq(5), &batch, &[]);
+        assert_eq!(
+            deliveries,
+            vec![
+                Delivery { id: "5-1".into(), batch_seq: Seq(5), engine: e1.clone(), kind: DeliveryKind::SyncLibrary(LibraryRef::new("lib", "1")) },
+                Delivery { id: "5-3".into(), batch_seq: Seq(5), engine: e1, kind: DeliveryKind::Cancel(redundant) },
+            ]
+        );
     }
 }

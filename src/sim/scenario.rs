@@ -516,6 +516,7 @@ impl RawScenario {
                     mflops: raw.mflops,
                     site: raw.site.clone(),
                     custom: raw.custom.clone(),
+                    ..EngineProps::default()
                 },
                 login_at_ms: raw.login_at_ms,
             };

@@ -11,7 +11,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::core::event::{
-    Envelope, Event, FailureKind, JobSpec, Order, OrderBatch, Origin, TaskSet, TaskTemplate,
+    Envelope, Event, FailureKind, JobOptions, JobSpec, Order, OrderBatch, Origin, TaskSet,
+    TaskTemplate,
 };
 use crate::core::ids::{EngineId, JobId, Seq};
 use crate::core::replay::{replay, ReplayOptions};
@@ -85,7 +86,8 @@ enum SimEvent {
     Heartbeat { engine: usize, incarnation: u32 },
     /// A network hop to the log (an engine's report, or a duplicate of one).
     /// `late_copy`: a duplicate sent with a new id, which the fold must reject.
-    Append { origin: Origin, envelope: Envelope, late_copy: bool },
+    /// Boxed: an envelope is several times larger than every other variant.
+    Append { origin: Origin, envelope: Box<Envelope>, late_copy: bool },
     Publish { token: u64, incarnation: u32, batch: OrderBatch, expected_last_orders_seq: Seq },
     Deliver { engine: usize, order: Order },
     RunStart { engine: usize, incarnation: u32, run: RunKey },
@@ -306,7 +308,7 @@ impl<'a> World<'a> {
                 }
             }
             SimEvent::Append { origin, envelope, late_copy } => {
-                let appended = self.append(origin, envelope);
+                let appended = self.append(origin, *envelope);
                 if late_copy && matches!(appended, Appended::Stored(_)) {
                     self.counts.duplicates_new_id_stored += 1;
                 }
@@ -340,7 +342,7 @@ impl<'a> World<'a> {
     fn report(&mut self, engine: usize, event: Event, duplicable: bool) {
         let sim = &self.engines[engine];
         let origin = Origin::Engine(sim.id.clone());
-        let envelope = Envelope { id: id_from(&mut self.rng.ids), source: format!("engine:{}", sim.id), event };
+        let envelope = Box::new(Envelope { id: id_from(&mut self.rng.ids), source: format!("engine:{}", sim.id), event });
         let arrives = self.now_ms + self.scenario.latency.report_ms;
         let faults = &self.scenario.faults;
         if duplicable && self.rng.faults.chance_per_million(faults.duplicate_delivery_per_million) {
@@ -352,7 +354,7 @@ impl<'a> World<'a> {
             if self.rng.faults.chance_per_million(PER_MILLION / 2) {
                 self.counts.duplicates_new_id += 1;
                 let late = arrives + 1_000 + self.rng.faults.below(LATE_DUPLICATE_WITHIN_MS);
-                let copy = Envelope { id: id_from(&mut self.rng.ids), ..envelope.clone() };
+                let copy = Box::new(Envelope { id: id_from(&mut self.rng.ids), ..(*envelope).clone() });
                 self.schedule(late, SimEvent::Append { origin: origin.clone(), envelope: copy, late_copy: true });
             }
         }
@@ -748,5 +750,7 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         slots_per_task: plan.slots_per_task,
         template: TaskTemplate { argv: vec!["sim-task".into(), "{index}".into()], params: BTreeMap::new() },
         tasks: TaskSet::Count(plan.tasks),
+        options: JobOptions::default(),
+        task_conditions: BTreeMap::new(),
     }
 }

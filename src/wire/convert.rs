@@ -2,18 +2,29 @@
 //!
 //! Core to protobuf is total: every core value has exactly one protobuf form.
 //! Protobuf to core validates what the core's types promise (UUIDs, ids per
-//! `core::ids`, a set oneof, known enum values, a known algorithm name) and
-//! nothing more: what an event *means* (an attempt of 0, a result over 64 KiB,
-//! a batch over 8192 orders) is for the fold to judge and record as a rejection.
+//! `core::ids`, library names and versions per `LibraryRef::validate`, a set
+//! oneof, known enum values, a known algorithm name, engine tiers written
+//! `property=value`) and nothing more: what an event *means* (an attempt of 0,
+//! a result over 64 KiB, a batch over 8192 orders, a bad discriminator, a
+//! condition on a task the job does not have) is for the fold to judge and
+//! record as a rejection.
 //! For every core envelope `e`, `from_proto(to_proto(&e)) == Ok(e)`.
+//!
+//! Messages added after the first version whose every field is zero
+//! (`JobOptions`, `RedundancyPolicy`) are written absent, so an event that does
+//! not use them encodes, and digests, exactly as before they existed.
 
 use uuid::Uuid;
 
 use super::json::ProtoEnum;
 use super::proto;
+use std::collections::BTreeMap;
+
 use crate::core::event::{
-    Algorithm, CancelReason, EngineLoad, EngineProps, Envelope, Event, FailureKind, JobSpec,
-    LoadFormula, Order, OrderBatch, Policy, RequeueReason, TaskSet, TaskTemplate, Unschedulable,
+    Algorithm, CancelReason, EngineLoad, EngineProps, Envelope, Event, FailureKind, JobOptions,
+    JobSpec, LibraryInfo, LibraryRef, LoadFormula, Order, OrderBatch, Policy, Preference,
+    RedundancyPolicy, RequeueReason, RescheduleReason, TaskConditions, TaskSet, TaskTemplate,
+    Unschedulable,
 };
 use crate::core::ids::{EngineId, IdError, JobId, Seq, TaskRef};
 
@@ -48,6 +59,8 @@ pub enum FieldProblem {
     Unspecified { enum_name: &'static str },
     #[error("unknown algorithm {name}; known: {known}")]
     UnknownAlgorithm { name: String, known: String },
+    #[error("{0}")]
+    BadEngineTier(EngineTierError),
 }
 
 impl WireError {
@@ -95,10 +108,12 @@ fn echo(text: &str) -> String {
     }
 }
 
-const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, engine_logged_in, \
-    engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, \
-    tick, order_batch";
-const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable";
+const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, tasks_added, \
+    engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, \
+    task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, \
+    library_published";
+const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable, \
+    sync_library, blacklist, reschedule, fail_dependent";
 const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
@@ -107,6 +122,39 @@ const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain];
 const _: fn(Algorithm) = |algorithm| match algorithm {
     Algorithm::SgePlain => {}
 };
+
+/// Why an engine tier is not `property=value`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineTierError {
+    #[error("engine tier {0} is not written property=value")]
+    NoEquals(String),
+    #[error("engine tier {0} has an empty property name")]
+    EmptyProperty(String),
+    #[error(
+        "engine tier {tier}: a property name is a letter or '_' and then letters, digits, '_', '.' or '-'; found {found:?} at byte {at}"
+    )]
+    BadProperty { tier: String, found: char, at: usize },
+}
+
+/// Checks that `tier` is `property=value` (see `Policy::engine_tiers`): a
+/// property name as requirements expressions write one, `=`, and any value
+/// (empty included). The value is everything after the first `=`.
+pub fn check_engine_tier(tier: &str) -> Result<(), EngineTierError> {
+    let Some((property, _value)) = tier.split_once('=') else {
+        return Err(EngineTierError::NoEquals(echo(tier)));
+    };
+    if property.is_empty() {
+        return Err(EngineTierError::EmptyProperty(echo(tier)));
+    }
+    let bad = property.char_indices().find(|&(at, c)| {
+        let allowed = c.is_ascii_alphabetic() || c == '_' || (at > 0 && (c.is_ascii_digit() || c == '.' || c == '-'));
+        !allowed
+    });
+    match bad {
+        Some((at, found)) => Err(EngineTierError::BadProperty { tier: echo(tier), found, at }),
+        None => Ok(()),
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Core to protobuf
@@ -127,6 +175,90 @@ pub(super) fn task_ref_to_proto(task: &TaskRef) -> Option<proto::TaskRef> {
     })
 }
 
+pub(super) fn library_to_proto(library: &LibraryRef) -> proto::LibraryRef {
+    proto::LibraryRef {
+        name: library.name.clone(),
+        version: library.version.clone(),
+    }
+}
+
+fn preferences_to_proto(preferences: &[Preference]) -> Vec<proto::Preference> {
+    preferences
+        .iter()
+        .map(|preference| proto::Preference {
+            when: preference.when.clone(),
+            weight: preference.weight,
+        })
+        .collect()
+}
+
+fn task_params_to_proto(list: &[BTreeMap<String, String>]) -> Vec<proto::TaskParams> {
+    list.iter()
+        .map(|params| proto::TaskParams {
+            params: params.clone(),
+        })
+        .collect()
+}
+
+fn conditions_to_proto(
+    conditions: &BTreeMap<u32, TaskConditions>,
+) -> BTreeMap<u32, proto::TaskConditions> {
+    conditions
+        .iter()
+        .map(|(task_idx, task)| {
+            let task = proto::TaskConditions {
+                discriminator: task.discriminator.clone(),
+                affinity: preferences_to_proto(&task.affinity),
+                task_affinity: task.task_affinity.clone(),
+                queue_jump: task.queue_jump,
+                depends_on: task
+                    .depends_on
+                    .iter()
+                    .filter_map(task_ref_to_proto)
+                    .collect(),
+            };
+            (*task_idx, task)
+        })
+        .collect()
+}
+
+/// `None` when every option is off, so a job without options encodes as it did
+/// before options existed (and digests alike).
+fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
+    let message = proto::JobOptions {
+        root_library: options.root_library.as_ref().map(library_to_proto),
+        affinity: preferences_to_proto(&options.affinity),
+        depends_on_jobs: options.depends_on_jobs.iter().map(JobId::to_string).collect(),
+        fail_on_dependency_failure: options.fail_on_dependency_failure,
+        continue_on_task_failure: options.continue_on_task_failure,
+        engine_blacklisting: options.engine_blacklisting,
+        failures_before_blacklist: options.failures_before_blacklist,
+        engine_greylisting: options.engine_greylisting,
+        redundant_rescheduling: options.redundant_rescheduling,
+        task_max_time_ms: options.task_max_time_ms,
+        cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
+    };
+    (message != proto::JobOptions::default()).then_some(message)
+}
+
+/// `None` when every field is zero, which is how an absent one decodes (see
+/// PolicySet in the schema): a policy from before redundancy encodes as it did.
+fn redundancy_to_proto(redundancy: &RedundancyPolicy) -> Option<proto::RedundancyPolicy> {
+    let message = proto::RedundancyPolicy {
+        strategy_effective_percent: redundancy.strategy_effective_percent,
+        poll_period_ms: redundancy.poll_period_ms,
+        percent_completed_strategy: redundancy.percent_completed_strategy,
+        remaining_task_percent: redundancy.remaining_task_percent,
+        average_strategy: redundancy.average_strategy,
+        average_limit_milli: redundancy.average_limit_milli,
+        std_dev_strategy: redundancy.std_dev_strategy,
+        std_dev_limit_milli: redundancy.std_dev_limit_milli,
+        reschedule_first: redundancy.reschedule_first,
+        copies_per_task_max: redundancy.copies_per_task_max,
+    };
+    (message != proto::RedundancyPolicy::default()).then_some(message)
+}
+
 fn event_to_proto(event: &Event) -> proto::envelope::Event {
     use proto::envelope::Event as P;
     match event {
@@ -144,15 +276,12 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 argv: spec.template.argv.clone(),
                 params: spec.template.params.clone(),
             }),
+            options: job_options_to_proto(&spec.options),
+            task_conditions: conditions_to_proto(&spec.task_conditions),
             tasks: Some(match &spec.tasks {
                 TaskSet::Count(count) => proto::job_submitted::Tasks::Count(*count),
                 TaskSet::List(list) => proto::job_submitted::Tasks::List(proto::TaskParamsList {
-                    tasks: list
-                        .iter()
-                        .map(|params| proto::TaskParams {
-                            params: params.clone(),
-                        })
-                        .collect(),
+                    tasks: task_params_to_proto(list),
                 }),
             }),
         }),
@@ -182,6 +311,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 mflops: props.mflops,
                 site: props.site.clone(),
                 custom: props.custom.clone(),
+                libraries: props.libraries.iter().map(library_to_proto).collect(),
             }),
         }),
         Event::EngineLoggedOut { engine } => P::EngineLoggedOut(proto::EngineLoggedOut {
@@ -245,6 +375,9 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             }),
             dispatches_per_run_max: policy.dispatches_per_run_max,
             seed: policy.seed,
+            engine_tiers: policy.engine_tiers.clone(),
+            greylist_affinity: policy.greylist_affinity,
+            redundancy: redundancy_to_proto(&policy.redundancy),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
@@ -252,6 +385,36 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             algorithm: batch.algorithm.clone(),
             algorithm_version: batch.algorithm_version,
             orders: batch.orders.iter().map(order_to_proto).collect(),
+        }),
+        Event::TasksAdded {
+            job,
+            tasks,
+            conditions,
+        } => P::TasksAdded(proto::TasksAdded {
+            job: job.to_string(),
+            tasks: task_params_to_proto(tasks),
+            conditions: conditions_to_proto(conditions),
+        }),
+        Event::LibraryPublished(info) => P::LibraryPublished(proto::LibraryPublished {
+            library: Some(library_to_proto(&info.library)),
+            size_bytes: info.size_bytes,
+            digest_hex: info.digest_hex.clone(),
+        }),
+        Event::LibrarySynced { engine, library } => P::LibrarySynced(proto::LibrarySynced {
+            engine: engine.to_string(),
+            library: Some(library_to_proto(library)),
+        }),
+        Event::LibrarySyncFailed {
+            engine,
+            library,
+            error,
+        } => P::LibrarySyncFailed(proto::LibrarySyncFailed {
+            engine: engine.to_string(),
+            library: Some(library_to_proto(library)),
+            error: error.clone(),
+        }),
+        Event::BlacklistsCleared { engine } => P::BlacklistsCleared(proto::BlacklistsCleared {
+            engine: engine.as_ref().map(EngineId::to_string).unwrap_or_default(),
         }),
     }
 }
@@ -279,6 +442,7 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             engine: engine.to_string(),
             reason: match reason {
                 CancelReason::JobCancelled => proto::CancelReason::JobCancelled,
+                CancelReason::RedundantCopy => proto::CancelReason::RedundantCopy,
                 CancelReason::Requeued => proto::CancelReason::Requeued,
             } as i32,
         }),
@@ -312,9 +476,48 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
                     Unschedulable::NoEngineHasEnoughSlots => {
                         proto::Unschedulable::NoEngineHasEnoughSlots
                     }
+                    Unschedulable::LibraryNotPublished => proto::Unschedulable::LibraryNotPublished,
                 } as i32,
             })
         }
+        Order::SyncLibrary { engine, library } => P::SyncLibrary(proto::SyncLibrary {
+            engine: engine.to_string(),
+            library: Some(library_to_proto(library)),
+        }),
+        Order::Blacklist {
+            job,
+            engine,
+            failures,
+        } => P::Blacklist(proto::Blacklist {
+            job: job.to_string(),
+            engine: engine.to_string(),
+            failures: *failures,
+        }),
+        Order::Reschedule {
+            task,
+            reason,
+            elapsed_ms,
+            limit_ms,
+        } => P::Reschedule(proto::Reschedule {
+            task: task_ref_to_proto(task),
+            reason: match reason {
+                RescheduleReason::TaskMaxTime => proto::RescheduleReason::TaskMaxTime,
+                RescheduleReason::PercentCompleted => proto::RescheduleReason::PercentCompleted,
+                RescheduleReason::Average => proto::RescheduleReason::Average,
+                RescheduleReason::StdDev => proto::RescheduleReason::StdDev,
+            } as i32,
+            elapsed_ms: *elapsed_ms,
+            limit_ms: *limit_ms,
+        }),
+        Order::FailDependent {
+            job,
+            task,
+            dependency,
+        } => P::FailDependent(proto::FailDependent {
+            job: job.to_string(),
+            task: *task,
+            dependency: dependency.clone(),
+        }),
     };
     proto::Order { kind: Some(kind) }
 }
@@ -376,9 +579,51 @@ pub(super) fn engine_id(field: &str, text: &str) -> Result<EngineId, WireError> 
 
 /// An absent `TaskRef` reads as an empty one, so the error names `task.job`.
 pub(super) fn task_ref(task: Option<proto::TaskRef>) -> Result<TaskRef, WireError> {
-    let task = task.unwrap_or_default();
-    let job = job_id("job", &task.job).map_err(|e| e.within("task"))?;
-    Ok(TaskRef::new(job, task.index))
+    task_ref_of(task.unwrap_or_default()).map_err(|e| e.within("task"))
+}
+
+fn task_ref_of(task: proto::TaskRef) -> Result<TaskRef, WireError> {
+    Ok(TaskRef::new(job_id("job", &task.job)?, task.index))
+}
+
+/// An absent `LibraryRef` reads as an empty one, so the error names
+/// `<field>.name`. Names and versions are checked by `LibraryRef::validate`.
+pub(super) fn library_ref(
+    field: &str,
+    library: Option<proto::LibraryRef>,
+) -> Result<LibraryRef, WireError> {
+    let library = library.unwrap_or_default();
+    library_ref_of(library).map_err(|e| e.within(field))
+}
+
+fn library_ref_of(library: proto::LibraryRef) -> Result<LibraryRef, WireError> {
+    let library = LibraryRef {
+        name: library.name,
+        version: library.version,
+    };
+    library.validate().map_err(|problem| {
+        // `validate` checks the name, then the version: say which one is wrong.
+        let part = if LibraryRef::new(&library.name, "v").validate().is_err() {
+            "name"
+        } else {
+            "version"
+        };
+        WireError::at(part, FieldProblem::BadId(problem))
+    })?;
+    Ok(library)
+}
+
+/// Converts every item of a repeated field; an error names the item, `field[3]`.
+fn each<T, U>(
+    field: &str,
+    items: Vec<T>,
+    convert: impl Fn(T) -> Result<U, WireError>,
+) -> Result<Vec<U>, WireError> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(item_idx, item)| convert(item).map_err(|e| e.within(&format!("{field}[{item_idx}]"))))
+        .collect()
 }
 
 /// The proto enum value of `value`, refusing numbers this version does not know.
@@ -429,6 +674,11 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
         P::PolicySet(m) => ("policy_set", policy(m).map(Event::PolicySet)),
         P::Tick(proto::Tick {}) => ("tick", Ok(Event::Tick)),
         P::OrderBatch(m) => ("order_batch", order_batch(m).map(Event::OrderBatch)),
+        P::TasksAdded(m) => ("tasks_added", tasks_added(m)),
+        P::LibraryPublished(m) => ("library_published", library_published(m)),
+        P::LibrarySynced(m) => ("library_synced", library_synced(m)),
+        P::LibrarySyncFailed(m) => ("library_sync_failed", library_sync_failed(m)),
+        P::BlacklistsCleared(m) => ("blacklists_cleared", blacklists_cleared(m)),
     };
     event.map_err(|e| e.within(kind).within("event"))
 }
@@ -438,9 +688,7 @@ fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {
     let template = m.template.unwrap_or_default();
     let tasks = match m.tasks {
         Some(proto::job_submitted::Tasks::Count(count)) => TaskSet::Count(count),
-        Some(proto::job_submitted::Tasks::List(list)) => {
-            TaskSet::List(list.tasks.into_iter().map(|task| task.params).collect())
-        }
+        Some(proto::job_submitted::Tasks::List(list)) => TaskSet::List(task_params(list.tasks)),
         None => {
             return Err(WireError::at(
                 "tasks",
@@ -465,12 +713,70 @@ fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {
             params: template.params,
         },
         tasks,
+        options: job_options(m.options).map_err(|e| e.within("options"))?,
+        task_conditions: conditions("task_conditions", m.task_conditions)?,
     })
+}
+
+fn task_params(list: Vec<proto::TaskParams>) -> Vec<BTreeMap<String, String>> {
+    list.into_iter().map(|task| task.params).collect()
+}
+
+fn preferences(list: Vec<proto::Preference>) -> Vec<Preference> {
+    list.into_iter()
+        .map(|preference| Preference {
+            when: preference.when,
+            weight: preference.weight,
+        })
+        .collect()
+}
+
+/// An absent message is every option off.
+fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
+    let m = m.unwrap_or_default();
+    Ok(JobOptions {
+        root_library: m
+            .root_library
+            .map(|library| library_ref("root_library", Some(library)))
+            .transpose()?,
+        affinity: preferences(m.affinity),
+        depends_on_jobs: each("depends_on_jobs", m.depends_on_jobs, |id| job_id("", &id))?,
+        fail_on_dependency_failure: m.fail_on_dependency_failure,
+        continue_on_task_failure: m.continue_on_task_failure,
+        engine_blacklisting: m.engine_blacklisting,
+        failures_before_blacklist: m.failures_before_blacklist,
+        engine_greylisting: m.engine_greylisting,
+        redundant_rescheduling: m.redundant_rescheduling,
+        task_max_time_ms: m.task_max_time_ms,
+        cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
+    })
+}
+
+/// Conditions by task index; an error names the entry, `task_conditions[3]`.
+fn conditions(
+    field: &str,
+    map: BTreeMap<u32, proto::TaskConditions>,
+) -> Result<BTreeMap<u32, TaskConditions>, WireError> {
+    map.into_iter()
+        .map(|(task_idx, m)| {
+            let depends_on = each("depends_on", m.depends_on, task_ref_of)
+                .map_err(|e| e.within(&format!("{field}[{task_idx}]")))?;
+            let conditions = TaskConditions {
+                discriminator: m.discriminator,
+                affinity: preferences(m.affinity),
+                task_affinity: m.task_affinity,
+                queue_jump: m.queue_jump,
+                depends_on,
+            };
+            Ok((task_idx, conditions))
+        })
+        .collect()
 }
 
 fn engine_logged_in(m: proto::EngineLoggedIn) -> Result<Event, WireError> {
     let engine = engine_id("engine", &m.engine)?;
     let props = m.props.unwrap_or_default();
+    let libraries = each("libraries", props.libraries, library_ref_of).map_err(|e| e.within("props"))?;
     Ok(Event::EngineLoggedIn {
         engine,
         slots: m.slots,
@@ -483,6 +789,7 @@ fn engine_logged_in(m: proto::EngineLoggedIn) -> Result<Event, WireError> {
             mflops: props.mflops,
             site: props.site,
             custom: props.custom,
+            libraries,
         },
     })
 }
@@ -552,8 +859,14 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         )
     })?;
     // No defaults but protobuf's zeros (see PolicySet in the schema): an absent
-    // formula weighs nothing, whatever `LoadFormula::default()` says today.
+    // formula weighs nothing, whatever `LoadFormula::default()` says today, and
+    // an absent redundancy is all zero, whatever `RedundancyPolicy::default()` says.
     let formula = m.load_formula.unwrap_or_default();
+    let engine_tiers = each("engine_tiers", m.engine_tiers, |tier| {
+        check_engine_tier(&tier).map_err(|problem| WireError::at("", FieldProblem::BadEngineTier(problem)))?;
+        Ok(tier)
+    })?;
+    let redundancy = m.redundancy.unwrap_or_default();
     Ok(Policy {
         algorithm,
         engine_timeout_ms: m.engine_timeout_ms,
@@ -564,18 +877,65 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         },
         dispatches_per_run_max: m.dispatches_per_run_max,
         seed: m.seed,
+        engine_tiers,
+        greylist_affinity: m.greylist_affinity,
+        redundancy: RedundancyPolicy {
+            strategy_effective_percent: redundancy.strategy_effective_percent,
+            poll_period_ms: redundancy.poll_period_ms,
+            percent_completed_strategy: redundancy.percent_completed_strategy,
+            remaining_task_percent: redundancy.remaining_task_percent,
+            average_strategy: redundancy.average_strategy,
+            average_limit_milli: redundancy.average_limit_milli,
+            std_dev_strategy: redundancy.std_dev_strategy,
+            std_dev_limit_milli: redundancy.std_dev_limit_milli,
+            reschedule_first: redundancy.reschedule_first,
+            copies_per_task_max: redundancy.copies_per_task_max,
+        },
     })
 }
 
+fn tasks_added(m: proto::TasksAdded) -> Result<Event, WireError> {
+    Ok(Event::TasksAdded {
+        job: job_id("job", &m.job)?,
+        tasks: task_params(m.tasks),
+        conditions: conditions("conditions", m.conditions)?,
+    })
+}
+
+fn library_published(m: proto::LibraryPublished) -> Result<Event, WireError> {
+    Ok(Event::LibraryPublished(LibraryInfo {
+        library: library_ref("library", m.library)?,
+        size_bytes: m.size_bytes,
+        digest_hex: m.digest_hex,
+    }))
+}
+
+fn library_synced(m: proto::LibrarySynced) -> Result<Event, WireError> {
+    Ok(Event::LibrarySynced {
+        engine: engine_id("engine", &m.engine)?,
+        library: library_ref("library", m.library)?,
+    })
+}
+
+fn library_sync_failed(m: proto::LibrarySyncFailed) -> Result<Event, WireError> {
+    Ok(Event::LibrarySyncFailed {
+        engine: engine_id("engine", &m.engine)?,
+        library: library_ref("library", m.library)?,
+        error: m.error,
+    })
+}
+
+/// An empty engine clears every engine's entries.
+fn blacklists_cleared(m: proto::BlacklistsCleared) -> Result<Event, WireError> {
+    let engine = match m.engine.as_str() {
+        "" => None,
+        text => Some(engine_id("engine", text)?),
+    };
+    Ok(Event::BlacklistsCleared { engine })
+}
+
 fn order_batch(m: proto::OrderBatch) -> Result<OrderBatch, WireError> {
-    let orders = m
-        .orders
-        .into_iter()
-        .enumerate()
-        .map(|(order_idx, order)| {
-            order_from_proto(order).map_err(|e| e.within(&format!("orders[{order_idx}]")))
-        })
-        .collect::<Result<Vec<Order>, WireError>>()?;
+    let orders = each("orders", m.orders, order_from_proto)?;
     Ok(OrderBatch {
         based_on_seq: Seq(m.based_on_seq),
         algorithm: m.algorithm,
@@ -610,6 +970,20 @@ pub(super) fn order_from_proto(order: proto::Order) -> Result<Order, WireError> 
         ),
         P::Requeue(m) => ("requeue", requeue(m)),
         P::MarkUnschedulable(m) => ("mark_unschedulable", mark_unschedulable(m)),
+        P::SyncLibrary(m) => (
+            "sync_library",
+            sync_library(m).map(|(engine, library)| Order::SyncLibrary { engine, library }),
+        ),
+        P::Blacklist(m) => ("blacklist", blacklist(m)),
+        P::Reschedule(m) => ("reschedule", reschedule(m)),
+        P::FailDependent(m) => (
+            "fail_dependent",
+            job_id("job", &m.job).map(|job| Order::FailDependent {
+                job,
+                task: m.task,
+                dependency: m.dependency,
+            }),
+        ),
     };
     order.map_err(|e| e.within(name))
 }
@@ -630,6 +1004,7 @@ fn cancel(m: proto::Cancel) -> Result<Order, WireError> {
             return Err(unspecified::<proto::CancelReason>("reason"));
         }
         proto::CancelReason::JobCancelled => CancelReason::JobCancelled,
+        proto::CancelReason::RedundantCopy => CancelReason::RedundantCopy,
         proto::CancelReason::Requeued => CancelReason::Requeued,
     };
     Ok(Order::Cancel {
@@ -666,6 +1041,39 @@ fn mark_unschedulable(m: proto::MarkUnschedulable) -> Result<Order, WireError> {
             Unschedulable::NoEngineMatchesRequirements
         }
         proto::Unschedulable::NoEngineHasEnoughSlots => Unschedulable::NoEngineHasEnoughSlots,
+        proto::Unschedulable::LibraryNotPublished => Unschedulable::LibraryNotPublished,
     };
     Ok(Order::MarkUnschedulable { job, reason })
+}
+
+/// The engine and library of a `SyncLibrary`, as an order or a delivery.
+pub(super) fn sync_library(m: proto::SyncLibrary) -> Result<(EngineId, LibraryRef), WireError> {
+    Ok((engine_id("engine", &m.engine)?, library_ref("library", m.library)?))
+}
+
+fn blacklist(m: proto::Blacklist) -> Result<Order, WireError> {
+    Ok(Order::Blacklist {
+        job: job_id("job", &m.job)?,
+        engine: engine_id("engine", &m.engine)?,
+        failures: m.failures,
+    })
+}
+
+fn reschedule(m: proto::Reschedule) -> Result<Order, WireError> {
+    let task = task_ref(m.task)?;
+    let reason = match known_enum::<proto::RescheduleReason>("reason", m.reason)? {
+        proto::RescheduleReason::Unspecified => {
+            return Err(unspecified::<proto::RescheduleReason>("reason"));
+        }
+        proto::RescheduleReason::TaskMaxTime => RescheduleReason::TaskMaxTime,
+        proto::RescheduleReason::PercentCompleted => RescheduleReason::PercentCompleted,
+        proto::RescheduleReason::Average => RescheduleReason::Average,
+        proto::RescheduleReason::StdDev => RescheduleReason::StdDev,
+    };
+    Ok(Order::Reschedule {
+        task,
+        reason,
+        elapsed_ms: m.elapsed_ms,
+        limit_ms: m.limit_ms,
+    })
 }

@@ -1,14 +1,23 @@
 //! Deliveries: the orders the projector sends one engine on
 //! `gridfold.order.<engine>`, resolved into what the engine needs to act.
 //! They are not log entries: the log already holds the batch they came from.
+//!
+//! Only orders an engine must act on become deliveries: runs, cancels (a
+//! cancelled job, a requeue, a redundant copy no longer needed), library syncs
+//! and the news that the engine was declared lost. Orders with no engine to
+//! tell (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are
+//! not delivered.
 
 use std::collections::BTreeMap;
 
 use prost::Message as _;
 
-use super::convert::{engine_id, order_from_proto, order_to_proto, task_ref, task_ref_to_proto};
+use super::convert::{
+    engine_id, library_ref, library_to_proto, order_from_proto, order_to_proto, sync_library,
+    task_ref, task_ref_to_proto,
+};
 use super::{proto, WireError};
-use crate::core::event::Order;
+use crate::core::event::{LibraryRef, Order};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 
 /// Subjects of the order-delivery stream.
@@ -35,6 +44,8 @@ pub enum DeliveryKind {
     Cancel(Order),
     /// An `Order::EngineLost` naming this engine.
     Lost(Order),
+    /// An `Order::SyncLibrary` for this engine: fetch and unpack the library.
+    SyncLibrary(LibraryRef),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +56,9 @@ pub struct RunTask {
     pub params: BTreeMap<String, String>,
     pub wall_time_limit_ms: u64,
     pub slots: u32,
+    /// The job's root library: the engine runs the task with
+    /// `GRIDFOLD_LIBRARY_DIR` set to where it unpacked it.
+    pub root_library: Option<LibraryRef>,
 }
 
 impl Delivery {
@@ -63,12 +77,17 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             params: run.params.clone(),
             wall_time_limit_ms: run.wall_time_limit_ms,
             slots: run.slots,
+            root_library: run.root_library.as_ref().map(library_to_proto),
         }),
         DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) => match order_to_proto(order).kind {
             Some(proto::order::Kind::Cancel(cancel)) => Kind::Cancel(cancel),
             Some(proto::order::Kind::EngineLost(lost)) => Kind::Lost(lost),
             _ => unreachable!("deliveries carry only Cancel and EngineLost orders"),
         },
+        DeliveryKind::SyncLibrary(library) => Kind::SyncLibrary(proto::SyncLibrary {
+            engine: delivery.engine.to_string(),
+            library: Some(library_to_proto(library)),
+        }),
     };
     proto::Delivery { id: delivery.id.clone(), batch_seq: delivery.batch_seq.0, kind: Some(kind) }.encode_to_vec()
 }
@@ -85,6 +104,10 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
             params: run.params,
             wall_time_limit_ms: run.wall_time_limit_ms,
             slots: run.slots,
+            root_library: run
+                .root_library
+                .map(|library| library_ref("root_library", Some(library)))
+                .transpose()?,
         }),
         Some(Kind::Cancel(cancel)) => {
             DeliveryKind::Cancel(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Cancel(cancel)) })?)
@@ -93,10 +116,11 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
             engine_id("engine", &lost.engine)?;
             DeliveryKind::Lost(order_from_proto(proto::Order { kind: Some(proto::order::Kind::EngineLost(lost)) })?)
         }
+        Some(Kind::SyncLibrary(sync)) => DeliveryKind::SyncLibrary(sync_library(sync)?.1),
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
-                problem: super::FieldProblem::MissingOneof { expected: "run, cancel or lost" },
+                problem: super::FieldProblem::MissingOneof { expected: "run, cancel, lost or sync_library" },
             })
         }
     };
@@ -120,14 +144,42 @@ mod tests {
                 params: [("scene".to_string(), "intro".to_string())].into(),
                 wall_time_limit_ms: 60_000,
                 slots: 1,
+                root_library: None,
+            }),
+            DeliveryKind::Run(RunTask {
+                task: task("render", 4),
+                attempt: 1,
+                argv: vec!["render".into()],
+                params: BTreeMap::new(),
+                wall_time_limit_ms: 0,
+                slots: 2,
+                root_library: Some(LibraryRef::new("render-lib", "2.1.0")),
             }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
+            DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),
             DeliveryKind::Lost(Order::EngineLost { engine: e1.clone(), last_seen_ms: 99 }),
+            DeliveryKind::SyncLibrary(LibraryRef::new("render-lib", "2.1.0")),
         ];
         for (n, kind) in cases.into_iter().enumerate() {
             let delivery = Delivery { id: Delivery::id_for(Seq(7), n), batch_seq: Seq(7), engine: e1.clone(), kind };
             assert_eq!(decode_delivery(&e1, &encode_delivery(&delivery)).unwrap(), delivery);
         }
         assert!(decode_delivery(&e1, b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn a_delivery_with_a_bad_library_names_the_field() {
+        let e1 = engine("e1");
+        let sync = proto::Delivery {
+            id: "7-0".into(),
+            batch_seq: 7,
+            kind: Some(proto::delivery::Kind::SyncLibrary(proto::SyncLibrary {
+                engine: "e1".into(),
+                library: Some(proto::LibraryRef { name: "lib".into(), version: "1/2".into() }),
+            })),
+        };
+        let error = decode_delivery(&e1, &sync.encode_to_vec()).unwrap_err();
+        expect_test::expect![[r#"library.version: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found '/' at byte 1"#]]
+            .assert_eq(&error.to_string());
     }
 }

@@ -7,6 +7,8 @@
 //!   accepts the short name, the full proto name, or a number (so a value this
 //!   version does not know can still be written down; converting to the core
 //!   then names the field and rejects it).
+//! - A few fields added after the first version (listed in `build.rs`) are left
+//!   out when they hold their zero, so old events export as they always did.
 //! - Bytes fields are written as a JSON string when they are valid UTF-8, and as
 //!   `{"base64": "..."}` (standard alphabet, padded) when they are not. A string
 //!   always means its UTF-8 bytes, so there is no ambiguity.
@@ -18,6 +20,13 @@ use base64::Engine as _;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+
+/// Whether a field holds protobuf's zero (absent message, empty list or map,
+/// 0, false): `build.rs` leaves such a field out of the JSON of the fields it
+/// names in `JSON_OMITTED_WHEN_ZERO`.
+pub fn is_zero<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
 
 /// A protobuf enum as prost generates it. `build.rs` implements this for every
 /// enum of the schema (`OUT_DIR/gridfold.v1.json.rs`).

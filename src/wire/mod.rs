@@ -28,7 +28,10 @@ mod subject;
 
 use prost::Message as _;
 
-pub use convert::{FieldProblem, WireError, envelope_from_proto, envelope_to_proto};
+pub use convert::{
+    EngineTierError, FieldProblem, WireError, check_engine_tier, envelope_from_proto,
+    envelope_to_proto,
+};
 pub use subject::{
     ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT, origin_of,
     subject_for,

@@ -35,6 +35,11 @@ pub fn subject_for(event: &Event) -> String {
         Event::PolicySet(_) => POLICY_SUBJECT.to_string(),
         Event::Tick => TICK_SUBJECT.to_string(),
         Event::OrderBatch(_) => ORDERS_SUBJECT.to_string(),
+        Event::TasksAdded { .. } => "gridfold.ev.job.tasks_added".to_string(),
+        Event::LibraryPublished(_) => "gridfold.ev.library.published".to_string(),
+        Event::LibrarySynced { engine: id, .. } => engine(id, "library_synced"),
+        Event::LibrarySyncFailed { engine: id, .. } => engine(id, "library_sync_failed"),
+        Event::BlacklistsCleared { .. } => "gridfold.ev.blacklists.cleared".to_string(),
     }
 }
 

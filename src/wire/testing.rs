@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use crate::core::event::{
-    Algorithm, CancelReason, EngineLoad, EngineProps, Envelope, Event, FailureKind, JobSpec,
-    LoadFormula, Order, OrderBatch, Policy, RequeueReason, TaskSet, TaskTemplate, Unschedulable,
+    Algorithm, CancelReason, EngineLoad, EngineProps, Envelope, Event, FailureKind, JobOptions,
+    JobSpec, LibraryInfo, LibraryRef, LoadFormula, Order, OrderBatch, Policy, Preference,
+    RedundancyPolicy, RequeueReason, RescheduleReason, TaskConditions, TaskSet, TaskTemplate,
+    Unschedulable,
 };
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 
@@ -47,9 +49,14 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::PolicySet(_) => 9,
         Event::Tick => 10,
         Event::OrderBatch(_) => 11,
+        Event::TasksAdded { .. } => 12,
+        Event::LibraryPublished(_) => 13,
+        Event::LibrarySynced { .. } => 14,
+        Event::LibrarySyncFailed { .. } => 15,
+        Event::BlacklistsCleared { .. } => 16,
     }
 }
-pub const EVENT_VARIANTS: usize = 12;
+pub const EVENT_VARIANTS: usize = 17;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -59,9 +66,13 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::EngineLost { .. } => 2,
         Order::Requeue { .. } => 3,
         Order::MarkUnschedulable { .. } => 4,
+        Order::SyncLibrary { .. } => 5,
+        Order::Blacklist { .. } => 6,
+        Order::Reschedule { .. } => 7,
+        Order::FailDependent { .. } => 8,
     }
 }
-pub const ORDER_VARIANTS: usize = 5;
+pub const ORDER_VARIANTS: usize = 9;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -70,8 +81,26 @@ fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// One event of every variant (both task-set forms, every order variant),
-/// with every field set to something other than its zero.
+pub fn library(name: &str, version: &str) -> LibraryRef {
+    LibraryRef::new(name, version)
+}
+
+/// Conditions with every field set to something other than its zero.
+fn busy_conditions() -> TaskConditions {
+    TaskConditions {
+        discriminator: "mflops >= 1000".to_string(),
+        affinity: vec![Preference {
+            when: "site == \"hel\"".to_string(),
+            weight: -3,
+        }],
+        task_affinity: vec![0, 2],
+        queue_jump: true,
+        depends_on: vec![task("render-1", 1), task("prep", 0)],
+    }
+}
+
+/// One event of every variant (both task-set forms, every order variant, job
+/// options both absent and set), with every field set to something other than its zero.
 pub fn every_event() -> Vec<Event> {
     let spec = JobSpec {
         id: job("render-1"),
@@ -88,6 +117,8 @@ pub fn every_event() -> Vec<Event> {
             params: params(&[("scene", "intro")]),
         },
         tasks: TaskSet::Count(100),
+        options: JobOptions::default(),
+        task_conditions: BTreeMap::new(),
     };
     vec![
         Event::JobSubmitted(spec.clone()),
@@ -98,6 +129,23 @@ pub fn every_event() -> Vec<Event> {
                 BTreeMap::new(),
                 params(&[("x", "3"), ("y", "é")]),
             ]),
+            options: JobOptions {
+                root_library: Some(library("render-lib", "2.1.0")),
+                affinity: vec![Preference {
+                    when: "type == \"blade\"".to_string(),
+                    weight: 10,
+                }],
+                depends_on_jobs: vec![job("prep"), job("render-1")],
+                fail_on_dependency_failure: true,
+                continue_on_task_failure: true,
+                engine_blacklisting: true,
+                failures_before_blacklist: 2,
+                engine_greylisting: true,
+                redundant_rescheduling: true,
+                task_max_time_ms: 600_000,
+                cancel_redundant_on_first_result: true,
+            },
+            task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
         }),
         Event::JobCancelled {
@@ -120,6 +168,7 @@ pub fn every_event() -> Vec<Event> {
                 mflops: 12_345,
                 site: "hel".to_string(),
                 custom: params(&[("type", "blade"), ("gpu", "none")]),
+                libraries: vec![library("render-lib", "2.1.0"), library("ffmpeg", "7")],
             },
         },
         Event::EngineLoggedOut {
@@ -181,6 +230,20 @@ pub fn every_event() -> Vec<Event> {
             },
             dispatches_per_run_max: 4_096,
             seed: 42,
+            engine_tiers: vec!["type=blade".to_string(), "type=server".to_string()],
+            greylist_affinity: 5,
+            redundancy: RedundancyPolicy {
+                strategy_effective_percent: 50,
+                poll_period_ms: 5_000,
+                percent_completed_strategy: true,
+                remaining_task_percent: 10,
+                average_strategy: true,
+                average_limit_milli: 3_000,
+                std_dev_strategy: true,
+                std_dev_limit_milli: 2_500,
+                reschedule_first: true,
+                copies_per_task_max: 2,
+            },
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -217,6 +280,41 @@ pub fn every_event() -> Vec<Event> {
                     job: job("render-1"),
                     reason: Unschedulable::NoEngineMatchesRequirements,
                 },
+                Order::MarkUnschedulable {
+                    job: job("sweep.2"),
+                    reason: Unschedulable::LibraryNotPublished,
+                },
+                Order::Cancel {
+                    task: task("render-1", 3),
+                    attempt: 1,
+                    engine: engine("e2"),
+                    reason: CancelReason::RedundantCopy,
+                },
+                Order::SyncLibrary {
+                    engine: engine("e2"),
+                    library: library("render-lib", "2.1.0"),
+                },
+                Order::Blacklist {
+                    job: job("render-1"),
+                    engine: engine("e3"),
+                    failures: 2,
+                },
+                Order::Reschedule {
+                    task: task("render-1", 4),
+                    reason: RescheduleReason::StdDev,
+                    elapsed_ms: 90_000,
+                    limit_ms: 75_000,
+                },
+                Order::FailDependent {
+                    job: job("sweep.2"),
+                    task: Some(1),
+                    dependency: "prep/0".to_string(),
+                },
+                Order::FailDependent {
+                    job: job("sweep.2"),
+                    task: None,
+                    dependency: "prep".to_string(),
+                },
             ],
         }),
         Event::OrderBatch(OrderBatch {
@@ -225,6 +323,29 @@ pub fn every_event() -> Vec<Event> {
             algorithm_version: 0,
             orders: Vec::new(),
         }),
+        Event::TasksAdded {
+            job: job("sweep.2"),
+            tasks: vec![params(&[("x", "4")]), BTreeMap::new()],
+            conditions: [(1, busy_conditions())].into(),
+        },
+        Event::LibraryPublished(LibraryInfo {
+            library: library("render-lib", "2.1.0"),
+            size_bytes: 12_345_678,
+            digest_hex: "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262".to_string(),
+        }),
+        Event::LibrarySynced {
+            engine: engine("e1"),
+            library: library("render-lib", "2.1.0"),
+        },
+        Event::LibrarySyncFailed {
+            engine: engine("e1"),
+            library: library("ffmpeg", "7"),
+            error: "digest mismatch".to_string(),
+        },
+        Event::BlacklistsCleared {
+            engine: Some(engine("e3")),
+        },
+        Event::BlacklistsCleared { engine: None },
     ]
 }
 
@@ -256,6 +377,131 @@ fn arb_params() -> impl Strategy<Value = BTreeMap<String, String>> {
     prop::collection::btree_map(".{0,6}", ".{0,6}", 0..4)
 }
 
+fn arb_library() -> impl Strategy<Value = LibraryRef> {
+    (arb_id_text(), arb_id_text()).prop_map(|(name, version)| LibraryRef { name, version })
+}
+
+fn arb_preferences() -> impl Strategy<Value = Vec<Preference>> {
+    prop::collection::vec(
+        (arb_text(), any::<i32>()).prop_map(|(when, weight)| Preference { when, weight }),
+        0..3,
+    )
+}
+
+fn arb_task_conditions() -> impl Strategy<Value = TaskConditions> {
+    (
+        arb_text(),
+        arb_preferences(),
+        prop::collection::vec(any::<u32>(), 0..3),
+        any::<bool>(),
+        prop::collection::vec(arb_task(), 0..3),
+    )
+        .prop_map(|(discriminator, affinity, task_affinity, queue_jump, depends_on)| {
+            TaskConditions {
+                discriminator,
+                affinity,
+                task_affinity,
+                queue_jump,
+                depends_on,
+            }
+        })
+}
+
+fn arb_conditions() -> impl Strategy<Value = BTreeMap<u32, TaskConditions>> {
+    prop::collection::btree_map(any::<u32>(), arb_task_conditions(), 0..3)
+}
+
+fn arb_job_options() -> impl Strategy<Value = JobOptions> {
+    let options = (
+        (
+            prop::option::of(arb_library()),
+            arb_preferences(),
+            prop::collection::vec(arb_job(), 0..3),
+            any::<[bool; 6]>(),
+        ),
+        (any::<u32>(), any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (root_library, affinity, depends_on_jobs, flags),
+                (failures_before_blacklist, task_max_time_ms),
+            )| {
+                let [
+                    fail_on_dependency_failure,
+                    continue_on_task_failure,
+                    engine_blacklisting,
+                    engine_greylisting,
+                    redundant_rescheduling,
+                    cancel_redundant_on_first_result,
+                ] = flags;
+                JobOptions {
+                    root_library,
+                    affinity,
+                    depends_on_jobs,
+                    fail_on_dependency_failure,
+                    continue_on_task_failure,
+                    engine_blacklisting,
+                    failures_before_blacklist,
+                    engine_greylisting,
+                    redundant_rescheduling,
+                    task_max_time_ms,
+                    cancel_redundant_on_first_result,
+                }
+            },
+        );
+    // Most jobs have none: the absent message must round-trip too.
+    prop_oneof![Just(JobOptions::default()), options]
+}
+
+fn arb_redundancy() -> impl Strategy<Value = RedundancyPolicy> {
+    let redundancy = (
+        (any::<u32>(), any::<u64>(), any::<u32>(), any::<u32>()),
+        (any::<u32>(), any::<u32>(), any::<[bool; 4]>()),
+    )
+        .prop_map(
+            |(
+                (strategy_effective_percent, poll_period_ms, remaining_task_percent, average_limit_milli),
+                (std_dev_limit_milli, copies_per_task_max, flags),
+            )| {
+                let [percent_completed_strategy, average_strategy, std_dev_strategy, reschedule_first] = flags;
+                RedundancyPolicy {
+                    strategy_effective_percent,
+                    poll_period_ms,
+                    percent_completed_strategy,
+                    remaining_task_percent,
+                    average_strategy,
+                    average_limit_milli,
+                    std_dev_strategy,
+                    std_dev_limit_milli,
+                    reschedule_first,
+                    copies_per_task_max,
+                }
+            },
+        );
+    prop_oneof![Just(zero_redundancy()), Just(RedundancyPolicy::default()), redundancy]
+}
+
+/// What an absent `PolicySet.redundancy` decodes as.
+pub fn zero_redundancy() -> RedundancyPolicy {
+    RedundancyPolicy {
+        strategy_effective_percent: 0,
+        poll_period_ms: 0,
+        percent_completed_strategy: false,
+        remaining_task_percent: 0,
+        average_strategy: false,
+        average_limit_milli: 0,
+        std_dev_strategy: false,
+        std_dev_limit_milli: 0,
+        reschedule_first: false,
+        copies_per_task_max: 0,
+    }
+}
+
+/// Tiers of the form the wire accepts: `property=value`.
+fn arb_engine_tiers() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec("[A-Za-z_][A-Za-z0-9_.-]{0,8}=.{0,8}", 0..3)
+}
+
 fn arb_failure_kind() -> impl Strategy<Value = FailureKind> {
     prop_oneof![
         Just(FailureKind::NonZeroExit),
@@ -282,12 +528,14 @@ fn arb_job_spec() -> impl Strategy<Value = JobSpec> {
         ),
         (any::<u32>(), any::<u64>(), any::<u32>()),
         (prop::collection::vec(arb_text(), 0..4), arb_params(), tasks),
+        (arb_job_options(), arb_conditions()),
     )
         .prop_map(
             |(
                 (id, owner, project, queue, priority, requirements),
                 (max_attempts, wall_time_limit_ms, slots_per_task),
                 (argv, params, tasks),
+                (options, task_conditions),
             )| JobSpec {
                 id,
                 owner,
@@ -300,6 +548,8 @@ fn arb_job_spec() -> impl Strategy<Value = JobSpec> {
                 slots_per_task,
                 template: TaskTemplate { argv, params },
                 tasks,
+                options,
+                task_conditions,
             },
         )
 }
@@ -308,17 +558,21 @@ fn arb_props() -> impl Strategy<Value = EngineProps> {
     (
         (arb_text(), arb_text(), any::<u32>(), any::<u64>()),
         (any::<u64>(), any::<u64>(), arb_text(), arb_params()),
+        prop::collection::vec(arb_library(), 0..3),
     )
         .prop_map(
-            |((os, arch, cores, memory_mb), (disk_mb, mflops, site, custom))| EngineProps {
-                os,
-                arch,
-                cores,
-                memory_mb,
-                disk_mb,
-                mflops,
-                site,
-                custom,
+            |((os, arch, cores, memory_mb), (disk_mb, mflops, site, custom), libraries)| {
+                EngineProps {
+                    os,
+                    arch,
+                    cores,
+                    memory_mb,
+                    disk_mb,
+                    mflops,
+                    site,
+                    custom,
+                    libraries,
+                }
             },
         )
 }
@@ -331,9 +585,18 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
         any::<u32>(),
         any::<u32>(),
         any::<u64>(),
+        (arb_engine_tiers(), any::<u32>(), arb_redundancy()),
     )
         .prop_map(
-            |(engine_timeout_ms, dispatch_timeout_ms, slots_weight, load_weight, per_run, seed)| {
+            |(
+                engine_timeout_ms,
+                dispatch_timeout_ms,
+                slots_weight,
+                load_weight,
+                per_run,
+                seed,
+                (engine_tiers, greylist_affinity, redundancy),
+            )| {
                 Policy {
                     algorithm: Algorithm::SgePlain,
                     engine_timeout_ms,
@@ -344,6 +607,9 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     },
                     dispatches_per_run_max: per_run,
                     seed,
+                    engine_tiers,
+                    greylist_affinity,
+                    redundancy,
                 }
             },
         )
@@ -358,14 +624,18 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 engine,
             }
         }),
-        (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| {
-            Order::Cancel {
+        (arb_task(), any::<u32>(), arb_engine(), any::<bool>()).prop_map(
+            |(task, attempt, engine, redundant)| Order::Cancel {
                 task,
                 attempt,
                 engine,
-                reason: CancelReason::JobCancelled,
+                reason: if redundant {
+                    CancelReason::RedundantCopy
+                } else {
+                    CancelReason::JobCancelled
+                },
             }
-        }),
+        ),
         (arb_engine(), any::<u64>()).prop_map(|(engine, last_seen_ms)| Order::EngineLost {
             engine,
             last_seen_ms
@@ -376,13 +646,47 @@ fn arb_order() -> impl Strategy<Value = Order> {
             engine,
             reason: RequeueReason::DispatchTimeout
         }),
-        (arb_job(), any::<bool>()).prop_map(|(job, matches)| Order::MarkUnschedulable {
-            job,
-            reason: if matches {
-                Unschedulable::NoEngineHasEnoughSlots
-            } else {
-                Unschedulable::NoEngineMatchesRequirements
-            },
+        (
+            arb_job(),
+            prop_oneof![
+                Just(Unschedulable::NoEngineHasEnoughSlots),
+                Just(Unschedulable::NoEngineMatchesRequirements),
+                Just(Unschedulable::LibraryNotPublished),
+            ]
+        )
+            .prop_map(|(job, reason)| Order::MarkUnschedulable { job, reason }),
+        (arb_engine(), arb_library())
+            .prop_map(|(engine, library)| Order::SyncLibrary { engine, library }),
+        (arb_job(), arb_engine(), any::<u32>()).prop_map(|(job, engine, failures)| {
+            Order::Blacklist {
+                job,
+                engine,
+                failures,
+            }
+        }),
+        (
+            arb_task(),
+            prop_oneof![
+                Just(RescheduleReason::TaskMaxTime),
+                Just(RescheduleReason::PercentCompleted),
+                Just(RescheduleReason::Average),
+                Just(RescheduleReason::StdDev),
+            ],
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(task, reason, elapsed_ms, limit_ms)| Order::Reschedule {
+                task,
+                reason,
+                elapsed_ms,
+                limit_ms,
+            }),
+        (arb_job(), any::<Option<u32>>(), arb_text()).prop_map(|(job, task, dependency)| {
+            Order::FailDependent {
+                job,
+                task,
+                dependency,
+            }
         }),
     ]
 }
@@ -468,6 +772,33 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     orders,
                 })
             }),
+        (
+            arb_job(),
+            prop::collection::vec(arb_params(), 0..4),
+            arb_conditions()
+        )
+            .prop_map(|(job, tasks, conditions)| Event::TasksAdded {
+                job,
+                tasks,
+                conditions
+            }),
+        (arb_library(), any::<u64>(), arb_text()).prop_map(|(library, size_bytes, digest_hex)| {
+            Event::LibraryPublished(LibraryInfo {
+                library,
+                size_bytes,
+                digest_hex,
+            })
+        }),
+        (arb_engine(), arb_library())
+            .prop_map(|(engine, library)| Event::LibrarySynced { engine, library }),
+        (arb_engine(), arb_library(), arb_text()).prop_map(|(engine, library, error)| {
+            Event::LibrarySyncFailed {
+                engine,
+                library,
+                error,
+            }
+        }),
+        prop::option::of(arb_engine()).prop_map(|engine| Event::BlacklistsCleared { engine }),
     ]
 }
 

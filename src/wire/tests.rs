@@ -195,9 +195,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect![[
-            r#"event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, engine_logged_in, engine_logged_out, engine_heartbeat, task_started, task_completed, task_failed, policy_set, tick, order_batch"#
-        ]],
+        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published"],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
@@ -260,16 +258,14 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect![[
-            r#"event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable"#
-        ]],
+        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent"],
     );
     check_error(
         &format!(
-            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"mark_unschedulable": {{"job": "j", "reason": 3}}}}]}}}}}}"#
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"mark_unschedulable": {{"job": "j", "reason": 9}}}}]}}}}}}"#
         ),
         expect![[
-            r#"event.order_batch.orders[0].mark_unschedulable.reason: Unschedulable value 3 is unknown to this version"#
+            r#"event.order_batch.orders[0].mark_unschedulable.reason: Unschedulable value 9 is unknown to this version"#
         ]],
     );
     check_error(
@@ -278,6 +274,118 @@ fn decoding_errors_name_the_field() {
         ),
         expect![[r#"event.order_batch.orders[0].engine_lost.engine: an id may not be empty"#]],
     );
+}
+
+#[test]
+fn decoding_errors_in_job_options_libraries_and_tiers_name_the_field() {
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"root_library": {{"name": "lib"}}}}}}}}}}"#
+        ),
+        expect![[r#"event.job_submitted.options.root_library.version: an id may not be empty"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"depends_on_jobs": ["a", "b c"]}}}}}}}}"#
+        ),
+        expect![[r#"event.job_submitted.options.depends_on_jobs[1]: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found ' ' at byte 1"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 9}}, "task_conditions": {{"3": {{"depends_on": [{{"job": "a"}}, {{}}]}}}}}}}}}}"#
+        ),
+        expect![[r#"event.job_submitted.task_conditions[3].depends_on[1].job: an id may not be empty"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"tasks_added": {{"job": "j", "tasks": [{{}}], "conditions": {{"0": {{"depends_on": [{{"job": ".."}}]}}}}}}}}}}"#
+        ),
+        expect![[r#"event.tasks_added.conditions[0].depends_on[0].job: an id may not be made only of dots"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "e1", "props": {{"libraries": [{{"name": "a", "version": "1"}}, {{"name": "a/b", "version": "1"}}]}}}}}}}}"#
+        ),
+        expect![[r#"event.engine_logged_in.props.libraries[1].name: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found '/' at byte 1"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"library_synced": {{"engine": "e1"}}}}}}"#),
+        expect![[r#"event.library_synced.library.name: an id may not be empty"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"library_published": {{"library": {{"name": "lib", "version": "{}"}}}}}}}}"#, "9".repeat(65)),
+        expect![[r#"event.library_published.library.version: an id is at most 64 bytes, this one has 65"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"blacklists_cleared": {{"engine": "e.1"}}}}}}"#),
+        expect![[r#"event.blacklists_cleared.engine: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found '.' at byte 1"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_tiers": ["type=blade", "blade"]}}}}}}"#
+        ),
+        expect![[r#"event.policy_set.engine_tiers[1]: engine tier "blade" is not written property=value"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [
+                {{"sync_library": {{"engine": "e1", "library": {{"name": "lib", "version": "1"}}}}}},
+                {{"blacklist": {{"job": "j", "engine": "e1", "failures": 1}}}},
+                {{"reschedule": {{"task": {{"job": "j"}}}}}}
+            ]}}}}}}"#
+        ),
+        expect![[r#"event.order_batch.orders[2].reschedule.reason: must be set: RescheduleReason 0 (UNSPECIFIED) is not a value"#]],
+    );
+    check_error(
+        &format!(
+            r#"{{{ID}, "event": {{"order_batch": {{"orders": [{{"fail_dependent": {{"task": 3, "dependency": "k"}}}}]}}}}}}"#
+        ),
+        expect![[r#"event.order_batch.orders[0].fail_dependent.job: an id may not be empty"#]],
+    );
+}
+
+#[test]
+fn engine_tiers_are_property_equals_value() {
+    let check = |tier: &str| match check_engine_tier(tier) {
+        Ok(()) => "ok".to_string(),
+        Err(problem) => problem.to_string(),
+    };
+    let shown: Vec<String> = ["type=blade", "site=", "x.y-z_1=a=b", "=blade", "blade", "1type=a", "ty pe=a"]
+        .iter()
+        .map(|tier| format!("{tier:<12} {}", check(tier)))
+        .collect();
+    expect![[r#"
+        type=blade   ok
+        site=        ok
+        x.y-z_1=a=b  ok
+        =blade       engine tier "=blade" has an empty property name
+        blade        engine tier "blade" is not written property=value
+        1type=a      engine tier "1type=a": a property name is a letter or '_' and then letters, digits, '_', '.' or '-'; found '1' at byte 0
+        ty pe=a      engine tier "ty pe=a": a property name is a letter or '_' and then letters, digits, '_', '.' or '-'; found ' ' at byte 2"#]].assert_eq(&shown.join("\n"));
+}
+
+/// Events that do not use what was added later encode exactly as they did
+/// before it existed, so old logs keep their digests; an old PolicySet reads as
+/// no tiers, no greylist affinity and a redundancy policy of zeros.
+#[test]
+fn what_was_added_later_is_absent_when_unused() {
+    let job = envelope(1, every_event().remove(0));
+    let Event::JobSubmitted(spec) = &job.event else { panic!() };
+    assert!(spec.options == Default::default() && spec.task_conditions.is_empty());
+    let proto::envelope::Event::JobSubmitted(submitted) = envelope_to_proto(&job).event.unwrap() else { panic!() };
+    assert_eq!((submitted.options, submitted.task_conditions.len()), (None, 0));
+
+    let old_policy: proto::Envelope = serde_json::from_str(&format!(
+        r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, "load_formula": {{"slots_weight": 1}}}}}}}}"#
+    ))
+    .unwrap();
+    let bytes = old_policy.encode_to_vec();
+    let decoded = decode(&bytes).unwrap();
+    let Event::PolicySet(policy) = &decoded.event else { panic!() };
+    assert!(policy.engine_tiers.is_empty());
+    assert_eq!(policy.greylist_affinity, 0);
+    assert_eq!(policy.redundancy, super::testing::zero_redundancy());
+    assert_eq!(encode(&decoded), bytes, "re-encoded exactly as written");
 }
 
 #[test]
@@ -358,6 +466,12 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         Tick                 gridfold.ev.tick                     Ticker
         OrderBatch           gridfold.ev.orders                   Projector
         OrderBatch           gridfold.ev.orders                   Projector
+        TasksAdded           gridfold.ev.job.tasks_added          Client
+        LibraryPublished     gridfold.ev.library.published        Client
+        LibrarySynced        gridfold.ev.engine.e1.library_synced Engine(EngineId("e1"))
+        LibrarySyncFailed    gridfold.ev.engine.e1.library_sync_failed Engine(EngineId("e1"))
+        BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
+        BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
     "#]]
     .assert_eq(&shown);
 }

@@ -394,6 +394,7 @@ mod tests {
                 params: Default::default(),
                 wall_time_limit_ms: 0,
                 slots: 1,
+                root_library: None,
             }),
         }
     }
