@@ -96,6 +96,31 @@ pub enum OrderProblem {
     SyncNotNeeded,
 }
 
+impl OrderProblem {
+    /// A short stable name for counting problems by kind.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            OrderProblem::UnknownJob => "unknown-job",
+            OrderProblem::UnknownTask => "unknown-task",
+            OrderProblem::UnknownEngine => "unknown-engine",
+            OrderProblem::EngineNotLoggedIn => "engine-not-logged-in",
+            OrderProblem::TaskNotWaiting => "task-not-waiting",
+            OrderProblem::WrongAttemptNumber { .. } => "wrong-attempt-number",
+            OrderProblem::NotEnoughFreeSlots { .. } => "not-enough-free-slots",
+            OrderProblem::AttemptNotLive => "attempt-not-live",
+            OrderProblem::JobNotEnded => "job-not-ended",
+            OrderProblem::JobIsSchedulable => "job-is-schedulable",
+            OrderProblem::LibraryNotSynced => "library-not-synced",
+            OrderProblem::EngineBlacklisted => "engine-blacklisted",
+            OrderProblem::NotBlacklistable => "not-blacklistable",
+            OrderProblem::NoCopyWanted => "no-copy-wanted",
+            OrderProblem::EngineRunsTask => "engine-runs-task",
+            OrderProblem::DependencyNotFailed => "dependency-not-failed",
+            OrderProblem::SyncNotNeeded => "sync-not-needed",
+        }
+    }
+}
+
 impl Rejection {
     /// A short stable name for counting rejections by kind.
     pub fn kind_name(&self) -> &'static str {

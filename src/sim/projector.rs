@@ -232,16 +232,5 @@ fn deliverable_orders(entry: &Entry, rejections: &[Rejection]) -> Vec<Order> {
 }
 
 pub fn order_problem_name(problem: &OrderProblem) -> &'static str {
-    match problem {
-        OrderProblem::UnknownJob => "unknown-job",
-        OrderProblem::UnknownTask => "unknown-task",
-        OrderProblem::UnknownEngine => "unknown-engine",
-        OrderProblem::EngineNotLoggedIn => "engine-not-logged-in",
-        OrderProblem::TaskNotWaiting => "task-not-waiting",
-        OrderProblem::WrongAttemptNumber { .. } => "wrong-attempt-number",
-        OrderProblem::NotEnoughFreeSlots { .. } => "not-enough-free-slots",
-        OrderProblem::AttemptNotLive => "attempt-not-live",
-        OrderProblem::JobNotEnded => "job-not-ended",
-        OrderProblem::JobIsSchedulable => "job-is-schedulable",
-    }
+    problem.kind_name()
 }
