@@ -8,6 +8,9 @@
 //! "idle enough" — it has a free slot now (so a busy engine is not distracted) —
 //! and syncs one library at a time: a second order waits until it reports the
 //! first synced or failed. A job can start as soon as one engine holds its library.
+//! An engine whose sync failed is not asked for that library again until
+//! [`SYNC_RETRY_AFTER_MS`] of log time have passed, so a broken library or store
+//! does not turn into a loop of orders.
 
 use std::collections::BTreeSet;
 
@@ -17,6 +20,8 @@ use crate::core::state::{EngineIdx, State};
 
 /// Most sync orders in one run.
 pub const SYNCS_PER_RUN_MAX: usize = 1_024;
+/// How long an engine whose sync of a library failed is left alone for that library.
+pub const SYNC_RETRY_AFTER_MS: u64 = 60_000;
 
 pub fn sync_missing_libraries(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
     // The published libraries that some runnable job waits for, in category order.
@@ -48,7 +53,11 @@ pub fn sync_missing_libraries(state: &State, in_flight: &InFlight, lost: &BTreeS
         }
         let needed = wanted.iter().find(|&&(library, c)| {
             let category = &state.categories()[c];
+            let failed_lately = engine.last_sync_failure.as_ref().is_some_and(|(failed, at_ms)| {
+                failed == library && state.now_ms < at_ms.saturating_add(SYNC_RETRY_AFTER_MS)
+            });
             !engine.holds(library)
+                && !failed_lately
                 && category.expr.as_ref().expect("built").eval(&engine.props, engine.slots)
                 && engine.slots >= category.slots_per_task
         });

@@ -34,6 +34,8 @@ pub struct Engine {
     pub libraries: BTreeSet<LibraryRef>,
     /// The library it was ordered to sync and has not reported on yet.
     pub syncing: Option<LibraryRef>,
+    /// Its last failed sync and the log time of the report: not asked again for a while.
+    pub last_sync_failure: Option<(LibraryRef, u64)>,
 }
 
 impl Engine {
@@ -42,6 +44,7 @@ impl Engine {
             tier: 0,
             libraries: props.libraries.iter().cloned().collect(),
             syncing: None,
+            last_sync_failure: None,
             id,
             slots,
             used: 0,

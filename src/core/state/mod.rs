@@ -522,10 +522,12 @@ impl State {
     }
 
     pub(crate) fn sync_failed(&mut self, e: EngineIdx, library: &LibraryRef) {
+        let now = self.now_ms;
         let engine = &mut self.engines[e.0 as usize];
         if engine.syncing.as_ref() == Some(library) {
             engine.syncing = None;
         }
+        engine.last_sync_failure = Some((library.clone(), now));
     }
 
     /// A new policy: its tiers are compiled and every engine's tier recomputed.
