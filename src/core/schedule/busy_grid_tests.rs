@@ -254,12 +254,12 @@ fn a_busy_grid_decides_as_it_always_has() {
         Digest::of_bytes(orders_text.as_bytes()).to_hex(),
     );
     expect![[r#"
-        entries 19993, batches 1301
-        orders {"Cancel": 631, "Dispatch": 3376, "EngineLost": 3, "MarkUnschedulable": 13, "Requeue": 82}
-        dispatches 3370, done 2368, attempts failed 190, tasks failed 31, requeues 88, engines lost 3
-        wait ms sum 40562400 max 153700, busy ms 23680
-        rejections 638 {"job-already-ended": 1, "order-not-applicable": 17, "stale-attempt": 620}
-        jobs {"active": 14, "cancelled": 1, "done": 49, "failed": 31}, flagged now 8
-        orders digest e69f533f2ba22b38d1dc3887d7aecafe5a62a9605fcfcbc3b9562c62cd5150db
+        entries 19897, batches 1253
+        orders {"Cancel": 674, "Dispatch": 3343, "EngineLost": 3, "MarkUnschedulable": 13, "Requeue": 83}
+        dispatches 3336, done 2286, attempts failed 203, tasks failed 36, requeues 86, engines lost 3
+        wait ms sum 26315600 max 75700, busy ms 22860
+        rejections 684 {"job-already-ended": 1, "order-not-applicable": 13, "stale-attempt": 670}
+        jobs {"active": 15, "cancelled": 1, "done": 43, "failed": 36}, flagged now 8
+        orders digest 5df2bb46c61efade9149283d8447c03cce395e85c6a678facd1ae277e31236eb
     "#]].assert_eq(&summary);
 }

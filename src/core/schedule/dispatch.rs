@@ -17,7 +17,8 @@
 //! Filters (each also a rule of [`super::filters`], which `why` reports): the
 //! task's category (requirements, discriminator, slots, root library held) as a
 //! precomputed bitset; the job's blacklist; for a redundant copy, the engines
-//! already running the task; softly, the engine the task last failed on.
+//! already running the task; for a retry, the engine it last failed on, as long
+//! as another logged-in engine could run it (busy or not).
 //!
 //! Cost: each category examined in a run gets its own queue of the candidates
 //! eligible for it, ranked by (tier, load, id), so a pick never walks past engines
@@ -292,11 +293,16 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             }
             let category = state.category(c);
             assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
+            // A retry does not go back to the engine it just failed on while any
+            // other logged-in engine could run it, even a busy one: it waits for
+            // that one. Only when no other engine could ever take it does it go back.
+            let avoid_strictly = task.last_failed_on.get().is_some() && category.eligible_logged_in > 1;
             let running_here = if is_copy { state.live_attempts_of(key) } else { Vec::new() };
             let excluded = |e: EngineIdx| {
                 job.blacklist.contains(&e)
                     || state.is_blacklist_pending(j, e)
                     || running_here.iter().any(|live| live.engine == e)
+                    || (avoid_strictly && failed_here_last(&task, e))
             };
             let avoided = |e: EngineIdx| failed_here_last(&task, e);
             let task_scored = condition.is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
@@ -309,7 +315,7 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             let Some(at) = candidates.pick(c, category, &rules) else {
                 // Nothing free may take it. Unless the job's own exclusions were in
                 // the way, nothing free may take any task of the category this run.
-                let job_specific = job_has_exclusions || is_copy || state.has_pending_blacklist(j);
+                let job_specific = job_has_exclusions || is_copy || avoid_strictly || state.has_pending_blacklist(j);
                 if !job_specific {
                     exhausted[c.0 as usize] = true;
                 }

@@ -141,8 +141,8 @@ pub fn dependencies_ended(state: &State, key: TaskKey) -> Result<(), TaskKey> {
     }
 }
 
-/// A soft rule, not a filter: a task is not retried on the engine it last failed
-/// on while another engine fits.
+/// A task is not retried on the engine it last failed on while another logged-in
+/// engine could run it; the dispatcher waits for that one rather than go back.
 pub fn failed_here_last(task: &TaskState, engine: EngineIdx) -> bool {
     task.last_failed_on.get() == Some(engine) && task.status == TaskStatus::Waiting
 }

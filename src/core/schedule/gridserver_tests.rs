@@ -390,12 +390,13 @@ fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
     "#]]);
     log.started("careful", 0, 1, "a-bad");
     log.failed("careful", 0, 1, "a-bad");
-    // One failure: below the count, and b-good is busy, so the retry may go back to a-bad.
+    // One failure, below the count. The retry waits for b-good rather than go back
+    // to a-bad, which takes the next fresh task meanwhile.
     check(&mut log, &mut state, expect![[r#"
-        dispatch careful/0 #2 -> a-bad
+        dispatch careful/2 #1 -> a-bad
     "#]]);
-    log.started("careful", 0, 2, "a-bad");
-    log.failed("careful", 0, 2, "a-bad");
+    log.started("careful", 2, 1, "a-bad");
+    log.failed("careful", 2, 1, "a-bad");
     log.submit(job_spec("other", 1, ""));
     // The second failure blacklists a-bad for `careful`; `other` still uses it.
     check(&mut log, &mut state, expect![[r#"
@@ -403,7 +404,7 @@ fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
         dispatch other/0 #1 -> a-bad
     "#]]);
     expect![[r#"
-        task careful/0: waiting (job active), attempts 2, failures 2
+        task careful/0: waiting (job active), attempts 1, failures 1
           0 runnable job(s) are examined before this one
           excluded by blacklisted: a-bad
           excluded by no-free-slot: b-good
@@ -414,7 +415,7 @@ fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
     log.started("other", 0, 1, "a-bad");
     log.completed("other", 0, 1, "a-bad");
     check(&mut log, &mut state, expect![[r#"
-        dispatch careful/0 #3 -> a-bad
+        dispatch careful/3 #1 -> a-bad
     "#]]);
 }
 

@@ -368,6 +368,64 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// A hasher for the state's tables keyed by names (jobs, engines, categories):
+/// the FxHash multiply-rotate over eight bytes at a time. Fixed and unseeded —
+/// the tables are only looked up, never iterated in hash order (an `IndexMap`
+/// iterates in insertion order whatever its hasher), and their keys come from
+/// the log — so it need not resist flooding the way SipHash, the std default
+/// and several times slower on short ids, does. The fold looks a name up on
+/// nearly every entry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NameHasher(u64);
+
+impl NameHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl Hasher for NameHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(last));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+    #[inline]
+    fn write_u32(&mut self, word: u32) {
+        self.add(u64::from(word));
+    }
+    #[inline]
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+    #[inline]
+    fn write_usize(&mut self, word: usize) {
+        self.add(word as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // hashbrown takes its tag from the top bits: fold the low ones in.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// An `IndexMap` looked up by name with [`NameHasher`].
+pub type NameMap<K, V> = IndexMap<K, V, BuildHasherDefault<NameHasher>>;
+
 /// The dispatched or running attempt of each task that has one: what was a
 /// `BTreeMap<TaskKey, LiveAttempt>`, now a hash-indexed table, since the fold
 /// looks an attempt up on every start, completion and failure and inserts one

@@ -154,8 +154,9 @@ pub struct TaskCondition {
     pub depends_on: Vec<TaskKey>,
 }
 
-/// Completion times of a job's tasks (log time from the winning attempt's dispatch
-/// to its result), kept as exact integer sums for redundant rescheduling.
+/// Completion times of a job's tasks (log time from the dispatch of the oldest
+/// live attempt to the first result), kept as exact integer sums for redundant
+/// rescheduling.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CompletionTimes {
     pub count: u64,

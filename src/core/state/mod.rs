@@ -25,10 +25,9 @@ mod job;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use indexmap::IndexMap;
 
 pub use engine::{Engine, EngineStatus};
-use index::{EngineSet, LiveAttempts, SilenceOrder, SortedDeque};
+use index::{EngineSet, LiveAttempts, NameMap, SilenceOrder, SortedDeque};
 pub use job::{
     isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, TaskCondition,
     TaskCounts, TaskState, TaskStatus,
@@ -181,11 +180,11 @@ pub struct State {
     pub chain: Digest,
     pub policy: Policy,
     pub(crate) jobs: Vec<Job>,
-    pub(crate) job_index: IndexMap<JobId, JobIdx>,
+    pub(crate) job_index: NameMap<JobId, JobIdx>,
     pub(crate) engines: Vec<Engine>,
-    pub(crate) engine_index: IndexMap<EngineId, EngineIdx>,
+    pub(crate) engine_index: NameMap<EngineId, EngineIdx>,
     pub(crate) categories: Vec<Category>,
-    pub(crate) category_index: IndexMap<(String, u32, Option<LibraryRef>), CategoryIdx>,
+    pub(crate) category_index: NameMap<(String, u32, Option<LibraryRef>), CategoryIdx>,
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
@@ -468,9 +467,9 @@ impl State {
             category.fitting_logged_in += u32::from(fits);
             category.eligible_logged_in += u32::from(eligible);
         }
-        if category.fitting_logged_in > 0 {
-            let jobs: Vec<JobIdx> = category.jobs.iter().copied().collect();
-            for job in jobs {
+        if fits && engine.status == EngineStatus::LoggedIn {
+            // An engine that fits logged in: no job of the category is unschedulable.
+            for &job in &category.jobs {
                 self.jobs[job.0 as usize].unschedulable = None;
             }
         }
@@ -839,6 +838,9 @@ impl State {
 
     pub(crate) fn complete(&mut self, key: TaskKey, attempt: Attempt, wall_ms: u64) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
+        // The task's time is from its oldest live attempt (the first one), not from
+        // the copy that won: a task that needed a copy took that long.
+        let first_dispatched_ms = self.live.get(&key).map(|first| first.dispatched_ms);
         let (live, others_live) = self.release(key, attempt);
         if live.started_ms.is_none() {
             self.record_wait(key);
@@ -854,7 +856,7 @@ impl State {
             return;
         }
         self.totals.tasks_done += 1;
-        job.completion_times.add(now.saturating_sub(live.dispatched_ms));
+        job.completion_times.add(now.saturating_sub(first_dispatched_ms.unwrap_or(live.dispatched_ms)));
         job.drop_copy(key.index);
         job.mark_done(key.index);
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
