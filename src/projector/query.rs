@@ -398,3 +398,59 @@ fn estimated_end_ms(now_ms: u64, job: &crate::core::state::Job) -> Option<u64> {
     let remaining = u64::from(job.n_tasks() - job.counts.done - job.counts.failed - job.counts.cancelled);
     Some(now_ms + elapsed_ms * remaining / u64::from(job.counts.done))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event::{Event, LibraryInfo, LibraryRef};
+    use crate::core::fold::fold;
+    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::*;
+
+    /// Folds the log, deciding and folding the orders after each entry, as the projector does.
+    fn run(log: &mut LogBuilder, state: &mut State, from: usize) {
+        for entry in log.entries[from..].to_vec() {
+            fold(state, &entry);
+        }
+        if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
+            let entry = log.orders(batch);
+            fold(state, &entry);
+        }
+    }
+
+    #[test]
+    fn blacklists_and_libraries_answer_from_the_state() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        let library = LibraryRef::new("tools", "1");
+        log.push(Event::LibraryPublished(LibraryInfo { library: library.clone(), size_bytes: 3, digest_hex: "ab".into() }));
+        let mut props = linux_props("lyon", 8192);
+        props.libraries = vec![library.clone()];
+        log.login("e1", 1, props);
+        let mut flaky = job_spec("flaky", 1, "");
+        flaky.options.engine_blacklisting = true;
+        flaky.options.root_library = Some(library.clone());
+        log.submit(flaky);
+        log.submit(job_spec("plain", 1, ""));
+        run(&mut log, &mut state, 0);
+        let n = log.entries.len();
+        log.failed("flaky", 0, 1, "e1");
+        run(&mut log, &mut state, n);
+
+        let reply = answer_blacklists(&state, &BlacklistsRequest::default());
+        let jobs: Vec<(&str, &[String], Option<&u32>)> =
+            reply.jobs.iter().map(|j| (j.job.as_str(), j.blacklist.as_slice(), j.failures_by_engine.get("e1"))).collect();
+        assert_eq!(jobs, [("flaky", &["e1".to_string()][..], Some(&1))], "plain has nothing to list: {reply:?}");
+        let plain = answer_blacklists(&state, &BlacklistsRequest { job: Some("plain".into()), all: false });
+        assert_eq!(plain.jobs.len(), 1, "a named job is listed whatever it holds");
+        assert!(answer_blacklists(&state, &BlacklistsRequest { job: Some("nope".into()), all: true }).jobs.is_empty());
+
+        let libraries = answer_libraries(&state, &LibrariesRequest::default());
+        assert_eq!(libraries.libraries.len(), 1);
+        assert_eq!((libraries.libraries[0].held_by.as_slice(), libraries.libraries[0].jobs.as_slice()), (&["e1".to_string()][..], &["flaky".to_string()][..]));
+
+        let summary = StateSummary::of(&state);
+        let flaky = summary.jobs.iter().find(|j| j.id == "flaky").unwrap();
+        assert_eq!((flaky.blacklisted_engines, flaky.waits_for_library.as_deref()), (1, None), "{flaky:?}");
+    }
+}
