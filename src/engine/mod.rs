@@ -36,7 +36,6 @@
 //! - **Shutdown.** When the `shutdown` future completes the engine reads no more
 //!   deliveries, lets running attempts finish for up to the drain timeout, stops the
 //!   rest (reported `EngineShutdown`), publishes `EngineLoggedOut`, and returns.
-//!
 //! - **Libraries.** At each login the engine reports the grid libraries its
 //!   library directory holds ([`library`]: `<dir>/<name>/<version>/` with a
 //!   `.synced` marker). A task of a job rooted on a library runs with
@@ -53,9 +52,8 @@
 //!
 //! # Not here
 //!
-//! No object store for
-//! results (results are stdout, at most 64 KiB), no sandboxing (tasks run as the
-//! engine's user), no clean-up of work directories
+//! No object store for results (results are stdout, at most 64 KiB), no
+//! sandboxing (tasks run as the engine's user), no clean-up of work directories
 //! (`<work-dir>/<job>/<index>-<attempt>` stays for inspection).
 
 mod agent;
