@@ -1173,7 +1173,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
         id: Delivery::id_for(Seq(login + 1), n),
         batch_seq: Seq(login + 1),
         engine: engine_id("e8"),
-        kind: DeliveryKind::SyncLibrary(library.clone()),
+        kind: DeliveryKind::SyncLibrary { library: library.clone(), published: None },
     };
     deliver(sync(0, &held)).await;
     deliver(sync(1, &missing)).await;
@@ -1182,7 +1182,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
     let failed = seen.until("LibrarySyncFailed", |e| matches!(event(e), Some(Event::LibrarySyncFailed { .. }))).await;
     let Some(Event::LibrarySyncFailed { library, error, .. }) = event(&failed) else { unreachable!() };
     assert_eq!(*library, missing);
-    assert!(error.contains("ffmpeg/7"), "{error}");
+    assert!(error.contains("ffmpeg/7") && error.contains("no object store"), "{error}");
     assert!(synced.seq < failed.seq, "answered in order");
 
     let rooted = task("lib", 0);

@@ -10,6 +10,7 @@ use clap::Args;
 
 use crate::core::ids::EngineId;
 use crate::engine::{EngineConfig, JetStreamOrderFeed, probe, run_engine};
+use crate::library_store::LibraryStore;
 
 #[derive(Debug, Args)]
 pub struct EngineArgs {
@@ -29,7 +30,8 @@ pub struct EngineArgs {
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Grid libraries this engine holds, one <library-dir>/<name>/<version>/ directory each,
-    /// counted once it holds a `.synced` file; reported at login [default: <work-dir>/libraries].
+    /// counted once it holds a `.synced` file; reported at login. Libraries the projector
+    /// asks for are fetched from the broker's object store into it [default: <work-dir>/libraries].
     #[arg(long)]
     pub library_dir: Option<PathBuf>,
     /// Seconds between heartbeats.
@@ -71,6 +73,10 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         ..defaults
     };
     let log = super::client::connect_log(&args.nats).await?;
+    let config = EngineConfig {
+        library_store: Some(LibraryStore::new(log.context().clone())),
+        ..config
+    };
     let feed = JetStreamOrderFeed::open(&log, &args.name)
         .await
         .with_context(|| {

@@ -5,11 +5,13 @@
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
 pub mod bench;
+pub mod blacklist;
 pub mod client;
 pub mod demo;
 pub mod engine;
 pub mod jobfile;
 pub mod jobs;
+pub mod library;
 pub mod policyfile;
 pub mod projector;
 pub mod replay;
@@ -51,8 +53,12 @@ pub enum Command {
     Export(stat::ExportArgs),
     /// Fold a recorded history and print its summary and digest; --verify re-derives every order batch.
     Replay(replay::ReplayArgs),
-    /// Explain why a task waits, or where it went, at the end of (or at a point in) a history.
+    /// Explain why a task waits, or where it went: asks the projector, or folds a history (--file) or the log (--at).
     Why(replay::WhyArgs),
+    /// Grid libraries: store and publish one (`put`), list the published ones (`ls`).
+    Library(library::LibraryArgs),
+    /// Engine blacklists and greylists: list them per job (`ls`), clear them (`clear`).
+    Blacklist(blacklist::BlacklistArgs),
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
     /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
@@ -79,6 +85,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Export(args) => stat::export(args),
         Command::Replay(args) => replay::run(args),
         Command::Why(args) => replay::why(args),
+        Command::Library(args) => library::run(args),
+        Command::Blacklist(args) => blacklist::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),

@@ -1,4 +1,4 @@
-//! `gridfold replay` and `gridfold why` over a history file.
+//! `gridfold replay` and `gridfold why`, over a history file or the broker.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,9 +37,12 @@ pub struct ReplayArgs {
 pub struct WhyArgs {
     /// The task, as JOB/INDEX.
     pub task: TaskRef,
-    /// The history to fold first.
+    /// The history to fold first. Without it, the running projector answers
+    /// (`gridfold.q.why`), or, with --at, the log is read from the broker and folded.
     #[arg(long)]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats: super::client::NatsArgs,
     /// Ask as of this sequence.
     #[arg(long)]
     pub at: Option<u64>,
@@ -129,17 +132,51 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     Ok(if divergence.is_some() || digest_mismatch.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
+/// The projector's answer on `gridfold.q.why`.
+#[derive(Debug, serde::Deserialize)]
+struct WhyAnswer {
+    explanation: Option<serde_json::Value>,
+    text: Option<String>,
+    error: Option<String>,
+}
+
 pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions { verify: false, stop_at: args.at.map(Seq), check_invariants: false };
-    let (state, _) = match fold_file(&args.file, &options) {
-        Ok(folded) => folded,
-        Err(bad) => return Ok(super::bad_input(bad)),
+    let state = match (&args.file, args.at) {
+        (Some(file), _) => match fold_file(file, &options) {
+            Ok((state, _)) => state,
+            Err(bad) => return Ok(super::bad_input(bad)),
+        },
+        (None, Some(_)) => {
+            let raw = super::client::block_on(async {
+                let log = super::client::connect_log(&args.nats).await?;
+                super::stat::read_whole_log(&log).await
+            })?;
+            fold_entries(&super::stat::to_entries(&raw), &options).0
+        }
+        (None, None) => return why_from_projector(&args),
     };
     let explanation = explain(&state, &args.task)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&explanation)?);
     } else {
         print!("{explanation}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gridfold why TASK` against the running projector.
+fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
+    use crate::projector::query::{WhyRequest, WHY_SUBJECT};
+    let request = WhyRequest { task: args.task.to_string() };
+    let answer: WhyAnswer = super::client::block_on(super::client::ask(&args.nats, WHY_SUBJECT, &request))?;
+    match answer {
+        WhyAnswer { error: Some(error), .. } => anyhow::bail!("{error}"),
+        WhyAnswer { explanation: Some(explanation), .. } if args.json => {
+            println!("{}", serde_json::to_string_pretty(&explanation)?);
+        }
+        WhyAnswer { text: Some(text), .. } => print!("{text}"),
+        other => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds no explanation: {other:?}"),
     }
     Ok(ExitCode::SUCCESS)
 }

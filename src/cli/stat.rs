@@ -12,7 +12,7 @@ use super::client::{ask, block_on, connect_log, NatsArgs};
 use crate::core::event::Entry;
 use crate::core::ids::Seq;
 use crate::log::{read_to_end, EventLog, RawEntry};
-use crate::projector::query::{StatRequest, StateSummary, STAT_SUBJECT};
+use crate::projector::query::{JobSummary, StatRequest, StateSummary, STAT_SUBJECT};
 use crate::wire;
 
 #[derive(Debug, Args)]
@@ -75,7 +75,7 @@ fn print_stat(summary: &StateSummary) {
             job.failed,
             job.throughput_per_s,
             eta,
-            job.unschedulable.as_ref().map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
+            job_notes(job)
         );
     }
     println!();
@@ -88,6 +88,27 @@ fn print_stat(summary: &StateSummary) {
     }
     println!();
     println!("log seq {}, {} rejected, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
+}
+
+/// What else a person should know of a job, after its columns: `  unschedulable: …, waits for library …`.
+fn job_notes(job: &JobSummary) -> String {
+    let mut notes = Vec::new();
+    if let Some(reason) = &job.unschedulable {
+        notes.push(format!("unschedulable: {reason}"));
+    }
+    if let Some(library) = &job.waits_for_library {
+        notes.push(format!("waits for library {library}"));
+    }
+    if !job.waits_for_jobs.is_empty() {
+        notes.push(format!("waits for job(s) {}", job.waits_for_jobs.join(", ")));
+    }
+    if job.blacklisted_engines > 0 {
+        notes.push(format!("{} engine(s) blacklisted", job.blacklisted_engines));
+    }
+    if job.redundant_copies > 0 || job.redundant_results_ignored > 0 {
+        notes.push(format!("{} redundant copies running, {} results ignored", job.redundant_copies, job.redundant_results_ignored));
+    }
+    if notes.is_empty() { String::new() } else { format!("  {}", notes.join("; ")) }
 }
 
 /// Reads the whole log as it is now, with a progress bar.

@@ -20,8 +20,10 @@ use super::report::{self, Outbox, PublisherGone};
 use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, library, probe};
 use crate::core::event::{
-    ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryRef, Order,
+    ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
+    Order,
 };
+use crate::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::log::EventLog;
 use crate::wire::delivery::{DeliveryKind, RunTask, decode_delivery};
@@ -31,6 +33,9 @@ use crate::wire::delivery::{DeliveryKind, RunTask, decode_delivery};
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
 type AttemptKey = (TaskRef, Attempt);
+
+/// A sync that ended: the delivery that asked for it, the library, and the error if it failed.
+type SyncDone = (String, LibraryRef, Result<(), String>);
 
 /// Runs one engine until `shutdown` completes (then drains, logs out and returns
 /// what it did) or until it cannot go on (the log unreachable past the retry
@@ -73,6 +78,7 @@ where
         let (outbox, mut publisher_failed, publisher) =
             report::spawn_publisher(log, config.publish_retry.clone());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (sync_tx, sync_rx) = mpsc::unbounded_channel();
         let mut agent = Agent {
             seen_deliveries: Seen::new(config.seen_max),
             seen_attempts: Seen::new(config.seen_max),
@@ -87,6 +93,9 @@ where
             outbox,
             done_tx,
             done_rx,
+            syncs: BTreeMap::new(),
+            sync_tx,
+            sync_rx,
             report: EngineReport::default(),
         };
         let result = agent.run(&mut feed, shutdown, &mut publisher_failed).await;
@@ -165,12 +174,20 @@ struct Agent {
     outbox: Outbox,
     done_tx: mpsc::UnboundedSender<(AttemptKey, RunOutcome)>,
     done_rx: mpsc::UnboundedReceiver<(AttemptKey, RunOutcome)>,
+    /// Syncs under way, one per library.
+    syncs: BTreeMap<LibraryRef, tokio::task::AbortHandle>,
+    sync_tx: mpsc::UnboundedSender<SyncDone>,
+    sync_rx: mpsc::UnboundedReceiver<SyncDone>,
     report: EngineReport,
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill_all_now();
+        for (library, sync) in std::mem::take(&mut self.syncs) {
+            tracing::info!(%library, "abandoning a library sync as the engine stops");
+            sync.abort();
+        }
     }
 }
 
@@ -196,6 +213,7 @@ impl Agent {
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 () = &mut shutdown => break,
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some(sync) = self.sync_rx.recv() => self.sync_finished(sync).await?,
                 _ = heartbeat.tick() => self.heartbeat(),
                 message = feed.next() => {
                     let OrderMessage { subject, payload, ack } = message?;
@@ -308,9 +326,9 @@ impl Agent {
                 self.report.deliveries += 1;
                 self.lost().await
             }
-            DeliveryKind::SyncLibrary(library) => {
+            DeliveryKind::SyncLibrary { library, published } => {
                 self.report.deliveries += 1;
-                self.sync_library(&delivery.id, library).await
+                self.sync_library(&delivery.id, library, published).await
             }
             other => {
                 tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine or of an unknown shape: {other:?}");
@@ -407,28 +425,71 @@ impl Agent {
         self.publish_task_event(event).await
     }
 
-    /// Answers a `SyncLibrary`: `LibrarySynced` when the library directory already
-    /// holds the library (unpacked by hand, or by an earlier sync), else
-    /// `LibrarySyncFailed` saying where it is missing. This engine does not fetch
-    /// libraries from the object store.
-    async fn sync_library(&mut self, delivery_id: &str, library: LibraryRef) -> Result<(), EngineError> {
-        let engine = self.engine().clone();
-        let event = if library::is_held(&self.library_dir, &library) {
+    /// Answers a `SyncLibrary`: `LibrarySynced` at once when the library directory
+    /// already holds the library; otherwise starts fetching it from the object store
+    /// in a task of its own, answered when it ends ([`Agent::sync_finished`]). Without
+    /// an object store (embedded mode), or while another sync of it runs, says so.
+    async fn sync_library(
+        &mut self,
+        delivery_id: &str,
+        library: LibraryRef,
+        published: Option<LibraryInfo>,
+    ) -> Result<(), EngineError> {
+        if library::is_held(&self.library_dir, &library) {
             tracing::info!(%library, "asked to sync a library already held");
-            Event::LibrarySynced { engine, library }
-        } else {
+            return self.report_sync(delivery_id, library, Ok(())).await;
+        }
+        if self.syncs.contains_key(&library) {
+            tracing::info!(%library, "asked to sync a library whose sync is under way; its end answers");
+            return Ok(());
+        }
+        let Some(store) = self.config.library_store.clone() else {
             let path = library::library_path(&self.library_dir, &library);
             let error = format!(
-                "engine {engine} does not fetch grid libraries; {library} is not in {} (unpack it there, then create {} in it)",
+                "engine {} has no object store to fetch {library} from (it runs without a broker); \
+                 unpack it into {} and create {} there",
+                self.engine(),
                 path.display(),
                 library::SYNCED_MARKER
             );
-            tracing::warn!("{error}");
-            Event::LibrarySyncFailed {
+            return self.report_sync(delivery_id, library, Err(error)).await;
+        };
+        tracing::info!(%library, ?published, "syncing a library from the object store");
+        let library_dir = self.library_dir.clone();
+        let done = self.sync_tx.clone();
+        let (id, for_task) = (delivery_id.to_string(), library.clone());
+        let task = tokio::spawn(async move {
+            let result = fetch_and_install(&store, &library_dir, &for_task, published.as_ref()).await;
+            let _ = done.send((id, for_task, result));
+        });
+        self.syncs.insert(library, task.abort_handle());
+        Ok(())
+    }
+
+    async fn sync_finished(&mut self, (delivery_id, library, result): SyncDone) -> Result<(), EngineError> {
+        self.syncs.remove(&library);
+        match &result {
+            Ok(()) => tracing::info!(%library, "library synced"),
+            Err(error) => tracing::warn!(%library, "library sync failed: {error}"),
+        }
+        self.report_sync(&delivery_id, library, result).await
+    }
+
+    /// Publishes `LibrarySynced`, or `LibrarySyncFailed` with the error, for one delivery.
+    async fn report_sync(
+        &self,
+        delivery_id: &str,
+        library: LibraryRef,
+        result: Result<(), String>,
+    ) -> Result<(), EngineError> {
+        let engine = self.engine().clone();
+        let event = match result {
+            Ok(()) => Event::LibrarySynced { engine, library },
+            Err(error) => Event::LibrarySyncFailed {
                 engine,
                 library,
-                error,
-            }
+                error: runner::tail_text(error.as_bytes(), ERROR_TAIL_BYTES_MAX),
+            },
         };
         let envelope = Envelope {
             id: report::library_report_id(self.engine(), delivery_id, event.kind_name()),
@@ -595,6 +656,46 @@ impl Agent {
             event,
         }
     }
+}
+
+/// Fetches `library` into the staging directory, checks it against what was
+/// published (the delivery's size and blake3, else the store's own record), and
+/// installs it under `library_dir`.
+async fn fetch_and_install(
+    store: &LibraryStore,
+    library_dir: &Path,
+    library: &LibraryRef,
+    published: Option<&LibraryInfo>,
+) -> Result<(), String> {
+    let download = library::staging_path(library_dir, ".download")
+        .map_err(|e| format!("cannot create the staging directory under {}: {e}", library_dir.display()))?;
+    let fetched = match store.fetch(library, &download).await {
+        Ok(fetched) => fetched,
+        Err(err) => {
+            let _ = std::fs::remove_file(&download);
+            return Err(format!("fetching {library}: {err}"));
+        }
+    };
+    let (want_size, want_digest, whose) = match published {
+        Some(info) => (info.size_bytes, Some(info.digest_hex.clone()), "published"),
+        None => (fetched.stored.size_bytes, fetched.stored.digest_hex.clone(), "stored"),
+    };
+    let wrong_size = fetched.size_bytes != want_size;
+    let wrong_digest = want_digest.as_ref().is_some_and(|digest| *digest != fetched.digest_hex);
+    if wrong_size || wrong_digest {
+        let _ = std::fs::remove_file(&download);
+        return Err(format!(
+            "{library} fetched from the object store is {} bytes with blake3 {}, but it was {whose} as {want_size} bytes with blake3 {}",
+            fetched.size_bytes,
+            fetched.digest_hex,
+            want_digest.as_deref().unwrap_or("unknown")
+        ));
+    }
+    let (library_dir, library, layout) = (library_dir.to_path_buf(), library.clone(), fetched.stored.layout);
+    tokio::task::spawn_blocking(move || library::install(&library_dir, &library, &download, &layout))
+        .await
+        .map_err(|err| format!("unpacking panicked: {err}"))?
+        .map(|_| ())
 }
 
 fn gone(_: PublisherGone) -> EngineError {

@@ -36,23 +36,24 @@
 //! - **Shutdown.** When the `shutdown` future completes the engine reads no more
 //!   deliveries, lets running attempts finish for up to the drain timeout, stops the
 //!   rest (reported `EngineShutdown`), publishes `EngineLoggedOut`, and returns.
-//!
-//! # Not here
-//!
 //! - **Libraries.** At each login the engine reports the grid libraries its
 //!   library directory holds ([`library`]: `<dir>/<name>/<version>/` with a
 //!   `.synced` marker). A task of a job rooted on a library runs with
 //!   `GRIDFOLD_LIBRARY_DIR` set to that library's directory; if the engine does
 //!   not hold it, the attempt is reported `TaskFailed` (`LaunchFailed`). A
-//!   `SyncLibrary` is answered `LibrarySynced` when the library is already held
-//!   and `LibrarySyncFailed` otherwise.
+//!   `SyncLibrary` is answered `LibrarySynced` at once when the library is
+//!   already held; otherwise a spawned task fetches it from the object store
+//!   ([`EngineConfig::library_store`]), checks its size and blake3 against what
+//!   the delivery says was published, unpacks it and marks it, and the loop
+//!   reports `LibrarySynced`, or `LibrarySyncFailed` with the error. Tasks of
+//!   other jobs keep starting meanwhile (GridServer's rule); one sync per library
+//!   runs at a time, and syncs still running at shutdown are abandoned (their
+//!   staging files stay under `<library-dir>/.staging`).
 //!
 //! # Not here
 //!
-//! No fetching of libraries from the object store (a `SyncLibrary` for a library
-//! not already in the library directory fails, saying so), no object store for
-//! results (results are stdout, at most 64 KiB), no sandboxing (tasks run as the
-//! engine's user), no clean-up of work directories
+//! No object store for results (results are stdout, at most 64 KiB), no
+//! sandboxing (tasks run as the engine's user), no clean-up of work directories
 //! (`<work-dir>/<job>/<index>-<attempt>` stays for inspection).
 
 mod agent;
@@ -76,6 +77,7 @@ pub use report::{RetryPolicy, library_report_id, session_event_id, task_report_i
 
 use crate::core::event::EngineProps;
 use crate::core::ids::EngineId;
+use crate::library_store::LibraryStore;
 use crate::log::LogError;
 
 pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
@@ -104,6 +106,9 @@ pub struct EngineConfig {
     /// Grid libraries, `<library_dir>/<name>/<version>/` (see [`library`]); by
     /// default `<work_dir>/libraries`. Not created: a missing one holds none.
     pub library_dir: PathBuf,
+    /// Where a `SyncLibrary` fetches from: the broker's object store. `None` (an
+    /// engine over the embedded log) syncs only what the library directory holds.
+    pub library_store: Option<LibraryStore>,
     pub heartbeat_interval: Duration,
     pub drain_timeout: Duration,
     pub kill_grace: Duration,
@@ -121,6 +126,7 @@ impl EngineConfig {
             slots,
             given_props: BTreeMap::new(),
             library_dir: work_dir.join(LIBRARY_DIR_NAME),
+            library_store: None,
             work_dir,
             heartbeat_interval: HEARTBEAT_INTERVAL_DEFAULT,
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,

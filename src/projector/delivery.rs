@@ -3,7 +3,8 @@
 //! carries its task's command and its job's root library, resolved from the job.
 //! Every `Cancel` is delivered whatever its reason (a cancelled job, a redundant
 //! copy); a `Requeue` is delivered as a cancel of the attempt it gives up on; a
-//! `SyncLibrary` to the engine that is to sync. Orders no engine acts on
+//! `SyncLibrary` to the engine that is to sync, with the size and blake3 the log
+//! says the library was published with. Orders no engine acts on
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
@@ -54,7 +55,10 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
                 let stop = Order::Cancel { task: task.clone(), attempt: *attempt, engine: engine.clone(), reason: CancelReason::Requeued };
                 (engine.clone(), DeliveryKind::Cancel(stop))
             }
-            Order::SyncLibrary { engine, library } => (engine.clone(), DeliveryKind::SyncLibrary(library.clone())),
+            Order::SyncLibrary { engine, library } => {
+                let published = state.library(library).cloned();
+                (engine.clone(), DeliveryKind::SyncLibrary { library: library.clone(), published })
+            }
             Order::MarkUnschedulable { .. }
             | Order::Blacklist { .. }
             | Order::Reschedule { .. }
@@ -138,7 +142,7 @@ mod tests {
         assert_eq!(
             deliveries,
             vec![
-                Delivery { id: "5-1".into(), batch_seq: Seq(5), engine: e1.clone(), kind: DeliveryKind::SyncLibrary(LibraryRef::new("lib", "1")) },
+                Delivery { id: "5-1".into(), batch_seq: Seq(5), engine: e1.clone(), kind: DeliveryKind::SyncLibrary { library: LibraryRef::new("lib", "1"), published: None } },
                 Delivery { id: "5-3".into(), batch_seq: Seq(5), engine: e1, kind: DeliveryKind::Cancel(redundant) },
             ]
         );

@@ -8,12 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::explain::{explain, Explanation};
 use crate::core::ids::TaskRef;
-use crate::core::state::{EngineStatus, JobStatus, State};
+use crate::core::state::{EngineIdx, EngineStatus, JobIdx, JobStatus, State};
 
 /// `gridfold stat`: a [`StatRequest`] in, a [`StateSummary`] out.
 pub const STAT_SUBJECT: &str = "gridfold.q.stat";
 /// `gridfold why`: a [`WhyRequest`] in, a [`WhyReply`] out.
 pub const WHY_SUBJECT: &str = "gridfold.q.why";
+/// `gridfold blacklist ls`: a [`BlacklistsRequest`] in, a [`BlacklistsReply`] out.
+pub const BLACKLISTS_SUBJECT: &str = "gridfold.q.blacklists";
+/// `gridfold library ls`: a [`LibrariesRequest`] in, a [`LibrariesReply`] out.
+pub const LIBRARIES_SUBJECT: &str = "gridfold.q.libraries";
+/// Every subject a projector answers on.
+pub const QUERY_SUBJECTS: [&str; 4] = [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StatRequest {
@@ -27,11 +33,78 @@ pub struct WhyRequest {
     pub task: String,
 }
 
+/// `{"explanation": {..}, "text": ".."}`, or `{"error": ".."}`.
 #[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WhyReply {
-    Explanation(Explanation),
-    Error(String),
+pub struct WhyReply {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Explanation>,
+    /// The explanation as `gridfold why` prints it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl WhyReply {
+    fn error(error: String) -> WhyReply {
+        WhyReply { explanation: None, text: None, error: Some(error) }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BlacklistsRequest {
+    /// Only this job, whatever its status.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// Ended jobs too (by default only active ones).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The black- and greylisting of jobs: active jobs with either switched on or
+/// with failures recorded (ended ones too with `all`), or the one job asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlacklistsReply {
+    pub jobs: Vec<JobBlacklist>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobBlacklist {
+    pub job: String,
+    pub status: String,
+    pub engine_blacklisting: bool,
+    /// Failures on one engine that blacklist it (when blacklisting is on).
+    pub failures_before_blacklist: u32,
+    pub engine_greylisting: bool,
+    /// Engines that get no more of the job's tasks, by id.
+    pub blacklist: Vec<String>,
+    /// Engines that reached the threshold; their Blacklist order is not folded yet.
+    pub blacklist_pending: Vec<String>,
+    /// Task failures per engine since the blacklists were last cleared (greylisting lowers these engines' scores).
+    pub failures_by_engine: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LibrariesRequest {}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LibrariesReply {
+    pub libraries: Vec<LibrarySummary>,
+}
+
+/// A published library, as the log says it was stored and which engines hold it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LibrarySummary {
+    pub name: String,
+    pub version: String,
+    pub size_bytes: u64,
+    pub digest_hex: String,
+    /// Logged-in engines that reported it synced, by id.
+    pub held_by: Vec<String>,
+    /// Logged-in engines ordered to sync it that have not answered yet.
+    pub syncing: Vec<String>,
+    /// Active jobs rooted on it.
+    pub jobs: Vec<String>,
 }
 
 pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
@@ -45,12 +118,76 @@ pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
 pub fn answer_why(state: &State, request: &WhyRequest) -> WhyReply {
     let task: TaskRef = match request.task.parse() {
         Ok(task) => task,
-        Err(error) => return WhyReply::Error(error),
+        Err(error) => return WhyReply::error(error),
     };
     match explain(state, &task) {
-        Ok(explanation) => WhyReply::Explanation(explanation),
-        Err(error) => WhyReply::Error(error.to_string()),
+        Ok(explanation) => WhyReply { text: Some(explanation.to_string()), explanation: Some(explanation), error: None },
+        Err(error) => WhyReply::error(error.to_string()),
     }
+}
+
+pub fn answer_blacklists(state: &State, request: &BlacklistsRequest) -> BlacklistsReply {
+    let engine_name = |e: EngineIdx| state.engine(e).id.to_string();
+    let jobs = state
+        .jobs()
+        .iter()
+        .enumerate()
+        .filter(|(_, job)| match &request.job {
+            Some(id) => job.id.as_str() == id,
+            None => {
+                let listed = job.options.engine_blacklisting
+                    || job.options.engine_greylisting
+                    || !job.blacklist.is_empty()
+                    || !job.failures_by_engine.is_empty();
+                listed && (request.all || job.is_active())
+            }
+        })
+        .map(|(j, job)| {
+            let j = JobIdx(j as u32);
+            JobBlacklist {
+                job: job.id.to_string(),
+                status: job.status.as_str().to_string(),
+                engine_blacklisting: job.options.engine_blacklisting,
+                failures_before_blacklist: job.options.blacklist_threshold(),
+                engine_greylisting: job.options.engine_greylisting,
+                blacklist: sorted(job.blacklist.iter().map(|&e| engine_name(e)).collect()),
+                blacklist_pending: if state.has_pending_blacklist(j) {
+                    sorted(
+                        state.pending_blacklists().filter(|&(pending, _)| pending == j).map(|(_, e)| engine_name(e)).collect(),
+                    )
+                } else {
+                    Vec::new()
+                },
+                failures_by_engine: job.failures_by_engine.iter().map(|(&e, &n)| (engine_name(e), n)).collect(),
+            }
+        })
+        .collect();
+    BlacklistsReply { jobs }
+}
+
+pub fn answer_libraries(state: &State, _request: &LibrariesRequest) -> LibrariesReply {
+    let logged_in = || state.engines().iter().filter(|engine| engine.status == EngineStatus::LoggedIn);
+    let libraries = state
+        .libraries
+        .values()
+        .map(|info| LibrarySummary {
+            name: info.library.name.clone(),
+            version: info.library.version.clone(),
+            size_bytes: info.size_bytes,
+            digest_hex: info.digest_hex.clone(),
+            held_by: sorted(logged_in().filter(|e| e.holds(&info.library)).map(|e| e.id.to_string()).collect()),
+            syncing: sorted(
+                logged_in().filter(|e| e.syncing.as_ref() == Some(&info.library)).map(|e| e.id.to_string()).collect(),
+            ),
+            jobs: state
+                .jobs()
+                .iter()
+                .filter(|job| job.is_active() && job.options.root_library.as_ref() == Some(&info.library))
+                .map(|job| job.id.to_string())
+                .collect(),
+        })
+        .collect();
+    LibrariesReply { libraries }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,6 +231,21 @@ pub struct JobSummary {
     /// Log time at which the job should end at that rate; absent when unknown or ended.
     pub estimated_end_ms: Option<u64>,
     pub submitted_ms: u64,
+    /// Redundant copies alive beside their tasks' first attempts.
+    #[serde(default)]
+    pub redundant_copies: u32,
+    /// Results that came after their task already had one, and were ignored.
+    #[serde(default)]
+    pub redundant_results_ignored: u64,
+    /// Engines that get no more of this job's tasks.
+    #[serde(default)]
+    pub blacklisted_engines: u32,
+    /// While active: its root library, when no logged-in engine that could run it holds it yet.
+    #[serde(default)]
+    pub waits_for_library: Option<String>,
+    /// While active: the jobs it depends on that have not ended.
+    #[serde(default)]
+    pub waits_for_jobs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -111,7 +263,8 @@ impl StateSummary {
         let jobs = state
             .jobs()
             .iter()
-            .map(|job| JobSummary {
+            .enumerate()
+            .map(|(j, job)| JobSummary {
                 id: job.id.to_string(),
                 status: job.status.as_str().to_string(),
                 priority: job.priority,
@@ -126,6 +279,20 @@ impl StateSummary {
                 throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
                 estimated_end_ms: estimated_end_ms(state.now_ms, job),
                 submitted_ms: job.submitted_ms,
+                redundant_copies: redundant_copies(state, JobIdx(j as u32)),
+                redundant_results_ignored: job.redundant_results,
+                blacklisted_engines: job.blacklist.len() as u32,
+                waits_for_library: job
+                    .options
+                    .root_library
+                    .as_ref()
+                    .filter(|_| job.is_active() && state.category(job.category).eligible_logged_in == 0)
+                    .map(|library| library.to_string()),
+                waits_for_jobs: if job.is_active() && !job.options.depends_on_jobs.is_empty() {
+                    state.unended_dependencies_of(JobIdx(j as u32)).into_iter().map(|d| state.job(d).id.to_string()).collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state
@@ -203,6 +370,21 @@ impl std::fmt::Display for StateSummary {
     }
 }
 
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+/// Live attempts of a job beyond one per live task: its redundant copies.
+fn redundant_copies(state: &State, j: JobIdx) -> u32 {
+    let job = state.job(j);
+    if !job.options.redundant_rescheduling || !job.is_active() {
+        return 0;
+    }
+    let live_tasks = job.counts.dispatched + job.counts.running;
+    (state.live_attempts_of_job_sorted(j).len() as u32).saturating_sub(live_tasks)
+}
+
 fn throughput_per_s(done: u32, from_ms: u64, to_ms: u64) -> f64 {
     let elapsed_ms = to_ms.saturating_sub(from_ms);
     if elapsed_ms == 0 { 0.0 } else { f64::from(done) * 1000.0 / elapsed_ms as f64 }
@@ -215,4 +397,60 @@ fn estimated_end_ms(now_ms: u64, job: &crate::core::state::Job) -> Option<u64> {
     let elapsed_ms = now_ms.saturating_sub(job.submitted_ms);
     let remaining = u64::from(job.n_tasks() - job.counts.done - job.counts.failed - job.counts.cancelled);
     Some(now_ms + elapsed_ms * remaining / u64::from(job.counts.done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event::{Event, LibraryInfo, LibraryRef};
+    use crate::core::fold::fold;
+    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::*;
+
+    /// Folds the log, deciding and folding the orders after each entry, as the projector does.
+    fn run(log: &mut LogBuilder, state: &mut State, from: usize) {
+        for entry in log.entries[from..].to_vec() {
+            fold(state, &entry);
+        }
+        if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
+            let entry = log.orders(batch);
+            fold(state, &entry);
+        }
+    }
+
+    #[test]
+    fn blacklists_and_libraries_answer_from_the_state() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        let library = LibraryRef::new("tools", "1");
+        log.push(Event::LibraryPublished(LibraryInfo { library: library.clone(), size_bytes: 3, digest_hex: "ab".into() }));
+        let mut props = linux_props("lyon", 8192);
+        props.libraries = vec![library.clone()];
+        log.login("e1", 1, props);
+        let mut flaky = job_spec("flaky", 1, "");
+        flaky.options.engine_blacklisting = true;
+        flaky.options.root_library = Some(library.clone());
+        log.submit(flaky);
+        log.submit(job_spec("plain", 1, ""));
+        run(&mut log, &mut state, 0);
+        let n = log.entries.len();
+        log.failed("flaky", 0, 1, "e1");
+        run(&mut log, &mut state, n);
+
+        let reply = answer_blacklists(&state, &BlacklistsRequest::default());
+        let jobs: Vec<(&str, &[String], Option<&u32>)> =
+            reply.jobs.iter().map(|j| (j.job.as_str(), j.blacklist.as_slice(), j.failures_by_engine.get("e1"))).collect();
+        assert_eq!(jobs, [("flaky", &["e1".to_string()][..], Some(&1))], "plain has nothing to list: {reply:?}");
+        let plain = answer_blacklists(&state, &BlacklistsRequest { job: Some("plain".into()), all: false });
+        assert_eq!(plain.jobs.len(), 1, "a named job is listed whatever it holds");
+        assert!(answer_blacklists(&state, &BlacklistsRequest { job: Some("nope".into()), all: true }).jobs.is_empty());
+
+        let libraries = answer_libraries(&state, &LibrariesRequest::default());
+        assert_eq!(libraries.libraries.len(), 1);
+        assert_eq!((libraries.libraries[0].held_by.as_slice(), libraries.libraries[0].jobs.as_slice()), (&["e1".to_string()][..], &["flaky".to_string()][..]));
+
+        let summary = StateSummary::of(&state);
+        let flaky = summary.jobs.iter().find(|j| j.id == "flaky").unwrap();
+        assert_eq!((flaky.blacklisted_engines, flaky.waits_for_library.as_deref()), (1, None), "{flaky:?}");
+    }
 }

@@ -116,7 +116,7 @@ use crate::core::ids::Seq;
 use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEFAULT, ReadBatch};
 use crate::projector::delivery::deliveries_of;
 use crate::projector::machine::Machine;
-use crate::projector::query::{answer_stat, answer_why};
+use crate::projector::query::{answer_blacklists, answer_libraries, answer_stat, answer_why};
 use crate::projector::record::batch_envelope;
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, ORDERS_SUBJECT, TICK_SUBJECT};
@@ -1231,6 +1231,12 @@ where
             }
             Query::Why(request, reply) => {
                 let _ = reply.send(answer_why(state, &request));
+            }
+            Query::Blacklists(request, reply) => {
+                let _ = reply.send(answer_blacklists(state, &request));
+            }
+            Query::Libraries(request, reply) => {
+                let _ = reply.send(answer_libraries(state, &request));
             }
         }
     }

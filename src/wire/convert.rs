@@ -61,6 +61,9 @@ pub enum FieldProblem {
     UnknownAlgorithm { name: String, known: String },
     #[error("{0}")]
     BadEngineTier(EngineTierError),
+    /// Two fields of one message disagree.
+    #[error("{0}")]
+    Inconsistent(String),
 }
 
 impl WireError {
@@ -395,11 +398,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             tasks: task_params_to_proto(tasks),
             conditions: conditions_to_proto(conditions),
         }),
-        Event::LibraryPublished(info) => P::LibraryPublished(proto::LibraryPublished {
-            library: Some(library_to_proto(&info.library)),
-            size_bytes: info.size_bytes,
-            digest_hex: info.digest_hex.clone(),
-        }),
+        Event::LibraryPublished(info) => P::LibraryPublished(library_info_to_proto(info)),
         Event::LibrarySynced { engine, library } => P::LibrarySynced(proto::LibrarySynced {
             engine: engine.to_string(),
             library: Some(library_to_proto(library)),
@@ -903,11 +902,19 @@ fn tasks_added(m: proto::TasksAdded) -> Result<Event, WireError> {
 }
 
 fn library_published(m: proto::LibraryPublished) -> Result<Event, WireError> {
-    Ok(Event::LibraryPublished(LibraryInfo {
-        library: library_ref("library", m.library)?,
-        size_bytes: m.size_bytes,
-        digest_hex: m.digest_hex,
-    }))
+    Ok(Event::LibraryPublished(library_info(m)?))
+}
+
+pub(super) fn library_info(m: proto::LibraryPublished) -> Result<LibraryInfo, WireError> {
+    Ok(LibraryInfo { library: library_ref("library", m.library)?, size_bytes: m.size_bytes, digest_hex: m.digest_hex })
+}
+
+pub(super) fn library_info_to_proto(info: &LibraryInfo) -> proto::LibraryPublished {
+    proto::LibraryPublished {
+        library: Some(library_to_proto(&info.library)),
+        size_bytes: info.size_bytes,
+        digest_hex: info.digest_hex.clone(),
+    }
 }
 
 fn library_synced(m: proto::LibrarySynced) -> Result<Event, WireError> {

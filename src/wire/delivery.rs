@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 
 use super::convert::{
-    engine_id, library_ref, library_to_proto, order_from_proto, order_to_proto, sync_library,
-    task_ref, task_ref_to_proto,
+    engine_id, library_info, library_info_to_proto, library_ref, library_to_proto, order_from_proto,
+    order_to_proto, sync_library, task_ref, task_ref_to_proto,
 };
 use super::{proto, WireError};
-use crate::core::event::{LibraryRef, Order};
+use crate::core::event::{LibraryInfo, LibraryRef, Order};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 
 /// Subjects of the order-delivery stream.
@@ -45,7 +45,9 @@ pub enum DeliveryKind {
     /// An `Order::EngineLost` naming this engine.
     Lost(Order),
     /// An `Order::SyncLibrary` for this engine: fetch and unpack the library.
-    SyncLibrary(LibraryRef),
+    /// `published` is what the log says was stored (size, blake3), for the
+    /// engine to check what it fetched.
+    SyncLibrary { library: LibraryRef, published: Option<LibraryInfo> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +71,7 @@ impl Delivery {
 
 pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
     use proto::delivery::Kind;
+    let mut published_library = None;
     let kind = match &delivery.kind {
         DeliveryKind::Run(run) => Kind::Run(proto::RunTask {
             task: task_ref_to_proto(&run.task),
@@ -84,12 +87,16 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             Some(proto::order::Kind::EngineLost(lost)) => Kind::Lost(lost),
             _ => unreachable!("deliveries carry only Cancel and EngineLost orders"),
         },
-        DeliveryKind::SyncLibrary(library) => Kind::SyncLibrary(proto::SyncLibrary {
-            engine: delivery.engine.to_string(),
-            library: Some(library_to_proto(library)),
-        }),
+        DeliveryKind::SyncLibrary { library, published } => {
+            published_library = published.as_ref().map(library_info_to_proto);
+            Kind::SyncLibrary(proto::SyncLibrary {
+                engine: delivery.engine.to_string(),
+                library: Some(library_to_proto(library)),
+            })
+        }
     };
-    proto::Delivery { id: delivery.id.clone(), batch_seq: delivery.batch_seq.0, kind: Some(kind) }.encode_to_vec()
+    proto::Delivery { id: delivery.id.clone(), batch_seq: delivery.batch_seq.0, published_library, kind: Some(kind) }
+        .encode_to_vec()
 }
 
 /// Decodes a delivery addressed to `engine` (the subject's engine).
@@ -116,7 +123,17 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
             engine_id("engine", &lost.engine)?;
             DeliveryKind::Lost(order_from_proto(proto::Order { kind: Some(proto::order::Kind::EngineLost(lost)) })?)
         }
-        Some(Kind::SyncLibrary(sync)) => DeliveryKind::SyncLibrary(sync_library(sync)?.1),
+        Some(Kind::SyncLibrary(sync)) => {
+            let library = sync_library(sync)?.1;
+            let published = message.published_library.map(library_info).transpose()?;
+            if let Some(info) = published.as_ref().filter(|info| info.library != library) {
+                return Err(WireError::Field {
+                    field: "published_library.library".into(),
+                    problem: super::FieldProblem::Inconsistent(format!("names {}, the sync names {library}", info.library)),
+                });
+            }
+            DeliveryKind::SyncLibrary { library, published }
+        }
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
@@ -158,7 +175,15 @@ mod tests {
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),
             DeliveryKind::Lost(Order::EngineLost { engine: e1.clone(), last_seen_ms: 99 }),
-            DeliveryKind::SyncLibrary(LibraryRef::new("render-lib", "2.1.0")),
+            DeliveryKind::SyncLibrary { library: LibraryRef::new("render-lib", "2.1.0"), published: None },
+            DeliveryKind::SyncLibrary {
+                library: LibraryRef::new("render-lib", "2.1.0"),
+                published: Some(LibraryInfo {
+                    library: LibraryRef::new("render-lib", "2.1.0"),
+                    size_bytes: 1234,
+                    digest_hex: "ab".repeat(32),
+                }),
+            },
         ];
         for (n, kind) in cases.into_iter().enumerate() {
             let delivery = Delivery { id: Delivery::id_for(Seq(7), n), batch_seq: Seq(7), engine: e1.clone(), kind };
@@ -173,6 +198,7 @@ mod tests {
         let sync = proto::Delivery {
             id: "7-0".into(),
             batch_seq: 7,
+            published_library: None,
             kind: Some(proto::delivery::Kind::SyncLibrary(proto::SyncLibrary {
                 engine: "e1".into(),
                 library: Some(proto::LibraryRef { name: "lib".into(), version: "1/2".into() }),

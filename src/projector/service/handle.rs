@@ -1,7 +1,7 @@
 //! Talking to a running projector: [`ProjectorHandle`] sends queries into its loop
 //! (answered from its current state between two batches, never from a copy) and
-//! watches its status; [`spawn_query_responder`] answers `gridfold.q.stat` and
-//! `gridfold.q.why` on core NATS through the same handle.
+//! watches its status; [`spawn_query_responder`] answers the queries of
+//! `gridfold.q.>` (stat, why, blacklists, libraries) on core NATS through the same handle.
 
 use std::time::Duration;
 
@@ -10,7 +10,9 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::projector::query::{
-    STAT_SUBJECT, StatRequest, StateSummary, WHY_SUBJECT, WhyReply, WhyRequest,
+    BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
+    LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, WHY_SUBJECT,
+    WhyReply, WhyRequest,
 };
 
 /// Most queries waiting for the loop; a sender past this waits.
@@ -21,6 +23,8 @@ pub const QUERIES_QUEUED_MAX: usize = 256;
 pub enum Query {
     Stat(StatRequest, oneshot::Sender<StateSummary>),
     Why(WhyRequest, oneshot::Sender<WhyReply>),
+    Blacklists(BlacklistsRequest, oneshot::Sender<BlacklistsReply>),
+    Libraries(LibrariesRequest, oneshot::Sender<LibrariesReply>),
 }
 
 /// How the projector started.
@@ -86,24 +90,43 @@ pub struct ProjectorHandle {
 }
 
 impl ProjectorHandle {
-    /// `gridfold stat`, answered from the loop's current state.
-    pub async fn stat(&self, request: StatRequest) -> Result<StateSummary, ProjectorGone> {
+    /// Sends the loop a query and waits for its answer.
+    async fn ask<A>(
+        &self,
+        query: impl FnOnce(oneshot::Sender<A>) -> Query,
+    ) -> Result<A, ProjectorGone> {
         let (reply, answer) = oneshot::channel();
         self.queries
-            .send(Query::Stat(request, reply))
+            .send(query(reply))
             .await
             .map_err(|_| ProjectorGone)?;
         answer.await.map_err(|_| ProjectorGone)
     }
 
+    /// `gridfold stat`, answered from the loop's current state.
+    pub async fn stat(&self, request: StatRequest) -> Result<StateSummary, ProjectorGone> {
+        self.ask(|reply| Query::Stat(request, reply)).await
+    }
+
     /// `gridfold why`, answered from the loop's current state.
     pub async fn why(&self, request: WhyRequest) -> Result<WhyReply, ProjectorGone> {
-        let (reply, answer) = oneshot::channel();
-        self.queries
-            .send(Query::Why(request, reply))
-            .await
-            .map_err(|_| ProjectorGone)?;
-        answer.await.map_err(|_| ProjectorGone)
+        self.ask(|reply| Query::Why(request, reply)).await
+    }
+
+    /// `gridfold blacklist ls`, answered from the loop's current state.
+    pub async fn blacklists(
+        &self,
+        request: BlacklistsRequest,
+    ) -> Result<BlacklistsReply, ProjectorGone> {
+        self.ask(|reply| Query::Blacklists(request, reply)).await
+    }
+
+    /// `gridfold library ls`, answered from the loop's current state.
+    pub async fn libraries(
+        &self,
+        request: LibrariesRequest,
+    ) -> Result<LibrariesReply, ProjectorGone> {
+        self.ask(|reply| Query::Libraries(request, reply)).await
     }
 
     /// The status as of the last input the loop handled.
@@ -131,7 +154,7 @@ struct QueryError {
     error: String,
 }
 
-/// Answers stat and why requests on core NATS (JSON in, JSON out; an empty request
+/// Answers the requests of [`QUERY_SUBJECTS`] on core NATS (JSON in, JSON out; an empty request
 /// is the default request) through `handle`, until the projector stops or the task
 /// is aborted.
 ///
@@ -144,11 +167,13 @@ pub async fn spawn_query_responder(
     client: async_nats::Client,
     handle: ProjectorHandle,
 ) -> Result<tokio::task::JoinHandle<()>, async_nats::SubscribeError> {
-    let stat = client.subscribe(STAT_SUBJECT).await?;
-    let why = client.subscribe(WHY_SUBJECT).await?;
+    let mut subscriptions = Vec::with_capacity(QUERY_SUBJECTS.len());
+    for subject in QUERY_SUBJECTS {
+        subscriptions.push(client.subscribe(subject).await?);
+    }
     // The subscriptions are registered with the server once the client has flushed.
     let _ = tokio::time::timeout(Duration::from_secs(5), client.flush()).await;
-    let mut requests = futures::stream::select(stat, why);
+    let mut requests = futures::stream::select_all(subscriptions);
     Ok(tokio::spawn(async move {
         while let Some(message) = requests.next().await {
             let Some(reply_to) = message.reply.clone() else {
@@ -187,6 +212,14 @@ async fn answer(
             Ok(WhyRequestOrDefault(None)) => json(&QueryError {
                 error: "a why request names a task: {\"task\": \"JOB/INDEX\"}".into(),
             }),
+            Err(error) => json(&QueryError { error }),
+        },
+        BLACKLISTS_SUBJECT => match parse::<BlacklistsRequest>(payload) {
+            Ok(request) => json(&handle.blacklists(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        LIBRARIES_SUBJECT => match parse::<LibrariesRequest>(payload) {
+            Ok(request) => json(&handle.libraries(request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {
