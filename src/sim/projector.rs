@@ -237,6 +237,9 @@ fn count_gridserver(counts: &mut GridServerCounts, entry: &Entry, rejections: &[
             for (_, order) in applied {
                 match order {
                     Order::SyncLibrary { .. } => counts.library_syncs_ordered += 1,
+                    Order::MarkUnschedulable { reason, .. } => {
+                        *counts.unschedulable_by_reason.entry(reason.as_str().to_string()).or_default() += 1;
+                    }
                     Order::Blacklist { .. } => counts.blacklistings += 1,
                     Order::Reschedule { reason, .. } => {
                         *counts.reschedules_by_reason.entry(reason.as_str().to_string()).or_default() += 1;

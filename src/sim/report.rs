@@ -72,6 +72,8 @@ pub struct FaultCounts {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GridServerCounts {
     pub libraries_published: u64,
+    /// `MarkUnschedulable` orders, by reason (`library-not-published`, ...).
+    pub unschedulable_by_reason: BTreeMap<String, u64>,
     /// `SyncLibrary` orders.
     pub library_syncs_ordered: u64,
     /// `LibrarySynced` and `LibrarySyncFailed` reports.
@@ -238,23 +240,27 @@ impl fmt::Display for SimReport {
             c.publishes_after_restart
         )?;
         let g = &self.gridserver;
-        let reasons: Vec<String> = g.reschedules_by_reason.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+        let listed = |counts: &BTreeMap<String, u64>| {
+            let listed: Vec<String> = counts.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+            if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+        };
         writeln!(
             f,
             "  gridserver   {} libraries published, {} syncs ordered ({} synced, {} failed); {} blacklistings; \
-             {} tasks and {} jobs failed by dependency",
+             {} tasks and {} jobs failed by dependency; jobs flagged unschedulable: {}",
             g.libraries_published,
             g.library_syncs_ordered,
             g.library_syncs_reported,
             g.library_sync_failures_reported,
             g.blacklistings,
             g.tasks_failed_by_dependency,
-            g.jobs_failed_by_dependency
+            g.jobs_failed_by_dependency,
+            listed(&g.unschedulable_by_reason)
         )?;
         writeln!(
             f,
             "  redundancy   reschedules: {}; {} copies cancelled on a first result, {} redundant results ignored",
-            if reasons.is_empty() { "none".to_string() } else { reasons.join(", ") },
+            listed(&g.reschedules_by_reason),
             g.redundant_copies_cancelled,
             g.redundant_results_ignored
         )?;

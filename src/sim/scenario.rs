@@ -8,7 +8,8 @@
 //! build or adjust one directly (`scenario.seed = …`) and [`crate::sim::run`]
 //! validates it again.
 //!
-//! The whole format, with every default, is documented in `scenarios/faults.toml`.
+//! The whole format, with every default, is documented in `scenarios/faults.toml`;
+//! GridServer's keys (read in `gridserver.rs`) in the scenario of each feature.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -857,6 +858,128 @@ projector_restarts = 2
 
         let prefix = error_of("seed = 7\n[[engines]]\ncount = 1\nname_prefix = \"a/b\"\nslots = 1\n");
         assert!(prefix.starts_with("test.toml:4: "), "{prefix}");
+    }
+
+    const GRIDSERVER: &str = r#"
+seed = 7
+
+[policy]
+engine_tiers = ["type=blade", "type=desktop"]
+greylist_affinity = 8
+
+[policy.redundancy]
+poll_period_ms = 250
+average_limit = 2.5
+std_dev_limit = "1.125"
+copies_per_task_max = 1
+
+[[libraries]]
+name = "lib"
+version = "1.0"
+publish_at_ms = 500
+
+[[engines]]
+count = 2
+name_prefix = "slow"
+slots = 1
+libraries = ["lib@1.0"]
+speed_percent = 25
+fails_jobs = ["b"]
+sync_ms = 900
+
+[[jobs]]
+id = "a"
+tasks = 10
+duration_ms = 100
+root_library = { name = "lib", version = "1.0" }
+engine_blacklisting = true
+failures_before_blacklist = 2
+redundant_rescheduling = true
+task_max_time_ms = 400
+
+[[jobs]]
+id = "b"
+tasks = 5
+duration_ms = 100
+depends_on = ["a"]
+fail_on_dependency_failure = true
+
+[[jobs.condition]]
+tasks = "1-3"
+discriminator = 'memory_mb >= 0'
+task_affinity = [0]
+depends_on = ["0", "a/9"]
+queue_jump = true
+
+[faults]
+sync_failure_per_million = 1000
+"#;
+
+    #[test]
+    fn gridserver_keys_read_into_the_policy_the_engines_and_the_jobs() {
+        let scenario = parse(GRIDSERVER).unwrap();
+        let policy = &scenario.policy;
+        assert_eq!(policy.engine_tiers, ["type=blade", "type=desktop"]);
+        assert_eq!(policy.greylist_affinity, 8);
+        let r = &policy.redundancy;
+        assert_eq!((r.poll_period_ms, r.average_limit_milli, r.std_dev_limit_milli, r.copies_per_task_max), (250, 2500, 1125, 1));
+        assert_eq!(r.strategy_effective_percent, crate::core::event::RedundancyPolicy::default().strategy_effective_percent);
+        assert_eq!(scenario.libraries, [LibraryPlan { library: LibraryRef::new("lib", "1.0"), publish_at_ms: 500, size_bytes: 0 }]);
+        let group = &scenario.engines[0];
+        assert_eq!((group.speed_percent, group.sync_ms, group.fails_jobs.len()), (25, 900, 1));
+        assert_eq!(group.props.libraries, [LibraryRef::new("lib", "1.0")]);
+        let a = &scenario.jobs[0].options;
+        assert_eq!(a.root_library, Some(LibraryRef::new("lib", "1.0")));
+        assert_eq!((a.failures_before_blacklist, a.task_max_time_ms, a.redundant_rescheduling), (2, 400, true));
+        let b = &scenario.jobs[1];
+        assert_eq!(b.options.depends_on_jobs, [JobId::new("a").unwrap()]);
+        assert_eq!(b.task_conditions.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        let condition = &b.task_conditions[&2];
+        assert!(condition.queue_jump && condition.task_affinity == [0] && condition.depends_on.len() == 2);
+        assert_eq!(scenario.faults.sync_failure_per_million, 1000);
+        assert_eq!(scenario.validate(), Ok(()));
+        // Defaults: no tiers, full speed, the default sync time.
+        let plain = parse(SMALL).unwrap();
+        assert_eq!((plain.engines[0].speed_percent, plain.engines[0].sync_ms), (100, DEFAULT_SYNC_MS));
+        assert!(plain.policy.engine_tiers.is_empty() && plain.libraries.is_empty());
+    }
+
+    #[test]
+    fn bad_gridserver_keys_name_their_line() {
+        let with = |from: &str, to: &str| {
+            assert!(GRIDSERVER.contains(from), "{from}");
+            error_of(&GRIDSERVER.replacen(from, to, 1))
+        };
+        let line_of = |needle: &str| GRIDSERVER.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        let cases = [
+            ("\"type=desktop\"", "\"desktop\"", "engine_tiers[1]: engine tier"),
+            ("average_limit = 2.5", "average_limit = 2.5001", "redundancy.average_limit: 2.5001 has 4 decimals"),
+            ("poll_period_ms = 250", "poll_period_ms = 0", "redundancy.poll_period_ms must be at least 1"),
+            ("copies_per_task_max = 1", "copies = 1", "unknown field `copies`"),
+            ("libraries = [\"lib@1.0\"]", "libraries = [\"lib\"]", "libraries[0]: library \"lib\" is not written name@version"),
+            ("speed_percent = 25", "speed_percent = 0", "speed_percent must be within"),
+            ("fails_jobs = [\"b\"]", "fails_jobs = [\"c\"]", "fails_jobs[0]: \"c\" is not a job of the scenario"),
+            ("failures_before_blacklist = 2", "failures_before_blacklist = 0", "failures_before_blacklist must be at least 1"),
+            ("task_max_time_ms = 400", "task_max_time_ms = 0", "task_max_time_ms must be at least 1"),
+            ("depends_on = [\"a\"]", "depends_on = [\"b\"]", "depends_on[0]: a job cannot depend on itself"),
+            ("tasks = \"1-3\"", "tasks = \"1-5\"", "condition[0]: tasks 1-5 goes past the job's last task, 4"),
+            ("task_affinity = [0]", "task_affinity = [2]", "condition[0].task_affinity[0]: task 2 is not before task 1"),
+            ("\"a/9\"", "\"a/10\"", "condition[0].depends_on[1]: job a has 10 tasks, no task 10"),
+            ("discriminator = 'memory_mb >= 0'", "discriminator = 'memory_mb >='", "condition[0].discriminator"),
+            ("sync_failure_per_million = 1000", "sync_failure_per_million = 1000001", "sync_failure_per_million is a probability"),
+            ("name = \"lib\"", "name = \"a lib\"", "library name"),
+        ];
+        for (from, to, message) in cases {
+            let error = with(from, to);
+            let line = line_of(from);
+            assert!(error.starts_with(&format!("test.toml:{line}: ")) && error.contains(message), "{from} -> {to}: {error}");
+        }
+        let rooted = error_of(&GRIDSERVER.replacen("root_library = { name = \"lib\", version = \"1.0\" }", "root_library = \"lib@\"", 1));
+        assert!(rooted.contains("root_library: library"), "{rooted}");
+        let refined = error_of(&GRIDSERVER.replacen("redundant_rescheduling = true\n", "", 1));
+        assert!(refined.contains("task_max_time_ms needs redundant_rescheduling = true"), "{refined}");
+        let later = error_of(&GRIDSERVER.replacen("depends_on = [\"a\"]", "depends_on = [\"zz\"]", 1));
+        assert!(later.contains("depends_on[0]: job zz is not a job listed before this one"), "{later}");
     }
 
     #[test]
