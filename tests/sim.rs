@@ -374,3 +374,32 @@ fn redundancy_copies_slow_tasks_for_every_reason_and_the_first_result_wins() {
     assert_eq!(again.chain_digest, report.chain_digest);
     assert_eq!(again, report);
 }
+
+/// Every GridServer scenario again with every fault at once, over a few seeds:
+/// each run must end every job, pass the task check, and replay exactly.
+#[test]
+fn every_gridserver_scenario_survives_every_fault() {
+    let mut crashes = 0;
+    for name in ["libraries.toml", "tiers-and-affinity.toml", "conditions.toml", "blacklisting.toml", "redundancy.toml"] {
+        let mut scenario = Scenario::from_file(&scenario_file(name)).unwrap_or_else(|e| panic!("{e}"));
+        let faults = &mut scenario.faults;
+        faults.engine_crash_per_million = 60_000;
+        faults.crashed_engines_return_after_ms = Some(8_000);
+        faults.duplicate_delivery_per_million = 50_000;
+        faults.late_start_per_million = 20_000;
+        faults.late_start_delay_ms = scenario.policy.dispatch_timeout_ms + 5_000;
+        faults.projector_restarts = 3;
+        faults.restart_downtime_ms = 300;
+        faults.snapshot_every_entries = 40;
+        for seed in 1..=3 {
+            scenario.seed = seed;
+            scenario.policy.seed = seed;
+            let (report, _) = run(&scenario, &RunOptions::default(), &mut |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(report.outcome, Outcome::AllJobsEnded, "{name}: {report}");
+            assert!(report.task_check.holds() && report.task_check.unended == 0, "{name}: {report}");
+            assert!(report.projector_restarts >= 1, "{name}: {report}");
+            crashes += report.faults.engine_crashes;
+        }
+    }
+    assert!(crashes > 0);
+}
