@@ -1,11 +1,16 @@
 //! Simulated engines: what an engine agent does, reduced to its timing.
 //!
-//! An engine logs in, heartbeats, receives orders and runs tasks in virtual
-//! time: a `Dispatch` becomes a run that reports `TaskStarted`, then
-//! `TaskCompleted` or `TaskFailed` after its duration; a `Cancel` stops a run
-//! without a report. An engine acts on each order once: it remembers every
-//! (task, attempt, kind) it was given, across crashes, so a redelivered order
-//! (a restarted projector re-reads its batches) is ignored.
+//! An engine logs in (with the grid libraries it holds), heartbeats, receives
+//! deliveries and runs tasks in virtual time: a run becomes `TaskStarted`, then
+//! `TaskCompleted` or `TaskFailed` after its duration, scaled by the engine's
+//! speed (a redundant copy is a run like any other); a cancel stops a run without
+//! a report, whatever its reason (a requeue, an ended job, a redundant copy no
+//! longer needed); a library sync runs beside the tasks and reports
+//! `LibrarySynced` or `LibrarySyncFailed` after the engine's `sync_ms`. A
+//! library synced stays on the engine's disk: a crashed engine that comes back
+//! holds it at login. An engine acts on each delivery once: it remembers every
+//! delivery id it was given, across crashes, so a redelivered order (a restarted
+//! projector re-reads its batches) is ignored.
 //!
 //! A crash is silent: the engine's runs stop, it sends nothing more, and
 //! scheduled events of the dead incarnation are dropped (each carries the
@@ -19,15 +24,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::event::EngineProps;
-use crate::core::ids::{Attempt, EngineId, TaskRef};
-
-/// Which order an engine has seen; `Dispatch` and `Cancel` of one attempt are distinct.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum OrderTag {
-    Dispatch,
-    Cancel,
-}
+use crate::core::event::{EngineProps, LibraryRef};
+use crate::core::ids::{Attempt, EngineId, JobId, TaskRef};
 
 /// The attempt a run carries out.
 pub type RunKey = (TaskRef, Attempt);
@@ -38,6 +36,8 @@ pub enum RunEnd {
     Complete,
     /// The task fails (non-zero exit).
     Fail,
+    /// The task fails because the engine fails every task of its job (`fails_jobs`).
+    FailByRule,
     /// The whole engine dies, silently.
     Crash,
 }
@@ -58,11 +58,20 @@ pub struct Run {
 pub struct SimEngine {
     pub id: EngineId,
     pub slots: u32,
+    /// Properties, and the libraries held (reported at each login).
     pub props: EngineProps,
+    /// Durations are scaled by `100 / speed_percent`.
+    pub speed_percent: u32,
+    /// Every run of these jobs' tasks fails here.
+    pub fails_jobs: BTreeSet<JobId>,
+    pub sync_ms: u64,
+    /// The library being synced, if any.
+    pub syncing: Option<LibraryRef>,
     pub alive: bool,
     /// Bumped at every crash and return; events of an older incarnation are void.
     pub incarnation: u32,
-    seen: BTreeSet<(TaskRef, Attempt, OrderTag)>,
+    /// Delivery ids (`<batch seq>-<order index>`) acted on.
+    seen: BTreeSet<String>,
     pub runs: BTreeMap<RunKey, Run>,
     alive_since_ms: Option<u64>,
     /// Closed intervals of virtual time the engine was up, for utilisation.
@@ -75,6 +84,10 @@ impl SimEngine {
             id,
             slots,
             props,
+            speed_percent: 100,
+            fails_jobs: BTreeSet::new(),
+            sync_ms: super::scenario::DEFAULT_SYNC_MS,
+            syncing: None,
             alive: false,
             incarnation: 0,
             seen: BTreeSet::new(),
@@ -92,9 +105,14 @@ impl SimEngine {
         self.alive_since_ms = Some(now_ms);
     }
 
-    /// True the first time this order reaches the engine, false for a repeat.
-    pub fn first_sight(&mut self, task: &TaskRef, attempt: Attempt, tag: OrderTag) -> bool {
-        self.seen.insert((task.clone(), attempt, tag))
+    /// True the first time this delivery reaches the engine, false for a repeat.
+    pub fn first_sight(&mut self, delivery_id: &str) -> bool {
+        self.seen.insert(delivery_id.to_string())
+    }
+
+    /// How long a run of `duration_ms` takes on this engine (at least 1 ms).
+    pub fn scaled_ms(&self, duration_ms: u64) -> u64 {
+        (u128::from(duration_ms) * 100 / u128::from(self.speed_percent.max(1))).clamp(1, u128::from(u64::MAX)) as u64
     }
 
     /// The engine dies: its runs stop. Returns the busy intervals of the runs
@@ -103,6 +121,7 @@ impl SimEngine {
         assert!(self.alive, "only a live engine crashes");
         self.alive = false;
         self.incarnation += 1;
+        self.syncing = None;
         let since = self.alive_since_ms.take().expect("a live engine has come up");
         self.alive_intervals.push((since, now_ms));
         let runs = std::mem::take(&mut self.runs);
@@ -129,13 +148,23 @@ mod tests {
     use crate::core::testkit::{engine_id, linux_props, task};
 
     #[test]
+    fn speed_scales_durations() {
+        let mut engine = SimEngine::new(engine_id("e1"), 1, linux_props("lyon", 1024));
+        assert_eq!(engine.scaled_ms(1000), 1000);
+        engine.speed_percent = 25;
+        assert_eq!(engine.scaled_ms(1000), 4000);
+        engine.speed_percent = 400;
+        assert_eq!((engine.scaled_ms(1000), engine.scaled_ms(1)), (250, 1));
+    }
+
+    #[test]
     fn an_engine_acts_on_each_order_once_and_forgets_nothing_when_it_crashes() {
         let mut engine = SimEngine::new(engine_id("e1"), 2, linux_props("lyon", 1024));
         engine.come_up(0);
-        assert!(engine.first_sight(&task("j", 0), 1, OrderTag::Dispatch));
-        assert!(!engine.first_sight(&task("j", 0), 1, OrderTag::Dispatch));
-        assert!(engine.first_sight(&task("j", 0), 1, OrderTag::Cancel));
-        assert!(engine.first_sight(&task("j", 0), 2, OrderTag::Dispatch));
+        assert!(engine.first_sight("5-0"));
+        assert!(!engine.first_sight("5-0"));
+        assert!(engine.first_sight("5-1"));
+        assert!(engine.first_sight("9-0"));
         engine.runs.insert(
             (task("j", 0), 2),
             Run { slots: 1, started_ms: Some(10), duration_ms: 50, end: RunEnd::Complete, end_after_ms: 50 },
@@ -144,7 +173,7 @@ mod tests {
         assert_eq!(engine.crash(30), vec![(10, 30, 1)]);
         assert!(!engine.is_current(before));
         engine.come_up(100);
-        assert!(!engine.first_sight(&task("j", 0), 2, OrderTag::Dispatch));
+        assert!(!engine.first_sight("9-0"));
         assert_eq!(engine.alive_intervals(150), vec![(0, 30), (100, 150)]);
     }
 }

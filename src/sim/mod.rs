@@ -54,6 +54,7 @@
 //! The log it returns can be exported and replayed on its own.
 
 mod engine;
+mod gridserver;
 mod log;
 mod projector;
 mod report;
@@ -61,8 +62,11 @@ mod scenario;
 mod world;
 
 pub use log::{DEDUP_WINDOW_MS, EPOCH_MS};
-pub use report::{FaultCounts, Outcome, SimReport};
-pub use scenario::{EngineGroup, Faults, JobPlan, Latency, Scenario, ScenarioError, ScenarioInvalid, PER_MILLION};
+pub use report::{FaultCounts, GridServerCounts, Outcome, SimReport, TaskCheck};
+pub use scenario::{
+    EngineGroup, Faults, JobPlan, Latency, LibraryPlan, Scenario, ScenarioError, ScenarioInvalid, DEFAULT_SYNC_MS,
+    PER_MILLION, SPEED_PERCENT_RANGE,
+};
 pub use world::TICK_MS;
 
 use crate::core::event::Entry;
@@ -105,6 +109,8 @@ pub enum SimError {
     Divergence { seed: u64, detail: String },
     #[error("seed {seed}: the live projector's state digest {live} differs from a full replay's {replayed}")]
     StateMismatch { seed: u64, live: String, replayed: String },
+    #[error("seed {seed}: a task did not end exactly once: {problems}")]
+    TaskCheck { seed: u64, problems: String },
     #[error("seed {seed}: nothing left to happen at {at_ms} ms of virtual time")]
     Stalled { seed: u64, at_ms: u64 },
     #[error("seed {seed}: {events} events handled by {at_ms} ms of virtual time, past the loop's bound")]
@@ -119,6 +125,7 @@ impl SimError {
             | SimError::ChainMismatch { seed, .. }
             | SimError::Divergence { seed, .. }
             | SimError::StateMismatch { seed, .. }
+            | SimError::TaskCheck { seed, .. }
             | SimError::Stalled { seed, .. }
             | SimError::EventCap { seed, .. } => *seed,
         }

@@ -8,22 +8,28 @@
 //!   the newest projector entry it has folded). One publish at a time: the fence
 //!   needs the previous batch's sequence before the next can be sent.
 //! - Orders take effect, and are delivered to engines, when their batch is folded
-//!   back — only the orders the fold applied. A restarted projector re-reads the
-//!   batches after its snapshot and delivers them again; engines ignore repeats.
+//!   back — only the orders the fold applied, resolved by the production
+//!   projector's own [`deliveries_of`]. A restarted projector re-reads the batches
+//!   after its snapshot and delivers them again; engines ignore repeats.
 //! - It snapshots its state every `snapshot_every_entries` entries. A crash drops
 //!   the machine; a start rebuilds it from the newest snapshot (or from nothing)
 //!   and resumes folding after the snapshot's sequence.
 //!
-//! Statistics gathered while folding (waits, order problems) count each sequence
-//! once, so the entries a restarted projector folds again are not counted twice.
+//! Statistics gathered while folding (waits, order problems, the GridServer
+//! orders and reports that took effect) count each sequence once, so the entries
+//! a restarted projector folds again are not counted twice.
 
 use std::collections::BTreeMap;
 
-use crate::core::event::{Entry, Event, Order, Origin, Payload};
+use crate::core::event::{CancelReason, Entry, Event, Order, Origin, Payload};
 use crate::core::ids::Seq;
 use crate::core::reject::{OrderProblem, Rejection};
 use crate::core::state::State;
+use crate::projector::delivery::deliveries_of;
 use crate::projector::machine::Machine;
+use crate::wire::delivery::{Delivery, DeliveryKind};
+
+use super::report::GridServerCounts;
 
 use super::log::SimLog;
 
@@ -57,6 +63,8 @@ pub struct SimProjector {
     stats_through: Seq,
     pub wait: WaitStats,
     pub order_problems: BTreeMap<String, u64>,
+    /// GridServer orders applied and engine reports accepted.
+    pub gridserver: GridServerCounts,
     pub restarts_done: u32,
 }
 
@@ -78,6 +86,7 @@ impl SimProjector {
             stats_through: Seq(0),
             wait: WaitStats::default(),
             order_problems: BTreeMap::new(),
+            gridserver: GridServerCounts::default(),
             restarts_done: 0,
         }
     }
@@ -135,8 +144,8 @@ impl SimProjector {
     }
 
     /// Folds everything the log holds beyond the machine's state. Returns the
-    /// orders to deliver: those of the batches folded that applied and have an addressee.
-    pub fn catch_up(&mut self, log: &SimLog, check_invariants: bool) -> Vec<Order> {
+    /// deliveries of the batches folded: the orders that applied and have an engine to tell.
+    pub fn catch_up(&mut self, log: &SimLog, check_invariants: bool) -> Vec<Delivery> {
         let Some(machine) = &mut self.machine else { return Vec::new() };
         let mut deliveries = Vec::new();
         while machine.state().last_seq < log.last_seq() {
@@ -162,10 +171,17 @@ impl SimProjector {
                         *self.order_problems.entry(order_problem_name(problem).to_string()).or_default() += 1;
                     }
                 }
+                count_gridserver(&mut self.gridserver, entry, &rejections);
             }
-            if entry.origin == Origin::Projector {
+            if entry.origin == Origin::Projector
+                && let Payload::Event(envelope) = &entry.payload
+                && let Event::OrderBatch(batch) = &envelope.event
+            {
                 self.last_orders_seq = seq;
-                deliveries.extend(deliverable_orders(entry, &rejections));
+                // A simulated engine declared lost is either dead or logs in again by
+                // itself when it returns, so the news of its loss needs no delivery.
+                let delivered = deliveries_of(machine.state(), seq, batch, &rejections);
+                deliveries.extend(delivered.into_iter().filter(|d| !matches!(d.kind, DeliveryKind::Lost(_))));
             }
             if self.snapshots_on {
                 self.folded_since_snapshot += 1;
@@ -206,29 +222,42 @@ fn completion_wait_basis(state: &State, entry: &Entry) -> Option<(Option<u64>, u
     Some((live.started_ms, submitted))
 }
 
-/// The orders of a folded batch that took effect and must reach an engine.
-fn deliverable_orders(entry: &Entry, rejections: &[Rejection]) -> Vec<Order> {
-    let Payload::Event(envelope) = &entry.payload else { return Vec::new() };
-    let Event::OrderBatch(batch) = &envelope.event else { return Vec::new() };
-    let mut not_applied = Vec::new();
-    for rejection in rejections {
-        match rejection {
-            Rejection::OrderNotApplicable { order, .. } => not_applied.push(*order as usize),
-            // The whole batch was refused.
-            _ => return Vec::new(),
+/// Counts what a fresh entry did of GridServer's: the orders of a batch that
+/// applied, and the engine reports the fold accepted.
+fn count_gridserver(counts: &mut GridServerCounts, entry: &Entry, rejections: &[Rejection]) {
+    let Payload::Event(envelope) = &entry.payload else { return };
+    match &envelope.event {
+        Event::OrderBatch(batch) => {
+            if rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })) {
+                return; // the whole batch was refused
+            }
+            let applied = batch.orders.iter().enumerate().filter(|(n, _)| {
+                !rejections.iter().any(|r| matches!(r, Rejection::OrderNotApplicable { order, .. } if *order as usize == *n))
+            });
+            for (_, order) in applied {
+                match order {
+                    Order::SyncLibrary { .. } => counts.library_syncs_ordered += 1,
+                    Order::MarkUnschedulable { reason, .. } => {
+                        *counts.unschedulable_by_reason.entry(reason.as_str().to_string()).or_default() += 1;
+                    }
+                    Order::Blacklist { .. } => counts.blacklistings += 1,
+                    Order::Reschedule { reason, .. } => {
+                        *counts.reschedules_by_reason.entry(reason.as_str().to_string()).or_default() += 1;
+                    }
+                    Order::Cancel { reason: CancelReason::RedundantCopy, .. } => counts.redundant_copies_cancelled += 1,
+                    Order::FailDependent { task: Some(_), .. } => counts.tasks_failed_by_dependency += 1,
+                    Order::FailDependent { task: None, .. } => counts.jobs_failed_by_dependency += 1,
+                    _ => {}
+                }
+            }
         }
+        _ if !rejections.is_empty() => {}
+        Event::LibrarySynced { .. } => counts.library_syncs_reported += 1,
+        Event::LibrarySyncFailed { .. } => counts.library_sync_failures_reported += 1,
+        Event::LibraryPublished(_) => counts.libraries_published += 1,
+        Event::TaskCompleted { .. } => counts.completions_accepted += 1,
+        _ => {}
     }
-    batch
-        .orders
-        .iter()
-        .enumerate()
-        // A simulated engine declared lost is either dead or logs in again by
-        // itself when it returns, so EngineLost needs no delivery here.
-        .filter(|(n, order)| {
-            order.addressee().is_some() && !matches!(order, Order::EngineLost { .. }) && !not_applied.contains(n)
-        })
-        .map(|(_, order)| order.clone())
-        .collect()
 }
 
 pub fn order_problem_name(problem: &OrderProblem) -> &'static str {

@@ -58,6 +58,61 @@ pub struct FaultCounts {
     pub orders_to_dead_engines: u64,
     /// Runs an engine stopped on a `Cancel`.
     pub runs_cancelled: u64,
+    /// Of those, redundant copies stopped because another copy's result won.
+    pub redundant_runs_stopped: u64,
+    /// Runs that failed by an engine's `fails_jobs` rule (not counted in `task_failures`).
+    pub rule_failures: u64,
+    /// Library syncs engines carried out, and those that failed (`sync_failure_per_million`).
+    pub library_syncs_run: u64,
+    pub library_syncs_failed: u64,
+}
+
+/// GridServer's part of the run, as the fold took it: orders that applied and
+/// reports it accepted, each sequence counted once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GridServerCounts {
+    pub libraries_published: u64,
+    /// `MarkUnschedulable` orders, by reason (`library-not-published`, ...).
+    pub unschedulable_by_reason: BTreeMap<String, u64>,
+    /// `SyncLibrary` orders.
+    pub library_syncs_ordered: u64,
+    /// `LibrarySynced` and `LibrarySyncFailed` reports.
+    pub library_syncs_reported: u64,
+    pub library_sync_failures_reported: u64,
+    /// `Blacklist` orders.
+    pub blacklistings: u64,
+    /// `Reschedule` orders (a redundant copy each), by reason: `task-max-time`,
+    /// `percent-completed`, `average`, `std-dev`.
+    pub reschedules_by_reason: BTreeMap<String, u64>,
+    /// `Cancel` orders of copies whose task had its result (`cancel_redundant_on_first_result`).
+    pub redundant_copies_cancelled: u64,
+    /// Results of copies after their task already had one: ignored, the first won.
+    pub redundant_results_ignored: u64,
+    /// `FailDependent` orders for one task, and for a whole job.
+    pub tasks_failed_by_dependency: u64,
+    pub jobs_failed_by_dependency: u64,
+    /// `TaskCompleted` reports the fold accepted (first results and ignored ones).
+    pub completions_accepted: u64,
+}
+
+/// Every task of every job, as the final state says it ended, checked against
+/// the counters that saw each ending and against what the engines reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TaskCheck {
+    pub tasks: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Waiting, dispatched or running when the run stopped.
+    pub unended: u64,
+    /// What does not add up; empty when every task ended exactly once.
+    pub problems: Vec<String>,
+}
+
+impl TaskCheck {
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty()
+    }
 }
 
 /// The result of one run. Times are virtual ms; time 0 is the start of the run.
@@ -100,6 +155,8 @@ pub struct SimReport {
     pub projector_restarts_planned: u32,
     pub snapshots_taken: u64,
     pub faults: FaultCounts,
+    pub gridserver: GridServerCounts,
+    pub task_check: TaskCheck,
     /// The hash chain over the whole log, as live and replayed (they are checked equal).
     pub chain_digest: String,
     /// The digest of the final state, as live and replayed (they are checked equal).
@@ -147,8 +204,17 @@ impl fmt::Display for SimReport {
         let c = &self.faults;
         writeln!(
             f,
-            "  engines      {} crashes, {} returns, {} late starts, {} task failures, {} runs cancelled",
-            c.engine_crashes, c.engine_returns, c.late_starts, c.task_failures, c.runs_cancelled
+            "  engines      {} crashes, {} returns, {} late starts, {} task failures ({} more by fails_jobs), \
+             {} runs cancelled ({} redundant copies), {} library syncs run ({} failed)",
+            c.engine_crashes,
+            c.engine_returns,
+            c.late_starts,
+            c.task_failures,
+            c.rule_failures,
+            c.runs_cancelled,
+            c.redundant_runs_stopped,
+            c.library_syncs_run,
+            c.library_syncs_failed
         )?;
         writeln!(
             f,
@@ -172,6 +238,42 @@ impl fmt::Display for SimReport {
             c.publishes_deduplicated,
             c.publishes_lost,
             c.publishes_after_restart
+        )?;
+        let g = &self.gridserver;
+        let listed = |counts: &BTreeMap<String, u64>| {
+            let listed: Vec<String> = counts.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+            if listed.is_empty() { "none".to_string() } else { listed.join(", ") }
+        };
+        writeln!(
+            f,
+            "  gridserver   {} libraries published, {} syncs ordered ({} synced, {} failed); {} blacklistings; \
+             {} tasks and {} jobs failed by dependency; jobs flagged unschedulable: {}",
+            g.libraries_published,
+            g.library_syncs_ordered,
+            g.library_syncs_reported,
+            g.library_sync_failures_reported,
+            g.blacklistings,
+            g.tasks_failed_by_dependency,
+            g.jobs_failed_by_dependency,
+            listed(&g.unschedulable_by_reason)
+        )?;
+        writeln!(
+            f,
+            "  redundancy   reschedules: {}; {} copies cancelled on a first result, {} redundant results ignored",
+            listed(&g.reschedules_by_reason),
+            g.redundant_copies_cancelled,
+            g.redundant_results_ignored
+        )?;
+        let t = &self.task_check;
+        writeln!(
+            f,
+            "  task check   {} tasks: {} done, {} failed, {} cancelled, {} unended; {}",
+            t.tasks,
+            t.done,
+            t.failed,
+            t.cancelled,
+            t.unended,
+            if t.holds() { "each ended once".to_string() } else { t.problems.join("; ") }
         )?;
         writeln!(f, "  chain        {}", self.chain_digest)?;
         write!(f, "  state        {}", self.state_digest)

@@ -8,7 +8,8 @@
 //! build or adjust one directly (`scenario.seed = …`) and [`crate::sim::run`]
 //! validates it again.
 //!
-//! The whole format, with every default, is documented in `scenarios/faults.toml`.
+//! The whole format, with every default, is documented in `scenarios/faults.toml`;
+//! GridServer's keys (read in `gridserver.rs`) in the scenario of each feature.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -17,8 +18,12 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::core::event::{EngineProps, Policy, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX};
+use crate::core::event::{
+    EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX,
+};
 use crate::core::ids::{EngineId, JobId};
+
+use super::gridserver::{self, RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
 
 /// One million: probabilities are written as integers per million.
 pub const PER_MILLION: u32 = 1_000_000;
@@ -39,7 +44,17 @@ pub struct Scenario {
     pub latency: Latency,
     pub engines: Vec<EngineGroup>,
     pub jobs: Vec<JobPlan>,
+    /// Grid libraries published during the run.
+    pub libraries: Vec<LibraryPlan>,
     pub faults: Faults,
+}
+
+/// A grid library stored at a time (a `LibraryPublished` event from a client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryPlan {
+    pub library: LibraryRef,
+    pub publish_at_ms: u64,
+    pub size_bytes: u64,
 }
 
 /// Virtual network delays, in ms.
@@ -68,9 +83,19 @@ pub struct EngineGroup {
     pub count: u32,
     pub name_prefix: String,
     pub slots: u32,
+    /// Properties, and in `props.libraries` the grid libraries held at login.
     pub props: EngineProps,
     pub login_at_ms: u64,
+    /// How fast the engines run: a run takes `duration × 100 / speed_percent`.
+    pub speed_percent: u32,
+    /// Every run of a task of these jobs fails on these engines.
+    pub fails_jobs: Vec<JobId>,
+    /// How long syncing a library takes, once ordered.
+    pub sync_ms: u64,
 }
+
+/// Slowest and fastest engine speed, in percent of the scenario's durations.
+pub const SPEED_PERCENT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 
 impl EngineGroup {
     /// The id of the `n`th engine of the group (0-based `n`).
@@ -96,6 +121,11 @@ pub struct JobPlan {
     pub duration_jitter_ms: u64,
     /// Probability that a run fails (at a uniform point of its duration).
     pub failure_per_million: u32,
+    /// GridServer's service options (root library, dependencies, black- and
+    /// greylisting, redundancy...), as the job file gives them.
+    pub options: JobOptions,
+    /// Conditions of single tasks, by task index.
+    pub task_conditions: BTreeMap<u32, TaskConditions>,
 }
 
 /// Injected faults. Every probability is per million and drawn from the seed.
@@ -126,6 +156,8 @@ pub struct Faults {
     pub lost_publish_on_restart_per_million: u32,
     /// The projector snapshots its state every this many entries folded.
     pub snapshot_every_entries: u64,
+    /// Per library sync: it fails (the engine reports `LibrarySyncFailed`).
+    pub sync_failure_per_million: u32,
 }
 
 impl Faults {
@@ -142,9 +174,13 @@ impl Faults {
             restart_downtime_ms: 0,
             lost_publish_on_restart_per_million: PER_MILLION / 2,
             snapshot_every_entries: 1000,
+            sync_failure_per_million: 0,
         }
     }
 }
+
+/// How long an engine takes to sync a library, unless its group says `sync_ms`.
+pub const DEFAULT_SYNC_MS: u64 = 2_000;
 
 fn default_late_start_delay_ms(policy: &Policy) -> u64 {
     // Past the timeout, plus two ticks so the requeue has surely been decided.
@@ -195,7 +231,7 @@ impl Scenario {
             line: e.span().map_or(1, |span| line_of(text, &span)),
             message: e.message().trim().to_string(),
         })?;
-        raw.into_scenario().map_err(|(span, message)| ScenarioError::Invalid {
+        raw.into_scenario(text).map_err(|(span, message)| ScenarioError::Invalid {
             file: file.to_string(),
             line: line_of(text, &span),
             message,
@@ -225,13 +261,23 @@ impl Scenario {
         if self.jobs.len() > JOBS_MAX {
             return fail(format!("{} jobs, more than {JOBS_MAX}", self.jobs.len()));
         }
-        let mut ids = BTreeMap::new();
+        let mut ids: gridserver::EarlierJobs = BTreeMap::new();
         for (n, job) in self.jobs.iter().enumerate() {
-            if let Err(message) = check_job(job) {
+            if let Err(message) = check_job(job).and_then(|()| gridserver::check_job_options(job, &ids)) {
                 return fail(format!("jobs[{n}] ({}): {message}", job.id));
             }
-            if ids.insert(job.id.clone(), n).is_some() {
+            if ids.insert(job.id.clone(), job.tasks).is_some() {
                 return fail(format!("jobs[{n}]: job id {} is used twice", job.id));
+            }
+        }
+        for (n, group) in self.engines.iter().enumerate() {
+            if let Some(job) = group.fails_jobs.iter().find(|job| !ids.contains_key(job)) {
+                return fail(format!("engines[{n}]: fails_jobs names {job}, not a job of the scenario"));
+            }
+        }
+        for (n, plan) in self.libraries.iter().enumerate() {
+            if let Err(e) = plan.library.validate() {
+                return fail(format!("libraries[{n}]: {}: {e}", plan.library));
             }
         }
         if let Err(message) = check_faults(&self.faults, &self.policy) {
@@ -274,6 +320,9 @@ fn check_policy(policy: &Policy) -> Result<(), String> {
     if policy.dispatches_per_run_max == 0 || policy.dispatches_per_run_max as usize > ORDERS_PER_BATCH_MAX {
         return Err(format!("policy: dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}"));
     }
+    for tier in &policy.engine_tiers {
+        crate::wire::check_engine_tier(tier).map_err(|problem| format!("policy: engine_tiers: {problem}"))?;
+    }
     Ok(())
 }
 
@@ -286,6 +335,12 @@ fn check_group(group: &EngineGroup) -> Result<(), String> {
     }
     if group.slots == 0 {
         return Err("slots must be at least 1".into());
+    }
+    if !SPEED_PERCENT_RANGE.contains(&group.speed_percent) {
+        return Err(format!("speed_percent must be within {SPEED_PERCENT_RANGE:?}"));
+    }
+    for library in &group.props.libraries {
+        library.validate().map_err(|e| format!("libraries: {library}: {e}"))?;
     }
     let longest = group.engine_name(group.count - 1);
     EngineId::new(&longest).map_err(|e| format!("name_prefix {:?} makes engine id {longest:?}: {e}", group.name_prefix))?;
@@ -316,6 +371,7 @@ fn check_faults(faults: &Faults, policy: &Policy) -> Result<(), String> {
     check_per_million("duplicate_delivery_per_million", faults.duplicate_delivery_per_million)?;
     check_per_million("late_start_per_million", faults.late_start_per_million)?;
     check_per_million("lost_publish_on_restart_per_million", faults.lost_publish_on_restart_per_million)?;
+    check_per_million("sync_failure_per_million", faults.sync_failure_per_million)?;
     if faults.late_start_delay_ms <= policy.dispatch_timeout_ms {
         return Err(format!(
             "late_start_delay_ms ({}) must exceed the policy's dispatch_timeout_ms ({}): a late start is one the projector gives up on",
@@ -346,7 +402,7 @@ fn line_of(text: &str, span: &Range<usize>) -> usize {
 
 // ---- the raw, spanned form ---------------------------------------------------
 
-type Problem = (Range<usize>, String);
+use gridserver::Problem;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -359,6 +415,8 @@ struct RawScenario {
     engines: Vec<Spanned<RawEngineGroup>>,
     #[serde(default)]
     jobs: Vec<Spanned<RawJob>>,
+    #[serde(default)]
+    libraries: Vec<Spanned<RawLibrary>>,
     faults: Option<Spanned<RawFaults>>,
 }
 
@@ -368,6 +426,10 @@ struct RawPolicy {
     engine_timeout_ms: Option<u64>,
     dispatch_timeout_ms: Option<u64>,
     dispatches_per_run_max: Option<u32>,
+    #[serde(default)]
+    engine_tiers: Vec<Spanned<String>>,
+    greylist_affinity: Option<u32>,
+    redundancy: Option<RawRedundancy>,
 }
 
 #[derive(Deserialize)]
@@ -403,6 +465,12 @@ struct RawEngineGroup {
     custom: BTreeMap<String, String>,
     #[serde(default)]
     login_at_ms: u64,
+    #[serde(default)]
+    libraries: Vec<Spanned<String>>,
+    speed_percent: Option<Spanned<u32>>,
+    #[serde(default)]
+    fails_jobs: Vec<Spanned<String>>,
+    sync_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -422,6 +490,45 @@ struct RawJob {
     #[serde(default)]
     duration_jitter_ms: u64,
     failure_per_million: Option<Spanned<u32>>,
+    // GridServer's service options, named as in the job file.
+    root_library: Option<Spanned<RawLibraryRef>>,
+    #[serde(default)]
+    affinity: Vec<Spanned<RawPreference>>,
+    #[serde(default)]
+    depends_on: Vec<Spanned<String>>,
+    fail_on_dependency_failure: Option<Spanned<bool>>,
+    #[serde(default)]
+    continue_on_task_failure: bool,
+    #[serde(default)]
+    engine_blacklisting: bool,
+    failures_before_blacklist: Option<Spanned<u32>>,
+    #[serde(default)]
+    engine_greylisting: bool,
+    #[serde(default)]
+    redundant_rescheduling: bool,
+    task_max_time_ms: Option<Spanned<u64>>,
+    cancel_redundant_on_first_result: Option<Spanned<bool>>,
+    #[serde(default)]
+    condition: Vec<Spanned<RawCondition>>,
+}
+
+impl RawJob {
+    fn options(&self) -> RawJobOptions<'_> {
+        RawJobOptions {
+            root_library: &self.root_library,
+            affinity: &self.affinity,
+            depends_on: &self.depends_on,
+            fail_on_dependency_failure: &self.fail_on_dependency_failure,
+            continue_on_task_failure: self.continue_on_task_failure,
+            engine_blacklisting: self.engine_blacklisting,
+            failures_before_blacklist: &self.failures_before_blacklist,
+            engine_greylisting: self.engine_greylisting,
+            redundant_rescheduling: self.redundant_rescheduling,
+            task_max_time_ms: &self.task_max_time_ms,
+            cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
+            condition: &self.condition,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -437,6 +544,7 @@ struct RawFaults {
     restart_downtime_ms: Option<u64>,
     lost_publish_on_restart_per_million: Option<Spanned<u32>>,
     snapshot_every_entries: Option<Spanned<u64>>,
+    sync_failure_per_million: Option<Spanned<u32>>,
 }
 
 /// A `Spanned` value that must satisfy `ok`, or the problem at its span.
@@ -454,18 +562,25 @@ fn per_million(name: &str, value: &Option<Spanned<u32>>, default: u32) -> Result
 }
 
 impl RawScenario {
-    fn into_scenario(self) -> Result<Scenario, Problem> {
+    fn into_scenario(self, text: &str) -> Result<Scenario, Problem> {
         let policy = match &self.policy {
             None => Policy { seed: self.seed, ..Policy::default() },
             Some(raw) => {
                 let defaults = Policy::default();
                 let span = raw.span();
                 let raw = raw.get_ref();
+                let redundancy = match &raw.redundancy {
+                    Some(section) => gridserver::redundancy(text, section)?,
+                    None => defaults.redundancy.clone(),
+                };
                 let policy = Policy {
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
                     seed: self.seed,
+                    engine_tiers: gridserver::engine_tiers(&raw.engine_tiers)?,
+                    greylist_affinity: raw.greylist_affinity.unwrap_or(defaults.greylist_affinity),
+                    redundancy,
                     ..defaults
                 };
                 check_policy(&policy).map_err(|message| (span, message))?;
@@ -503,10 +618,19 @@ impl RawScenario {
             if n_engines > u64::from(ENGINES_MAX) {
                 return Err((group_span, format!("more than {ENGINES_MAX} engines in all")));
             }
+            let speed_percent = match &raw.speed_percent {
+                None => 100,
+                Some(v) => require(v, |s| SPEED_PERCENT_RANGE.contains(&s), || {
+                    format!("speed_percent must be within {SPEED_PERCENT_RANGE:?}")
+                })?,
+            };
             let group = EngineGroup {
                 count,
                 name_prefix,
                 slots,
+                speed_percent,
+                fails_jobs: Vec::new(), // read once the jobs are known
+                sync_ms: raw.sync_ms.unwrap_or(DEFAULT_SYNC_MS),
                 props: EngineProps {
                     os: raw.os.clone(),
                     arch: raw.arch.clone(),
@@ -516,7 +640,7 @@ impl RawScenario {
                     mflops: raw.mflops,
                     site: raw.site.clone(),
                     custom: raw.custom.clone(),
-                    ..EngineProps::default()
+                    libraries: gridserver::held_libraries(&raw.libraries)?,
                 },
                 login_at_ms: raw.login_at_ms,
             };
@@ -528,11 +652,11 @@ impl RawScenario {
             return Err((self.jobs[JOBS_MAX].span(), format!("more than {JOBS_MAX} jobs")));
         }
         let mut jobs = Vec::with_capacity(self.jobs.len());
-        let mut ids: BTreeMap<String, ()> = BTreeMap::new();
+        let mut ids: gridserver::EarlierJobs = BTreeMap::new();
         for raw in &self.jobs {
             let raw = raw.get_ref();
             let id = JobId::new(raw.id.get_ref()).map_err(|e| (raw.id.span(), format!("job id {:?}: {e}", raw.id.get_ref())))?;
-            if ids.insert(id.to_string(), ()).is_some() {
+            if ids.contains_key(&id) {
                 return Err((raw.id.span(), format!("job id {id} is used twice")));
             }
             let tasks = require(&raw.tasks, |t| (1..=TASKS_PER_JOB_MAX).contains(&t), || {
@@ -556,6 +680,8 @@ impl RawScenario {
                     text.get_ref().clone()
                 }
             };
+            let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            ids.insert(id.clone(), tasks);
             jobs.push(JobPlan {
                 id,
                 submit_at_ms: raw.submit_at_ms,
@@ -567,8 +693,23 @@ impl RawScenario {
                 duration_ms,
                 duration_jitter_ms: raw.duration_jitter_ms,
                 failure_per_million: per_million("failure_per_million", &raw.failure_per_million, 0)?,
+                options,
+                task_conditions,
             });
         }
+        for (group, raw) in engines.iter_mut().zip(&self.engines) {
+            let raw = raw.get_ref();
+            gridserver::bounded_list("fails_jobs", &raw.fails_jobs)?;
+            for (n, name) in raw.fails_jobs.iter().enumerate() {
+                let job = JobId::new(name.get_ref())
+                    .ok()
+                    .filter(|job| ids.contains_key(job))
+                    .ok_or_else(|| (name.span(), format!("fails_jobs[{n}]: {:?} is not a job of the scenario", name.get_ref())))?;
+                group.fails_jobs.push(job);
+            }
+        }
+        let libraries =
+            self.libraries.iter().map(|raw| gridserver::library(raw.get_ref())).collect::<Result<Vec<_>, Problem>>()?;
 
         let faults = match &self.faults {
             None => Faults::none(&policy),
@@ -612,6 +753,7 @@ impl RawScenario {
                         defaults.lost_publish_on_restart_per_million,
                     )?,
                     snapshot_every_entries,
+                    sync_failure_per_million: per_million("sync_failure_per_million", &raw.sync_failure_per_million, 0)?,
                 };
                 check_faults(&faults, &policy).map_err(|message| (span, message))?;
                 faults
@@ -619,7 +761,7 @@ impl RawScenario {
         };
 
         let scenario =
-            Scenario { seed: self.seed, horizon_ms: self.horizon_ms, policy, latency, engines, jobs, faults };
+            Scenario { seed: self.seed, horizon_ms: self.horizon_ms, policy, latency, engines, jobs, libraries, faults };
         debug_assert_eq!(scenario.validate(), Ok(()));
         Ok(scenario)
     }
@@ -716,6 +858,128 @@ projector_restarts = 2
 
         let prefix = error_of("seed = 7\n[[engines]]\ncount = 1\nname_prefix = \"a/b\"\nslots = 1\n");
         assert!(prefix.starts_with("test.toml:4: "), "{prefix}");
+    }
+
+    const GRIDSERVER: &str = r#"
+seed = 7
+
+[policy]
+engine_tiers = ["type=blade", "type=desktop"]
+greylist_affinity = 8
+
+[policy.redundancy]
+poll_period_ms = 250
+average_limit = 2.5
+std_dev_limit = "1.125"
+copies_per_task_max = 1
+
+[[libraries]]
+name = "lib"
+version = "1.0"
+publish_at_ms = 500
+
+[[engines]]
+count = 2
+name_prefix = "slow"
+slots = 1
+libraries = ["lib@1.0"]
+speed_percent = 25
+fails_jobs = ["b"]
+sync_ms = 900
+
+[[jobs]]
+id = "a"
+tasks = 10
+duration_ms = 100
+root_library = { name = "lib", version = "1.0" }
+engine_blacklisting = true
+failures_before_blacklist = 2
+redundant_rescheduling = true
+task_max_time_ms = 400
+
+[[jobs]]
+id = "b"
+tasks = 5
+duration_ms = 100
+depends_on = ["a"]
+fail_on_dependency_failure = true
+
+[[jobs.condition]]
+tasks = "1-3"
+discriminator = 'memory_mb >= 0'
+task_affinity = [0]
+depends_on = ["0", "a/9"]
+queue_jump = true
+
+[faults]
+sync_failure_per_million = 1000
+"#;
+
+    #[test]
+    fn gridserver_keys_read_into_the_policy_the_engines_and_the_jobs() {
+        let scenario = parse(GRIDSERVER).unwrap();
+        let policy = &scenario.policy;
+        assert_eq!(policy.engine_tiers, ["type=blade", "type=desktop"]);
+        assert_eq!(policy.greylist_affinity, 8);
+        let r = &policy.redundancy;
+        assert_eq!((r.poll_period_ms, r.average_limit_milli, r.std_dev_limit_milli, r.copies_per_task_max), (250, 2500, 1125, 1));
+        assert_eq!(r.strategy_effective_percent, crate::core::event::RedundancyPolicy::default().strategy_effective_percent);
+        assert_eq!(scenario.libraries, [LibraryPlan { library: LibraryRef::new("lib", "1.0"), publish_at_ms: 500, size_bytes: 0 }]);
+        let group = &scenario.engines[0];
+        assert_eq!((group.speed_percent, group.sync_ms, group.fails_jobs.len()), (25, 900, 1));
+        assert_eq!(group.props.libraries, [LibraryRef::new("lib", "1.0")]);
+        let a = &scenario.jobs[0].options;
+        assert_eq!(a.root_library, Some(LibraryRef::new("lib", "1.0")));
+        assert_eq!((a.failures_before_blacklist, a.task_max_time_ms, a.redundant_rescheduling), (2, 400, true));
+        let b = &scenario.jobs[1];
+        assert_eq!(b.options.depends_on_jobs, [JobId::new("a").unwrap()]);
+        assert_eq!(b.task_conditions.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        let condition = &b.task_conditions[&2];
+        assert!(condition.queue_jump && condition.task_affinity == [0] && condition.depends_on.len() == 2);
+        assert_eq!(scenario.faults.sync_failure_per_million, 1000);
+        assert_eq!(scenario.validate(), Ok(()));
+        // Defaults: no tiers, full speed, the default sync time.
+        let plain = parse(SMALL).unwrap();
+        assert_eq!((plain.engines[0].speed_percent, plain.engines[0].sync_ms), (100, DEFAULT_SYNC_MS));
+        assert!(plain.policy.engine_tiers.is_empty() && plain.libraries.is_empty());
+    }
+
+    #[test]
+    fn bad_gridserver_keys_name_their_line() {
+        let with = |from: &str, to: &str| {
+            assert!(GRIDSERVER.contains(from), "{from}");
+            error_of(&GRIDSERVER.replacen(from, to, 1))
+        };
+        let line_of = |needle: &str| GRIDSERVER.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        let cases = [
+            ("\"type=desktop\"", "\"desktop\"", "engine_tiers[1]: engine tier"),
+            ("average_limit = 2.5", "average_limit = 2.5001", "redundancy.average_limit: 2.5001 has 4 decimals"),
+            ("poll_period_ms = 250", "poll_period_ms = 0", "redundancy.poll_period_ms must be at least 1"),
+            ("copies_per_task_max = 1", "copies = 1", "unknown field `copies`"),
+            ("libraries = [\"lib@1.0\"]", "libraries = [\"lib\"]", "libraries[0]: library \"lib\" is not written name@version"),
+            ("speed_percent = 25", "speed_percent = 0", "speed_percent must be within"),
+            ("fails_jobs = [\"b\"]", "fails_jobs = [\"c\"]", "fails_jobs[0]: \"c\" is not a job of the scenario"),
+            ("failures_before_blacklist = 2", "failures_before_blacklist = 0", "failures_before_blacklist must be at least 1"),
+            ("task_max_time_ms = 400", "task_max_time_ms = 0", "task_max_time_ms must be at least 1"),
+            ("depends_on = [\"a\"]", "depends_on = [\"b\"]", "depends_on[0]: a job cannot depend on itself"),
+            ("tasks = \"1-3\"", "tasks = \"1-5\"", "condition[0]: tasks 1-5 goes past the job's last task, 4"),
+            ("task_affinity = [0]", "task_affinity = [2]", "condition[0].task_affinity[0]: task 2 is not before task 1"),
+            ("\"a/9\"", "\"a/10\"", "condition[0].depends_on[1]: job a has 10 tasks, no task 10"),
+            ("discriminator = 'memory_mb >= 0'", "discriminator = 'memory_mb >='", "condition[0].discriminator"),
+            ("sync_failure_per_million = 1000", "sync_failure_per_million = 1000001", "sync_failure_per_million is a probability"),
+            ("name = \"lib\"", "name = \"a lib\"", "library name"),
+        ];
+        for (from, to, message) in cases {
+            let error = with(from, to);
+            let line = line_of(from);
+            assert!(error.starts_with(&format!("test.toml:{line}: ")) && error.contains(message), "{from} -> {to}: {error}");
+        }
+        let rooted = error_of(&GRIDSERVER.replacen("root_library = { name = \"lib\", version = \"1.0\" }", "root_library = \"lib@\"", 1));
+        assert!(rooted.contains("root_library: library"), "{rooted}");
+        let refined = error_of(&GRIDSERVER.replacen("redundant_rescheduling = true\n", "", 1));
+        assert!(refined.contains("task_max_time_ms needs redundant_rescheduling = true"), "{refined}");
+        let later = error_of(&GRIDSERVER.replacen("depends_on = [\"a\"]", "depends_on = [\"zz\"]", 1));
+        assert!(later.contains("depends_on[0]: job zz is not a job listed before this one"), "{later}");
     }
 
     #[test]

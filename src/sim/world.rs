@@ -11,18 +11,18 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::core::event::{
-    Envelope, Event, FailureKind, JobOptions, JobSpec, Order, OrderBatch, Origin, TaskSet,
-    TaskTemplate,
+    Envelope, Event, FailureKind, JobSpec, LibraryInfo, LibraryRef, OrderBatch, Origin, TaskSet, TaskTemplate,
 };
-use crate::core::ids::{EngineId, JobId, Seq};
+use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::rng::SplitMix64;
-use crate::core::state::{JobStatus, State};
+use crate::core::state::{JobStatus, State, TaskStatus};
+use crate::wire::delivery::{Delivery, DeliveryKind};
 
-use super::engine::{OrderTag, Run, RunEnd, RunKey, SimEngine};
+use super::engine::{Run, RunEnd, RunKey, SimEngine};
 use super::log::{Appended, SimLog, EPOCH_MS};
 use super::projector::SimProjector;
-use super::report::{FaultCounts, Outcome, SimReport};
+use super::report::{FaultCounts, Outcome, SimReport, TaskCheck};
 use super::scenario::{JobPlan, Scenario, PER_MILLION};
 use super::{RunOptions, SimError, SimProgress};
 
@@ -48,6 +48,8 @@ struct Streams {
     projector: SplitMix64,
     /// Projector restarts: when, how, and whether the publish in flight is lost.
     restarts: SplitMix64,
+    /// Library sync failures.
+    libraries: SplitMix64,
 }
 
 impl Streams {
@@ -58,6 +60,7 @@ impl Streams {
             faults: SplitMix64::for_sequence(seed, 3),
             projector: SplitMix64::for_sequence(seed, 4),
             restarts: SplitMix64::for_sequence(seed, 5),
+            libraries: SplitMix64::for_sequence(seed, 6),
         }
     }
 }
@@ -89,7 +92,10 @@ enum SimEvent {
     /// Boxed: an envelope is several times larger than every other variant.
     Append { origin: Origin, envelope: Box<Envelope>, late_copy: bool },
     Publish { token: u64, incarnation: u32, batch: OrderBatch, expected_last_orders_seq: Seq },
-    Deliver { engine: usize, order: Order },
+    /// Boxed: a run carries its command.
+    Deliver { engine: usize, delivery: Box<Delivery> },
+    PublishLibrary { library: usize },
+    SyncEnd { engine: usize, incarnation: u32, library: LibraryRef },
     RunStart { engine: usize, incarnation: u32, run: RunKey },
     RunEnd { engine: usize, incarnation: u32, run: RunKey },
     EngineReturn { engine: usize },
@@ -139,6 +145,8 @@ pub(super) struct World<'a> {
     counts: FaultCounts,
     /// Runs that ended: (start, end, slots), for utilisation.
     busy: Vec<(u64, u64, u32)>,
+    /// Tasks some engine reported completed (whether or not the fold took it).
+    completions_reported: BTreeSet<TaskRef>,
     lost_publishes: BTreeSet<u64>,
     next_publish_token: u64,
     /// Restarts waiting for the projector's next publish, to crash with it in flight.
@@ -154,7 +162,11 @@ impl<'a> World<'a> {
             .into_iter()
             .map(|(g, id)| {
                 let group = &scenario.engines[g];
-                SimEngine::new(id, group.slots, group.props.clone())
+                let mut engine = SimEngine::new(id, group.slots, group.props.clone());
+                engine.speed_percent = group.speed_percent;
+                engine.fails_jobs = group.fails_jobs.iter().cloned().collect();
+                engine.sync_ms = group.sync_ms;
+                engine
             })
             .collect();
         let engine_by_id = engines.iter().enumerate().map(|(n, e)| (e.id.clone(), n)).collect();
@@ -176,6 +188,7 @@ impl<'a> World<'a> {
             rng: Streams::new(scenario.seed),
             counts: FaultCounts::default(),
             busy: Vec::new(),
+            completions_reported: BTreeSet::new(),
             lost_publishes: BTreeSet::new(),
             next_publish_token: 0,
             crashes_armed: 0,
@@ -199,6 +212,9 @@ impl<'a> World<'a> {
                 self.schedule(group.login_at_ms, SimEvent::Login { engine });
                 engine += 1;
             }
+        }
+        for (library, plan) in scenario.libraries.iter().enumerate() {
+            self.schedule(plan.publish_at_ms, SimEvent::PublishLibrary { library });
         }
         for (job, plan) in scenario.jobs.iter().enumerate() {
             self.schedule(plan.submit_at_ms, SimEvent::Submit { job });
@@ -316,7 +332,17 @@ impl<'a> World<'a> {
             SimEvent::Publish { token, incarnation, batch, expected_last_orders_seq } => {
                 self.publish_lands(token, incarnation, batch, expected_last_orders_seq)
             }
-            SimEvent::Deliver { engine, order } => self.deliver(engine, order),
+            SimEvent::Deliver { engine, delivery } => self.deliver(engine, *delivery),
+            SimEvent::PublishLibrary { library } => {
+                let plan = &self.scenario.libraries[library];
+                let info = LibraryInfo {
+                    library: plan.library.clone(),
+                    size_bytes: plan.size_bytes,
+                    digest_hex: blake3::hash(plan.library.key().as_bytes()).to_hex().to_string(),
+                };
+                self.append_now(Origin::Client, "gridfold-sim", Event::LibraryPublished(info));
+            }
+            SimEvent::SyncEnd { engine, incarnation, library } => self.sync_end(engine, incarnation, library),
             SimEvent::RunStart { engine, incarnation, run } => self.run_start(engine, incarnation, run),
             SimEvent::RunEnd { engine, incarnation, run } => self.run_end(engine, incarnation, run),
             SimEvent::ProjectorRestart => self.projector_restart(),
@@ -372,30 +398,22 @@ impl<'a> World<'a> {
         self.schedule(now + phase, SimEvent::Heartbeat { engine, incarnation });
     }
 
-    fn deliver(&mut self, engine: usize, order: Order) {
+    fn deliver(&mut self, engine: usize, delivery: Delivery) {
         let sim = &mut self.engines[engine];
         if !sim.alive {
             self.counts.orders_to_dead_engines += 1;
             return;
         }
-        let (task, attempt, tag) = match &order {
-            Order::Dispatch { task, attempt, .. } => (task, *attempt, OrderTag::Dispatch),
-            // A requeued attempt is stopped on its engine, as a cancelled one is.
-            Order::Cancel { task, attempt, .. } | Order::Requeue { task, attempt, .. } => {
-                (task, *attempt, OrderTag::Cancel)
-            }
-            _ => unreachable!("only dispatches, cancels and requeues are delivered"),
-        };
-        if !sim.first_sight(task, attempt, tag) {
+        if !sim.first_sight(&delivery.id) {
             self.counts.orders_ignored_as_seen += 1;
             return;
         }
         self.counts.orders_delivered += 1;
-        let key: RunKey = (task.clone(), attempt);
-        match tag {
-            OrderTag::Dispatch => {
-                let job = self.job_by_id[&task.job];
-                let run = self.plan_run(job);
+        match delivery.kind {
+            DeliveryKind::Run(run) => {
+                let key: RunKey = (run.task, run.attempt);
+                let job = self.job_by_id[&key.0.job];
+                let run = self.plan_run(job, engine);
                 let late = self.rng.faults.chance_per_million(self.scenario.faults.late_start_per_million);
                 let delay = if late {
                     self.counts.late_starts += 1;
@@ -409,25 +427,65 @@ impl<'a> World<'a> {
                 assert!(previous.is_none(), "an engine runs an attempt once");
                 self.schedule(self.now_ms + delay, SimEvent::RunStart { engine, incarnation, run: key });
             }
-            OrderTag::Cancel => {
-                if let Some(run) = sim.runs.remove(&key) {
+            // A requeued attempt is stopped on its engine, as a cancelled one is.
+            DeliveryKind::Cancel(order) => {
+                let crate::core::event::Order::Cancel { task, attempt, reason, .. } = order else {
+                    unreachable!("a cancel delivery carries a Cancel")
+                };
+                if let Some(run) = sim.runs.remove(&(task, attempt)) {
                     self.counts.runs_cancelled += 1;
+                    if reason == crate::core::event::CancelReason::RedundantCopy {
+                        self.counts.redundant_runs_stopped += 1;
+                    }
                     if let Some(start) = run.started_ms {
                         self.busy.push((start, self.now_ms, run.slots));
                     }
                 }
             }
+            DeliveryKind::SyncLibrary(library) => {
+                // One sync at a time, and none of a library already held.
+                if sim.syncing.is_some() || sim.props.libraries.contains(&library) {
+                    return;
+                }
+                sim.syncing = Some(library.clone());
+                let (incarnation, done_at) = (sim.incarnation, self.now_ms + sim.sync_ms);
+                self.counts.library_syncs_run += 1;
+                self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
+            }
+            DeliveryKind::Lost(_) => unreachable!("the news of a loss is not delivered to simulated engines"),
         }
     }
 
+    /// A sync ends: the library is on the engine's disk, or the fetch failed.
+    fn sync_end(&mut self, engine: usize, incarnation: u32, library: LibraryRef) {
+        let fails = self.rng.libraries.chance_per_million(self.scenario.faults.sync_failure_per_million);
+        let sim = &mut self.engines[engine];
+        if !sim.is_current(incarnation) {
+            return;
+        }
+        sim.syncing = None;
+        let event = if fails {
+            self.counts.library_syncs_failed += 1;
+            Event::LibrarySyncFailed { engine: sim.id.clone(), library, error: "simulated fetch failure".into() }
+        } else {
+            sim.props.libraries.push(library.clone());
+            Event::LibrarySynced { engine: sim.id.clone(), library }
+        };
+        self.report(engine, event, false);
+    }
+
     /// Draws how a run of this job will go.
-    fn plan_run(&mut self, job: usize) -> Run {
+    fn plan_run(&mut self, job: usize, engine: usize) -> Run {
         let plan: &JobPlan = &self.scenario.jobs[job];
         let jitter = if plan.duration_jitter_ms > 0 { self.rng.work.below(plan.duration_jitter_ms + 1) } else { 0 };
-        let duration_ms = plan.duration_ms + jitter;
+        let sim = &self.engines[engine];
+        let duration_ms = sim.scaled_ms(plan.duration_ms + jitter);
+        let fails_here = sim.fails_jobs.contains(&plan.id);
         let crash = self.rng.faults.chance_per_million(self.scenario.faults.engine_crash_per_million);
         let (end, end_after_ms) = if crash {
             (RunEnd::Crash, self.rng.faults.below(duration_ms))
+        } else if fails_here {
+            (RunEnd::FailByRule, 1 + self.rng.work.below(duration_ms))
         } else if self.rng.work.chance_per_million(plan.failure_per_million) {
             (RunEnd::Fail, 1 + self.rng.work.below(duration_ms))
         } else {
@@ -463,6 +521,7 @@ impl<'a> World<'a> {
         match run.end {
             RunEnd::Complete => {
                 self.busy.push((start, now, run.slots));
+                self.completions_reported.insert(task.clone());
                 let event = Event::TaskCompleted {
                     task,
                     attempt,
@@ -474,9 +533,13 @@ impl<'a> World<'a> {
                 };
                 self.report(engine, event, true);
             }
-            RunEnd::Fail => {
+            RunEnd::Fail | RunEnd::FailByRule => {
                 self.busy.push((start, now, run.slots));
-                self.counts.task_failures += 1;
+                if run.end == RunEnd::Fail {
+                    self.counts.task_failures += 1;
+                } else {
+                    self.counts.rule_failures += 1;
+                }
                 let event = Event::TaskFailed {
                     task,
                     attempt,
@@ -509,10 +572,9 @@ impl<'a> World<'a> {
         for _ in 0..2 {
             let deliveries = self.projector.catch_up(&self.log, self.options.check_invariants);
             let delivered_at = self.now_ms + self.scenario.latency.delivery_ms;
-            for order in deliveries {
-                let addressee = order.addressee().expect("deliveries have an addressee");
-                let engine = self.engine_by_id[addressee];
-                self.schedule(delivered_at, SimEvent::Deliver { engine, order });
+            for delivery in deliveries {
+                let engine = self.engine_by_id[&delivery.engine];
+                self.schedule(delivered_at, SimEvent::Deliver { engine, delivery: Box::new(delivery) });
             }
             let Some(batch) = self.projector.poll() else { return };
             let token = self.next_publish_token;
@@ -617,7 +679,8 @@ impl<'a> World<'a> {
         while self.jobs_ended_below < self.scenario.jobs.len() && self.job_has_ended(state, self.jobs_ended_below) {
             self.jobs_ended_below += 1;
         }
-        self.jobs_ended_below == self.scenario.jobs.len()
+        // Ended jobs' attempts still running end too: the run stops once their cancels are folded.
+        self.jobs_ended_below == self.scenario.jobs.len() && state.live_attempts().is_empty()
     }
 
     fn finish(mut self, outcome: Outcome) -> Result<(SimReport, SimLog), SimError> {
@@ -650,6 +713,9 @@ impl<'a> World<'a> {
         }
 
         let report = self.report_on(&replayed, outcome, replay_report.rejected_entries);
+        if !report.task_check.holds() {
+            return Err(SimError::TaskCheck { seed, problems: report.task_check.problems.join("; ") });
+        }
         Ok((report, self.log))
     }
 
@@ -700,6 +766,9 @@ impl<'a> World<'a> {
         let utilisation_permille = (busy * 1000).checked_div(capacity).map_or(0, |permille| permille as u64);
         let totals = &state.totals;
         let wait = self.projector.wait;
+        let mut gridserver = self.projector.gridserver.clone();
+        gridserver.redundant_results_ignored = state.jobs().iter().map(|job| job.redundant_results).sum();
+        let task_check = self.check_tasks(state, outcome, &gridserver);
         SimReport {
             seed: scenario.seed,
             outcome,
@@ -730,9 +799,80 @@ impl<'a> World<'a> {
             projector_restarts_planned: scenario.faults.projector_restarts,
             snapshots_taken: self.projector.snapshots_taken,
             faults: self.counts.clone(),
+            gridserver,
+            task_check,
             chain_digest: state.chain.to_hex(),
             state_digest: state.state_digest().to_hex(),
         }
+    }
+}
+
+/// Most problems a task check lists.
+const TASK_PROBLEMS_MAX: usize = 10;
+
+impl World<'_> {
+    /// Every task of every job ended exactly once, as the state says: the tasks'
+    /// statuses add up to their jobs' counts and to the counters that saw each
+    /// ending, every completion the fold accepted is a first result or an ignored
+    /// one, every task done was reported completed by an engine, a job done has
+    /// every task done, and when every job has ended so has every task.
+    fn check_tasks(&self, state: &State, outcome: Outcome, gridserver: &super::report::GridServerCounts) -> TaskCheck {
+        let mut check = TaskCheck::default();
+        let mut problems = Vec::new();
+        for job in state.jobs() {
+            let (mut done, mut failed, mut cancelled, mut unended) = (0u32, 0u32, 0u32, 0u32);
+            for index in 0..job.n_tasks() {
+                match job.task(index).expect("in range").status {
+                    TaskStatus::Done => {
+                        done += 1;
+                        let task = TaskRef::new(job.id.clone(), index);
+                        if !self.completions_reported.contains(&task) {
+                            problems.push(format!("{task} is done, but no engine reported it completed"));
+                        }
+                    }
+                    TaskStatus::Failed => failed += 1,
+                    TaskStatus::Cancelled => cancelled += 1,
+                    TaskStatus::Waiting | TaskStatus::Dispatched | TaskStatus::Running => unended += 1,
+                }
+            }
+            let counts = &job.counts;
+            let counted_unended = counts.waiting + counts.dispatched + counts.running;
+            if (done, failed, cancelled, unended) != (counts.done, counts.failed, counts.cancelled, counted_unended) {
+                problems.push(format!(
+                    "job {}: its tasks are {done} done, {failed} failed, {cancelled} cancelled, {unended} unended; \
+                     its counts say {}, {}, {}, {counted_unended}",
+                    job.id, counts.done, counts.failed, counts.cancelled
+                ));
+            }
+            if job.status == JobStatus::Done && done != job.n_tasks() {
+                problems.push(format!("job {} is done with {done} of {} tasks done", job.id, job.n_tasks()));
+            }
+            if outcome == Outcome::AllJobsEnded && unended > 0 {
+                problems.push(format!("job {} ({}) has {unended} tasks not ended", job.id, job.status.as_str()));
+            }
+            check.tasks += u64::from(job.n_tasks());
+            check.done += u64::from(done);
+            check.failed += u64::from(failed);
+            check.cancelled += u64::from(cancelled);
+            check.unended += u64::from(unended);
+        }
+        let totals = &state.totals;
+        if (check.done, check.failed) != (totals.tasks_done, totals.tasks_failed) {
+            problems.push(format!(
+                "{} tasks done and {} failed, but {} and {} endings were counted: some task ended twice",
+                check.done, check.failed, totals.tasks_done, totals.tasks_failed
+            ));
+        }
+        let results = totals.tasks_done + gridserver.redundant_results_ignored;
+        if gridserver.completions_accepted != results {
+            problems.push(format!(
+                "{} completions accepted, but {} first results and {} ignored ones",
+                gridserver.completions_accepted, totals.tasks_done, gridserver.redundant_results_ignored
+            ));
+        }
+        problems.truncate(TASK_PROBLEMS_MAX);
+        check.problems = problems;
+        check
     }
 }
 
@@ -750,7 +890,7 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         slots_per_task: plan.slots_per_task,
         template: TaskTemplate { argv: vec!["sim-task".into(), "{index}".into()], params: BTreeMap::new() },
         tasks: TaskSet::Count(plan.tasks),
-        options: JobOptions::default(),
-        task_conditions: BTreeMap::new(),
+        options: plan.options.clone(),
+        task_conditions: plan.task_conditions.clone(),
     }
 }
