@@ -442,7 +442,7 @@ impl<'a> World<'a> {
                     }
                 }
             }
-            DeliveryKind::SyncLibrary(library) => {
+            DeliveryKind::SyncLibrary { library, .. } => {
                 // One sync at a time, and none of a library already held.
                 if sim.syncing.is_some() || sim.props.libraries.contains(&library) {
                     return;
