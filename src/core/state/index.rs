@@ -416,10 +416,17 @@ impl Hasher for NameHasher {
     fn write_usize(&mut self, word: usize) {
         self.add(word as u64);
     }
+    /// Murmur3's finaliser: a multiply only carries low bits upwards, so ids that
+    /// differ in their last bytes (`job-0001`, `job-0002`) differ only in the high
+    /// bits of the running value; this spreads them over the low bits hashbrown
+    /// takes its bucket from.
     #[inline]
     fn finish(&self) -> u64 {
-        // hashbrown takes its tag from the top bits: fold the low ones in.
-        self.0 ^ (self.0 >> 29)
+        let mut z = self.0;
+        z ^= z >> 33;
+        z = z.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        z ^= z >> 33;
+        z
     }
 }
 
@@ -580,6 +587,19 @@ mod tests {
         assert_eq!(bytes, postcard::to_stdvec(&model).unwrap());
         let back: SortedDeque<(u64, u32)> = postcard::from_bytes(&bytes).unwrap();
         assert!(back.iter().eq(deque.iter()));
+    }
+
+    /// Ids that differ only in their last characters land in different buckets
+    /// (the low bits) and carry different tags (the top seven bits).
+    #[test]
+    fn similar_names_spread_over_buckets_and_tags() {
+        use std::hash::BuildHasher;
+        let build = BuildHasherDefault::<NameHasher>::default();
+        let hashes: Vec<u64> = (0..4096).map(|n| build.hash_one(format!("job-{n:04}"))).collect();
+        let buckets: BTreeSet<u64> = hashes.iter().map(|h| h & 4095).collect();
+        let tags: BTreeSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(buckets.len() > 2_400, "{} of 4096 buckets used", buckets.len());
+        assert_eq!(tags.len(), 128);
     }
 
     #[test]
