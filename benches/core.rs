@@ -29,7 +29,7 @@ use gridfold::core::event::{
     Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy,
 };
 use gridfold::core::fold::fold;
-use gridfold::core::ids::TaskRef;
+use gridfold::core::ids::{EngineId, TaskRef};
 use gridfold::core::rng::SplitMix64;
 use gridfold::core::schedule::{decide, schedule, InFlight};
 use gridfold::core::state::State;
@@ -221,11 +221,11 @@ fn submit(log: &mut LogBuilder, j: usize, n_tasks: u32) -> Entry {
     append(log, Event::JobSubmitted(spec))
 }
 
-fn completed(task: TaskRef, attempt: u32, engine: &str, wall_ms: u64) -> Event {
+fn completed(task: TaskRef, attempt: u32, engine: EngineId, wall_ms: u64) -> Event {
     Event::TaskCompleted {
         task,
         attempt,
-        engine: engine_id(engine),
+        engine,
         exit_code: 0,
         cpu_ms: wall_ms * 9 / 10,
         wall_ms,
@@ -248,7 +248,7 @@ fn n_dispatches(orders: &[Order]) -> usize {
 struct Running {
     task: TaskRef,
     attempt: u32,
-    engine: String,
+    engine: EngineId,
     wall_ms: u64,
     fails: bool,
 }
@@ -272,6 +272,9 @@ fn build_history() -> Vec<Entry> {
     for entry in &log.entries {
         machine.handle_entry(entry);
     }
+    // Ids as the log's decoder hands them to the fold: one shared text per engine
+    // (the orders' ids are the state's own), not a fresh allocation per event.
+    let engine_ids: Vec<EngineId> = (0..N_ENGINES).map(|e| engine_id(&engine_name(e))).collect();
     let mut to_start: Vec<Running> = Vec::new();
     let mut finishing: BTreeMap<(u64, u64), Running> = BTreeMap::new();
     let mut serial = 0u64;
@@ -286,7 +289,7 @@ fn build_history() -> Vec<Entry> {
             step_entries.push(append(&mut log, Event::TaskStarted {
                 task: run.task.clone(),
                 attempt: run.attempt,
-                engine: engine_id(&run.engine),
+                engine: run.engine.clone(),
             }));
             serial += 1;
             finishing.insert((now + run.wall_ms, serial), run);
@@ -300,13 +303,13 @@ fn build_history() -> Vec<Entry> {
                 Event::TaskFailed {
                     task: run.task,
                     attempt: run.attempt,
-                    engine: engine_id(&run.engine),
+                    engine: run.engine,
                     exit_code: Some(1),
                     kind: FailureKind::NonZeroExit,
                     error_tail: "Traceback (most recent call last): ValueError: bad input".into(),
                 }
             } else {
-                completed(run.task, run.attempt, &run.engine, run.wall_ms)
+                completed(run.task, run.attempt, run.engine, run.wall_ms)
             };
             step_entries.push(append(&mut log, event));
         }
@@ -316,7 +319,7 @@ fn build_history() -> Vec<Entry> {
                 continue;
             }
             let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536) };
-            step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine_id(&engine_name(e)), load }));
+            step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine_ids[e].clone(), load }));
         }
         if step.is_multiple_of(10) {
             step_entries.push(append(&mut log, Event::Tick));
@@ -339,7 +342,7 @@ fn build_history() -> Vec<Entry> {
                     to_start.push(Running {
                         task: task.clone(),
                         attempt: *attempt,
-                        engine: engine.as_str().to_string(),
+                        engine: engine.clone(),
                         wall_ms: 5_000 + rng.below(55_000),
                         fails: rng.chance_per_million(10_000),
                     });
@@ -506,7 +509,7 @@ fn complete_some(
         let pick = i + rng.below((running.len() - i) as u64) as usize;
         running.swap(i, pick);
         let (task, attempt, engine) = running[i].clone();
-        let entry = append(&mut log, completed(task, attempt, &engine, 30_000));
+        let entry = append(&mut log, completed(task, attempt, engine_id(&engine), 30_000));
         let rejections = fold(&mut state, &entry);
         assert!(rejections.is_empty(), "{rejections:?}");
     }

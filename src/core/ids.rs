@@ -13,8 +13,18 @@ pub const ID_LEN_MAX: usize = 64;
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $dot_allowed:expr) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[derive(Clone, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
         pub struct $name(Arc<str>);
+
+        /// Two clones of one id share their text: compared by pointer first, so
+        /// the fold's checks (the subject's engine against the payload's) cost
+        /// nothing when the decoder gave both the same `Arc`.
+        impl PartialEq for $name {
+            #[inline]
+            fn eq(&self, other: &Self) -> bool {
+                Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+            }
+        }
 
         impl $name {
             /// Accepts 1..=64 characters of `[A-Za-z0-9_-]`, and `.` where the id never

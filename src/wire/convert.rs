@@ -569,11 +569,43 @@ fn uuid_from_text(text: &str) -> Result<[u8; 16], FieldProblem> {
 }
 
 fn job_id(field: &str, text: &str) -> Result<JobId, WireError> {
-    JobId::new(text).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
+    interned(&JOB_IDS, text, JobId::new).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
 }
 
 pub(super) fn engine_id(field: &str, text: &str) -> Result<EngineId, WireError> {
-    EngineId::new(text).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
+    interned(&ENGINE_IDS, text, EngineId::new).map_err(|e| WireError::at(field, FieldProblem::BadId(e)))
+}
+
+/// Most ids of one kind the decoder remembers; past it, it forgets them all and
+/// starts again (a bound, not a cache policy: a grid has far fewer).
+const INTERNED_IDS_MAX: usize = 65_536;
+
+thread_local! {
+    /// Ids already decoded on this thread, so every event about one engine or job
+    /// shares one text: the fold then compares them by pointer and keeps one copy
+    /// hot in cache, instead of chasing a fresh allocation per event. Equality is
+    /// by value either way, so this changes no decision.
+    static JOB_IDS: std::cell::RefCell<std::collections::HashMap<Box<str>, JobId>> = Default::default();
+    static ENGINE_IDS: std::cell::RefCell<std::collections::HashMap<Box<str>, EngineId>> = Default::default();
+}
+
+fn interned<Id: Clone>(
+    table: &'static std::thread::LocalKey<std::cell::RefCell<std::collections::HashMap<Box<str>, Id>>>,
+    text: &str,
+    make: impl Fn(&str) -> Result<Id, crate::core::ids::IdError>,
+) -> Result<Id, crate::core::ids::IdError> {
+    table.with(|table| {
+        let mut table = table.borrow_mut();
+        if let Some(id) = table.get(text) {
+            return Ok(id.clone());
+        }
+        let id = make(text)?;
+        if table.len() == INTERNED_IDS_MAX {
+            table.clear();
+        }
+        table.insert(text.into(), id.clone());
+        Ok(id)
+    })
 }
 
 /// An absent `TaskRef` reads as an empty one, so the error names `task.job`.

@@ -37,7 +37,7 @@ pub use subject::{
     subject_for,
 };
 
-use crate::core::event::{Entry, Envelope, Payload};
+use crate::core::event::{Entry, Envelope, Origin, Payload};
 use crate::core::ids::Seq;
 
 /// The types generated from `schemas/gridfold/v1/events.proto` (package `gridfold.v1`).
@@ -64,10 +64,17 @@ pub fn decode(bytes: &[u8]) -> Result<Envelope, WireError> {
 /// decoded, and the canonical bytes to digest (the re-encoded envelope, or the
 /// raw bytes when they do not decode). Never fails and never panics.
 pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> Entry {
-    let origin = origin_of(subject);
+    let mut origin = origin_of(subject);
     let (payload, canonical) = match decode(bytes) {
         Ok(envelope) => {
             let canonical = encode(&envelope);
+            // The subject's engine and the payload's, when they are the same name,
+            // become one shared id: the fold compares them by pointer.
+            if let (Origin::Engine(subject_engine), Some(payload_engine)) = (&origin, envelope.event.reporting_engine())
+                && subject_engine == payload_engine
+            {
+                origin = Origin::Engine(payload_engine.clone());
+            }
             (Payload::Event(envelope), canonical)
         }
         Err(error) => (

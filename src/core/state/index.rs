@@ -395,9 +395,9 @@ impl Hasher for NameHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
+            // Byte by byte: a copy of under eight bytes would be a call to memcpy.
+            let last = rest.iter().rev().fold(0u64, |word, &byte| (word << 8) | u64::from(byte));
+            self.add(last);
         }
     }
     #[inline]
