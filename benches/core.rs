@@ -314,12 +314,9 @@ fn build_history() -> Vec<Entry> {
             step_entries.push(append(&mut log, event));
         }
         // Each engine heartbeats once every 300 steps (30 s), staggered by its index.
-        for e in (step % 300) as usize..N_ENGINES {
-            if e % 300 != (step % 300) as usize {
-                continue;
-            }
+        for engine in engine_ids.iter().skip((step % 300) as usize).step_by(300) {
             let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536) };
-            step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine_ids[e].clone(), load }));
+            step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine.clone(), load }));
         }
         if step.is_multiple_of(10) {
             step_entries.push(append(&mut log, Event::Tick));

@@ -13,8 +13,15 @@ pub const ID_LEN_MAX: usize = 64;
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $dot_allowed:expr) => {
         $(#[$doc])*
-        #[derive(Clone, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[derive(Clone, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         pub struct $name(Arc<str>);
+
+        /// By the text, as equality is.
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.0.hash(state)
+            }
+        }
 
         /// Two clones of one id share their text: compared by pointer first, so
         /// the fold's checks (the subject's engine against the payload's) cost

@@ -409,8 +409,8 @@ mod tests {
 
     /// Folds the log, deciding and folding the orders after each entry, as the projector does.
     fn run(log: &mut LogBuilder, state: &mut State, from: usize) {
-        for entry in log.entries[from..].to_vec() {
-            fold(state, &entry);
+        for entry in &log.entries[from..] {
+            fold(state, entry);
         }
         if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
             let entry = log.orders(batch);
