@@ -117,12 +117,41 @@ struct TaskTable {
     depends_on: Vec<Spanned<String>>,
 }
 
-/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included).
+/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included). The
+/// simulator's scenarios write conditions the same way.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum TaskRange {
+pub(crate) enum TaskRange {
     One(u32),
     Text(String),
+}
+
+impl TaskRange {
+    /// The indexes it names within a job of `n_tasks`, or what is wrong with it.
+    pub(crate) fn resolve(&self, n_tasks: u32) -> Result<RangeInclusive<u32>, String> {
+        let (first, last) = match self {
+            TaskRange::One(task_idx) => (*task_idx, *task_idx),
+            TaskRange::Text(text) => {
+                let number = |part: &str| {
+                    part.trim().parse::<u32>().map_err(|_| format!("{text:?} is not an index or a range such as \"0-9\""))
+                };
+                match text.split_once('-') {
+                    Some((first, last)) => (number(first)?, number(last)?),
+                    None => {
+                        let task_idx = number(text)?;
+                        (task_idx, task_idx)
+                    }
+                }
+            }
+        };
+        if first > last {
+            return Err(format!("{first}-{last} is empty: the range runs from the lower index to the higher"));
+        }
+        if last >= n_tasks {
+            return Err(format!("{first}-{last} goes past the job's last task, {}", n_tasks - 1));
+        }
+        Ok(first..=last)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -400,29 +429,7 @@ impl ConditionReader<'_> {
 
     /// `3`, `"3"` or `"0-9"`, within the job's tasks.
     fn task_range(&self, what: &str, value: &Spanned<TaskRange>) -> Result<RangeInclusive<u32>, JobFileError> {
-        let bad = |detail: String| self.file_text.at(value, format!("{what}: tasks {detail}"));
-        let (first, last) = match value.get_ref() {
-            TaskRange::One(task_idx) => (*task_idx, *task_idx),
-            TaskRange::Text(text) => {
-                let number = |part: &str| {
-                    part.trim().parse::<u32>().map_err(|_| bad(format!("{text:?} is not an index or a range such as \"0-9\"")))
-                };
-                match text.split_once('-') {
-                    Some((first, last)) => (number(first)?, number(last)?),
-                    None => {
-                        let task_idx = number(text)?;
-                        (task_idx, task_idx)
-                    }
-                }
-            }
-        };
-        if first > last {
-            return Err(bad(format!("{first}-{last} is empty: the range runs from the lower index to the higher")));
-        }
-        if last >= self.n_tasks {
-            return Err(bad(format!("{first}-{last} goes past the job's last task, {}", self.n_tasks - 1)));
-        }
-        Ok(first..=last)
+        value.get_ref().resolve(self.n_tasks).map_err(|detail| self.file_text.at(value, format!("{what}: tasks {detail}")))
     }
 
     /// The conditions of one entry, applied from task `first_task_idx` on:

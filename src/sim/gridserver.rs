@@ -64,13 +64,8 @@ pub(super) struct RawPreference {
     weight: i32,
 }
 
-/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included).
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(super) enum RawTaskRange {
-    One(u32),
-    Text(String),
-}
+/// `tasks = 3 | "3" | "0-9"`, read as the job file reads it.
+pub(super) use crate::cli::jobfile::TaskRange as RawTaskRange;
 
 /// A `[[jobs.condition]]` entry: a range of tasks and their conditions.
 #[derive(Deserialize)]
@@ -365,29 +360,7 @@ impl ConditionReader<'_> {
     }
 
     fn task_range(&self, what: &str, value: &Spanned<RawTaskRange>) -> Result<RangeInclusive<u32>, Problem> {
-        let bad = |detail: String| (value.span(), format!("{what}: tasks {detail}"));
-        let (first, last) = match value.get_ref() {
-            RawTaskRange::One(task_idx) => (*task_idx, *task_idx),
-            RawTaskRange::Text(text) => {
-                let number = |part: &str| {
-                    part.trim().parse::<u32>().map_err(|_| bad(format!("{text:?} is not an index or a range such as \"0-9\"")))
-                };
-                match text.split_once('-') {
-                    Some((first, last)) => (number(first)?, number(last)?),
-                    None => {
-                        let task_idx = number(text)?;
-                        (task_idx, task_idx)
-                    }
-                }
-            }
-        };
-        if first > last {
-            return Err(bad(format!("{first}-{last} is empty: the range runs from the lower index to the higher")));
-        }
-        if last >= self.n_tasks {
-            return Err(bad(format!("{first}-{last} goes past the job's last task, {}", self.n_tasks - 1)));
-        }
-        Ok(first..=last)
+        value.get_ref().resolve(self.n_tasks).map_err(|detail| (value.span(), format!("{what}: tasks {detail}")))
     }
 
     /// The conditions of one entry, applied from task `first_task_idx` on:

@@ -4,38 +4,14 @@
 //! person can read (`UPDATE_EXPECT=1` regenerates them). Engines in each test
 //! differ only in the property at stake.
 
-use expect_test::{expect, Expect};
+use expect_test::expect;
 
-use super::{decide, InFlight};
-use crate::core::event::{
-    Event, JobSpec, LibraryInfo, LibraryRef, OrderBatch, Policy, Preference, RedundancyPolicy, TaskConditions,
-};
+use super::tests::{check, decide_once};
+use crate::core::event::{Event, JobSpec, LibraryInfo, LibraryRef, Policy, Preference, RedundancyPolicy, TaskConditions};
 use crate::core::explain::explain;
 use crate::core::fold::fold;
 use crate::core::state::{JobStatus, State, TaskStatus};
 use crate::core::testkit::*;
-
-fn decide_once(log: &mut LogBuilder, state: &mut State) -> String {
-    for entry in &log.entries[state.last_seq.0 as usize..] {
-        fold(state, entry);
-        state.check_invariants();
-    }
-    let Some(batch) = decide(state, &InFlight::new()) else { return "(no orders)\n".into() };
-    let rendered = render(&batch);
-    let entry = log.orders(batch);
-    let rejections = fold(state, &entry);
-    assert!(rejections.is_empty(), "a fresh decision applies cleanly: {rejections:?}");
-    state.check_invariants();
-    rendered
-}
-
-fn render(batch: &OrderBatch) -> String {
-    batch.orders.iter().map(|order| format!("{order}\n")).collect()
-}
-
-fn check(log: &mut LogBuilder, state: &mut State, expect: Expect) {
-    expect.assert_eq(&decide_once(log, state));
-}
 
 fn why(state: &State, job: &str, index: u32) -> String {
     explain(state, &task(job, index)).unwrap().to_string()
