@@ -153,8 +153,8 @@ fn redundancy(file_text: FileText<'_>, section: &RedundancySection) -> Result<Re
 
 /// A non-negative decimal with at most three decimals, in thousandths, read
 /// from its text so nothing is lost to binary floating point: `3`, `2.5`,
-/// `1.125`, or the same as a string (`"2.5"`).
-fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u32, String> {
+/// `1.125`, or the same as a string (`"2.5"`). Scenarios read their limits so too.
+pub(crate) fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u32, String> {
     let literal = match value.get_ref() {
         toml::Value::String(decimal) => decimal.clone(),
         toml::Value::Integer(_) | toml::Value::Float(_) => text[value.span()].replace('_', ""),

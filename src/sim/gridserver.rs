@@ -22,6 +22,7 @@ use crate::core::event::{JobOptions, LibraryRef, Preference, RedundancyPolicy, T
 use crate::core::ids::{JobId, TaskRef};
 
 use super::scenario::{JobPlan, LibraryPlan};
+use crate::cli::policyfile::limit_milli;
 
 pub type Problem = (Range<usize>, String);
 
@@ -31,7 +32,6 @@ pub const LIST_ENTRIES_MAX: usize = 256;
 /// Most tasks of one job that may carry conditions, as in the job file.
 pub const CONDITIONED_TASKS_MAX: usize = 10_000;
 /// Most decimals of a redundancy limit: it is kept in thousandths.
-const LIMIT_DECIMALS_MAX: usize = 3;
 
 /// `[policy.redundancy]`: every key optional, defaulting to `RedundancyPolicy::default()`.
 #[derive(Deserialize)]
@@ -215,26 +215,6 @@ pub(super) fn redundancy(text: &str, raw: &RawRedundancy) -> Result<RedundancyPo
     })
 }
 
-/// A non-negative decimal with at most three decimals, in thousandths, read from
-/// its source text so nothing is lost to binary floating point: `3`, `2.5`, `"1.125"`.
-fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u32, String> {
-    let literal = match value.get_ref() {
-        toml::Value::String(decimal) => decimal.clone(),
-        toml::Value::Integer(_) | toml::Value::Float(_) => text[value.span()].replace('_', ""),
-        other => return Err(format!("expected a decimal such as 3.0, found a {}", other.type_str())),
-    };
-    let digits = literal.strip_prefix('+').unwrap_or(&literal);
-    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
-    let is_digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-    if !is_digits(whole) || (digits.contains('.') && !is_digits(fraction)) {
-        return Err(format!("{literal:?} is not a decimal of 0 or more, such as 3.0 or 2.5"));
-    }
-    if fraction.len() > LIMIT_DECIMALS_MAX {
-        return Err(format!("{literal} has {} decimals; at most {LIMIT_DECIMALS_MAX} are kept", fraction.len()));
-    }
-    let milli = format!("{whole}{fraction:0<3}");
-    milli.parse::<u32>().map_err(|_| format!("{literal} is too large"))
-}
 
 /// The job's options and its tasks' conditions, each checked against the others.
 pub(super) fn job_options(
