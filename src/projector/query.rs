@@ -237,6 +237,9 @@ pub struct JobSummary {
     /// Results that came after their task already had one, and were ignored.
     #[serde(default)]
     pub redundant_results_ignored: u64,
+    /// Copies rescheduled but dropped before dispatch: their task got its result first.
+    #[serde(default)]
+    pub redundant_copies_dropped: u64,
     /// Engines that get no more of this job's tasks.
     #[serde(default)]
     pub blacklisted_engines: u32,
@@ -281,6 +284,7 @@ impl StateSummary {
                 submitted_ms: job.submitted_ms,
                 redundant_copies: redundant_copies(state, JobIdx(j as u32)),
                 redundant_results_ignored: job.redundant_results,
+                redundant_copies_dropped: job.copies_dropped,
                 blacklisted_engines: job.blacklist.len() as u32,
                 waits_for_library: job
                     .options

@@ -88,6 +88,9 @@ pub struct GridServerCounts {
     pub redundant_copies_cancelled: u64,
     /// Results of copies after their task already had one: ignored, the first won.
     pub redundant_results_ignored: u64,
+    /// Copies rescheduled but dropped before dispatch, their task having had its
+    /// result first: with the copies dispatched, they add up to the reschedules.
+    pub redundant_copies_dropped: u64,
     /// `FailDependent` orders for one task, and for a whole job.
     pub tasks_failed_by_dependency: u64,
     pub jobs_failed_by_dependency: u64,
@@ -259,8 +262,9 @@ impl fmt::Display for SimReport {
         )?;
         writeln!(
             f,
-            "  redundancy   reschedules: {}; {} copies cancelled on a first result, {} redundant results ignored",
+            "  redundancy   reschedules: {}; {} copies dropped before dispatch, {} cancelled on a first result, {} redundant results ignored",
             listed(&g.reschedules_by_reason),
+            g.redundant_copies_dropped,
             g.redundant_copies_cancelled,
             g.redundant_results_ignored
         )?;

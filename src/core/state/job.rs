@@ -275,6 +275,9 @@ pub struct Job {
     pub failed_dependency: Option<JobIdx>,
     /// Results that arrived after the task already had one (redundant copies).
     pub redundant_results: u64,
+    /// Redundant copies that were still waiting when their task got its result
+    /// (or failed, or went back to the queue): rescheduled, never dispatched.
+    pub copies_dropped: u64,
 }
 
 impl Job {
@@ -323,6 +326,7 @@ impl Job {
             blocked_by: 0,
             failed_dependency: None,
             redundant_results: 0,
+            copies_dropped: 0,
         }
     }
 
@@ -456,8 +460,11 @@ impl Job {
 
     /// Drops a task's waiting copy, if any (the task got its result or ended).
     pub(super) fn drop_copy(&mut self, index: u32) {
-        if self.copies_waiting.remove(&index) && !remove_first(&mut self.front, index) {
-            remove_first(&mut self.back, index);
+        if self.copies_waiting.remove(&index) {
+            self.copies_dropped += 1;
+            if !remove_first(&mut self.front, index) {
+                remove_first(&mut self.back, index);
+            }
         }
     }
 
