@@ -8,6 +8,9 @@
 //! - `schedule/fill_5000_freed_slots`: one `schedule` run on a saturated grid of
 //!   5,000 engines after 5,000 completions, with 1,000,000 tasks queued in 1,000
 //!   jobs over 50 requirement categories: 5,000 dispatch decisions (asserted).
+//! - `schedule/fill_5000_tiers_and_affinity`: the same fill on the same grid with
+//!   the policy's engine tiers (`tier=gold`, `silver`, `bronze`) and an affinity
+//!   on every third job, so the GridServer ranking stages do their work.
 //! - `schedule/steady_one_completion`: one run on the same saturated grid after a
 //!   single completion (the case the projector meets most).
 //!
@@ -26,7 +29,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 
 use gridfold::core::digest::Digest;
 use gridfold::core::event::{
-    Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy,
+    Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy, Preference,
 };
 use gridfold::core::fold::fold;
 use gridfold::core::ids::{EngineId, TaskRef};
@@ -445,13 +448,33 @@ fn bench_fold(c: &mut Criterion) {
 /// The grid after saturation: every slot of the 5,000 engines runs a task (started),
 /// the rest of the 1,000 × 1,000 tasks wait. Returns the state, the log that built
 /// it and the running attempts (task, attempt, engine) in dispatch order.
-fn build_saturated_grid() -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
+/// With `gridserver`, the policy ranks engines by three tiers of their `tier`
+/// property and every third job prefers fast engines (an affinity): the
+/// dispatcher then ranks those jobs' candidates by score as well.
+fn build_saturated_grid(gridserver: bool) -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
     let started = Instant::now();
     let mut rng = SplitMix64::new(0x5EED_0B0B);
     let mut log = LogBuilder::new();
     grid_opening(&mut log, 8_192, &mut rng);
+    if gridserver {
+        append(&mut log, Event::PolicySet(Policy {
+            engine_timeout_ms: 120_000,
+            dispatches_per_run_max: 8_192,
+            seed: 2026,
+            engine_tiers: vec!["tier=gold".into(), "tier=silver".into(), "tier=bronze".into()],
+            ..Policy::default()
+        }));
+    }
     for j in 0..N_JOBS {
-        submit(&mut log, j, TASKS_PER_JOB);
+        if gridserver && j % 3 == 0 {
+            let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+            spec.owner = format!("user{}", j % 17);
+            spec.priority = if j.is_multiple_of(7) { 5 } else { 0 };
+            spec.options.affinity = vec![Preference { when: "mflops >= 3000".into(), weight: 10 }];
+            append(&mut log, Event::JobSubmitted(spec));
+        } else {
+            submit(&mut log, j, TASKS_PER_JOB);
+        }
     }
     let mut state = State::new();
     for entry in &log.entries {
@@ -513,16 +536,18 @@ fn complete_some(
     state
 }
 
-/// The two grids the schedule benches run on: ~5,000 slots freed, and one.
+/// The grids the schedule benches run on: ~5,000 slots freed, and one; and
+/// ~5,000 freed on the grid with tiers and affinities.
 struct Grids {
     many_freed: State,
     n_dispatches: usize,
     one_freed: State,
+    many_freed_gridserver: State,
 }
 
 fn build_grids() -> Grids {
     eprintln!("building a saturated grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks, 50 categories");
-    let (saturated, log, running) = build_saturated_grid();
+    let (saturated, log, running) = build_saturated_grid(false);
     let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms };
     let one_freed = complete_some(saturated.clone(), log_copy, running.clone(), 1, 7);
     let many_freed = complete_some(saturated, log, running, N_COMPLETIONS, 11);
@@ -550,7 +575,14 @@ fn build_grids() -> Grids {
     let one = schedule(&one_freed, &in_flight);
     eprintln!("steady after 1 completion: {} dispatches, digest {}", n_dispatches(&one), orders_digest(&one).to_hex());
     assert_eq!(n_dispatches(&one), 1, "one freed slot, one dispatch");
-    Grids { many_freed, n_dispatches: n, one_freed }
+    eprintln!("building the same grid with engine tiers and an affinity on every third job");
+    let (saturated, log, running) = build_saturated_grid(true);
+    let many_freed_gridserver = complete_some(saturated, log, running, N_COMPLETIONS, 11);
+    let orders = schedule(&many_freed_gridserver, &in_flight);
+    let n_gridserver = n_dispatches(&orders);
+    eprintln!("fill with tiers and affinities: {n_gridserver} dispatches, digest {}", orders_digest(&orders).to_hex());
+    assert!(n_gridserver >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n_gridserver} dispatches");
+    Grids { many_freed, n_dispatches: n, one_freed, many_freed_gridserver }
 }
 
 fn bench_schedule(c: &mut Criterion) {
@@ -564,6 +596,10 @@ fn bench_schedule(c: &mut Criterion) {
         let grids = grids.get_or_insert_with(build_grids);
         assert_eq!(grids.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
         b.iter(|| schedule(black_box(&grids.many_freed), &in_flight))
+    });
+    group.bench_function("fill_5000_tiers_and_affinity", |b| {
+        let grids = grids.get_or_insert_with(build_grids);
+        b.iter(|| schedule(black_box(&grids.many_freed_gridserver), &in_flight))
     });
     group.throughput(Throughput::Elements(1));
     group.bench_function("steady_one_completion", |b| {

@@ -102,11 +102,21 @@ pub const PASSED_OVER_PER_JOB_MAX: u32 = 10_000;
 type Rank = (u32, i64, u64, u32);
 
 /// How one pick chooses: which engines it may not use, which it avoids while
-/// another fits, and the score of each (`None`: every score is 0).
+/// another fits, and the score of each (absent parts score 0).
 struct PickRules<'a> {
     excluded: &'a dyn Fn(EngineIdx) -> bool,
     avoided: &'a dyn Fn(EngineIdx) -> bool,
-    score: Option<&'a dyn Fn(EngineIdx) -> i64>,
+    /// The job's share of the score (affinity, greylisting): the same for every
+    /// task of the job within a run, so a queue ranked by it serves them all.
+    job_score: Option<(JobIdx, &'a dyn Fn(EngineIdx) -> i64)>,
+    /// The task's own share (its preferences, task affinity): ranked by a walk.
+    task_score: Option<&'a dyn Fn(EngineIdx) -> i64>,
+}
+
+impl PickRules<'_> {
+    fn score(&self, e: EngineIdx) -> i64 {
+        self.job_score.map_or(0, |(_, score)| score(e)) + self.task_score.map_or(0, |score| score(e))
+    }
 }
 
 /// The free engines of one run, ranked; updated as the run books slots.
@@ -120,6 +130,10 @@ struct Candidates<'s> {
     /// tasks, least rank first; built when the category is first examined. An
     /// entry's load may be out of date (lower than the engine's now).
     queues: Vec<Option<BinaryHeap<Reverse<Rank>>>>,
+    /// The same for the (job, category) being served when the job scores
+    /// engines: ranked with its score, built when the job is reached, dropped
+    /// when the run moves on.
+    job_queue: Option<((JobIdx, CategoryIdx), BinaryHeap<Reverse<Rank>>)>,
 }
 
 impl<'s> Candidates<'s> {
@@ -137,7 +151,7 @@ impl<'s> Candidates<'s> {
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));
         let n_open = by_id.len();
-        Candidates { state, by_id, n_open, queues: Vec::new() }
+        Candidates { state, by_id, n_open, queues: Vec::new(), job_queue: None }
     }
 
     fn load(&self, candidate: &Candidate) -> u64 {
@@ -151,7 +165,7 @@ impl<'s> Candidates<'s> {
     /// The best candidate (its position) of the category with room for one of its
     /// tasks, under the rules.
     fn pick(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
-        if self.by_id.len() <= SCAN_CANDIDATES_MAX || rules.score.is_some() {
+        if self.by_id.len() <= SCAN_CANDIDATES_MAX || rules.task_score.is_some() {
             return self.pick_by_scan(category, rules);
         }
         let picked = self.pick_from_queue(c, category, rules);
@@ -171,8 +185,7 @@ impl<'s> Candidates<'s> {
             {
                 continue;
             }
-            let score = rules.score.map_or(0, |score| score(candidate.engine));
-            let rank = (self.tier(candidate), -score, self.load(candidate), at as u32);
+            let rank = (self.tier(candidate), -rules.score(candidate.engine), self.load(candidate), at as u32);
             let best = if (rules.avoided)(candidate.engine) { &mut best_avoided } else { &mut best };
             if best.is_none_or(|b| rank < b) {
                 *best = Some(rank);
@@ -181,53 +194,37 @@ impl<'s> Candidates<'s> {
         best.or(best_avoided).map(|(.., at)| at)
     }
 
-    fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
+    /// The eligible candidates with room, ranked with `score`.
+    fn ranked(&self, category: &Category, score: impl Fn(EngineIdx) -> i64) -> BinaryHeap<Reverse<Rank>> {
         let slots = category.slots_per_task;
-        if self.queues.is_empty() {
-            self.queues.resize_with(self.state.categories().len(), || None);
+        let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
+        for (at, candidate) in self.by_id.iter().enumerate() {
+            if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
+                eligible.push(Reverse((self.tier(candidate), -score(candidate.engine), self.load(candidate), at as u32)));
+            }
         }
-        if self.queues[c.0 as usize].is_none() {
-            let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
-            for (at, candidate) in self.by_id.iter().enumerate() {
-                if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
-                    eligible.push(Reverse((self.tier(candidate), 0, self.load(candidate), at as u32)));
+        BinaryHeap::from(eligible)
+    }
+
+    fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
+        let queue = match rules.job_score {
+            None => {
+                if self.queues.is_empty() {
+                    self.queues.resize_with(self.state.categories().len(), || None);
                 }
+                if self.queues[c.0 as usize].is_none() {
+                    self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0));
+                }
+                self.queues[c.0 as usize].as_mut().expect("just built")
             }
-            self.queues[c.0 as usize] = Some(BinaryHeap::from(eligible));
-        }
-        let queue = self.queues[c.0 as usize].as_mut().expect("just built");
-        // Entries this pick may not use but other picks may: put back afterwards.
-        let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
-        // The avoided engine, when it came up first: the fallback if nothing else fits.
-        let mut avoided: Option<Reverse<Rank>> = None;
-        let found = loop {
-            let Some(&Reverse((tier, _, load, at))) = queue.peek() else { break None };
-            let candidate = &self.by_id[at as usize];
-            if candidate.slots - candidate.used < slots {
-                // Free slots only shrink during a run: no room for this category again.
-                queue.pop();
-                continue;
+            Some((j, score)) => {
+                if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c)) {
+                    self.job_queue = Some(((j, c), self.ranked(category, score)));
+                }
+                &mut self.job_queue.as_mut().expect("just built").1
             }
-            let now = load_index(&self.state.policy.load_formula, self.state.engine(candidate.engine), candidate.used);
-            if now != load {
-                queue.pop();
-                queue.push(Reverse((tier, 0, now, at)));
-                continue;
-            }
-            if (rules.excluded)(candidate.engine) {
-                set_aside.extend(queue.pop());
-                continue;
-            }
-            if avoided.is_none() && (rules.avoided)(candidate.engine) {
-                avoided = queue.pop();
-                continue;
-            }
-            break Some(at);
         };
-        let fallback = avoided.map(|Reverse((.., at))| at);
-        queue.extend(avoided);
-        queue.extend(set_aside);
-        found.or(fallback)
+        pop_best(queue, &self.by_id, self.state, category.slots_per_task, rules)
     }
 
     /// Books `slots` on the candidate at `at`; returns its engine.
@@ -249,6 +246,49 @@ impl<'s> Candidates<'s> {
     fn free_slots(&self) -> usize {
         self.by_id.iter().map(|candidate| (candidate.slots - candidate.used) as usize).sum()
     }
+}
+
+/// The best entry of a ranked queue under the rules. Entries without room for
+/// the category are dropped (free slots only shrink during a run); entries whose
+/// load has risen are re-filed (loads only rise, so the first up-to-date entry is
+/// the true best); excluded ones, and an avoided one while another fits, are put
+/// back afterwards for other picks.
+fn pop_best(
+    queue: &mut BinaryHeap<Reverse<Rank>>,
+    by_id: &[Candidate],
+    state: &State,
+    slots: u32,
+    rules: &PickRules,
+) -> Option<u32> {
+    let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
+    let mut avoided: Option<Reverse<Rank>> = None;
+    let found = loop {
+        let Some(&Reverse((tier, neg_score, load, at))) = queue.peek() else { break None };
+        let candidate = &by_id[at as usize];
+        if candidate.slots - candidate.used < slots {
+            queue.pop();
+            continue;
+        }
+        let now = load_index(&state.policy.load_formula, state.engine(candidate.engine), candidate.used);
+        if now != load {
+            queue.pop();
+            queue.push(Reverse((tier, neg_score, now, at)));
+            continue;
+        }
+        if (rules.excluded)(candidate.engine) {
+            set_aside.extend(queue.pop());
+            continue;
+        }
+        if avoided.is_none() && (rules.avoided)(candidate.engine) {
+            avoided = queue.pop();
+            continue;
+        }
+        break Some(at);
+    };
+    let fallback = avoided.map(|Reverse((.., at))| at);
+    queue.extend(avoided);
+    queue.extend(set_aside);
+    found.or(fallback)
 }
 
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
@@ -306,11 +346,13 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             };
             let avoided = |e: EngineIdx| failed_here_last(&task, e);
             let task_scored = condition.is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
-            let score = |e: EngineIdx| score(state, job, index, e);
+            let job_part = |e: EngineIdx| job_score(state, job, e);
+            let task_part = |e: EngineIdx| task_score(state, job, index, e);
             let rules = PickRules {
                 excluded: &excluded,
                 avoided: &avoided,
-                score: if scored_job || task_scored { Some(&score) } else { None },
+                job_score: scored_job.then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
+                task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
             };
             let Some(at) = candidates.pick(c, category, &rules) else {
                 // Nothing free may take it. Unless the job's own exclusions were in

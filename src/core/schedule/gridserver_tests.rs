@@ -635,3 +635,39 @@ fn exact_statistics_of_completion_times() {
         assert!(root * root <= value && (root + 1) * (root + 1) > value, "isqrt({value})");
     }
 }
+
+/// On a grid large enough for ranked queues (more than 16 free engines), a job
+/// that scores engines is served from a queue of its own; in debug builds every
+/// pick is checked against a walk of all candidates. Tiers, affinity and
+/// greylisting all differ between engines here, and loads change as slots fill.
+#[test]
+fn scored_jobs_on_a_large_grid_pick_what_a_walk_would() {
+    let mut log = LogBuilder::new();
+    log.push(Event::PolicySet(Policy { engine_tiers: vec!["tier=gold".into(), "tier=silver".into()], ..Policy::default() }));
+    for e in 0..60u32 {
+        let mut props = with_custom(linux_props("lyon", 8192), "tier", ["gold", "silver", "bronze"][(e % 3) as usize]);
+        props.mflops = 1000 + u64::from(e % 7) * 700;
+        log.login(&format!("e{e:02}"), 1 + e % 3, props);
+    }
+    let mut grey = job_spec("grey", 40, "");
+    grey.max_attempts = 5;
+    grey.options.engine_greylisting = true;
+    grey.options.affinity = vec![Preference { when: "mflops >= 3000".into(), weight: 7 }];
+    log.submit(grey);
+    let mut state = State::new();
+    decide_once(&mut log, &mut state);
+    // Failures on a few engines give them a greylist penalty for the job.
+    for index in [0, 1, 2, 3] {
+        let key = state.task_key(&task("grey", index)).unwrap();
+        let engine = state.engine(state.live_attempt(key).unwrap().engine).id.to_string();
+        log.started("grey", index, 1, &engine);
+        log.failed("grey", index, 1, &engine);
+    }
+    let mut keen = job_spec("keen", 200, "");
+    keen.options.affinity = vec![Preference { when: "mflops < 2000".into(), weight: 3 }];
+    log.submit(keen);
+    decide_once(&mut log, &mut state);
+    let keen_idx = state.job_idx(&job_id("keen")).unwrap();
+    let dispatched = state.job(keen_idx).counts.dispatched;
+    assert!(dispatched > 0, "keen got the free slots");
+}
