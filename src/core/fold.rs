@@ -628,7 +628,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::UnknownTask);
             }
             let key = TaskKey { job: j, index: *index };
-            if !state.job(j).is_active() || failed_dependency_of(state, key).is_none() {
+            if !state.job(j).is_active() || state.failed_dependency_of(key).is_none() {
                 return Err(OrderProblem::DependencyNotFailed);
             }
             state.fail_task_for_dependency(key);
@@ -675,17 +675,3 @@ fn live_order_attempt(state: &State, key: TaskKey, attempt: Attempt) -> Result<(
     }
 }
 
-/// The first dependency of a waiting task that failed or was cancelled, when the
-/// task's job fails with its dependencies: the task must fail too.
-pub fn failed_dependency_of(state: &State, key: TaskKey) -> Option<TaskKey> {
-    let job = state.job(key.job);
-    if !job.options.fail_on_dependency_failure || state.task(key).status != TaskStatus::Waiting {
-        return None;
-    }
-    let condition = job.condition(key.index)?;
-    condition
-        .depends_on
-        .iter()
-        .copied()
-        .find(|&dependency| matches!(state.task(dependency).status, TaskStatus::Failed | TaskStatus::Cancelled))
-}

@@ -7,7 +7,6 @@
 
 use super::InFlight;
 use crate::core::event::Order;
-use crate::core::fold::failed_dependency_of;
 use crate::core::state::{State, TaskKey, TaskStatus};
 
 /// Most FailDependent orders for single tasks in one run.
@@ -36,7 +35,7 @@ pub fn fail_dependents(state: &State, in_flight: &InFlight, orders: &mut Vec<Ord
                 continue;
             }
             let key = TaskKey { job: j, index };
-            let Some(failed) = failed_dependency_of(state, key) else { continue };
+            let Some(failed) = state.failed_dependency_of(key) else { continue };
             if in_flight.is_failing(j, Some(index)) {
                 continue;
             }

@@ -38,7 +38,6 @@ use std::collections::{BTreeSet, BinaryHeap};
 use super::filters::{self, failed_here_last};
 use super::InFlight;
 use crate::core::event::{LoadFormula, Order};
-use crate::core::fold::failed_dependency_of;
 use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, State, TaskKey};
 
 /// Grid Engine's load formula, in milli-units: lower is chosen first.
@@ -50,12 +49,6 @@ pub fn load_index(formula: &LoadFormula, engine: &Engine, used_slots: u32) -> u6
 
 /// What one task adds to an engine's score, on top of its job's.
 pub const TASK_AFFINITY_SCORE: i64 = 1_000;
-
-/// The score of an engine for a task: affinity preferences of the job and the
-/// task, task affinity, minus the greylist penalty. Higher is better.
-pub fn score(state: &State, job: &Job, task_index: u32, e: EngineIdx) -> i64 {
-    job_score(state, job, e) + task_score(state, job, task_index, e)
-}
 
 /// The part of the score shared by every task of the job.
 pub fn job_score(state: &State, job: &Job, e: EngineIdx) -> i64 {
@@ -101,11 +94,10 @@ pub const PASSED_OVER_PER_JOB_MAX: u32 = 10_000;
 /// of a candidate, least first; the position stands for the engine id.
 type Rank = (u32, i64, u64, u32);
 
-/// How one pick chooses: which engines it may not use, which it avoids while
-/// another fits, and the score of each (absent parts score 0).
+/// How one pick chooses: which engines it may not use, and the score of each
+/// (absent parts score 0).
 struct PickRules<'a> {
     excluded: &'a dyn Fn(EngineIdx) -> bool,
-    avoided: &'a dyn Fn(EngineIdx) -> bool,
     /// The job's share of the score (affinity, greylisting): the same for every
     /// task of the job within a run, so a queue ranked by it serves them all.
     job_score: Option<(JobIdx, &'a dyn Fn(EngineIdx) -> i64)>,
@@ -174,10 +166,10 @@ impl<'s> Candidates<'s> {
     }
 
     /// The rule itself, by a walk over every candidate: the least rank among
-    /// those eligible with room and not excluded, not avoided if any such is left.
+    /// those eligible with room and not excluded.
     fn pick_by_scan(&self, category: &Category, rules: &PickRules) -> Option<u32> {
         let slots = category.slots_per_task;
-        let (mut best, mut best_avoided): (Option<Rank>, Option<Rank>) = (None, None);
+        let mut best: Option<Rank> = None;
         for (at, candidate) in self.by_id.iter().enumerate() {
             if candidate.slots - candidate.used < slots
                 || !category.is_eligible(candidate.engine)
@@ -186,12 +178,11 @@ impl<'s> Candidates<'s> {
                 continue;
             }
             let rank = (self.tier(candidate), -rules.score(candidate.engine), self.load(candidate), at as u32);
-            let best = if (rules.avoided)(candidate.engine) { &mut best_avoided } else { &mut best };
             if best.is_none_or(|b| rank < b) {
-                *best = Some(rank);
+                best = Some(rank);
             }
         }
-        best.or(best_avoided).map(|(.., at)| at)
+        best.map(|(.., at)| at)
     }
 
     /// The eligible candidates with room, ranked with `score`.
@@ -251,8 +242,7 @@ impl<'s> Candidates<'s> {
 /// The best entry of a ranked queue under the rules. Entries without room for
 /// the category are dropped (free slots only shrink during a run); entries whose
 /// load has risen are re-filed (loads only rise, so the first up-to-date entry is
-/// the true best); excluded ones, and an avoided one while another fits, are put
-/// back afterwards for other picks.
+/// the true best); excluded ones are put back afterwards, for other picks.
 fn pop_best(
     queue: &mut BinaryHeap<Reverse<Rank>>,
     by_id: &[Candidate],
@@ -261,7 +251,6 @@ fn pop_best(
     rules: &PickRules,
 ) -> Option<u32> {
     let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
-    let mut avoided: Option<Reverse<Rank>> = None;
     let found = loop {
         let Some(&Reverse((tier, neg_score, load, at))) = queue.peek() else { break None };
         let candidate = &by_id[at as usize];
@@ -279,16 +268,10 @@ fn pop_best(
             set_aside.extend(queue.pop());
             continue;
         }
-        if avoided.is_none() && (rules.avoided)(candidate.engine) {
-            avoided = queue.pop();
-            continue;
-        }
         break Some(at);
     };
-    let fallback = avoided.map(|Reverse((.., at))| at);
-    queue.extend(avoided);
     queue.extend(set_aside);
-    found.or(fallback)
+    found
 }
 
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
@@ -322,7 +305,7 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             let c = condition.and_then(|condition| condition.category).unwrap_or(job.category);
             let is_copy = task.is_live();
             let held = condition.is_some_and(|_| {
-                filters::dependencies_ended(state, key).is_err() || failed_dependency_of(state, key).is_some()
+                filters::dependencies_ended(state, key).is_err() || state.failed_dependency_of(key).is_some()
             });
             if held || exhausted[c.0 as usize] {
                 n_passed_over += 1;
@@ -344,13 +327,11 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
                     || running_here.iter().any(|live| live.engine == e)
                     || (avoid_strictly && failed_here_last(&task, e))
             };
-            let avoided = |e: EngineIdx| failed_here_last(&task, e);
             let task_scored = condition.is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
             let job_part = |e: EngineIdx| job_score(state, job, e);
             let task_part = |e: EngineIdx| task_score(state, job, index, e);
             let rules = PickRules {
                 excluded: &excluded,
-                avoided: &avoided,
                 job_score: scored_job.then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
                 task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
             };

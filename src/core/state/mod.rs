@@ -128,6 +128,23 @@ impl Category {
     fn expr(&self) -> &Expr {
         self.expr.as_ref().expect("category expressions are rebuilt after every load")
     }
+    /// How far the category admits an engine: the one definition the bitset,
+    /// the logged-in counts and the invariants share.
+    fn admits(&self, engine: &Engine) -> Admission {
+        let matches = self.expr().eval(&engine.props, engine.slots);
+        let fits = matches && engine.slots >= self.slots_per_task;
+        let eligible = fits && self.library.as_ref().is_none_or(|library| engine.holds(library));
+        Admission { matches, fits, eligible }
+    }
+}
+
+/// What a category makes of an engine: its requirements hold (`matches`); and it
+/// has the slots (`fits`); and it holds the root library (`eligible`).
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    matches: bool,
+    fits: bool,
+    eligible: bool,
 }
 
 /// A dispatched or running attempt.
@@ -356,6 +373,20 @@ impl State {
         !self.pending_blacklists.is_empty()
             && self.pending_blacklists.range((j, EngineIdx(0))..=(j, EngineIdx(u32::MAX))).next().is_some()
     }
+    /// The first dependency of a waiting task that failed or was cancelled, when the
+    /// task's job fails with its dependencies: the task must fail too.
+    pub fn failed_dependency_of(&self, key: TaskKey) -> Option<TaskKey> {
+        let job = self.job(key.job);
+        if !job.options.fail_on_dependency_failure || self.task(key).status != TaskStatus::Waiting {
+            return None;
+        }
+        let condition = job.condition(key.index)?;
+        condition
+            .depends_on
+            .iter()
+            .copied()
+            .find(|&dependency| matches!(self.task(dependency).status, TaskStatus::Failed | TaskStatus::Cancelled))
+    }
     /// Whether a task has ended in a way that releases its dependents: done, or
     /// failed or cancelled (which fails dependents that ask to fail with it).
     pub fn task_has_ended(&self, key: TaskKey) -> bool {
@@ -410,12 +441,9 @@ impl State {
             if category.is_eligible(idx) {
                 category.eligible_logged_in -= 1;
             }
-            if category.expr().eval(&engine.props, engine.slots) {
-                category.matching_logged_in -= 1;
-                if engine.slots >= category.slots_per_task {
-                    category.fitting_logged_in -= 1;
-                }
-            }
+            let admission = category.admits(engine);
+            category.matching_logged_in -= u32::from(admission.matches);
+            category.fitting_logged_in -= u32::from(admission.fits);
         }
         self.engines[idx.0 as usize].status = EngineStatus::LoggedOut;
         self.free_engines.remove(idx);
@@ -458,9 +486,7 @@ impl State {
     fn refresh_eligibility(&mut self, c: CategoryIdx, e: EngineIdx) {
         let engine = &self.engines[e.0 as usize];
         let category = &mut self.categories[c.0 as usize];
-        let matches = category.expr().eval(&engine.props, engine.slots);
-        let fits = matches && engine.slots >= category.slots_per_task;
-        let eligible = fits && category.library.as_ref().is_none_or(|library| engine.holds(library));
+        let Admission { matches, fits, eligible } = category.admits(engine);
         category.set_eligible(e, eligible);
         if engine.status == EngineStatus::LoggedIn {
             category.matching_logged_in += u32::from(matches);
@@ -504,9 +530,7 @@ impl State {
             if category.library.as_ref() != Some(library) || category.is_eligible(e) {
                 continue;
             }
-            let engine = &self.engines[e.0 as usize];
-            let fits = category.expr().eval(&engine.props, engine.slots) && engine.slots >= category.slots_per_task;
-            if fits {
+            if category.admits(&self.engines[e.0 as usize]).eligible {
                 let category = &mut self.categories[c];
                 category.set_eligible(e, true);
                 if logged_in {
@@ -802,10 +826,14 @@ impl State {
     /// the attempt and whether the task still has a live attempt; the caller sets
     /// the task's next status.
     fn release(&mut self, key: TaskKey, attempt: Attempt) -> (LiveAttempt, bool) {
+        // Without copies anywhere, the released attempt is the task's only one:
+        // the common case skips the copy bookkeeping and a second lookup.
+        let had_copies = !self.copies.is_empty();
         let live = match self.live.get(&key) {
             Some(first) if first.attempt == attempt => {
                 let first = self.live.remove(&key).expect("just seen");
-                if let Some((&(_, copy_attempt), _)) = self.copies.range((key, 0)..=(key, Attempt::MAX)).next() {
+                let oldest_copy = if had_copies { self.copies.range((key, 0)..=(key, Attempt::MAX)).next() } else { None };
+                if let Some((&(_, copy_attempt), _)) = oldest_copy {
                     let copy = self.copies.remove(&(key, copy_attempt)).expect("just seen");
                     self.live.insert(key, copy);
                 }
@@ -822,7 +850,7 @@ impl State {
         engine.used -= slots;
         engine.live -= 1;
         self.refresh_free(live.engine);
-        (live, self.live.contains_key(&key))
+        (live, had_copies && self.live.contains_key(&key))
     }
 
     /// After one of several attempts ended: the task runs if any remaining attempt has started.
@@ -840,7 +868,8 @@ impl State {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         // The task's time is from its oldest live attempt (the first one), not from
         // the copy that won: a task that needed a copy took that long.
-        let first_dispatched_ms = self.live.get(&key).map(|first| first.dispatched_ms);
+        let first_dispatched_ms =
+            if self.copies.is_empty() { None } else { self.live.get(&key).map(|first| first.dispatched_ms) };
         let (live, others_live) = self.release(key, attempt);
         if live.started_ms.is_none() {
             self.record_wait(key);
@@ -1134,8 +1163,7 @@ impl State {
         for (e, engine) in self.engines.iter().enumerate() {
             assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);
             for category in &self.categories {
-                let fits = category.expr().eval(&engine.props, engine.slots) && engine.slots >= category.slots_per_task;
-                let eligible = fits && category.library.as_ref().is_none_or(|library| engine.holds(library));
+                let eligible = category.admits(engine).eligible;
                 assert_eq!(category.is_eligible(EngineIdx(e as u32)), eligible, "eligibility of {}", engine.id);
             }
         }
