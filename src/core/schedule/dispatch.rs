@@ -319,7 +319,11 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             // A retry does not go back to the engine it just failed on while any
             // other logged-in engine could run it, even a busy one: it waits for
             // that one. Only when no other engine could ever take it does it go back.
-            let avoid_strictly = task.last_failed_on.get().is_some() && category.eligible_logged_in > 1;
+            let avoid_strictly = task
+                .last_failed_on
+                .get()
+                .filter(|_| task.status == crate::core::state::TaskStatus::Waiting)
+                .is_some_and(|failed| another_engine_could_run(state, j, category, failed));
             let running_here = if is_copy { state.live_attempts_of(key) } else { Vec::new() };
             let excluded = |e: EngineIdx| {
                 job.blacklist.contains(&e)
@@ -363,6 +367,18 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             }
         }
     }
+}
+
+/// Whether a logged-in engine other than `failed`, eligible for the category and
+/// not blacklisted by the job (nor about to be), could run the job's task.
+fn another_engine_could_run(state: &State, j: JobIdx, category: &Category, failed: EngineIdx) -> bool {
+    let counted = |e: EngineIdx| {
+        category.is_eligible(e) && state.engine(e).status == crate::core::state::EngineStatus::LoggedIn
+    };
+    // A pair is pending or blacklisted, never both (an invariant of the state).
+    let barred = state.job(j).blacklist.iter().copied().chain(state.pending_blacklists_of(j));
+    let n_barred = barred.filter(|&e| e != failed && counted(e)).count() as u32;
+    category.eligible_logged_in - u32::from(counted(failed)) > n_barred
 }
 
 /// The job's rank among runnable jobs, for `why`: how many are examined before it.

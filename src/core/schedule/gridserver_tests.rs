@@ -671,3 +671,40 @@ fn scored_jobs_on_a_large_grid_pick_what_a_walk_would() {
     let dispatched = state.job(keen_idx).counts.dispatched;
     assert!(dispatched > 0, "keen got the free slots");
 }
+
+/// A retry waits for another engine rather than go back to the one it failed
+/// on, but only for an engine that could run it: one the job has blacklisted does
+/// not count, so with no other the retry goes back.
+#[test]
+fn a_retry_goes_back_when_the_only_other_engine_is_blacklisted() {
+    let mut log = LogBuilder::new();
+    log.login("a-once", 1, linux_props("lyon", 8192));
+    log.login("b-bad", 2, linux_props("lyon", 8192));
+    let mut spec = job_spec("picky", 3, "");
+    spec.max_attempts = 5;
+    spec.options.engine_blacklisting = true;
+    spec.options.failures_before_blacklist = 2;
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch picky/0 #1 -> a-once
+        dispatch picky/1 #1 -> b-bad
+        dispatch picky/2 #1 -> b-bad
+    "#]]);
+    log.started("picky", 0, 1, "a-once");
+    log.failed("picky", 0, 1, "a-once");
+    // b-bad could run it, busy or not: the retry waits for it.
+    check(&mut log, &mut state, expect![[r#"
+        (no orders)
+    "#]]);
+    log.started("picky", 1, 1, "b-bad");
+    log.failed("picky", 1, 1, "b-bad");
+    log.started("picky", 2, 1, "b-bad");
+    log.failed("picky", 2, 1, "b-bad");
+    // b-bad is blacklisted: no other engine could run task 0, so it goes back to
+    // a-once, first in the retry queue.
+    check(&mut log, &mut state, expect![[r#"
+        blacklist b-bad for picky (2 failures)
+        dispatch picky/0 #2 -> a-once
+    "#]]);
+}

@@ -369,6 +369,10 @@ impl State {
     pub fn is_blacklist_pending(&self, j: JobIdx, e: EngineIdx) -> bool {
         !self.pending_blacklists.is_empty() && self.pending_blacklists.contains(&(j, e))
     }
+    /// The engines about to be blacklisted by one job.
+    pub fn pending_blacklists_of(&self, j: JobIdx) -> impl Iterator<Item = EngineIdx> + '_ {
+        self.pending_blacklists.range((j, EngineIdx(0))..=(j, EngineIdx(u32::MAX))).map(|&(_, e)| e)
+    }
     pub fn has_pending_blacklist(&self, j: JobIdx) -> bool {
         !self.pending_blacklists.is_empty()
             && self.pending_blacklists.range((j, EngineIdx(0))..=(j, EngineIdx(u32::MAX))).next().is_some()
