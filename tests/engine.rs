@@ -111,6 +111,14 @@ impl Grid {
         }
     }
 
+    /// A fresh grid with one engine of `slots` slots, and the log sequence of its login.
+    async fn with_engine(name: &str, slots: u32) -> (Grid, Engine, u64) {
+        let mut grid = Grid::start().await;
+        let engine = grid.spawn(grid.config(name, slots)).await;
+        let login = grid.login_seq(name).await;
+        (grid, engine, login)
+    }
+
     /// Starts an engine with its own connection, as a separate process would have.
     async fn spawn(&self, config: EngineConfig) -> Engine {
         let log = JetStreamLog::connect(&self.server.url(), log_config())
@@ -147,6 +155,14 @@ impl Grid {
             .await
             .unwrap();
         ack.await.unwrap();
+    }
+
+    /// Publishes attempt 1 of `t` running `sh -c script`, alone in batch `batch_seq`,
+    /// and waits for it to start.
+    async fn start_script(&mut self, engine: &str, batch_seq: u64, t: &TaskRef, script: &str) {
+        self.deliver(&run(engine, batch_seq, 0, t, 1, &["sh", "-c", script]))
+            .await;
+        self.events.until("the start", started(t, 1)).await;
     }
 
     /// The log sequence of the engine's latest login, waiting for the first.
@@ -371,12 +387,75 @@ async fn wait_for_file(path: &Path) -> String {
     }
 }
 
+/// The process id a task wrote to `path`, once the file is complete.
+async fn read_pid(path: &Path) -> i32 {
+    wait_for_file(path).await.trim().parse().unwrap()
+}
+
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !check() {
         assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+// ---- engines over the embedded logs, without a broker ----
+
+/// The order log and the event log of an embedded grid under `dir`.
+fn open_embedded_logs(dir: &Path) -> (EmbeddedLog, EmbeddedLog) {
+    let orders = gridfold::projector::service::sink::open_order_log(&dir.join("orders")).unwrap();
+    let events = EmbeddedLog::open(dir.join("events"), EmbeddedConfig::default()).unwrap();
+    (orders, events)
+}
+
+/// A one-slot engine working in `<dir>/work`.
+fn embedded_config(name: &str, dir: &Path) -> EngineConfig {
+    EngineConfig {
+        kill_grace: Duration::from_millis(300),
+        ..EngineConfig::new(engine_id(name), 1, dir.join("work"))
+    }
+}
+
+/// Starts an engine reading its orders from `orders` and writing to `events`.
+async fn spawn_embedded(
+    config: EngineConfig,
+    orders: &EmbeddedLog,
+    events: &EmbeddedLog,
+) -> (
+    oneshot::Sender<()>,
+    JoinHandle<Result<EngineReport, EngineError>>,
+) {
+    let feed = EmbeddedOrderFeed::open(orders, &config.engine)
+        .await
+        .unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(run_engine(config, events.clone(), feed, async move {
+        let _ = stopped.await;
+    }));
+    (stop, handle)
+}
+
+/// Tells an engine of [`spawn_embedded`] to stop, and returns its report.
+async fn stop_embedded(
+    stop: oneshot::Sender<()>,
+    handle: JoinHandle<Result<EngineReport, EngineError>>,
+) -> EngineReport {
+    stop.send(()).unwrap();
+    tokio::time::timeout(WAIT, handle)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
+/// Appends a delivery to an embedded order log, as the projector's sink does.
+async fn append_delivery(orders: &EmbeddedLog, delivery: &Delivery) {
+    let subject = order_subject(&delivery.engine);
+    orders
+        .append(Append::new(subject, encode_delivery(delivery)))
+        .await
+        .unwrap();
 }
 
 // ---- tests ----
@@ -442,9 +521,7 @@ async fn login_carries_measured_and_custom_props_and_heartbeats_follow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_sees_its_environment_runs_in_its_work_dir_and_completes_with_its_stdout() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e1", 2)).await;
-    let login = grid.login_seq("e1").await;
+    let (mut grid, engine, login) = Grid::with_engine("e1", 2).await;
 
     let t = task("render.v2", 3);
     let script = r#"
@@ -499,9 +576,7 @@ async fn a_task_sees_its_environment_runs_in_its_work_dir_and_completes_with_its
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-fail", 1)).await;
-    let login = grid.login_seq("e-fail").await;
+    let (mut grid, engine, login) = Grid::with_engine("e-fail", 1).await;
 
     let noisy = task("fail", 0);
     let script = r#"i=0; while [ $i -lt 1500 ]; do echo "line $i" >&2; i=$((i+1)); done; echo "dernière ligne é" >&2; exit 7"#;
@@ -599,11 +674,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-    let pgid: i32 = wait_for_file(&grid.work_dir("e-fail").join("slots/0-1/pgid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
+    let pgid: i32 = read_pid(&grid.work_dir("e-fail").join("slots/0-1/pgid")).await;
     grid.deliver(&cancel("e-fail", login + 4, 0, &holder, 1))
         .await;
     // Shutdown wins over unread deliveries, so see the cancel take effect first.
@@ -621,9 +692,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_time_limit_kills_the_task_and_reports_it() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-wall", 1)).await;
-    let login = grid.login_seq("e-wall").await;
+    let (mut grid, engine, login) = Grid::with_engine("e-wall", 1).await;
 
     let t = task("slow", 0);
     let delivery = run_with("e-wall", login + 1, 0, &t, 1, &["sleep", "30"], |run| {
@@ -650,26 +719,14 @@ async fn the_wall_time_limit_kills_the_task_and_reports_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-cancel", 1)).await;
-    let login = grid.login_seq("e-cancel").await;
+    let (mut grid, engine, login) = Grid::with_engine("e-cancel", 1).await;
 
     let t = task("long", 0);
     let script = "echo $$ > pgid; sleep 300 & echo $! > child; wait";
-    grid.deliver(&run("e-cancel", login + 1, 0, &t, 1, &["sh", "-c", script]))
-        .await;
-    grid.events.until("the start", started(&t, 1)).await;
+    grid.start_script("e-cancel", login + 1, &t, script).await;
     let dir = grid.work_dir("e-cancel").join("long").join("0-1");
-    let pgid: i32 = wait_for_file(&dir.join("pgid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
-    let child: i32 = wait_for_file(&dir.join("child"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
+    let pgid: i32 = read_pid(&dir.join("pgid")).await;
+    let child: i32 = read_pid(&dir.join("child")).await;
     assert!(is_alive(child));
     assert_eq!(live_group_members(pgid).len(), 2, "the shell and its sleep");
 
@@ -691,9 +748,7 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_delivery_twice_runs_once() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-dup", 2)).await;
-    let login = grid.login_seq("e-dup").await;
+    let (mut grid, engine, login) = Grid::with_engine("e-dup", 2).await;
 
     let t = task("once", 0);
     let delivery = run(
@@ -818,10 +873,8 @@ async fn sigterm_drains_the_engine_process_then_logs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_catches_up_on_orders_published_while_it_was_away_and_skips_stale_ones() {
-    let mut grid = Grid::start().await;
     // A first session creates the durable consumer, then the engine goes away.
-    let engine = grid.spawn(grid.config("e-away", 2)).await;
-    let first_login = grid.login_seq("e-away").await;
+    let (mut grid, engine, first_login) = Grid::with_engine("e-away", 2).await;
     engine.stop().await;
     grid.events.until("the logout", logged_out("e-away")).await;
 
@@ -891,21 +944,11 @@ async fn an_engine_catches_up_on_orders_published_while_it_was_away_and_skips_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-restart", 2)).await;
-    let login = grid.login_seq("e-restart").await;
+    let (mut grid, engine, login) = Grid::with_engine("e-restart", 2).await;
 
     let during = task("restart", 0);
-    grid.deliver(&run(
-        "e-restart",
-        login + 1,
-        0,
-        &during,
-        1,
-        &["sh", "-c", "sleep 2; echo survived"],
-    ))
-    .await;
-    grid.events.until("the start", started(&during, 1)).await;
+    grid.start_script("e-restart", login + 1, &during, "sleep 2; echo survived")
+        .await;
 
     // Down while the task finishes, so its report waits for the broker.
     tokio::task::block_in_place(|| grid.server.stop()).unwrap();
@@ -991,26 +1034,12 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_engine_stops_everything_and_logs_in_again() {
-    let mut grid = Grid::start().await;
-    let engine = grid.spawn(grid.config("e-lost", 2)).await;
-    let first_login = grid.login_seq("e-lost").await;
+    let (mut grid, engine, first_login) = Grid::with_engine("e-lost", 2).await;
 
     let t = task("lost", 0);
-    grid.deliver(&run(
-        "e-lost",
-        first_login + 1,
-        0,
-        &t,
-        1,
-        &["sh", "-c", "echo $$ > pgid; sleep 300"],
-    ))
-    .await;
-    grid.events.until("the start", started(&t, 1)).await;
-    let pgid: i32 = wait_for_file(&grid.work_dir("e-lost").join("lost/0-1/pgid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
+    grid.start_script("e-lost", first_login + 1, &t, "echo $$ > pgid; sleep 300")
+        .await;
+    let pgid: i32 = read_pid(&grid.work_dir("e-lost").join("lost/0-1/pgid")).await;
 
     grid.deliver(&lost("e-lost", first_login + 2, 0)).await;
     grid.events
@@ -1052,8 +1081,7 @@ async fn a_lost_engine_stops_everything_and_logs_in_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_without_a_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let orders = gridfold::projector::service::sink::open_order_log(&dir.path().join("orders")).unwrap();
-    let events = EmbeddedLog::open(dir.path().join("events"), EmbeddedConfig::default()).unwrap();
+    let (orders, events) = open_embedded_logs(dir.path());
     let e1 = engine_id("e1");
 
     // The feed alone: only e1's deliveries, in order, following new ones.
@@ -1061,11 +1089,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
     let first = run("e1", 10, 0, &task("emb", 0), 1, &["true"]);
     let other = run("e2", 10, 1, &task("emb", 1), 1, &["true"]);
     for delivery in [&first, &other] {
-        let subject = order_subject(&delivery.engine);
-        orders
-            .append(Append::new(subject, encode_delivery(delivery)))
-            .await
-            .unwrap();
+        append_delivery(&orders, delivery).await;
     }
     let message = tokio::time::timeout(WAIT, feed.next())
         .await
@@ -1080,13 +1104,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
         (feed, message)
     });
     let second = cancel("e1", 11, 0, &task("emb", 0), 1);
-    orders
-        .append(Append::new(
-            order_subject(&e1),
-            encode_delivery(&second),
-        ))
-        .await
-        .unwrap();
+    append_delivery(&orders, &second).await;
     let (feed, message) = tokio::time::timeout(WAIT, next).await.unwrap().unwrap();
     assert_eq!(
         wire::delivery::decode_delivery(&e1, &message.payload).unwrap(),
@@ -1096,39 +1114,19 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
     drop(feed);
 
     // An engine over the embedded logs: login, a task, logout.
-    let config = EngineConfig {
-        kill_grace: Duration::from_millis(300),
-        ..EngineConfig::new(engine_id("e9"), 1, dir.path().join("work"))
-    };
-    let feed = EmbeddedOrderFeed::open(&orders, &config.engine)
-        .await
-        .unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run_engine(config, events.clone(), feed, async move {
-        let _ = stopped.await;
-    }));
+    let config = embedded_config("e9", dir.path());
+    let (stop, handle) = spawn_embedded(config, &orders, &events).await;
     let mut seen = Events::new(events.reader(1).await.unwrap());
     let login = seen.until("a login", |e| is_login(e, "e9")).await.seq.0;
     let t = task("emb", 5);
     let delivery = run("e9", login + 1, 0, &t, 1, &["sh", "-c", "printf embedded"]);
-    orders
-        .append(Append::new(
-            order_subject(&delivery.engine),
-            encode_delivery(&delivery),
-        ))
-        .await
-        .unwrap();
+    append_delivery(&orders, &delivery).await;
     let end = seen.until("the task's end", ended(&t, 1)).await;
     assert!(
         matches!(event(&end), Some(Event::TaskCompleted { result, .. }) if result == b"embedded"),
         "{end:?}"
     );
-    stop.send(()).unwrap();
-    let report = tokio::time::timeout(WAIT, handle)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let report = stop_embedded(stop, handle).await;
     seen.until("the logout", logged_out("e9")).await;
     assert_eq!((report.completed, report.logins), (1, 1));
 }
@@ -1137,8 +1135,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
 #[tokio::test]
 async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_library_dir() {
     let dir = tempfile::tempdir().unwrap();
-    let orders = gridfold::projector::service::sink::open_order_log(&dir.path().join("orders")).unwrap();
-    let events = EmbeddedLog::open(dir.path().join("events"), EmbeddedConfig::default()).unwrap();
+    let (orders, events) = open_embedded_logs(dir.path());
     let library_dir = dir.path().join("work").join("libraries");
     let held = LibraryRef::new("render-lib", "2.1.0");
     let missing = LibraryRef::new("ffmpeg", "7");
@@ -1146,16 +1143,9 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
     std::fs::write(library_dir.join("render-lib/2.1.0/.synced"), b"").unwrap();
     std::fs::create_dir_all(library_dir.join("ffmpeg/7")).unwrap(); // no marker: not held
 
-    let config = EngineConfig {
-        kill_grace: Duration::from_millis(300),
-        ..EngineConfig::new(engine_id("e8"), 1, dir.path().join("work"))
-    };
+    let config = embedded_config("e8", dir.path());
     assert_eq!(config.library_dir, library_dir, "the default is <work dir>/libraries");
-    let feed = EmbeddedOrderFeed::open(&orders, &config.engine).await.unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run_engine(config, events.clone(), feed, async move {
-        let _ = stopped.await;
-    }));
+    let (stop, handle) = spawn_embedded(config, &orders, &events).await;
     let mut seen = Events::new(events.reader(1).await.unwrap());
     let login = seen.until("a login", |e| is_login(e, "e8")).await;
     let Some(Event::EngineLoggedIn { props, .. }) = event(&login) else { panic!("{login:?}") };
@@ -1164,10 +1154,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
 
     let deliver = |delivery: Delivery| {
         let orders = orders.clone();
-        async move {
-            let subject = order_subject(&delivery.engine);
-            orders.append(Append::new(subject, encode_delivery(&delivery))).await.unwrap();
-        }
+        async move { append_delivery(&orders, &delivery).await }
     };
     let sync = |n: usize, library: &LibraryRef| Delivery {
         id: Delivery::id_for(Seq(login + 1), n),
@@ -1206,18 +1193,13 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
         "{end:?}"
     );
 
-    stop.send(()).unwrap();
-    let report = tokio::time::timeout(WAIT, handle).await.unwrap().unwrap().unwrap();
+    let report = stop_embedded(stop, handle).await;
     assert_eq!((report.completed, report.failed, report.logins), (1, 1, 1));
 }
 
 #[tokio::test]
 async fn an_unreachable_broker_is_named_in_the_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::nats::unused_port();
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
         .args([
             "engine",

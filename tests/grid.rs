@@ -285,6 +285,22 @@ impl Grid {
     }
 
     /// `gridfold engine` named `name` with `slots` slots, 1 s heartbeats and a 2 s drain.
+    /// Projector "a", which leads, then "b", which stands by, both with `extra` arguments.
+    fn leader_and_standby(&mut self, extra: &[&str]) -> (P, P) {
+        let a = self.projector("a", extra);
+        self.wait_stderr(a, "leader: ");
+        let b = self.projector("b", extra);
+        self.wait_stderr(b, "standby: another projector holds the lease");
+        (a, b)
+    }
+
+    /// Starts the engines `names` with `slots` slots each, and waits for all to log in.
+    fn engines_logged_in<const N: usize>(&mut self, names: &[&str; N], slots: u32) -> [P; N] {
+        let engines = names.map(|name| self.engine(name, slots));
+        self.wait_logged_in(names);
+        engines
+    }
+
     fn engine(&mut self, name: &str, slots: u32) -> P {
         self.engine_named(name, name, slots)
     }
@@ -631,7 +647,37 @@ struct Audit {
     order_batches: u64,
 }
 
+/// Waits for `engine` (process `p`) to report an attempt started and not ended, kills
+/// it with SIGKILL, and returns the attempts it held running then.
+fn kill9_mid_attempt(grid: &mut Grid, p: P, engine: &str) -> BTreeSet<(TaskRef, Attempt)> {
+    let id = engine_id(engine);
+    grid.wait_for(&format!("{engine} to start an attempt"), |grid| {
+        let audit = Audit::of(&grid.raw_log());
+        if !audit.running_on(&id).is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} starts on the log", audit.started.len()))
+        }
+    });
+    grid.kill9(p);
+    let held = Audit::of(&grid.raw_log()).running_on(&id);
+    assert!(
+        !held.is_empty(),
+        "{engine} held running attempts when it was killed"
+    );
+    held
+}
+
 impl Audit {
+    /// The attempts `engine` reported started and not (yet) ended.
+    fn running_on(&self, engine: &EngineId) -> BTreeSet<(TaskRef, Attempt)> {
+        self.started
+            .iter()
+            .filter(|s| s.0 == *engine && !self.ended.contains(s))
+            .map(|(_, task, attempt)| (task.clone(), *attempt))
+            .collect()
+    }
+
     fn of(raw: &[RawEntry]) -> Audit {
         for (at, entry) in raw.iter().enumerate() {
             assert_eq!(
@@ -840,10 +886,7 @@ fn three_engines_run_300_tasks_each_completed_exactly_once() {
     const TASKS: u32 = 300;
     let mut grid = Grid::start();
     grid.projector("projector", &[]);
-    for name in ["e1", "e2", "e3"] {
-        grid.engine(name, 4);
-    }
-    grid.wait_logged_in(&["e1", "e2", "e3"]);
+    grid.engines_logged_in(&["e1", "e2", "e3"], 4);
     grid.submit("many", TASKS, &["true"]);
     let stat = grid.wait_job_done("many", TASKS);
     assert_eq!(stat.tasks_done, u64::from(TASKS), "{stat}");
@@ -874,39 +917,12 @@ fn an_engine_killed_mid_task_is_declared_lost_and_its_tasks_run_elsewhere() {
     const TASKS: u32 = 12;
     let mut grid = Grid::start();
     grid.projector("projector", &[]);
-    let e1 = grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.engine("e3", 2);
-    grid.wait_logged_in(&["e1", "e2", "e3"]);
+    let [e1, _, _] = grid.engines_logged_in(&["e1", "e2", "e3"], 2);
     grid.submit("slow", TASKS, &["sleep", "2"]);
 
     // Kill e1 as soon as the log shows it running an attempt it has not finished.
     let e1_id = engine_id("e1");
-    grid.wait_for("e1 to start an attempt", |grid| {
-        let audit = Audit::of(&grid.raw_log());
-        let running = audit
-            .started
-            .iter()
-            .filter(|s| s.0 == e1_id && !audit.ended.contains(s))
-            .count();
-        if running > 0 {
-            Ok(())
-        } else {
-            Err(format!("{} starts on the log", audit.started.len()))
-        }
-    });
-    grid.kill9(e1);
-    let at_kill = Audit::of(&grid.raw_log());
-    let held: BTreeSet<(TaskRef, Attempt)> = at_kill
-        .started
-        .iter()
-        .filter(|s| s.0 == e1_id && !at_kill.ended.contains(s))
-        .map(|(_, task, attempt)| (task.clone(), *attempt))
-        .collect();
-    assert!(
-        !held.is_empty(),
-        "e1 held running attempts when it was killed"
-    );
+    let held = kill9_mid_attempt(&mut grid, e1, "e1");
 
     grid.wait_job_done("slow", TASKS);
     let audit = Audit::of(&grid.raw_log());
@@ -938,8 +954,7 @@ fn a_projector_killed_mid_run_restarts_and_every_replay_agrees() {
     const TASKS: u32 = 40;
     let mut grid = Grid::start();
     let first = grid.projector("projector", &["--snapshot-every", "20"]);
-    let engines = [grid.engine("e1", 2), grid.engine("e2", 2)];
-    grid.wait_logged_in(&["e1", "e2"]);
+    let engines = grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("job", TASKS, &["sleep", "0.2"]);
 
     let stat = grid.wait_tasks_done("job", 10);
@@ -1037,9 +1052,7 @@ fn a_nats_server_restart_mid_run_loses_nothing() {
     const TASKS: u32 = 40;
     let mut grid = Grid::start();
     grid.projector("projector", &[]);
-    grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.wait_logged_in(&["e1", "e2"]);
+    grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("job", TASKS, &["sleep", "0.2"]);
     let before = grid.wait_tasks_done("job", 8);
     assert!(
@@ -1092,9 +1105,7 @@ fn a_nats_server_restart_mid_run_loses_nothing() {
 fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_else() {
     let mut grid = Grid::start();
     grid.projector("projector", &[]);
-    grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.wait_logged_in(&["e1", "e2"]);
+    grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("main", 8, &["sleep", "0.3"]);
     let log = grid.log();
 
@@ -1234,13 +1245,8 @@ fn two_projectors_one_writer_and_the_standby_takes_over_from_a_killed_leader() {
     // The lease outlives a silent leader by 4 s: no takeover while the leader lives, even slowed down.
     let lease = ["--lease-secs", "4"];
     let mut grid = Grid::start();
-    let a = grid.projector("a", &lease);
-    grid.wait_stderr(a, "leader: ");
-    let b = grid.projector("b", &lease);
-    grid.wait_stderr(b, "standby: another projector holds the lease");
-    grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.wait_logged_in(&["e1", "e2"]);
+    let (a, b) = grid.leader_and_standby(&lease);
+    grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("job", TASKS, &["sleep", "0.5"]);
     let stat = grid.wait_tasks_done("job", 6);
     assert!(
@@ -1291,13 +1297,8 @@ fn a_leader_paused_past_its_lease_publishes_nothing_when_it_resumes() {
     const TASKS: u32 = 30;
     let lease = ["--lease-secs", "3"];
     let mut grid = Grid::start();
-    let a = grid.projector("a", &lease);
-    grid.wait_stderr(a, "leader: ");
-    let b = grid.projector("b", &lease);
-    grid.wait_stderr(b, "standby: another projector holds the lease");
-    grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.wait_logged_in(&["e1", "e2"]);
+    let (a, b) = grid.leader_and_standby(&lease);
+    grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("job", TASKS, &["sleep", "0.3"]);
     grid.wait_tasks_done("job", 6);
 
@@ -1350,36 +1351,10 @@ fn an_engine_killed_and_restarted_under_its_name_leaves_its_old_attempts_to_othe
     const TASKS: u32 = 16;
     let mut grid = Grid::start();
     grid.projector("projector", &[]);
-    let e1 = grid.engine("e1", 2);
-    grid.engine("e2", 2);
-    grid.wait_logged_in(&["e1", "e2"]);
+    let [e1, _] = grid.engines_logged_in(&["e1", "e2"], 2);
     grid.submit("slow", TASKS, &["sleep", "1"]);
     let e1_id = engine_id("e1");
-    grid.wait_for("e1 to start an attempt", |grid| {
-        let audit = Audit::of(&grid.raw_log());
-        let running = audit
-            .started
-            .iter()
-            .filter(|s| s.0 == e1_id && !audit.ended.contains(s))
-            .count();
-        if running > 0 {
-            Ok(())
-        } else {
-            Err(format!("{} starts on the log", audit.started.len()))
-        }
-    });
-    grid.kill9(e1);
-    let at_kill = Audit::of(&grid.raw_log());
-    let held: BTreeSet<(TaskRef, Attempt)> = at_kill
-        .started
-        .iter()
-        .filter(|s| s.0 == e1_id && !at_kill.ended.contains(s))
-        .map(|(_, task, attempt)| (task.clone(), *attempt))
-        .collect();
-    assert!(
-        !held.is_empty(),
-        "e1 held running attempts when it was killed"
-    );
+    let held = kill9_mid_attempt(&mut grid, e1, "e1");
     // The same engine comes straight back (as a supervisor would restart it), with the
     // same durable order feed holding deliveries of its old session.
     let e1_again = grid.engine_named("e1-again", "e1", 2);
@@ -1417,12 +1392,7 @@ fn a_bad_job_file_and_a_dead_broker_are_clear_errors() {
         "id = \"bad\"\ntasks = 3\nrequirements = 'os == linux'\n[task]\nargv = [\"true\"]\n",
     )
     .unwrap();
-    // A port nobody listens on: bound, then released.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::nats::unused_port();
     let dead = format!("nats://127.0.0.1:{port}");
     let run = |args: &[&std::ffi::OsStr]| {
         let started = Instant::now();

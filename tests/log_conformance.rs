@@ -117,6 +117,36 @@ async fn all<L: EventLog>(log: &L, from_seq: u64) -> Vec<RawEntry> {
         .expect("read to end")
 }
 
+/// What an append answers when it stored a new entry at `seq`.
+fn stored_at(seq: u64) -> Appended {
+    Appended {
+        seq,
+        duplicate: false,
+    }
+}
+
+/// What an append answers when its message id was already stored at `seq`.
+fn duplicate_of(seq: u64) -> Appended {
+    Appended {
+        seq,
+        duplicate: true,
+    }
+}
+
+/// Asserts that `err` refuses an append whose fence expected the subject at `expected`
+/// while it was at `actual`.
+#[track_caller]
+fn assert_fence_refused(err: &LogError, expected: u64, actual: u64) {
+    assert!(
+        matches!(
+            err,
+            LogError::WrongLastSequence { expected: e, actual: Some(a), .. }
+                if *e == expected && *a == actual
+        ),
+        "{err:?}"
+    );
+}
+
 fn seqs(entries: &[RawEntry]) -> Vec<u64> {
     entries.iter().map(|entry| entry.seq).collect()
 }
@@ -178,13 +208,7 @@ async fn sequences_start_at_one_and_keep_order<B: Backend>() {
     let subjects = ["gridfold.ev.a", "gridfold.ev.b.c", "gridfold.ev.a"];
     for (i, subject) in subjects.iter().enumerate() {
         let appended = log.append(msg(subject, &format!("p{i}"))).await.unwrap();
-        assert_eq!(
-            appended,
-            Appended {
-                seq: i as u64 + 1,
-                duplicate: false
-            }
-        );
+        assert_eq!(appended, stored_at(i as u64 + 1));
     }
     assert_eq!(log.last_seq().await.unwrap(), 3);
     let entries = all(&log, 1).await;
@@ -201,35 +225,17 @@ async fn duplicate_msg_id_returns_the_original_and_stores_nothing<B: Backend>() 
         .append(msg("gridfold.ev.a", "first").with_msg_id("id-1"))
         .await
         .unwrap();
-    assert_eq!(
-        first,
-        Appended {
-            seq: 1,
-            duplicate: false
-        }
-    );
+    assert_eq!(first, stored_at(1));
     let again = log
         .append(msg("gridfold.ev.b", "other payload").with_msg_id("id-1"))
         .await
         .unwrap();
-    assert_eq!(
-        again,
-        Appended {
-            seq: 1,
-            duplicate: true
-        }
-    );
+    assert_eq!(again, duplicate_of(1));
     let other = log
         .append(msg("gridfold.ev.a", "second").with_msg_id("id-2"))
         .await
         .unwrap();
-    assert_eq!(
-        other,
-        Appended {
-            seq: 2,
-            duplicate: false
-        }
-    );
+    assert_eq!(other, stored_at(2));
     // Within one pipelined batch too.
     let batch = log
         .append_batch(vec![
@@ -239,23 +245,7 @@ async fn duplicate_msg_id_returns_the_original_and_stores_nothing<B: Backend>() 
         ])
         .await
         .unwrap();
-    assert_eq!(
-        batch,
-        [
-            Appended {
-                seq: 3,
-                duplicate: false
-            },
-            Appended {
-                seq: 3,
-                duplicate: true
-            },
-            Appended {
-                seq: 1,
-                duplicate: true
-            },
-        ]
-    );
+    assert_eq!(batch, [stored_at(3), duplicate_of(3), duplicate_of(1),]);
     assert_eq!(log.last_seq().await.unwrap(), 3);
     assert_eq!(payloads(&all(&log, 1).await), ["first", "second", "third"]);
     assert_eq!(
@@ -272,38 +262,16 @@ async fn the_fence_is_checked_before_the_message_id<B: Backend>() {
             .with_msg_id("orders-1")
             .with_expected_last_subject_seq(0)
     };
-    assert_eq!(
-        log.append(fenced()).await.unwrap(),
-        Appended {
-            seq: 1,
-            duplicate: false
-        }
-    );
+    assert_eq!(log.append(fenced()).await.unwrap(), stored_at(1));
     // A retry of a fenced append whose ack was lost: a single nats-server 2.15 checks
     // the (now stale) fence first, and says where the subject is: at the first try.
     let err = log.append(fenced()).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LogError::WrongLastSequence {
-                expected: 0,
-                actual: Some(1),
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_fence_refused(&err, 0, 1);
     // With the right fence the id decides: a duplicate, nothing stored.
     let right = msg("gridfold.ev.orders", "batch")
         .with_msg_id("orders-1")
         .with_expected_last_subject_seq(1);
-    assert_eq!(
-        log.append(right).await.unwrap(),
-        Appended {
-            seq: 1,
-            duplicate: true
-        }
-    );
+    assert_eq!(log.append(right).await.unwrap(), duplicate_of(1));
     assert_eq!(log.last_seq().await.unwrap(), 1);
 }
 
@@ -321,26 +289,14 @@ async fn message_ids_are_forgotten_after_the_window<B: Backend>() {
         .append(msg("gridfold.ev.a", "x").with_msg_id("tick-1"))
         .await
         .unwrap();
-    assert_eq!(
-        within,
-        Appended {
-            seq: first.seq,
-            duplicate: true
-        }
-    );
+    assert_eq!(within, duplicate_of(first.seq));
     // JetStream purges ids on a timer, so an id lives between one and two windows.
     tokio::time::sleep(window * 3).await;
     let after = log
         .append(msg("gridfold.ev.a", "x").with_msg_id("tick-1"))
         .await
         .unwrap();
-    assert_eq!(
-        after,
-        Appended {
-            seq: first.seq + 1,
-            duplicate: false
-        }
-    );
+    assert_eq!(after, stored_at(first.seq + 1));
 }
 
 async fn stale_expected_last_subject_seq_is_refused<B: Backend>() {
@@ -375,28 +331,12 @@ async fn stale_expected_last_subject_seq_is_refused<B: Backend>() {
         .append(msg(orders, "o2").with_expected_last_subject_seq(1))
         .await
         .unwrap();
-    assert_eq!(
-        second,
-        Appended {
-            seq: 3,
-            duplicate: false
-        }
-    );
+    assert_eq!(second, stored_at(3));
     let err = log
         .append(msg(orders, "o3 from a stale writer").with_expected_last_subject_seq(1))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LogError::WrongLastSequence {
-                expected: 1,
-                actual: Some(3),
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_fence_refused(&err, 1, 3);
     assert_eq!(log.last_seq().await.unwrap(), 3, "refusals store nothing");
     assert_eq!(log.last_seq_for_subject(orders).await.unwrap(), 3);
     assert_eq!(
@@ -515,12 +455,7 @@ async fn a_pipelined_batch_of_10000_lands_in_order<B: Backend>() {
             .collect::<Vec<_>>()
     };
     let answers = log.append_batch(batch(())).await.unwrap();
-    let expected: Vec<Appended> = (1..=N as u64)
-        .map(|seq| Appended {
-            seq,
-            duplicate: false,
-        })
-        .collect();
+    let expected: Vec<Appended> = (1..=N as u64).map(stored_at).collect();
     assert_eq!(answers, expected);
     assert_eq!(log.last_seq().await.unwrap(), N as u64);
 
@@ -561,17 +496,7 @@ async fn a_stale_fence_stops_a_batch<B: Backend>() {
         ])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LogError::WrongLastSequence {
-                expected: 0,
-                actual: Some(1),
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_fence_refused(&err, 0, 1);
     assert_eq!(payloads(&all(&log, 1).await), ["ok"]);
 }
 
@@ -640,25 +565,13 @@ async fn survives_a_restart<B: Backend>() {
         .append(msg("gridfold.ev.a", "1").with_msg_id("id-1"))
         .await
         .unwrap();
-    assert_eq!(
-        again,
-        Appended {
-            seq: 1,
-            duplicate: true
-        }
-    );
+    assert_eq!(again, duplicate_of(1));
     // The sequence continues, and so does the fence.
     let next = log
         .append(msg("gridfold.ev.orders", "6").with_expected_last_subject_seq(2))
         .await
         .unwrap();
-    assert_eq!(
-        next,
-        Appended {
-            seq: 6,
-            duplicate: false
-        }
-    );
+    assert_eq!(next, stored_at(6));
     let entries = all(&log, 1).await;
     assert_eq!(seqs(&entries), [1, 2, 3, 4, 5, 6]);
     assert_times_sane(&entries, started_ms);
@@ -708,11 +621,7 @@ mod jetstream_only {
 
     #[tokio::test]
     async fn an_unreachable_broker_is_reported_with_its_url() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = support::nats::unused_port();
         let url = format!("nats://127.0.0.1:{port}");
         let config = LogConfig {
             connect_timeout: Duration::from_secs(2),

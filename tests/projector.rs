@@ -83,6 +83,14 @@ async fn grid(log: &JetStreamLog, engines: &[&str], job: &str, tasks: u32) {
 /// What the simulated engines were asked to run, in the order they ran it.
 type Runs = Arc<Mutex<Vec<(TaskRef, u32)>>>;
 
+/// Engines "e1" then "e2" of [`spawn_engine`], each running every task for `work`.
+async fn spawn_e1_and_e2(log: &JetStreamLog, work: Duration, runs: &Runs) -> [JoinHandle<()>; 2] {
+    [
+        spawn_engine(log, "e1", work, runs.clone()).await,
+        spawn_engine(log, "e2", work, runs.clone()).await,
+    ]
+}
+
 /// An engine: durable consumer on its order subject, acks, ignores seen ids, runs each task for `work`.
 async fn spawn_engine(
     log: &JetStreamLog,
@@ -361,10 +369,7 @@ async fn a_projector_runs_a_job_to_completion_each_task_once() {
     let log = connect(&server).await;
     let state = tempfile::tempdir().unwrap();
     let runs = Runs::default();
-    let engines = [
-        spawn_engine(&log, "e1", Duration::from_millis(5), runs.clone()).await,
-        spawn_engine(&log, "e2", Duration::from_millis(5), runs.clone()).await,
-    ];
+    let engines = spawn_e1_and_e2(&log, Duration::from_millis(5), &runs).await;
     let projector = Running::start(&server, projector_config(state.path())).await;
     grid(&log, &["e1", "e2"], "j", 16).await;
     let summary = projector.wait_done(16).await;
@@ -465,10 +470,7 @@ async fn a_killed_projector_process_restarts_from_its_snapshot_and_agrees_with_a
     let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
     let runs = Runs::default();
-    let engines = [
-        spawn_engine(&log, "e1", Duration::from_millis(30), runs.clone()).await,
-        spawn_engine(&log, "e2", Duration::from_millis(30), runs.clone()).await,
-    ];
+    let engines = spawn_e1_and_e2(&log, Duration::from_millis(30), &runs).await;
     grid(&log, &["e1", "e2"], "j", 30).await;
 
     let first = ProjectorProcess::start(&server, &state_dir, "first");
@@ -572,10 +574,7 @@ async fn a_standby_takes_over_when_the_leader_stops_or_dies() {
     let log = connect(&server).await;
     let dir = tempfile::tempdir().unwrap();
     let runs = Runs::default();
-    let engines = [
-        spawn_engine(&log, "e1", Duration::from_millis(15), runs.clone()).await,
-        spawn_engine(&log, "e2", Duration::from_millis(15), runs.clone()).await,
-    ];
+    let engines = spawn_e1_and_e2(&log, Duration::from_millis(15), &runs).await;
     const TASKS: u64 = 60;
     grid(&log, &["e1", "e2"], "j", TASKS as u32).await;
 

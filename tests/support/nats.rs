@@ -24,3 +24,12 @@ pub fn restart(server: &mut NatsServer) {
         .restart()
         .unwrap_or_else(|err| panic!("could not restart nats-server on {}: {err}", server.url()));
 }
+
+/// A loopback port nobody listens on (bound, then released), for a broker that is not there.
+pub fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
