@@ -244,21 +244,32 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
     (message != proto::JobOptions::default()).then_some(message)
 }
 
+/// A `$ty` with every redundancy field of `$from`: the one field list both
+/// directions share (`RedundancyPolicy` and its protobuf message have the same
+/// fields, all plain numbers and flags). The literal names every field, so a field
+/// added to either type and not here fails to compile.
+macro_rules! redundancy_fields {
+    ($ty:path, $from:expr) => {{
+        let from = $from;
+        $ty {
+            strategy_effective_percent: from.strategy_effective_percent,
+            poll_period_ms: from.poll_period_ms,
+            percent_completed_strategy: from.percent_completed_strategy,
+            remaining_task_percent: from.remaining_task_percent,
+            average_strategy: from.average_strategy,
+            average_limit_milli: from.average_limit_milli,
+            std_dev_strategy: from.std_dev_strategy,
+            std_dev_limit_milli: from.std_dev_limit_milli,
+            reschedule_first: from.reschedule_first,
+            copies_per_task_max: from.copies_per_task_max,
+        }
+    }};
+}
+
 /// `None` when every field is zero, which is how an absent one decodes (see
 /// PolicySet in the schema): a policy from before redundancy encodes as it did.
 fn redundancy_to_proto(redundancy: &RedundancyPolicy) -> Option<proto::RedundancyPolicy> {
-    let message = proto::RedundancyPolicy {
-        strategy_effective_percent: redundancy.strategy_effective_percent,
-        poll_period_ms: redundancy.poll_period_ms,
-        percent_completed_strategy: redundancy.percent_completed_strategy,
-        remaining_task_percent: redundancy.remaining_task_percent,
-        average_strategy: redundancy.average_strategy,
-        average_limit_milli: redundancy.average_limit_milli,
-        std_dev_strategy: redundancy.std_dev_strategy,
-        std_dev_limit_milli: redundancy.std_dev_limit_milli,
-        reschedule_first: redundancy.reschedule_first,
-        copies_per_task_max: redundancy.copies_per_task_max,
-    };
+    let message = redundancy_fields!(proto::RedundancyPolicy, redundancy);
     (message != proto::RedundancyPolicy::default()).then_some(message)
 }
 
@@ -910,18 +921,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         seed: m.seed,
         engine_tiers,
         greylist_affinity: m.greylist_affinity,
-        redundancy: RedundancyPolicy {
-            strategy_effective_percent: redundancy.strategy_effective_percent,
-            poll_period_ms: redundancy.poll_period_ms,
-            percent_completed_strategy: redundancy.percent_completed_strategy,
-            remaining_task_percent: redundancy.remaining_task_percent,
-            average_strategy: redundancy.average_strategy,
-            average_limit_milli: redundancy.average_limit_milli,
-            std_dev_strategy: redundancy.std_dev_strategy,
-            std_dev_limit_milli: redundancy.std_dev_limit_milli,
-            reschedule_first: redundancy.reschedule_first,
-            copies_per_task_max: redundancy.copies_per_task_max,
-        },
+        redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
     })
 }
 
