@@ -703,22 +703,10 @@ where
         match input {
             Input::Entries(read) => self.handle_entries(read).await?,
             Input::Delivered(outcome) => {
-                let outcome = outcome.unwrap_or_else(|err| {
-                    (
-                        Vec::new(),
-                        Err(self.task_ended(self.sink.location(), "delivery", err)),
-                    )
-                });
-                self.delivered(outcome);
+                self.delivery_ended(outcome);
                 self.deliver().await;
             }
-            Input::SnapshotWritten(outcome) => match outcome {
-                Ok(outcome) => self.snapshot_written(outcome),
-                Err(err) => {
-                    tracing::warn!("writing a snapshot: the task ended: {err}");
-                    self.snapshot_taken_seq = self.status.snapshot_seq;
-                }
-            },
+            Input::SnapshotWritten(outcome) => self.snapshot_ended(outcome),
             Input::Published(outcome) => {
                 let outcome = outcome.unwrap_or_else(|err| {
                     (
@@ -882,13 +870,8 @@ where
             if self.outbox.len() < OUTBOX_WAIT_AT {
                 return;
             }
-            let outcome = task_done(&mut self.sending).await.unwrap_or_else(|err| {
-                (
-                    Vec::new(),
-                    Err(self.task_ended(self.sink.location(), "delivery", err)),
-                )
-            });
-            self.delivered(outcome);
+            let outcome = task_done(&mut self.sending).await;
+            self.delivery_ended(outcome);
             if !self.is_leader() || self.outbox.is_empty() {
                 return;
             }
@@ -907,6 +890,18 @@ where
             url,
             detail: format!("the {what} task ended: {err}"),
         }
+    }
+
+    /// Takes the answer of the task that sent deliveries; one that ended without
+    /// answering counts as a failed send.
+    fn delivery_ended(&mut self, outcome: Result<DeliveryOutcome, JoinError>) {
+        let outcome = outcome.unwrap_or_else(|err| {
+            (
+                Vec::new(),
+                Err(self.task_ended(self.sink.location(), "delivery", err)),
+            )
+        });
+        self.delivered(outcome);
     }
 
     /// Takes the sink's answer: on failure the deliveries go back to the front of the
@@ -1286,16 +1281,22 @@ where
         }
     }
 
+    /// Takes the answer of the task that wrote a snapshot, or that it ended without one.
+    fn snapshot_ended(&mut self, outcome: Result<SnapshotOutcome, JoinError>) {
+        match outcome {
+            Ok(outcome) => self.snapshot_written(outcome),
+            Err(err) => {
+                tracing::warn!("writing a snapshot: the task ended: {err}");
+                self.snapshot_taken_seq = self.status.snapshot_seq;
+            }
+        }
+    }
+
     /// Waits for the snapshot being written, if any.
     async fn snapshot_settled(&mut self) {
         if self.snapshot_writing.is_some() {
-            match task_done(&mut self.snapshot_writing).await {
-                Ok(outcome) => self.snapshot_written(outcome),
-                Err(err) => {
-                    tracing::warn!("writing a snapshot: the task ended: {err}");
-                    self.snapshot_taken_seq = self.status.snapshot_seq;
-                }
-            }
+            let outcome = task_done(&mut self.snapshot_writing).await;
+            self.snapshot_ended(outcome);
         }
     }
 

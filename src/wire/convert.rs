@@ -244,21 +244,32 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
     (message != proto::JobOptions::default()).then_some(message)
 }
 
+/// A `$ty` with every redundancy field of `$from`: the one field list both
+/// directions share (`RedundancyPolicy` and its protobuf message have the same
+/// fields, all plain numbers and flags). The literal names every field, so a field
+/// added to either type and not here fails to compile.
+macro_rules! redundancy_fields {
+    ($ty:path, $from:expr) => {{
+        let from = $from;
+        $ty {
+            strategy_effective_percent: from.strategy_effective_percent,
+            poll_period_ms: from.poll_period_ms,
+            percent_completed_strategy: from.percent_completed_strategy,
+            remaining_task_percent: from.remaining_task_percent,
+            average_strategy: from.average_strategy,
+            average_limit_milli: from.average_limit_milli,
+            std_dev_strategy: from.std_dev_strategy,
+            std_dev_limit_milli: from.std_dev_limit_milli,
+            reschedule_first: from.reschedule_first,
+            copies_per_task_max: from.copies_per_task_max,
+        }
+    }};
+}
+
 /// `None` when every field is zero, which is how an absent one decodes (see
 /// PolicySet in the schema): a policy from before redundancy encodes as it did.
 fn redundancy_to_proto(redundancy: &RedundancyPolicy) -> Option<proto::RedundancyPolicy> {
-    let message = proto::RedundancyPolicy {
-        strategy_effective_percent: redundancy.strategy_effective_percent,
-        poll_period_ms: redundancy.poll_period_ms,
-        percent_completed_strategy: redundancy.percent_completed_strategy,
-        remaining_task_percent: redundancy.remaining_task_percent,
-        average_strategy: redundancy.average_strategy,
-        average_limit_milli: redundancy.average_limit_milli,
-        std_dev_strategy: redundancy.std_dev_strategy,
-        std_dev_limit_milli: redundancy.std_dev_limit_milli,
-        reschedule_first: redundancy.reschedule_first,
-        copies_per_task_max: redundancy.copies_per_task_max,
-    };
+    let message = redundancy_fields!(proto::RedundancyPolicy, redundancy);
     (message != proto::RedundancyPolicy::default()).then_some(message)
 }
 
@@ -439,11 +450,7 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
-            reason: match reason {
-                CancelReason::JobCancelled => proto::CancelReason::JobCancelled,
-                CancelReason::RedundantCopy => proto::CancelReason::RedundantCopy,
-                CancelReason::Requeued => proto::CancelReason::Requeued,
-            } as i32,
+            reason: cancel_reason_to_proto(*reason) as i32,
         }),
         Order::EngineLost {
             engine,
@@ -461,22 +468,12 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
-            reason: match reason {
-                RequeueReason::DispatchTimeout => proto::RequeueReason::DispatchTimeout,
-            } as i32,
+            reason: requeue_reason_to_proto(*reason) as i32,
         }),
         Order::MarkUnschedulable { job, reason } => {
             P::MarkUnschedulable(proto::MarkUnschedulable {
                 job: job.to_string(),
-                reason: match reason {
-                    Unschedulable::NoEngineMatchesRequirements => {
-                        proto::Unschedulable::NoEngineMatchesRequirements
-                    }
-                    Unschedulable::NoEngineHasEnoughSlots => {
-                        proto::Unschedulable::NoEngineHasEnoughSlots
-                    }
-                    Unschedulable::LibraryNotPublished => proto::Unschedulable::LibraryNotPublished,
-                } as i32,
+                reason: unschedulable_to_proto(*reason) as i32,
             })
         }
         Order::SyncLibrary { engine, library } => P::SyncLibrary(proto::SyncLibrary {
@@ -499,12 +496,7 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             limit_ms,
         } => P::Reschedule(proto::Reschedule {
             task: task_ref_to_proto(task),
-            reason: match reason {
-                RescheduleReason::TaskMaxTime => proto::RescheduleReason::TaskMaxTime,
-                RescheduleReason::PercentCompleted => proto::RescheduleReason::PercentCompleted,
-                RescheduleReason::Average => proto::RescheduleReason::Average,
-                RescheduleReason::StdDev => proto::RescheduleReason::StdDev,
-            } as i32,
+            reason: reschedule_reason_to_proto(*reason) as i32,
             elapsed_ms: *elapsed_ms,
             limit_ms: *limit_ms,
         }),
@@ -521,15 +513,53 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
     proto::Order { kind: Some(kind) }
 }
 
-fn failure_kind_to_proto(kind: FailureKind) -> proto::FailureKind {
-    match kind {
-        FailureKind::NonZeroExit => proto::FailureKind::NonZeroExit,
-        FailureKind::Signalled => proto::FailureKind::Signalled,
-        FailureKind::WallTimeExceeded => proto::FailureKind::WallTimeExceeded,
-        FailureKind::LaunchFailed => proto::FailureKind::LaunchFailed,
-        FailureKind::EngineShutdown => proto::FailureKind::EngineShutdown,
-    }
+/// Both directions of a core enum and the protobuf enum of the same variant names,
+/// from one list: `$to` is total; `$from` refuses numbers this version does not know
+/// and `Unspecified`. Both matches are exhaustive, so a variant added to either
+/// enum and not listed here fails to compile.
+macro_rules! enum_both_ways {
+    ($to:ident, $from:ident: $core:ident <=> $proto:ident { $($variant:ident),+ $(,)? }) => {
+        fn $to(value: $core) -> proto::$proto {
+            match value {
+                $($core::$variant => proto::$proto::$variant,)+
+            }
+        }
+
+        fn $from(field: &str, value: i32) -> Result<$core, WireError> {
+            match known_enum::<proto::$proto>(field, value)? {
+                proto::$proto::Unspecified => Err(unspecified::<proto::$proto>(field)),
+                $(proto::$proto::$variant => Ok($core::$variant),)+
+            }
+        }
+    };
 }
+
+enum_both_ways!(failure_kind_to_proto, failure_kind: FailureKind <=> FailureKind {
+    NonZeroExit,
+    Signalled,
+    WallTimeExceeded,
+    LaunchFailed,
+    EngineShutdown,
+});
+enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelReason {
+    JobCancelled,
+    RedundantCopy,
+    Requeued,
+});
+enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> RequeueReason {
+    DispatchTimeout,
+});
+enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unschedulable {
+    NoEngineMatchesRequirements,
+    NoEngineHasEnoughSlots,
+    LibraryNotPublished,
+});
+enum_both_ways!(reschedule_reason_to_proto, reschedule_reason: RescheduleReason <=> RescheduleReason {
+    TaskMaxTime,
+    PercentCompleted,
+    Average,
+    StdDev,
+});
 
 // ---------------------------------------------------------------------------
 // Protobuf to core
@@ -860,14 +890,7 @@ fn task_completed(m: proto::TaskCompleted) -> Result<Event, WireError> {
 fn task_failed(m: proto::TaskFailed) -> Result<Event, WireError> {
     let task = task_ref(m.task)?;
     let engine = engine_id("engine", &m.engine)?;
-    let kind = match known_enum::<proto::FailureKind>("kind", m.kind)? {
-        proto::FailureKind::Unspecified => return Err(unspecified::<proto::FailureKind>("kind")),
-        proto::FailureKind::NonZeroExit => FailureKind::NonZeroExit,
-        proto::FailureKind::Signalled => FailureKind::Signalled,
-        proto::FailureKind::WallTimeExceeded => FailureKind::WallTimeExceeded,
-        proto::FailureKind::LaunchFailed => FailureKind::LaunchFailed,
-        proto::FailureKind::EngineShutdown => FailureKind::EngineShutdown,
-    };
+    let kind = failure_kind("kind", m.kind)?;
     Ok(Event::TaskFailed {
         task,
         attempt: m.attempt,
@@ -910,18 +933,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         seed: m.seed,
         engine_tiers,
         greylist_affinity: m.greylist_affinity,
-        redundancy: RedundancyPolicy {
-            strategy_effective_percent: redundancy.strategy_effective_percent,
-            poll_period_ms: redundancy.poll_period_ms,
-            percent_completed_strategy: redundancy.percent_completed_strategy,
-            remaining_task_percent: redundancy.remaining_task_percent,
-            average_strategy: redundancy.average_strategy,
-            average_limit_milli: redundancy.average_limit_milli,
-            std_dev_strategy: redundancy.std_dev_strategy,
-            std_dev_limit_milli: redundancy.std_dev_limit_milli,
-            reschedule_first: redundancy.reschedule_first,
-            copies_per_task_max: redundancy.copies_per_task_max,
-        },
+        redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
     })
 }
 
@@ -1038,14 +1050,7 @@ fn dispatch(m: proto::Dispatch) -> Result<Order, WireError> {
 fn cancel(m: proto::Cancel) -> Result<Order, WireError> {
     let task = task_ref(m.task)?;
     let engine = engine_id("engine", &m.engine)?;
-    let reason = match known_enum::<proto::CancelReason>("reason", m.reason)? {
-        proto::CancelReason::Unspecified => {
-            return Err(unspecified::<proto::CancelReason>("reason"));
-        }
-        proto::CancelReason::JobCancelled => CancelReason::JobCancelled,
-        proto::CancelReason::RedundantCopy => CancelReason::RedundantCopy,
-        proto::CancelReason::Requeued => CancelReason::Requeued,
-    };
+    let reason = cancel_reason("reason", m.reason)?;
     Ok(Order::Cancel {
         task,
         attempt: m.attempt,
@@ -1056,12 +1061,7 @@ fn cancel(m: proto::Cancel) -> Result<Order, WireError> {
 
 fn requeue(m: proto::Requeue) -> Result<Order, WireError> {
     let task = task_ref(m.task)?;
-    let reason = match known_enum::<proto::RequeueReason>("reason", m.reason)? {
-        proto::RequeueReason::Unspecified => {
-            return Err(unspecified::<proto::RequeueReason>("reason"));
-        }
-        proto::RequeueReason::DispatchTimeout => RequeueReason::DispatchTimeout,
-    };
+    let reason = requeue_reason("reason", m.reason)?;
     Ok(Order::Requeue {
         task,
         attempt: m.attempt,
@@ -1072,16 +1072,7 @@ fn requeue(m: proto::Requeue) -> Result<Order, WireError> {
 
 fn mark_unschedulable(m: proto::MarkUnschedulable) -> Result<Order, WireError> {
     let job = job_id("job", &m.job)?;
-    let reason = match known_enum::<proto::Unschedulable>("reason", m.reason)? {
-        proto::Unschedulable::Unspecified => {
-            return Err(unspecified::<proto::Unschedulable>("reason"));
-        }
-        proto::Unschedulable::NoEngineMatchesRequirements => {
-            Unschedulable::NoEngineMatchesRequirements
-        }
-        proto::Unschedulable::NoEngineHasEnoughSlots => Unschedulable::NoEngineHasEnoughSlots,
-        proto::Unschedulable::LibraryNotPublished => Unschedulable::LibraryNotPublished,
-    };
+    let reason = unschedulable("reason", m.reason)?;
     Ok(Order::MarkUnschedulable { job, reason })
 }
 
@@ -1100,15 +1091,7 @@ fn blacklist(m: proto::Blacklist) -> Result<Order, WireError> {
 
 fn reschedule(m: proto::Reschedule) -> Result<Order, WireError> {
     let task = task_ref(m.task)?;
-    let reason = match known_enum::<proto::RescheduleReason>("reason", m.reason)? {
-        proto::RescheduleReason::Unspecified => {
-            return Err(unspecified::<proto::RescheduleReason>("reason"));
-        }
-        proto::RescheduleReason::TaskMaxTime => RescheduleReason::TaskMaxTime,
-        proto::RescheduleReason::PercentCompleted => RescheduleReason::PercentCompleted,
-        proto::RescheduleReason::Average => RescheduleReason::Average,
-        proto::RescheduleReason::StdDev => RescheduleReason::StdDev,
-    };
+    let reason = reschedule_reason("reason", m.reason)?;
     Ok(Order::Reschedule {
         task,
         reason,

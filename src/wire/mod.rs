@@ -39,6 +39,7 @@ pub use subject::{
 
 use crate::core::event::{Entry, Envelope, Origin, Payload};
 use crate::core::ids::Seq;
+use subject::engine_token;
 
 /// The types generated from `schemas/gridfold/v1/events.proto` (package `gridfold.v1`).
 /// Their serde derives give the JSON of history files; see [`json`].
@@ -64,20 +65,22 @@ pub fn decode(bytes: &[u8]) -> Result<Envelope, WireError> {
 /// decoded, and the canonical bytes to digest (the re-encoded envelope, or the
 /// raw bytes when they do not decode). Never fails and never panics.
 pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> Entry {
-    let mut origin = origin_of(subject);
-    let (payload, canonical) = match decode(bytes) {
+    let (origin, payload, canonical) = match decode(bytes) {
         Ok(envelope) => {
             let canonical = encode(&envelope);
             // The subject's engine and the payload's, when they are the same name,
-            // become one shared id: the fold compares them by pointer.
-            if let (Origin::Engine(subject_engine), Some(payload_engine)) = (&origin, envelope.event.reporting_engine())
-                && subject_engine == payload_engine
-            {
-                origin = Origin::Engine(payload_engine.clone());
-            }
-            (Payload::Event(envelope), canonical)
+            // become one shared id (the fold compares them by pointer): the payload's,
+            // so that the subject's need not be made at all.
+            let origin = match envelope.event.reporting_engine() {
+                Some(engine) if engine_token(subject) == Some(engine.as_str()) => {
+                    Origin::Engine(engine.clone())
+                }
+                _ => origin_of(subject),
+            };
+            (origin, Payload::Event(envelope), canonical)
         }
         Err(error) => (
+            origin_of(subject),
             Payload::Undecodable {
                 detail: error.to_string(),
             },

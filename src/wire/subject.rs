@@ -51,13 +51,20 @@ pub fn origin_of(subject: &str) -> Origin {
     match subject {
         ORDERS_SUBJECT => Origin::Projector,
         TICK_SUBJECT => Origin::Ticker,
-        _ => subject
-            .strip_prefix(ENGINE_SUBJECT_PREFIX)
-            .and_then(|rest| rest.split_once('.'))
-            .filter(|(_, kind)| !kind.is_empty())
-            .and_then(|(engine, _)| EngineId::new(engine).ok())
+        _ => engine_token(subject)
+            .and_then(|engine| EngineId::new(engine).ok())
             .map_or(Origin::Client, Origin::Engine),
     }
+}
+
+/// The `<engine>` of `gridfold.ev.engine.<engine>.<more>` (`<more>` not empty), not
+/// yet checked to be a valid engine id; `None` for every other subject.
+pub(super) fn engine_token(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix(ENGINE_SUBJECT_PREFIX)
+        .and_then(|rest| rest.split_once('.'))
+        .filter(|(_, kind)| !kind.is_empty())
+        .map(|(engine, _)| engine)
 }
 
 #[cfg(test)]

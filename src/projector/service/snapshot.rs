@@ -223,11 +223,8 @@ impl SnapshotStore {
         last_entry: EntryFingerprint,
         recent: impl Iterator<Item = (u64, &Delivery)>,
     ) -> Result<usize, SnapshotStoreError> {
-        let record = encode_record(state, last_orders_seq, last_entry, recent);
-        let bytes = record.len();
-        self.write_raw(&record)?;
-        self.db.flush_async().await.map_err(|e| self.error(e))?;
-        Ok(bytes)
+        // `write_record` flushes to disk before it returns.
+        self.write_record(&encode_record(state, last_orders_seq, last_entry, recent))
     }
 
     /// The record of a snapshot, from deliveries encoded beforehand: what [`save`]
@@ -242,7 +239,27 @@ impl SnapshotStore {
         last_entry: EntryFingerprint,
         recent: impl Iterator<Item = &'a EncodedDelivery>,
     ) -> Vec<u8> {
-        encode_record_from(state, last_orders_seq, last_entry, recent)
+        let body = BodyRef {
+            last_seq: state.last_seq.0,
+            chain: state.chain.0,
+            last_orders_seq,
+            last_entry,
+            state: state.to_snapshot(),
+            recent: recent
+                .map(|encoded| StoredDeliveryRef {
+                    time_ms: encoded.time_ms,
+                    engine: encoded.engine.as_str(),
+                    bytes: &encoded.bytes,
+                })
+                .collect(),
+        };
+        let body = postcard::to_stdvec(&body).expect("the snapshot body always serialises");
+        let mut record = Vec::with_capacity(HEADER_BYTES + body.len());
+        record.extend_from_slice(MAGIC);
+        record.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_be_bytes());
+        record.extend_from_slice(blake3::hash(&body).as_bytes());
+        record.extend_from_slice(&body);
+        record
     }
 
     /// Replaces the stored record with `record` and flushes it to disk (blocking IO).
@@ -279,36 +296,7 @@ fn encode_record<'a>(
     let encoded: Vec<EncodedDelivery> = recent
         .map(|(time_ms, delivery)| EncodedDelivery::new(time_ms, delivery))
         .collect();
-    encode_record_from(state, last_orders_seq, last_entry, encoded.iter())
-}
-
-fn encode_record_from<'a>(
-    state: &State,
-    last_orders_seq: u64,
-    last_entry: EntryFingerprint,
-    recent: impl Iterator<Item = &'a EncodedDelivery>,
-) -> Vec<u8> {
-    let body = BodyRef {
-        last_seq: state.last_seq.0,
-        chain: state.chain.0,
-        last_orders_seq,
-        last_entry,
-        state: state.to_snapshot(),
-        recent: recent
-            .map(|encoded| StoredDeliveryRef {
-                time_ms: encoded.time_ms,
-                engine: encoded.engine.as_str(),
-                bytes: &encoded.bytes,
-            })
-            .collect(),
-    };
-    let body = postcard::to_stdvec(&body).expect("the snapshot body always serialises");
-    let mut record = Vec::with_capacity(HEADER_BYTES + body.len());
-    record.extend_from_slice(MAGIC);
-    record.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_be_bytes());
-    record.extend_from_slice(blake3::hash(&body).as_bytes());
-    record.extend_from_slice(&body);
-    record
+    SnapshotStore::encode_record(state, last_orders_seq, last_entry, encoded.iter())
 }
 
 /// The snapshot a record holds, or why it cannot be used.
