@@ -94,6 +94,9 @@ pub const PASSED_OVER_PER_JOB_MAX: u32 = 10_000;
 /// of a candidate, least first; the position stands for the engine id.
 type Rank = (u32, i64, u64, u32);
 
+/// Candidates ranked, least rank first.
+type RankQueue = BinaryHeap<Reverse<Rank>>;
+
 /// How one pick chooses: which engines it may not use, and the score of each
 /// (absent parts score 0).
 struct PickRules<'a> {
@@ -121,11 +124,11 @@ struct Candidates<'s> {
     /// Per category, the candidates eligible for it with room for one of its
     /// tasks, least rank first; built when the category is first examined. An
     /// entry's load may be out of date (lower than the engine's now).
-    queues: Vec<Option<BinaryHeap<Reverse<Rank>>>>,
+    queues: Vec<Option<RankQueue>>,
     /// The same for the (job, category) being served when the job scores
     /// engines: ranked with its score, built when the job is reached, dropped
     /// when the run moves on.
-    job_queue: Option<((JobIdx, CategoryIdx), BinaryHeap<Reverse<Rank>>)>,
+    job_queue: Option<((JobIdx, CategoryIdx), RankQueue)>,
 }
 
 impl<'s> Candidates<'s> {
@@ -186,7 +189,7 @@ impl<'s> Candidates<'s> {
     }
 
     /// The eligible candidates with room, ranked with `score`.
-    fn ranked(&self, category: &Category, score: impl Fn(EngineIdx) -> i64) -> BinaryHeap<Reverse<Rank>> {
+    fn ranked(&self, category: &Category, score: impl Fn(EngineIdx) -> i64) -> RankQueue {
         let slots = category.slots_per_task;
         let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
         for (at, candidate) in self.by_id.iter().enumerate() {
@@ -244,7 +247,7 @@ impl<'s> Candidates<'s> {
 /// load has risen are re-filed (loads only rise, so the first up-to-date entry is
 /// the true best); excluded ones are put back afterwards, for other picks.
 fn pop_best(
-    queue: &mut BinaryHeap<Reverse<Rank>>,
+    queue: &mut RankQueue,
     by_id: &[Candidate],
     state: &State,
     slots: u32,
