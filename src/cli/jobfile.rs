@@ -457,10 +457,12 @@ pub(crate) fn conditions_by_index(by_task: ConditionsByTask) -> BTreeMap<u32, Ta
 pub(crate) struct ConditionReader<'a> {
     pub job: &'a JobId,
     pub n_tasks: u32,
-    /// Checks a dependency (written at the value, named `what`) on a task of
-    /// another job: the job file takes any, a scenario only its earlier jobs'.
-    pub other_job_task: &'a dyn Fn(&str, &Spanned<String>, &TaskRef) -> Result<(), ValueProblem>,
+    pub other_job_task: &'a OtherJobTask<'a>,
 }
+
+/// Checks a dependency (written at the value, named `what`) on a task of
+/// another job: the job file takes any, a scenario only its earlier jobs'.
+pub(crate) type OtherJobTask<'a> = dyn Fn(&str, &Spanned<String>, &TaskRef) -> Result<(), ValueProblem> + 'a;
 
 impl ConditionReader<'_> {
     /// A `[[condition]]` entry, named `what`, spanning `entry_span`: its
