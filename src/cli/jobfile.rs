@@ -19,7 +19,7 @@
 //! other one on.
 
 use std::collections::BTreeMap;
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -117,6 +117,18 @@ struct TaskTable {
     depends_on: Vec<Spanned<String>>,
 }
 
+impl TaskTable {
+    fn keys(&self) -> ConditionKeys<'_> {
+        ConditionKeys {
+            discriminator: &self.discriminator,
+            affinity: &self.affinity,
+            task_affinity: &self.task_affinity,
+            queue_jump: self.queue_jump,
+            depends_on: &self.depends_on,
+        }
+    }
+}
+
 /// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included). The
 /// simulator's scenarios write conditions the same way.
 #[derive(Debug, Deserialize)]
@@ -161,9 +173,10 @@ struct LibraryTable {
     version: Spanned<String>,
 }
 
+/// `{ when = '...', weight = N }`, in the job file and in the simulator's scenarios.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PreferenceTable {
+pub(crate) struct PreferenceTable {
     when: Spanned<String>,
     weight: i32,
 }
@@ -215,43 +228,67 @@ impl FileText<'_> {
         toml::from_str(self.text).map_err(|e| self.error(e.span().map_or(0, |span| span.start), e.message()))
     }
 
-    /// Checks a requirements-language expression given as a TOML string; an
-    /// error names `what` and points a caret at the byte, on the line it is on.
-    fn expression(&self, what: &str, source: &Spanned<String>) -> Result<(), JobFileError> {
-        let value = source.get_ref();
-        expr::parse(value).map_err(|e| {
-            let line_in_string = value[..e.position.min(value.len())].matches('\n').count();
-            let start = string_start(self.text, source.span().start);
-            JobFileError {
-                path: self.path.to_string(),
-                line: line_of(self.text, start) + line_in_string,
-                message: format!("{what} {}", e.render(value).trim_end()),
+    /// The error for a problem with one of the file's values: an expression
+    /// error points a caret at the byte, on the line it is on.
+    fn problem(&self, problem: ValueProblem) -> JobFileError {
+        match problem {
+            ValueProblem::At(span, message) => self.error(span.start, message),
+            ValueProblem::Expression { what, source, error } => {
+                let value = source.get_ref();
+                let line_in_string = value[..error.position.min(value.len())].matches('\n').count();
+                let start = string_start(self.text, source.span().start);
+                JobFileError {
+                    path: self.path.to_string(),
+                    line: line_of(self.text, start) + line_in_string,
+                    message: format!("{what} {}", error.render(value).trim_end()),
+                }
             }
-        })?;
-        Ok(())
-    }
-
-    /// Refuses a list longer than [`LIST_ENTRIES_MAX`], at its last entry.
-    fn bounded<T>(&self, what: &str, list: &[Spanned<T>]) -> Result<(), JobFileError> {
-        match list.last() {
-            Some(last) if list.len() > LIST_ENTRIES_MAX => {
-                Err(self.at(last, format!("{what}: {} entries, more than {LIST_ENTRIES_MAX}", list.len())))
-            }
-            _ => Ok(()),
         }
     }
+}
 
-    fn preferences(&self, what: &str, list: &[Spanned<PreferenceTable>]) -> Result<Vec<Preference>, JobFileError> {
-        self.bounded(what, list)?;
-        list.iter()
-            .enumerate()
-            .map(|(pref_idx, preference)| {
-                let preference = preference.get_ref();
-                self.expression(&format!("{what}[{pref_idx}].when"), &preference.when)?;
-                Ok(Preference { when: preference.when.get_ref().clone(), weight: preference.weight })
-            })
-            .collect()
+/// What is wrong with a value of a TOML file, at its span. The job file and the
+/// simulator's scenarios read conditions and job options with the same code, and
+/// each turns the problem into its own `file:line: message`.
+#[derive(Debug)]
+pub(crate) enum ValueProblem {
+    At(Range<usize>, String),
+    /// A requirements-language expression that does not parse; `what` names it.
+    Expression { what: String, source: Spanned<String>, error: expr::ExprError },
+}
+
+fn problem_at<T>(value: &Spanned<T>, message: impl Into<String>) -> ValueProblem {
+    ValueProblem::At(value.span(), message.into())
+}
+
+/// Checks a requirements-language expression given as a TOML string, named `what`.
+pub(crate) fn expression(what: &str, source: &Spanned<String>) -> Result<String, ValueProblem> {
+    match expr::parse(source.get_ref()) {
+        Ok(_) => Ok(source.get_ref().clone()),
+        Err(error) => Err(ValueProblem::Expression { what: what.to_string(), source: source.clone(), error }),
     }
+}
+
+/// Refuses a list longer than [`LIST_ENTRIES_MAX`], at its last entry.
+pub(crate) fn bounded<T>(what: &str, list: &[Spanned<T>]) -> Result<(), ValueProblem> {
+    match list.last() {
+        Some(last) if list.len() > LIST_ENTRIES_MAX => {
+            Err(problem_at(last, format!("{what}: {} entries, more than {LIST_ENTRIES_MAX}", list.len())))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn preferences(what: &str, list: &[Spanned<PreferenceTable>]) -> Result<Vec<Preference>, ValueProblem> {
+    bounded(what, list)?;
+    list.iter()
+        .enumerate()
+        .map(|(pref_idx, preference)| {
+            let preference = preference.get_ref();
+            let when = expression(&format!("{what}[{pref_idx}].when"), &preference.when)?;
+            Ok(Preference { when, weight: preference.weight })
+        })
+        .collect()
 }
 
 /// Where the text of the TOML string whose value starts at `value_start` begins:
@@ -286,10 +323,7 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         None => generated_job_id(),
     };
     let requirements = match &file.requirements {
-        Some(source) => {
-            file_text.expression("requirements", source)?;
-            source.get_ref().clone()
-        }
+        Some(source) => expression("requirements", source).map_err(|p| file_text.problem(p))?,
         None => String::new(),
     };
     if *file.max_attempts.get_ref() == 0 {
@@ -307,9 +341,8 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         TaskSet::Count(n) => *n,
         TaskSet::List(list) => list.len() as u32,
     };
-    let reader = ConditionReader { file_text, job: &id, n_tasks };
-    let task_conditions = reader.task_conditions(&file)?;
-    let options = job_options(file_text, &file, &id, &task_conditions)?;
+    let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
+    let (options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
     Ok(JobSpec {
         id,
         owner: file.owner.unwrap_or_else(|| owner_default.to_string()),
@@ -366,86 +399,129 @@ fn task_set(file_text: FileText<'_>, file: &JobFile) -> Result<TaskSet, JobFileE
     }
 }
 
-/// Reads the conditions of `[[task_list]]` and `[[condition]]` entries of one job.
-struct ConditionReader<'a> {
-    file_text: FileText<'a>,
-    job: &'a JobId,
+/// Conditions by task index, from `[[task_list]]` and `[[condition]]` entries;
+/// a task's come from one.
+fn task_conditions(
+    file_text: FileText<'_>,
+    file: &JobFile,
+    job: &JobId,
     n_tasks: u32,
+) -> Result<BTreeMap<u32, TaskConditions>, JobFileError> {
+    let reader = ConditionReader { job, n_tasks, other_job_task: &|_, _, _| Ok(()) };
+    let problem = |problem| file_text.problem(problem);
+    let mut by_task = ConditionsByTask::new();
+    let entries = file.task_list.as_ref().map(|list| list.get_ref().as_slice()).unwrap_or_default();
+    for (task_idx, entry) in entries.iter().enumerate() {
+        let what = format!("task_list[{task_idx}]");
+        let task_idx = task_idx as u32;
+        let conditions = reader.conditions(&what, &entry.get_ref().keys(), task_idx).map_err(problem)?;
+        if !conditions.is_empty() {
+            by_task.insert(task_idx, (conditions, what));
+        }
+    }
+    for (cond_idx, entry) in file.condition.iter().enumerate() {
+        let what = format!("condition[{cond_idx}]");
+        let table = entry.get_ref();
+        if let Some(params) = &table.params {
+            return Err(file_text.at(
+                params,
+                format!("{what}: `params` belongs in [[task_list]]; a [[condition]] gives conditions only"),
+            ));
+        }
+        reader.range_entry(&mut by_task, what, entry.span(), &table.tasks, &table.keys()).map_err(problem)?;
+    }
+    if by_task.len() > CONDITIONED_TASKS_MAX {
+        let message = format!("{} tasks with conditions, more than {CONDITIONED_TASKS_MAX}", by_task.len());
+        return Err(file_text.error(file.task_list.as_ref().map_or(0, |list| list.span().start), message));
+    }
+    Ok(conditions_by_index(by_task))
 }
 
+/// The condition keys of one entry, as the job file and the simulator's scenarios write them.
+pub(crate) struct ConditionKeys<'a> {
+    pub discriminator: &'a Option<Spanned<String>>,
+    pub affinity: &'a [Spanned<PreferenceTable>],
+    pub task_affinity: &'a [Spanned<u32>],
+    pub queue_jump: bool,
+    pub depends_on: &'a [Spanned<String>],
+}
+
+/// Conditions by task index, each with the entry that gave them.
+pub(crate) type ConditionsByTask = BTreeMap<u32, (TaskConditions, String)>;
+
+pub(crate) fn conditions_by_index(by_task: ConditionsByTask) -> BTreeMap<u32, TaskConditions> {
+    by_task.into_iter().map(|(task_idx, (conditions, _))| (task_idx, conditions)).collect()
+}
+
+/// Reads the conditions of the entries of one job.
+pub(crate) struct ConditionReader<'a> {
+    pub job: &'a JobId,
+    pub n_tasks: u32,
+    pub other_job_task: &'a OtherJobTask<'a>,
+}
+
+/// Checks a dependency (written at the value, named `what`) on a task of
+/// another job: the job file takes any, a scenario only its earlier jobs'.
+pub(crate) type OtherJobTask<'a> = dyn Fn(&str, &Spanned<String>, &TaskRef) -> Result<(), ValueProblem> + 'a;
+
 impl ConditionReader<'_> {
-    /// Conditions by task index, from both places; a task's come from one.
-    fn task_conditions(&self, file: &JobFile) -> Result<BTreeMap<u32, TaskConditions>, JobFileError> {
-        let mut by_task: BTreeMap<u32, (TaskConditions, String)> = BTreeMap::new();
-        let entries = file.task_list.as_ref().map(|list| list.get_ref().as_slice()).unwrap_or_default();
-        for (task_idx, entry) in entries.iter().enumerate() {
-            let what = format!("task_list[{task_idx}]");
-            let task_idx = task_idx as u32;
-            let conditions = self.conditions(&what, entry.get_ref(), task_idx)?;
-            if !conditions.is_empty() {
-                by_task.insert(task_idx, (conditions, what));
-            }
+    /// A `[[condition]]` entry, named `what`, spanning `entry_span`: its
+    /// conditions go to the tasks of its range, which have none yet.
+    pub(crate) fn range_entry(
+        &self,
+        by_task: &mut ConditionsByTask,
+        what: String,
+        entry_span: Range<usize>,
+        tasks: &Option<Spanned<TaskRange>>,
+        keys: &ConditionKeys<'_>,
+    ) -> Result<(), ValueProblem> {
+        let Some(range_value) = tasks else {
+            return Err(ValueProblem::At(entry_span, format!("{what}: say which tasks, e.g. tasks = \"0-9\"")));
+        };
+        let range = self.task_range(&what, range_value)?;
+        let conditions = self.conditions(&what, keys, *range.start())?;
+        if conditions.is_empty() {
+            return Err(ValueProblem::At(entry_span, format!("{what} sets no condition")));
         }
-        for (cond_idx, entry) in file.condition.iter().enumerate() {
-            let what = format!("condition[{cond_idx}]");
-            let table = entry.get_ref();
-            if let Some(params) = &table.params {
-                return Err(self.file_text.at(
-                    params,
-                    format!("{what}: `params` belongs in [[task_list]]; a [[condition]] gives conditions only"),
-                ));
-            }
-            let Some(range_value) = &table.tasks else {
-                return Err(self.file_text.at(entry, format!("{what}: say which tasks, e.g. tasks = \"0-9\"")));
-            };
-            let range = self.task_range(&what, range_value)?;
-            let conditions = self.conditions(&what, table, *range.start())?;
-            if conditions.is_empty() {
-                return Err(self.file_text.at(entry, format!("{what} sets no condition")));
-            }
-            if let Some((task_idx, (_, earlier))) = by_task.range(range.clone()).next() {
-                return Err(self.file_text.at(
-                    range_value,
-                    format!("{what}: task {task_idx} already has conditions from {earlier}; give a task's conditions in one place"),
-                ));
-            }
-            let n_conditioned = by_task.len() + (range.end() - range.start()) as usize + 1;
-            if n_conditioned > CONDITIONED_TASKS_MAX {
-                return Err(self.file_text.at(
-                    range_value,
-                    format!("{what}: {n_conditioned} tasks with conditions, more than {CONDITIONED_TASKS_MAX}"),
-                ));
-            }
-            for task_idx in range {
-                by_task.insert(task_idx, (conditions.clone(), what.clone()));
-            }
+        if let Some((task_idx, (_, earlier))) = by_task.range(range.clone()).next() {
+            return Err(problem_at(
+                range_value,
+                format!("{what}: task {task_idx} already has conditions from {earlier}; give a task's conditions in one place"),
+            ));
         }
-        if by_task.len() > CONDITIONED_TASKS_MAX {
-            let message = format!("{} tasks with conditions, more than {CONDITIONED_TASKS_MAX}", by_task.len());
-            return Err(self.file_text.error(file.task_list.as_ref().map_or(0, |list| list.span().start), message));
+        let n_conditioned = by_task.len() + (range.end() - range.start()) as usize + 1;
+        if n_conditioned > CONDITIONED_TASKS_MAX {
+            return Err(problem_at(
+                range_value,
+                format!("{what}: {n_conditioned} tasks with conditions, more than {CONDITIONED_TASKS_MAX}"),
+            ));
         }
-        Ok(by_task.into_iter().map(|(task_idx, (conditions, _))| (task_idx, conditions)).collect())
+        for task_idx in range {
+            by_task.insert(task_idx, (conditions.clone(), what.clone()));
+        }
+        Ok(())
     }
 
     /// `3`, `"3"` or `"0-9"`, within the job's tasks.
-    fn task_range(&self, what: &str, value: &Spanned<TaskRange>) -> Result<RangeInclusive<u32>, JobFileError> {
-        value.get_ref().resolve(self.n_tasks).map_err(|detail| self.file_text.at(value, format!("{what}: tasks {detail}")))
+    fn task_range(&self, what: &str, value: &Spanned<TaskRange>) -> Result<RangeInclusive<u32>, ValueProblem> {
+        value.get_ref().resolve(self.n_tasks).map_err(|detail| problem_at(value, format!("{what}: tasks {detail}")))
     }
 
     /// The conditions of one entry, applied from task `first_task_idx` on:
     /// `task_affinity` and same-job `depends_on` must name tasks before it.
-    fn conditions(&self, what: &str, table: &TaskTable, first_task_idx: u32) -> Result<TaskConditions, JobFileError> {
-        let file_text = self.file_text;
-        let discriminator = match &table.discriminator {
-            Some(source) => {
-                file_text.expression(&format!("{what}.discriminator"), source)?;
-                source.get_ref().clone()
-            }
+    pub(crate) fn conditions(
+        &self,
+        what: &str,
+        keys: &ConditionKeys<'_>,
+        first_task_idx: u32,
+    ) -> Result<TaskConditions, ValueProblem> {
+        let discriminator = match keys.discriminator {
+            Some(source) => expression(&format!("{what}.discriminator"), source)?,
             None => String::new(),
         };
-        let affinity = file_text.preferences(&format!("{what}.affinity"), &table.affinity)?;
-        file_text.bounded(&format!("{what}.task_affinity"), &table.task_affinity)?;
-        let task_affinity = table
+        let affinity = preferences(&format!("{what}.affinity"), keys.affinity)?;
+        bounded(&format!("{what}.task_affinity"), keys.task_affinity)?;
+        let task_affinity = keys
             .task_affinity
             .iter()
             .enumerate()
@@ -456,37 +532,39 @@ impl ConditionReader<'_> {
                         "{what}.task_affinity[{entry_idx}]: task {task_idx} is not before task {first_task_idx}; \
                          task affinity names earlier tasks of the job"
                     );
-                    return Err(file_text.at(earlier, message));
+                    return Err(problem_at(earlier, message));
                 }
                 Ok(task_idx)
             })
-            .collect::<Result<Vec<u32>, JobFileError>>()?;
-        file_text.bounded(&format!("{what}.depends_on"), &table.depends_on)?;
-        let depends_on = table
+            .collect::<Result<Vec<u32>, ValueProblem>>()?;
+        bounded(&format!("{what}.depends_on"), keys.depends_on)?;
+        let depends_on = keys
             .depends_on
             .iter()
             .enumerate()
             .map(|(entry_idx, dependency)| self.task_dependency(&format!("{what}.depends_on[{entry_idx}]"), dependency, first_task_idx))
-            .collect::<Result<Vec<TaskRef>, JobFileError>>()?;
-        Ok(TaskConditions { discriminator, affinity, task_affinity, queue_jump: table.queue_jump, depends_on })
+            .collect::<Result<Vec<TaskRef>, ValueProblem>>()?;
+        Ok(TaskConditions { discriminator, affinity, task_affinity, queue_jump: keys.queue_jump, depends_on })
     }
 
     /// `"3"` is task 3 of this job, which must come before `first_task_idx`;
     /// `"JOB/3"` is task 3 of job JOB (this one's own id counts as a bare index).
-    fn task_dependency(&self, what: &str, dependency: &Spanned<String>, first_task_idx: u32) -> Result<TaskRef, JobFileError> {
+    fn task_dependency(&self, what: &str, dependency: &Spanned<String>, first_task_idx: u32) -> Result<TaskRef, ValueProblem> {
         let text = dependency.get_ref();
         let task = match text.parse::<u32>() {
             Ok(task_idx) => TaskRef::new(self.job.clone(), task_idx),
             Err(_) => text.parse::<TaskRef>().map_err(|problem| {
-                self.file_text.at(dependency, format!("{what}: {problem} (or a bare index for a task of this job)"))
+                problem_at(dependency, format!("{what}: {problem} (or a bare index for a task of this job)"))
             })?,
         };
-        if task.job == *self.job && task.index >= first_task_idx {
+        if task.job != *self.job {
+            (self.other_job_task)(what, dependency, &task)?;
+        } else if task.index >= first_task_idx {
             let message = format!(
                 "{what}: task {} is not before task {first_task_idx}; a task depends only on earlier tasks of its job",
                 task.index
             );
-            return Err(self.file_text.at(dependency, message));
+            return Err(problem_at(dependency, message));
         }
         Ok(task)
     }
@@ -497,8 +575,8 @@ fn job_options(
     file_text: FileText<'_>,
     file: &JobFile,
     id: &JobId,
-    task_conditions: &BTreeMap<u32, TaskConditions>,
-) -> Result<JobOptions, JobFileError> {
+    task_conditions: BTreeMap<u32, TaskConditions>,
+) -> Result<(JobOptions, BTreeMap<u32, TaskConditions>), JobFileError> {
     let root_library = match &file.root_library {
         Some(table) => {
             let LibraryTable { name, version } = table.get_ref();
@@ -515,67 +593,115 @@ fn job_options(
         }
         None => None,
     };
-    let affinity = file_text.preferences("affinity", &file.affinity)?;
-    file_text.bounded("depends_on", &file.depends_on)?;
-    let depends_on_jobs = file
-        .depends_on
-        .iter()
-        .enumerate()
-        .map(|(entry_idx, job)| {
-            let what = format!("depends_on[{entry_idx}]");
-            let job_id = JobId::new(job.get_ref()).map_err(|problem| file_text.at(job, format!("{what}: {problem}")))?;
-            if job_id == *id {
-                return Err(file_text.at(job, format!("{what}: a job cannot depend on itself")));
-            }
-            Ok(job_id)
-        })
-        .collect::<Result<Vec<JobId>, JobFileError>>()?;
-    // An option that refines another is refused without it, rather than ignored.
-    let needs = |given_at: usize, option: &str, other_on: bool, other: &str| -> Result<(), JobFileError> {
-        if other_on { Ok(()) } else { Err(file_text.error(given_at, format!("{option} needs {other}"))) }
-    };
-    let any_dependency = !depends_on_jobs.is_empty() || task_conditions.values().any(|c| !c.depends_on.is_empty());
-    let is_on = |option: &Option<Spanned<bool>>| option.as_ref().is_some_and(|o| *o.get_ref());
-    if let Some(option) = file.fail_on_dependency_failure.as_ref().filter(|o| *o.get_ref()) {
-        let other = "something to depend on: `depends_on` of the job or of a task";
-        needs(option.span().start, "fail_on_dependency_failure", any_dependency, other)?;
-    }
-    if let Some(option) = file.cancel_redundant_on_first_result.as_ref().filter(|o| *o.get_ref()) {
-        let other = "redundant_rescheduling = true";
-        needs(option.span().start, "cancel_redundant_on_first_result", file.redundant_rescheduling, other)?;
-    }
-    if let Some(n) = &file.failures_before_blacklist {
-        needs(n.span().start, "failures_before_blacklist", file.engine_blacklisting, "engine_blacklisting = true")?;
-    }
-    if let Some(secs) = &file.task_max_time_secs {
-        needs(secs.span().start, "task_max_time_secs", file.redundant_rescheduling, "redundant_rescheduling = true")?;
-    }
-    let failures_before_blacklist = match &file.failures_before_blacklist {
-        Some(n) if *n.get_ref() == 0 => return Err(file_text.at(n, "failures_before_blacklist must be at least 1")),
-        Some(n) => *n.get_ref(),
-        None if file.engine_blacklisting => 1,
-        None => 0,
-    };
-    let task_max_time_ms = match &file.task_max_time_secs {
-        Some(secs) if *secs.get_ref() == 0 => {
-            return Err(file_text.at(secs, "task_max_time_secs must be at least 1 (leave it out for no limit)"));
-        }
-        Some(secs) => secs.get_ref().saturating_mul(1000),
-        None => 0,
-    };
-    Ok(JobOptions {
-        root_library,
-        affinity,
-        depends_on_jobs,
-        fail_on_dependency_failure: is_on(&file.fail_on_dependency_failure),
+    let keys = OptionKeys {
+        affinity: &file.affinity,
+        depends_on: &file.depends_on,
+        fail_on_dependency_failure: &file.fail_on_dependency_failure,
         continue_on_task_failure: file.continue_on_task_failure,
         engine_blacklisting: file.engine_blacklisting,
-        failures_before_blacklist,
+        failures_before_blacklist: &file.failures_before_blacklist,
         engine_greylisting: file.engine_greylisting,
         redundant_rescheduling: file.redundant_rescheduling,
-        task_max_time_ms,
-        cancel_redundant_on_first_result: is_on(&file.cancel_redundant_on_first_result),
-    })
+        task_max_time: ("task_max_time_secs", &file.task_max_time_secs, 1000),
+        cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
+    };
+    let depends_on_job = |what: &str, job: &Spanned<String>| {
+        let job_id = JobId::new(job.get_ref()).map_err(|problem| problem_at(job, format!("{what}: {problem}")))?;
+        if job_id == *id {
+            return Err(problem_at(job, format!("{what}: a job cannot depend on itself")));
+        }
+        Ok(job_id)
+    };
+    keys.read(root_library, depends_on_job, || Ok(task_conditions)).map_err(|p| file_text.problem(p))
+}
+
+/// The keys of a job's options as the job file and the simulator's scenarios
+/// write them, but for `root_library`, which each reads its own way.
+pub(crate) struct OptionKeys<'a> {
+    pub affinity: &'a [Spanned<PreferenceTable>],
+    pub depends_on: &'a [Spanned<String>],
+    pub fail_on_dependency_failure: &'a Option<Spanned<bool>>,
+    pub continue_on_task_failure: bool,
+    pub engine_blacklisting: bool,
+    pub failures_before_blacklist: &'a Option<Spanned<u32>>,
+    pub engine_greylisting: bool,
+    pub redundant_rescheduling: bool,
+    /// `task_max_time_secs` in a job file, `task_max_time_ms` in a scenario:
+    /// the key, its value and how many ms one unit is.
+    pub task_max_time: (&'static str, &'a Option<Spanned<u64>>, u64),
+    pub cancel_redundant_on_first_result: &'a Option<Spanned<bool>>,
+}
+
+impl OptionKeys<'_> {
+    /// The job's options, each checked against the others, and its tasks'
+    /// conditions. `root_library` is read already; `depends_on_job` checks one
+    /// entry of `depends_on` (named `what`); `task_conditions` reads the
+    /// conditions, after the job's own dependencies, before the options that
+    /// need a dependency.
+    pub(crate) fn read(
+        &self,
+        root_library: Option<LibraryRef>,
+        depends_on_job: impl Fn(&str, &Spanned<String>) -> Result<JobId, ValueProblem>,
+        task_conditions: impl FnOnce() -> Result<BTreeMap<u32, TaskConditions>, ValueProblem>,
+    ) -> Result<(JobOptions, BTreeMap<u32, TaskConditions>), ValueProblem> {
+        let affinity = preferences("affinity", self.affinity)?;
+        bounded("depends_on", self.depends_on)?;
+        let depends_on_jobs = self
+            .depends_on
+            .iter()
+            .enumerate()
+            .map(|(entry_idx, job)| depends_on_job(&format!("depends_on[{entry_idx}]"), job))
+            .collect::<Result<Vec<JobId>, ValueProblem>>()?;
+        let task_conditions = task_conditions()?;
+        // An option that refines another is refused without it, rather than ignored.
+        let needs = |span: Range<usize>, option: &str, other_on: bool, other: &str| -> Result<(), ValueProblem> {
+            if other_on { Ok(()) } else { Err(ValueProblem::At(span, format!("{option} needs {other}"))) }
+        };
+        let any_dependency = !depends_on_jobs.is_empty() || task_conditions.values().any(|c| !c.depends_on.is_empty());
+        let is_on = |option: &Option<Spanned<bool>>| option.as_ref().is_some_and(|o| *o.get_ref());
+        if let Some(option) = self.fail_on_dependency_failure.as_ref().filter(|o| *o.get_ref()) {
+            let other = "something to depend on: `depends_on` of the job or of a task";
+            needs(option.span(), "fail_on_dependency_failure", any_dependency, other)?;
+        }
+        if let Some(option) = self.cancel_redundant_on_first_result.as_ref().filter(|o| *o.get_ref()) {
+            let other = "redundant_rescheduling = true";
+            needs(option.span(), "cancel_redundant_on_first_result", self.redundant_rescheduling, other)?;
+        }
+        if let Some(n) = self.failures_before_blacklist {
+            needs(n.span(), "failures_before_blacklist", self.engine_blacklisting, "engine_blacklisting = true")?;
+        }
+        let (max_time_key, max_time, max_time_unit_ms) = self.task_max_time;
+        if let Some(time) = max_time {
+            needs(time.span(), max_time_key, self.redundant_rescheduling, "redundant_rescheduling = true")?;
+        }
+        let failures_before_blacklist = match self.failures_before_blacklist {
+            Some(n) if *n.get_ref() == 0 => return Err(problem_at(n, "failures_before_blacklist must be at least 1")),
+            Some(n) => *n.get_ref(),
+            None if self.engine_blacklisting => 1,
+            None => 0,
+        };
+        let task_max_time_ms = match max_time {
+            Some(time) if *time.get_ref() == 0 => {
+                return Err(problem_at(time, format!("{max_time_key} must be at least 1 (leave it out for no limit)")));
+            }
+            Some(time) => time.get_ref().saturating_mul(max_time_unit_ms),
+            None => 0,
+        };
+        let options = JobOptions {
+            root_library,
+            affinity,
+            depends_on_jobs,
+            fail_on_dependency_failure: is_on(self.fail_on_dependency_failure),
+            continue_on_task_failure: self.continue_on_task_failure,
+            engine_blacklisting: self.engine_blacklisting,
+            failures_before_blacklist,
+            engine_greylisting: self.engine_greylisting,
+            redundant_rescheduling: self.redundant_rescheduling,
+            task_max_time_ms,
+            cancel_redundant_on_first_result: is_on(self.cancel_redundant_on_first_result),
+        };
+        Ok((options, task_conditions))
+    }
 }
 
 /// `job-` and 12 hex digits of a random UUID: unique enough, short enough to type.

@@ -21,6 +21,7 @@ use toml::Spanned;
 use crate::core::event::{
     EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX,
 };
+use crate::cli::jobfile::OptionKeys;
 use crate::core::ids::{EngineId, JobId};
 
 use super::gridserver::{self, RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
@@ -516,16 +517,18 @@ impl RawJob {
     fn options(&self) -> RawJobOptions<'_> {
         RawJobOptions {
             root_library: &self.root_library,
-            affinity: &self.affinity,
-            depends_on: &self.depends_on,
-            fail_on_dependency_failure: &self.fail_on_dependency_failure,
-            continue_on_task_failure: self.continue_on_task_failure,
-            engine_blacklisting: self.engine_blacklisting,
-            failures_before_blacklist: &self.failures_before_blacklist,
-            engine_greylisting: self.engine_greylisting,
-            redundant_rescheduling: self.redundant_rescheduling,
-            task_max_time_ms: &self.task_max_time_ms,
-            cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
+            keys: OptionKeys {
+                affinity: &self.affinity,
+                depends_on: &self.depends_on,
+                fail_on_dependency_failure: &self.fail_on_dependency_failure,
+                continue_on_task_failure: self.continue_on_task_failure,
+                engine_blacklisting: self.engine_blacklisting,
+                failures_before_blacklist: &self.failures_before_blacklist,
+                engine_greylisting: self.engine_greylisting,
+                redundant_rescheduling: self.redundant_rescheduling,
+                task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
+                cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
+            },
             condition: &self.condition,
         }
     }
@@ -673,12 +676,7 @@ impl RawScenario {
             let duration_ms = require(&raw.duration_ms, |d| d >= 1, || "duration_ms must be at least 1".into())?;
             let requirements = match &raw.requirements {
                 None => String::new(),
-                Some(text) => {
-                    crate::core::expr::parse(text.get_ref()).map_err(|e| {
-                        (text.span(), format!("requirements {:?}, at byte {}: {}", text.get_ref(), e.position, e.message))
-                    })?;
-                    text.get_ref().clone()
-                }
+                Some(text) => gridserver::expression("requirements", text)?,
             };
             let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
             ids.insert(id.clone(), tasks);
