@@ -51,12 +51,17 @@ const N_JOBS: usize = 1_000;
 const TASKS_PER_JOB: u32 = 1_000;
 const N_COMPLETIONS: usize = 5_000;
 
-/// The canonical bytes the digest chains over: the protobuf a broker would
-/// hold, as `wire` encodes it (so the fold hashes what it hashes in production).
-fn canonical(entry: &Entry) -> Vec<u8> {
-    match &entry.payload {
-        Payload::Event(envelope) => gridfold::wire::encode(envelope),
-        Payload::Undecodable { .. } => entry.canonical.clone(),
+/// Makes the entry what a broker would hold: the protobuf `wire` encodes, on the
+/// subject the event is published on, batches sealed (with the test projector key
+/// the log builder registers), so the fold hashes and checks what it does in production.
+fn as_stored(entry: &mut Entry) {
+    let Payload::Event(envelope) = &entry.payload else { return };
+    entry.subject = gridfold::wire::subject_for(&envelope.event);
+    if matches!(envelope.event, Event::OrderBatch(_)) {
+        entry.stored = gridfold::wire::encode_sealed(envelope, &gridfold::core::testkit::test_projector_key());
+        entry.seal = gridfold::wire::entry_from_log(entry.seq, entry.time_ms, &entry.subject, &entry.stored).seal;
+    } else {
+        entry.stored = gridfold::wire::encode(envelope);
     }
 }
 
@@ -180,9 +185,8 @@ fn job_name(j: usize) -> String {
     format!("job-{j:05}")
 }
 
-/// Appends to the log with the stand-in canonical bytes, and hands the entry back.
-/// Appends to the log as its publisher would (source named, canonical bytes per
-/// [`canonical`]), and hands the entry back.
+/// Appends to the log as its publisher would (source named, bytes as stored per
+/// [`as_stored`]), and hands the entry back.
 fn append(log: &mut LogBuilder, event: Event) -> Entry {
     log.push(event);
     let entry = log.entries.last_mut().expect("just pushed");
@@ -192,9 +196,10 @@ fn append(log: &mut LogBuilder, event: Event) -> Entry {
             Origin::Projector => "projector".to_string(),
             Origin::Ticker => "ticker".to_string(),
             Origin::Client => "gridfold-cli".to_string(),
+            Origin::Operator => "operator".to_string(),
         };
     }
-    entry.canonical = canonical(entry);
+    as_stored(entry);
     entry.clone()
 }
 
@@ -338,7 +343,7 @@ fn build_history() -> Vec<Entry> {
         }
         if let Some(batch) = machine.poll_batch() {
             for order in &batch.orders {
-                if let Order::Dispatch { task, attempt, engine } = order {
+                if let Order::Dispatch { task, attempt, engine, .. } = order {
                     to_start.push(Running {
                         task: task.clone(),
                         attempt: *attempt,
@@ -374,13 +379,13 @@ fn describe_history(entries: &[Entry], started: Instant) {
     for entry in entries {
         if let Payload::Event(envelope) = &entry.payload {
             *by_kind.entry(envelope.event.kind_name()).or_default() += 1;
-            *bytes_by_kind.entry(envelope.event.kind_name()).or_default() += entry.canonical.len();
+            *bytes_by_kind.entry(envelope.event.kind_name()).or_default() += entry.stored.len();
             if let Event::OrderBatch(batch) = &envelope.event {
                 n_orders += batch.orders.len();
             }
         }
     }
-    let canonical_bytes: usize = entries.iter().map(|entry| entry.canonical.len()).sum();
+    let canonical_bytes: usize = entries.iter().map(|entry| entry.stored.len()).sum();
     let mut state = State::new();
     for entry in entries {
         fold(&mut state, entry);
@@ -390,7 +395,7 @@ fn describe_history(entries: &[Entry], started: Instant) {
     let per_kind: Vec<String> =
         by_kind.iter().map(|(kind, n)| format!("{kind} {:.0}", bytes_by_kind[kind] as f64 / *n as f64)).collect();
     eprintln!(
-        "  {n_orders} orders in the batches; canonical bytes (stand-in): {} in all, {:.1} per entry on average; by kind: {}",
+        "  {n_orders} orders in the batches; stored bytes: {} in all, {:.1} per entry on average; by kind: {}",
         canonical_bytes,
         canonical_bytes as f64 / entries.len() as f64,
         per_kind.join(", ")
@@ -435,7 +440,7 @@ fn bench_fold(c: &mut Criterion) {
         b.iter(|| {
             let mut chain = Digest::default();
             for entry in entries.iter() {
-                chain = chain.chain(entry.seq.0, entry.time_ms, black_box(&entry.canonical));
+                chain = chain.chain(entry.seq.0, entry.time_ms, &entry.subject, black_box(&entry.stored));
             }
             chain
         })
@@ -495,7 +500,7 @@ fn build_saturated_grid(gridserver: bool) -> (State, LogBuilder, Vec<(TaskRef, u
             .orders
             .iter()
             .filter_map(|order| match order {
-                Order::Dispatch { task, attempt, engine } => Some((task.clone(), *attempt, engine.as_str().to_string())),
+                Order::Dispatch { task, attempt, engine, .. } => Some((task.clone(), *attempt, engine.as_str().to_string())),
                 _ => None,
             })
             .collect();
@@ -548,7 +553,7 @@ struct Grids {
 fn build_grids() -> Grids {
     eprintln!("building a saturated grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks, 50 categories");
     let (saturated, log, running) = build_saturated_grid(false);
-    let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms };
+    let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms, key_registered: log.key_registered };
     let one_freed = complete_some(saturated.clone(), log_copy, running.clone(), 1, 7);
     let many_freed = complete_some(saturated, log, running, N_COMPLETIONS, 11);
 

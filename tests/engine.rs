@@ -306,6 +306,7 @@ fn run_with(
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
+        epoch: 0,
         kind: DeliveryKind::Run(run),
     }
 }
@@ -321,6 +322,7 @@ fn cancel(engine: &str, batch_seq: u64, n: usize, t: &TaskRef, attempt: u32) -> 
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
+        epoch: 0,
         kind: DeliveryKind::Cancel(order),
     }
 }
@@ -328,12 +330,14 @@ fn cancel(engine: &str, batch_seq: u64, n: usize, t: &TaskRef, attempt: u32) -> 
 fn lost(engine: &str, batch_seq: u64, n: usize) -> Delivery {
     let order = Order::EngineLost {
         engine: engine_id(engine),
+        epoch: 0,
         last_seen_ms: 0,
     };
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
+        epoch: 0,
         kind: DeliveryKind::Lost(order),
     }
 }
@@ -1160,6 +1164,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
         id: Delivery::id_for(Seq(login + 1), n),
         batch_seq: Seq(login + 1),
         engine: engine_id("e8"),
+        epoch: login,
         kind: DeliveryKind::SyncLibrary { library: library.clone(), published: None },
     };
     deliver(sync(0, &held)).await;

@@ -743,7 +743,7 @@ impl Audit {
                                 Order::Dispatch {
                                     task,
                                     attempt,
-                                    engine,
+                                    engine, ..
                                 } => {
                                     audit
                                         .dispatches

@@ -92,7 +92,7 @@ fn orders(entries: &[Entry]) -> impl Iterator<Item = (Seq, &Order)> {
 fn dispatches(entries: &[Entry]) -> Vec<(Seq, TaskRef, u32, EngineId)> {
     orders(entries)
         .filter_map(|(seq, order)| match order {
-            Order::Dispatch { task, attempt, engine } => Some((seq, task.clone(), *attempt, engine.clone())),
+            Order::Dispatch { task, attempt, engine, .. } => Some((seq, task.clone(), *attempt, engine.clone())),
             _ => None,
         })
         .collect()

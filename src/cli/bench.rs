@@ -600,6 +600,7 @@ fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
         id: Delivery::id_for(Seq(123_456), 1_234),
         batch_seq: Seq(123_456),
         engine: engine.clone(),
+        epoch: 123,
         kind: DeliveryKind::Run(RunTask {
             task: task.clone(),
             attempt: 1,

@@ -30,6 +30,7 @@ use crate::core::event::{
     TaskTemplate,
 };
 use crate::core::expr;
+use crate::core::fold::MAX_ATTEMPTS_MAX;
 use crate::core::ids::{JobId, TaskRef};
 
 /// Most tasks of one job that may carry conditions: they travel in the
@@ -202,7 +203,8 @@ pub struct JobFileError {
 
 /// The 1-based line of a byte offset.
 pub fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    // Counted over bytes: an offset may fall inside a multibyte character.
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
 /// The text of a TOML file being read and its name, to turn offsets into `path:line: message` errors.
@@ -235,7 +237,9 @@ impl FileText<'_> {
             ValueProblem::At(span, message) => self.error(span.start, message),
             ValueProblem::Expression { what, source, error } => {
                 let value = source.get_ref();
-                let line_in_string = value[..error.position.min(value.len())].matches('\n').count();
+                // Counted over bytes: the error's position may fall inside a multibyte character.
+                let line_in_string =
+                    value.as_bytes()[..error.position.min(value.len())].iter().filter(|&&b| b == b'\n').count();
                 let start = string_start(self.text, source.span().start);
                 JobFileError {
                     path: self.path.to_string(),
@@ -328,6 +332,9 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     };
     if *file.max_attempts.get_ref() == 0 {
         return Err(file_text.at(&file.max_attempts, "max_attempts must be at least 1"));
+    }
+    if *file.max_attempts.get_ref() > MAX_ATTEMPTS_MAX {
+        return Err(file_text.at(&file.max_attempts, format!("max_attempts may be at most {MAX_ATTEMPTS_MAX}")));
     }
     if *file.slots_per_task.get_ref() == 0 {
         return Err(file_text.at(&file.slots_per_task, "slots_per_task must be at least 1"));

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::core::event::{Entry, Payload};
+use crate::core::event::Entry;
 use crate::sim::{run as run_sim, RunOptions, Scenario};
 use crate::wire;
 
@@ -66,14 +66,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 pub fn export_history(path: &PathBuf, log: &[Entry]) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     for entry in log {
-        let line = match &entry.payload {
-            Payload::Event(envelope) => {
-                wire::history::write_history_line(entry.seq, entry.time_ms, &wire::subject_for(&envelope.event), &wire::encode(envelope))
-            }
-            Payload::Undecodable { .. } => {
-                wire::history::write_history_line(entry.seq, entry.time_ms, "gridfold.ev.unknown", &entry.canonical)
-            }
-        };
+        let line = wire::history::write_history_line(entry.seq, entry.time_ms, &entry.subject, &entry.stored);
         writeln!(out, "{line}")?;
     }
     out.flush()

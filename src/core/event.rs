@@ -10,6 +10,11 @@ use std::collections::BTreeMap;
 
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 
+/// An engine's login epoch: the log sequence of the `EngineLoggedIn` entry that
+/// opened it. Unique per login and rising, and the engine learns it from the
+/// acknowledgement of its own login, so orders can name the login they are for.
+pub type Epoch = u64;
+
 /// Largest result a `TaskCompleted` may carry inline; larger results belong in
 /// the object store. The fold rejects an oversized one.
 pub const RESULT_BYTES_MAX: usize = 64 * 1024;
@@ -30,12 +35,42 @@ pub struct Entry {
     /// Who could publish on the subject the entry arrived on. The subject is
     /// authoritative: an engine's event whose payload names another engine is forged.
     pub origin: Origin,
+    /// The subject it was stored under, as the chain digest covers it.
+    pub subject: String,
     pub payload: Payload,
-    /// The canonical bytes of the payload that the digest chains over,
-    /// produced by `wire` (canonical protobuf of the decoded envelope, or the raw
-    /// bytes when they could not be decoded). Two logs holding the same events
-    /// digest alike however their publishers encoded them.
-    pub canonical: Vec<u8>,
+    /// The payload's bytes exactly as the log stores them. The chain digest is
+    /// over these, not over any re-encoding, so it is a function of the log
+    /// alone and every later version of gridfold replays a log to the same chain.
+    pub stored: Vec<u8>,
+    /// The seal of a sealed envelope (order batches), checked by the fold.
+    pub seal: Option<EntrySeal>,
+}
+
+/// An ed25519 signature found at the end of an entry's stored bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntrySeal {
+    pub signer: [u8; 32],
+    pub signature: [u8; 64],
+    /// How many of the stored bytes it signs: all of them before the seal.
+    /// `None` when the seal was not the last field, so nothing it could sign
+    /// is well defined: the fold rejects such an entry.
+    pub signed_len: Option<usize>,
+}
+
+impl Entry {
+    /// The event, if the payload decoded.
+    pub fn payload_event(&self) -> Option<&Event> {
+        match &self.payload {
+            Payload::Event(envelope) => Some(&envelope.event),
+            Payload::Undecodable { .. } => None,
+        }
+    }
+
+    /// The bytes the seal signs, if it signs a well-defined prefix.
+    pub fn signed_bytes(&self) -> Option<&[u8]> {
+        let len = self.seal.as_ref()?.signed_len?;
+        self.stored.get(..len)
+    }
 }
 
 /// The publisher class a subject implies.
@@ -47,6 +82,8 @@ pub enum Origin {
     Projector,
     /// `gridfold.ev.tick`: the tickers.
     Ticker,
+    /// `gridfold.ev.keys.>`: operators registering projector keys.
+    Operator,
     /// Any other subject under `gridfold.ev.>`: submitters and operators.
     Client,
 }
@@ -114,6 +151,11 @@ pub enum Event {
     LibrarySyncFailed { engine: EngineId, library: LibraryRef, error: String },
     /// An operator cleared blacklists and greylists: for one engine, or for all when `None`.
     BlacklistsCleared { engine: Option<EngineId> },
+    /// An operator registered a projector's ed25519 public key: batches sealed
+    /// with it are accepted from now on.
+    ProjectorKeyRegistered { key: [u8; 32], name: String },
+    /// An operator revoked a projector's key.
+    ProjectorKeyRevoked { key: [u8; 32] },
 }
 
 impl Event {
@@ -152,6 +194,8 @@ impl Event {
             Event::LibrarySynced { .. } => "LibrarySynced",
             Event::LibrarySyncFailed { .. } => "LibrarySyncFailed",
             Event::BlacklistsCleared { .. } => "BlacklistsCleared",
+            Event::ProjectorKeyRegistered { .. } => "ProjectorKeyRegistered",
+            Event::ProjectorKeyRevoked { .. } => "ProjectorKeyRevoked",
         }
     }
 }
@@ -498,12 +542,14 @@ pub struct OrderBatch {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Order {
-    /// Run this attempt of the task on the engine.
-    Dispatch { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// Run this attempt of the task on the engine, in the engine's login `epoch`
+    /// the decision was made for: after another login of the engine it no longer applies.
+    Dispatch { task: TaskRef, attempt: Attempt, engine: EngineId, epoch: Epoch },
     /// Stop this attempt (its job was cancelled, or it is a copy no longer needed).
     Cancel { task: TaskRef, attempt: Attempt, engine: EngineId, reason: CancelReason },
-    /// The engine has been silent too long: its attempts are requeued, its slots forgotten.
-    EngineLost { engine: EngineId, last_seen_ms: u64 },
+    /// The engine has been silent too long: its attempts are requeued, its slots
+    /// forgotten. It applies to the login `epoch` that fell silent only.
+    EngineLost { engine: EngineId, epoch: Epoch, last_seen_ms: u64 },
     /// Put this attempt's task back in the queue; its engine is told to stop the attempt.
     Requeue { task: TaskRef, attempt: Attempt, engine: EngineId, reason: RequeueReason },
     /// No engine known to the grid can ever run this job as it stands; it waits
@@ -521,6 +567,33 @@ pub enum Order {
 }
 
 impl Order {
+    /// An upper bound on [`Order::encoded_len_max`] over every order whose ids
+    /// and strings are within their limits (64 bytes each; a dependency, a
+    /// task reference, 96).
+    pub const ENCODED_LEN_MAX: usize = ORDER_OVERHEAD_BYTES_MAX + 2 * (64 + 3) + (96 + 3);
+
+    /// An upper bound on the size of this order encoded on the wire, computed
+    /// from its strings alone so that `core` need not know protobuf: every
+    /// string costs its length plus a tag and a length prefix, everything else
+    /// fits a fixed allowance. `wire`'s tests hold every kind of order to it.
+    pub fn encoded_len_max(&self) -> usize {
+        let text = |s: &str| s.len() + 3;
+        let strings = match self {
+            Order::Dispatch { task, engine, .. } | Order::Cancel { task, engine, .. } | Order::Requeue { task, engine, .. } => {
+                text(task.job.as_str()) + text(engine.as_str())
+            }
+            Order::EngineLost { engine, .. } => text(engine.as_str()),
+            Order::MarkUnschedulable { job, .. } => text(job.as_str()),
+            Order::SyncLibrary { engine, library } => {
+                text(engine.as_str()) + text(&library.name) + text(&library.version)
+            }
+            Order::Blacklist { job, engine, .. } => text(job.as_str()) + text(engine.as_str()),
+            Order::Reschedule { task, .. } => text(task.job.as_str()),
+            Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
+        };
+        ORDER_OVERHEAD_BYTES_MAX + strings
+    }
+
     pub fn kind_name(&self) -> &'static str {
         match self {
             Order::Dispatch { .. } => "Dispatch",
@@ -546,6 +619,11 @@ impl Order {
     }
 }
 
+/// What an order may take on the wire beyond its strings: the order's own tag
+/// and length, nested messages' tags and lengths, and every integer and enum
+/// at its longest varint.
+pub const ORDER_OVERHEAD_BYTES_MAX: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
     JobCancelled,
@@ -559,6 +637,10 @@ pub enum CancelReason {
 pub enum RequeueReason {
     /// Dispatched but not reported started within the policy's dispatch timeout.
     DispatchTimeout,
+    /// Its engine logged in again: the attempt belongs to a login epoch that has
+    /// ended (the engine restarted, or another engine took its name), and nothing
+    /// runs it any more.
+    EngineRestarted,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -605,11 +687,11 @@ impl std::fmt::Display for Order {
     /// One line a person can read: `dispatch job/3 #2 -> e1`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Order::Dispatch { task, attempt, engine } => write!(f, "dispatch {task} #{attempt} -> {engine}"),
+            Order::Dispatch { task, attempt, engine, .. } => write!(f, "dispatch {task} #{attempt} -> {engine}"),
             Order::Cancel { task, attempt, engine, reason } => {
                 write!(f, "cancel {task} #{attempt} on {engine} ({reason:?})")
             }
-            Order::EngineLost { engine, last_seen_ms } => write!(f, "lost {engine} (last seen {last_seen_ms})"),
+            Order::EngineLost { engine, last_seen_ms, .. } => write!(f, "lost {engine} (last seen {last_seen_ms})"),
             Order::Requeue { task, attempt, engine, reason } => {
                 write!(f, "requeue {task} #{attempt} from {engine} ({reason:?})")
             }

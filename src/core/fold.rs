@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
     Policy, TaskConditions, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
-use super::reject::{JobProblem, OrderProblem, Rejection};
+use super::reject::{JobProblem, OrderProblem, Rejection, SealProblem};
 use super::state::{
     CompiledPreference, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey, TaskStatus,
 };
@@ -22,6 +22,9 @@ pub const PREFERENCES_MAX: usize = 64;
 pub const DEPENDENCIES_MAX: usize = 1_024;
 /// Most tasks with conditions in one job.
 pub const CONDITIONAL_TASKS_MAX: usize = 100_000;
+/// Most attempts a task may be given: a task's failures are counted in 16 bits,
+/// and no grid retries one task ten thousand times on purpose.
+pub const MAX_ATTEMPTS_MAX: u32 = 10_000;
 
 /// Applies one entry. Returns the rejections it caused (empty when it applied
 /// cleanly); they are also recorded in the state.
@@ -32,13 +35,13 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     state.last_seq = entry.seq;
     state.now_ms = state.now_ms.max(entry.time_ms);
     state.first_ms.get_or_insert(entry.time_ms);
-    state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.canonical);
+    state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.subject, &entry.stored);
     state.totals.entries += 1;
 
     let mut rejections = Vec::new();
     match &entry.payload {
         Payload::Undecodable { detail } => rejections.push(Rejection::Undecodable { detail: detail.clone() }),
-        Payload::Event(envelope) => apply(state, entry.seq, &entry.origin, envelope, &mut rejections),
+        Payload::Event(envelope) => apply(state, entry, envelope, &mut rejections),
     }
     for rejection in &rejections {
         state.record_rejection(entry.seq, rejection.clone());
@@ -46,9 +49,10 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     rejections
 }
 
-fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out: &mut Vec<Rejection>) {
+fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Rejection>) {
+    let seq = entry.seq;
     let event = &envelope.event;
-    if let Err(rejection) = check_publisher(origin, event) {
+    if let Err(rejection) = check_publisher(&entry.origin, event) {
         out.push(rejection);
         return;
     }
@@ -60,13 +64,10 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
             if *slots == 0 {
                 Err(Rejection::InvalidEngine { engine: engine.clone(), problem: "an engine needs at least one slot".into() })
             } else {
-                // A login opens a new session of the engine agent, which runs nothing
-                // yet: attempts an earlier session still held go back to the queue, as
-                // at a logout. (A lost or logged-out engine holds none already.)
-                if let Some(e) = state.engine_idx(engine) {
-                    state.requeue_engine_attempts(e);
-                }
-                state.log_in_engine(engine, *slots, props.clone());
+                // A login opens a new epoch, named by its sequence. Attempts an
+                // earlier epoch still holds are requeued by explicit orders
+                // (`EngineRestarted`), so the log says why each runs again.
+                state.log_in_engine(engine, *slots, props.clone(), seq.0);
                 Ok(())
             }
         }
@@ -101,9 +102,16 @@ fn apply(state: &mut State, seq: Seq, origin: &Origin, envelope: &Envelope, out:
         }
         Event::PolicySet(policy) => set_policy(state, policy),
         Event::Tick => Ok(()),
-        Event::OrderBatch(batch) => {
-            apply_orders(state, batch, out);
-            Ok(())
+        Event::OrderBatch(batch) => match check_seal(state, entry) {
+            Ok(()) => {
+                apply_orders(state, batch, out);
+                Ok(())
+            }
+            Err(rejection) => Err(rejection),
+        },
+        Event::ProjectorKeyRegistered { key, name } => register_key(state, key, name),
+        Event::ProjectorKeyRevoked { key } => {
+            if state.projector_keys.remove(key).is_some() { Ok(()) } else { Err(Rejection::UnknownKey { key: hex::encode(key) }) }
         }
         Event::TasksAdded { job, tasks, conditions } => add_tasks(state, job, tasks, conditions),
         Event::LibraryPublished(info) => publish_library(state, info),
@@ -157,10 +165,53 @@ fn check_publisher(origin: &Origin, event: &Event) -> Result<(), Rejection> {
     }
     let allowed = match event {
         Event::OrderBatch(_) => *origin == Origin::Projector,
+        Event::ProjectorKeyRegistered { .. } | Event::ProjectorKeyRevoked { .. } => *origin == Origin::Operator,
         Event::Tick => matches!(origin, Origin::Ticker | Origin::Client),
         _ => *origin == Origin::Client,
     };
     if allowed { Ok(()) } else { Err(Rejection::WrongPublisher { event: event.kind_name().to_string() }) }
+}
+
+/// Only the projector writes orders: the broker's permissions say so for anyone
+/// who connects, and this says so on replay from the log alone. A batch must
+/// carry a seal, last in its stored bytes, whose ed25519 signature over every
+/// byte before it verifies (strictly: no malleable signatures) under a key an
+/// operator registered on the log before the batch.
+fn check_seal(state: &State, entry: &Entry) -> Result<(), Rejection> {
+    let Some(seal) = &entry.seal else { return Err(Rejection::UnsealedBatch) };
+    let signer = hex::encode(seal.signer);
+    let Some(signed) = entry.signed_bytes() else {
+        return Err(Rejection::BadSeal { signer, problem: SealProblem::NotLast });
+    };
+    if !state.projector_keys.contains_key(&seal.signer) {
+        return Err(Rejection::BadSeal { signer, problem: SealProblem::UnregisteredKey });
+    }
+    let key = ed25519_dalek::VerifyingKey::from_bytes(&seal.signer)
+        .map_err(|_| Rejection::BadSeal { signer: signer.clone(), problem: SealProblem::NotAKey })?;
+    let signature = ed25519_dalek::Signature::from_bytes(&seal.signature);
+    key.verify_strict(signed, &signature).map_err(|_| Rejection::BadSeal { signer, problem: SealProblem::BadSignature })
+}
+
+/// Most projector keys registered at once (a leader and its standbys, with
+/// room for rotation).
+pub const PROJECTOR_KEYS_MAX: usize = 64;
+
+fn register_key(state: &mut State, key: &[u8; 32], name: &str) -> Result<(), Rejection> {
+    let refuse = |problem: &str| Rejection::InvalidKey { key: hex::encode(key), problem: problem.to_string() };
+    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+        return Err(refuse("a key's name is 1 to 64 printable characters"));
+    }
+    if ed25519_dalek::VerifyingKey::from_bytes(key).is_err() {
+        return Err(refuse("not an ed25519 public key"));
+    }
+    if state.projector_keys.contains_key(key) {
+        return Err(refuse("already registered"));
+    }
+    if state.projector_keys.len() == PROJECTOR_KEYS_MAX {
+        return Err(refuse(&format!("{PROJECTOR_KEYS_MAX} keys are registered already; revoke one first")));
+    }
+    state.projector_keys.insert(*key, name.to_string());
+    Ok(())
 }
 
 fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejection> {
@@ -180,6 +231,9 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     }
     if spec.max_attempts == 0 {
         return Err(invalid(JobProblem::ZeroMaxAttempts));
+    }
+    if spec.max_attempts > MAX_ATTEMPTS_MAX {
+        return Err(invalid(JobProblem::TooManyAttempts { max_attempts: spec.max_attempts, max: MAX_ATTEMPTS_MAX }));
     }
     let expr = super::expr::parse(&spec.requirements).map_err(|e| {
         invalid(JobProblem::BadRequirements { position: e.position, message: e.message.clone() })
@@ -204,12 +258,14 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     let n_tasks = tasks as u32;
     let job_idx = JobIdx(state.jobs().len() as u32);
     let shape = JobShape::of_spec(spec);
+    // Everything is checked before anything is made: a rejected job leaves no
+    // category (nor anything else) behind.
     let conditions =
         resolve_conditions(state, &shape, &expr, job_idx, 0, n_tasks, &spec.task_conditions).map_err(invalid)?;
     let category = state.category_for(expr, spec.slots_per_task, library);
     let mut job = Job::new(spec, category, seq, state.now_ms);
     job.affinity = affinity;
-    for (index, condition, queue_jump) in conditions {
+    for (index, condition, queue_jump) in materialize(state, &shape, conditions) {
         job.set_condition(index, condition, queue_jump);
     }
     let added = state.add_job(job, &depends_on);
@@ -242,19 +298,31 @@ fn compile_preferences(
         .collect()
 }
 
+/// A task's conditions, checked but not yet part of the state: its category is
+/// still an expression (the job's requirements and its discriminator together).
+struct ResolvedCondition {
+    index: u32,
+    category: Option<super::expr::Expr>,
+    condition: TaskCondition,
+    queue_jump: bool,
+}
+
 /// Resolves the conditions of tasks `first..first + count` of a job (`conditions`
-/// keyed from 0 at `first`): discriminators become categories, dependencies task
-/// keys. Refuses what could never be met: an unknown or out-of-range task, a
-/// task affinity to a task that is not earlier, a dependency cycle in the job.
+/// keyed from 0 at `first`): discriminators become expressions joined with the
+/// job's requirements, dependencies task keys. Refuses what could never be met:
+/// an unknown or out-of-range task, a task affinity to a task that is not earlier,
+/// a dependency cycle in the job, a discriminator that joined with the job's
+/// requirements is over the expression limits. Changes nothing: the caller turns
+/// the result into categories with [`materialize`] once every check has passed.
 fn resolve_conditions(
-    state: &mut State,
+    state: &State,
     shape: &JobShape,
     job_expr: &super::expr::Expr,
     job_idx: JobIdx,
     first: u32,
     count: u32,
     conditions: &BTreeMap<u32, TaskConditions>,
-) -> Result<Vec<(u32, TaskCondition, bool)>, JobProblem> {
+) -> Result<Vec<ResolvedCondition>, JobProblem> {
     if conditions.len() > CONDITIONAL_TASKS_MAX {
         return Err(JobProblem::TooManyTasks { tasks: conditions.len() as u64, max: CONDITIONAL_TASKS_MAX as u32 });
     }
@@ -277,12 +345,20 @@ fn resolve_conditions(
                 position: e.position,
                 message: e.message.clone(),
             })?;
-            let both = match job_expr {
+            Some(match job_expr {
                 super::expr::Expr::Bool(true) => discriminator,
-                _ => super::expr::parse(&format!("({job_expr}) && ({discriminator})"))
-                    .expect("two valid expressions joined by && parse"),
-            };
-            Some(state.category_for(both, shape.slots_per_task, shape.root_library.clone()))
+                // Each part is within the limits alone; together they may not be
+                // (a poison pill once crashed the fold here): parsed again, so the
+                // joined expression is held to the same limits as any other.
+                _ => super::expr::parse(&format!("({job_expr}) && ({discriminator})")).map_err(|e| {
+                    JobProblem::BadCondition {
+                        task: Some(index),
+                        field: "discriminator".into(),
+                        position: 0,
+                        message: format!("joined with the job's requirements: {}", e.message),
+                    }
+                })?,
+            })
         };
         let affinity = compile_preferences(&written.affinity, Some(index))?;
         for &target in &written.task_affinity {
@@ -308,15 +384,28 @@ fn resolve_conditions(
         }
         let condition = TaskCondition {
             discriminator: written.discriminator.clone(),
-            category,
+            category: None,
             affinity,
             task_affinity: written.task_affinity.clone(),
             depends_on,
         };
-        resolved.push((index, condition, written.queue_jump));
+        resolved.push(ResolvedCondition { index, category, condition, queue_jump: written.queue_jump });
     }
     check_no_cycle(job_idx, &resolved)?;
     Ok(resolved)
+}
+
+/// Makes (or finds) the category of each resolved condition: the only part of
+/// condition resolution that changes the state, run once the job is accepted.
+fn materialize(state: &mut State, shape: &JobShape, resolved: Vec<ResolvedCondition>) -> Vec<(u32, TaskCondition, bool)> {
+    resolved
+        .into_iter()
+        .map(|ResolvedCondition { index, category, mut condition, queue_jump }| {
+            condition.category =
+                category.map(|expr| state.category_for(expr, shape.slots_per_task, shape.root_library.clone()));
+            (index, condition, queue_jump)
+        })
+        .collect()
 }
 
 /// What condition resolution needs of a job, submitted or already in the state.
@@ -338,12 +427,13 @@ impl JobShape {
 /// Dependencies among the job's own tasks must not loop (depth-first search,
 /// iterative so a long chain cannot overflow the stack). Tasks added later only
 /// depend on tasks that exist, so the new ones are all that need checking.
-fn check_no_cycle(job: JobIdx, resolved: &[(u32, TaskCondition, bool)]) -> Result<(), JobProblem> {
+fn check_no_cycle(job: JobIdx, resolved: &[ResolvedCondition]) -> Result<(), JobProblem> {
     let edges: BTreeMap<u32, Vec<u32>> = resolved
         .iter()
-        .map(|(index, condition, _)| {
-            let inside: Vec<u32> = condition.depends_on.iter().filter(|key| key.job == job).map(|key| key.index).collect();
-            (*index, inside)
+        .map(|resolved| {
+            let inside: Vec<u32> =
+                resolved.condition.depends_on.iter().filter(|key| key.job == job).map(|key| key.index).collect();
+            (resolved.index, inside)
         })
         .collect();
     // 0 unvisited, 1 on the current path, 2 done.
@@ -399,6 +489,7 @@ fn add_tasks(
     let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
     let resolved =
         resolve_conditions(state, &shape, &job_expr, j, first, params.len() as u32, conditions).map_err(invalid)?;
+    let resolved = materialize(state, &shape, resolved);
     state.add_tasks(j, params, resolved);
     Ok(())
 }
@@ -482,6 +573,7 @@ fn live_attempt_of(
     if let Some(live) = state.live_attempt(key)
         && live.attempt == attempt
         && state.engine(live.engine).id == *engine
+        && live.epoch == state.engine(live.engine).epoch
     {
         return Ok((key, live.engine));
     }
@@ -492,6 +584,9 @@ fn live_attempt_of(
         .ok_or_else(|| Rejection::StaleAttempt { task: task.clone(), attempt })?;
     if live.engine != e {
         return Err(Rejection::WrongEngine { task: task.clone(), attempt, engine: engine.clone() });
+    }
+    if live.epoch < state.engine(e).epoch {
+        return Err(Rejection::EpochClosed { task: task.clone(), attempt, engine: engine.clone() });
     }
     Ok((key, e))
 }
@@ -537,12 +632,15 @@ type LastJob<'a> = Option<(&'a JobId, JobIdx)>;
 
 fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'a>) -> Result<(), OrderProblem> {
     match order {
-        Order::Dispatch { task, attempt, engine } => {
+        Order::Dispatch { task, attempt, engine, epoch } => {
             let key = order_task(state, task, last_job)?;
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
             let engine = state.engine(e);
             if engine.status != EngineStatus::LoggedIn {
                 return Err(OrderProblem::EngineNotLoggedIn);
+            }
+            if engine.epoch != *epoch {
+                return Err(OrderProblem::EpochClosed { epoch: *epoch, current: engine.epoch });
             }
             let current = state.task(key);
             let job = state.job(key.job);
@@ -559,6 +657,12 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             if job.options.root_library.as_ref().is_some_and(|library| !engine.holds(library)) {
                 return Err(OrderProblem::LibraryNotSynced);
+            }
+            // The engine may have logged in again with other properties between
+            // the decision and this fold: the task's category decides, as it did.
+            let category = job.condition(key.index).and_then(|condition| condition.category).unwrap_or(job.category);
+            if !state.category(category).is_eligible(e) {
+                return Err(OrderProblem::EngineNotEligible);
             }
             if job.blacklist.contains(&e) {
                 return Err(OrderProblem::EngineBlacklisted);
@@ -633,10 +737,13 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             state.fail_task_for_dependency(key);
         }
-        Order::EngineLost { engine, .. } => {
+        Order::EngineLost { engine, epoch, .. } => {
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
             if state.engine(e).status != EngineStatus::LoggedIn {
                 return Err(OrderProblem::EngineNotLoggedIn);
+            }
+            if state.engine(e).epoch != *epoch {
+                return Err(OrderProblem::EpochClosed { epoch: *epoch, current: state.engine(e).epoch });
             }
             state.mark_engine_lost(e);
             state.requeue_engine_attempts(e);

@@ -29,6 +29,9 @@ pub enum Rejection {
     StaleAttempt { task: TaskRef, attempt: Attempt },
     /// A report from an engine that was not given this attempt.
     WrongEngine { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// A report of an attempt the engine was given in an earlier login epoch:
+    /// that login has ended, and the attempt awaits its requeue.
+    EpochClosed { task: TaskRef, attempt: Attempt, engine: EngineId },
     /// A second report of the same thing (a start already recorded).
     DuplicateReport { task: TaskRef, attempt: Attempt },
     ResultTooLarge { task: TaskRef, bytes: usize, max: usize },
@@ -38,9 +41,41 @@ pub enum Rejection {
     /// An order batch carried more orders than a batch may.
     BatchTooLarge { orders: usize, max: usize },
     InvalidPolicy { problem: String },
+    /// An order batch without a seal: only the projector writes orders, and it seals every batch.
+    UnsealedBatch,
+    /// An order batch whose seal does not prove the projector wrote it.
+    BadSeal { signer: String, problem: SealProblem },
+    /// A projector key registration that cannot be taken.
+    InvalidKey { key: String, problem: String },
+    /// A revocation of a key that is not registered.
+    UnknownKey { key: String },
     /// A library synced or published that the state cannot take (unknown, or
     /// published again with other contents).
     InvalidLibrary { library: String, problem: String },
+}
+
+/// Why a batch's seal was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SealProblem {
+    /// The seal was not the last field of the stored bytes, so what it signs is not defined.
+    NotLast,
+    /// No operator registered the signer's key (or it was revoked).
+    UnregisteredKey,
+    /// The signer is not a valid ed25519 public key.
+    NotAKey,
+    /// The signature does not verify over the stored bytes.
+    BadSignature,
+}
+
+impl SealProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SealProblem::NotLast => "the seal is not the last field",
+            SealProblem::UnregisteredKey => "the key is not registered",
+            SealProblem::NotAKey => "not an ed25519 public key",
+            SealProblem::BadSignature => "the signature does not verify",
+        }
+    }
 }
 
 /// Why a submitted job was refused.
@@ -51,6 +86,8 @@ pub enum JobProblem {
     TooManyTasks { tasks: u64, max: u32 },
     ZeroSlotsPerTask,
     ZeroMaxAttempts,
+    /// More attempts per task than a task may be given.
+    TooManyAttempts { max_attempts: u32, max: u32 },
     /// An expression of a condition (discriminator or affinity), of the job or of one task.
     BadCondition { task: Option<u32>, field: String, position: usize, message: String },
     /// A dependency names a job or task the grid does not know.
@@ -81,6 +118,12 @@ pub enum OrderProblem {
     JobIsSchedulable,
     /// A dispatch to an engine that does not hold the job's root library.
     LibraryNotSynced,
+    /// An order decided for a login epoch of the engine that has since ended
+    /// (it logged in again between the decision and this fold).
+    EpochClosed { epoch: u64, current: u64 },
+    /// A dispatch to an engine whose properties (as of its latest login) do not
+    /// satisfy the task's requirements and discriminator.
+    EngineNotEligible,
     /// A dispatch to an engine blacklisted for the job.
     EngineBlacklisted,
     /// A blacklisting the job did not ask for (blacklisting off, too few failures, already on the list).
@@ -94,6 +137,19 @@ pub enum OrderProblem {
     DependencyNotFailed,
     /// A library sync ordered of an engine that holds it or is syncing something.
     SyncNotNeeded,
+}
+
+impl fmt::Display for OrderProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrderProblem::WrongAttemptNumber { expected } => write!(f, "wrong-attempt-number (expected {expected})"),
+            OrderProblem::NotEnoughFreeSlots { free, needed } => {
+                write!(f, "not-enough-free-slots ({free} free, {needed} needed)")
+            }
+            OrderProblem::EpochClosed { epoch, current } => write!(f, "epoch-closed (epoch {epoch}, now {current})"),
+            other => f.write_str(other.kind_name()),
+        }
+    }
 }
 
 impl OrderProblem {
@@ -111,6 +167,8 @@ impl OrderProblem {
             OrderProblem::JobNotEnded => "job-not-ended",
             OrderProblem::JobIsSchedulable => "job-is-schedulable",
             OrderProblem::LibraryNotSynced => "library-not-synced",
+            OrderProblem::EpochClosed { .. } => "epoch-closed",
+            OrderProblem::EngineNotEligible => "engine-not-eligible",
             OrderProblem::EngineBlacklisted => "engine-blacklisted",
             OrderProblem::NotBlacklistable => "not-blacklistable",
             OrderProblem::NoCopyWanted => "no-copy-wanted",
@@ -144,6 +202,11 @@ impl Rejection {
             Rejection::OrderNotApplicable { .. } => "order-not-applicable",
             Rejection::BatchTooLarge { .. } => "batch-too-large",
             Rejection::InvalidPolicy { .. } => "invalid-policy",
+            Rejection::UnsealedBatch => "unsealed-batch",
+            Rejection::BadSeal { .. } => "bad-seal",
+            Rejection::InvalidKey { .. } => "invalid-key",
+            Rejection::UnknownKey { .. } => "unknown-key",
+            Rejection::EpochClosed { .. } => "epoch-closed",
             Rejection::InvalidLibrary { .. } => "invalid-library",
         }
     }
@@ -184,12 +247,21 @@ impl fmt::Display for Rejection {
                 write!(f, "error tail of {task} has {bytes} bytes, more than {max}")
             }
             Rejection::OrderNotApplicable { order, problem } => {
-                write!(f, "order {order} of the batch does not apply: {problem:?}")
+                write!(f, "order {order} of the batch does not apply: {problem}")
             }
             Rejection::BatchTooLarge { orders, max } => {
                 write!(f, "batch of {orders} orders, more than {max}")
             }
             Rejection::InvalidPolicy { problem } => write!(f, "policy refused: {problem}"),
+            Rejection::UnsealedBatch => f.write_str("order batch without the projector's seal"),
+            Rejection::BadSeal { signer, problem } => {
+                write!(f, "order batch sealed by key {signer} refused: {}", problem.as_str())
+            }
+            Rejection::InvalidKey { key, problem } => write!(f, "projector key {key} refused: {problem}"),
+            Rejection::UnknownKey { key } => write!(f, "projector key {key} is not registered"),
+            Rejection::EpochClosed { task, attempt, engine } => {
+                write!(f, "attempt {attempt} of {task} belongs to an earlier login of engine {engine}")
+            }
             Rejection::InvalidLibrary { library, problem } => write!(f, "library {library}: {problem}"),
         }
     }
@@ -205,6 +277,9 @@ impl fmt::Display for JobProblem {
             JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
             JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
             JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
+            JobProblem::TooManyAttempts { max_attempts, max } => {
+                write!(f, "max_attempts is {max_attempts}; at most {max} are allowed")
+            }
             JobProblem::BadCondition { task: Some(task), field, position, message } => {
                 write!(f, "task {task}'s {field}, at byte {position}: {message}")
             }

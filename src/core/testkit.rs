@@ -1,8 +1,10 @@
 //! Building logs by hand for tests of the core, the simulator and benchmarks.
 //!
-//! Entries built here carry a stand-in for canonical bytes (the event's debug
+//! Entries built here carry a stand-in for stored bytes (the event's debug
 //! form): enough for the digest to be a function of the events. Histories that
-//! auditors compare go through `wire`, which supplies the real canonical bytes.
+//! auditors compare go through `wire`, which supplies the real bytes. Order
+//! batches are sealed with [`test_projector_key`] over those stand-in bytes, and
+//! the builder registers that key (an operator's entry) before its first batch.
 
 use std::collections::BTreeMap;
 
@@ -52,16 +54,37 @@ pub fn linux_props(site: &str, memory_mb: u64) -> EngineProps {
     }
 }
 
+/// The key test logs seal their batches with: fixed, so logs are reproducible.
+pub fn test_projector_key() -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&[7; 32])
+}
+
+/// The seal of `stored` by the test projector key, signing all of it.
+pub fn test_seal(stored: &[u8]) -> EntrySeal {
+    use ed25519_dalek::Signer as _;
+    let key = test_projector_key();
+    EntrySeal {
+        signer: key.verifying_key().to_bytes(),
+        signature: key.sign(stored).to_bytes(),
+        signed_len: Some(stored.len()),
+    }
+}
+
 /// Appends entries with increasing sequence numbers at a settable log time.
 #[derive(Debug, Default)]
 pub struct LogBuilder {
     pub entries: Vec<Entry>,
     pub time_ms: u64,
+    /// Whether the test projector key has been registered on this log.
+    pub key_registered: bool,
 }
 
 impl LogBuilder {
+    /// A log whose first entry registers the test projector key.
     pub fn new() -> Self {
-        LogBuilder { entries: Vec::new(), time_ms: 1_000_000 }
+        let mut log = LogBuilder { entries: Vec::new(), time_ms: 1_000_000, key_registered: false };
+        log.register_test_key();
+        log
     }
 
     pub fn next_seq(&self) -> Seq {
@@ -74,19 +97,32 @@ impl LogBuilder {
     }
 
     pub fn push_from(&mut self, origin: Origin, event: Event) -> Entry {
+        if matches!(event, Event::OrderBatch(_)) && !self.key_registered {
+            self.register_test_key();
+        }
         let seq = self.next_seq();
-        let canonical = format!("{origin:?}{event:?}").into_bytes();
+        let stored = format!("{origin:?}{event:?}").into_bytes();
+        let seal = matches!(event, Event::OrderBatch(_)).then(|| test_seal(&stored));
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&seq.0.to_le_bytes());
         let entry = Entry {
             seq,
             time_ms: self.time_ms,
+            subject: format!("test.{}", event.kind_name()),
             origin,
             payload: Payload::Event(Envelope { id, source: "test".into(), event }),
-            canonical,
+            stored,
+            seal,
         };
         self.entries.push(entry.clone());
         entry
+    }
+
+    /// An operator registers the test projector key (done before the first batch).
+    pub fn register_test_key(&mut self) -> Entry {
+        self.key_registered = true;
+        let key = test_projector_key().verifying_key().to_bytes();
+        self.push_from(Origin::Operator, Event::ProjectorKeyRegistered { key, name: "test projector".into() })
     }
 
     /// Pushes with the origin the event's kind implies (an engine event from that engine).
@@ -95,6 +131,7 @@ impl LogBuilder {
             (_, Some(engine)) => Origin::Engine(engine.clone()),
             (Event::OrderBatch(_), _) => Origin::Projector,
             (Event::Tick, _) => Origin::Ticker,
+            (Event::ProjectorKeyRegistered { .. } | Event::ProjectorKeyRevoked { .. }, _) => Origin::Operator,
             _ => Origin::Client,
         };
         self.push_from(origin, event)
@@ -105,8 +142,10 @@ impl LogBuilder {
             seq: self.next_seq(),
             time_ms: self.time_ms,
             origin: Origin::Client,
+            subject: "test.undecodable".into(),
             payload: Payload::Undecodable { detail: "test garbage".into() },
-            canonical: bytes.to_vec(),
+            stored: bytes.to_vec(),
+            seal: None,
         };
         self.entries.push(entry.clone());
         entry

@@ -8,16 +8,38 @@
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
-use crate::core::event::{CancelReason, Order, OrderBatch};
+use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, Payload};
 use crate::core::ids::Seq;
 use crate::core::reject::Rejection;
 use crate::core::state::State;
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
 
+/// The deliveries an entry makes, folded into `state` with these `rejections`:
+/// a batch's orders, and the news of an accepted login to the engine (so that
+/// an older process still running under the same name learns it was fenced out).
+pub fn deliveries_of_entry(state: &State, entry: &Entry, rejections: &[Rejection]) -> Vec<Delivery> {
+    let Payload::Event(Envelope { event, .. }) = &entry.payload else { return Vec::new() };
+    match event {
+        Event::OrderBatch(batch) => deliveries_of(state, entry.seq, batch, rejections),
+        Event::EngineLoggedIn { engine, .. } if rejections.is_empty() => {
+            let Some(e) = state.engine_idx(engine) else { return Vec::new() };
+            vec![Delivery {
+                id: format!("{}-login", entry.seq.0),
+                batch_seq: entry.seq,
+                engine: engine.clone(),
+                epoch: state.engine(e).epoch,
+                kind: DeliveryKind::LoggedIn,
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The deliveries of `batch` (folded at `batch_seq`, with these `rejections`),
-/// in order. `state` is the state just after folding the batch.
+/// in order. `state` is the state just after folding the batch. A batch refused
+/// whole (unsealed, badly sealed, too large, not the projector's) delivers nothing.
 pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejections: &[Rejection]) -> Vec<Delivery> {
-    if rejections.iter().any(|r| matches!(r, Rejection::BatchTooLarge { .. } | Rejection::WrongPublisher { .. })) {
+    if rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })) {
         return Vec::new();
     }
     // Sorted, so that each order is a binary search, not a walk of them all (a batch
@@ -37,7 +59,7 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
         }
         let id = Delivery::id_for(batch_seq, n);
         let (engine, kind) = match order {
-            Order::Dispatch { task, attempt, engine } => {
+            Order::Dispatch { task, attempt, engine, .. } => {
                 let Some(j) = state.job_idx(&task.job) else { continue };
                 let job = state.job(j);
                 let (argv, params) = job.task_command(task.index);
@@ -67,7 +89,10 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             | Order::Reschedule { .. }
             | Order::FailDependent { .. } => continue,
         };
-        deliveries.push(Delivery { id, batch_seq, engine, kind });
+        // The engine's epoch as of this fold: an engine that sees a later one
+        // than its own knows another login took its name.
+        let epoch = state.engine_idx(&engine).map_or(0, |e| state.engine(e).epoch);
+        deliveries.push(Delivery { id, batch_seq, engine, epoch, kind });
     }
     deliveries
 }
@@ -91,7 +116,7 @@ mod tests {
         }
         let mut batch = decide(&state, &InFlight::new()).unwrap();
         // A second dispatch to the full engine: the fold rejects it, so it is not delivered.
-        batch.orders.push(Order::Dispatch { task: task("j", 1), attempt: 1, engine: engine_id("e1") });
+        batch.orders.push(Order::Dispatch { task: task("j", 1), attempt: 1, engine: engine_id("e1"), epoch: 1 });
         let entry = log.orders(batch.clone());
         let rejections = fold(&mut state, &entry);
         assert_eq!(rejections.len(), 1);
@@ -117,7 +142,7 @@ mod tests {
             based_on_seq: Seq(1),
             algorithm: "sge-plain".into(),
             algorithm_version: 1,
-            orders: vec![Order::Dispatch { task: task("j", 0), attempt: 1, engine: engine_id("e1") }],
+            orders: vec![Order::Dispatch { task: task("j", 0), attempt: 1, engine: engine_id("e1"), epoch: 1 }],
         };
         let deliveries = deliveries_of(&state, Seq(2), &batch, &[]);
         let [Delivery { kind: DeliveryKind::Run(run), .. }] = deliveries.as_slice() else { panic!("{deliveries:?}") };
@@ -145,8 +170,8 @@ mod tests {
         assert_eq!(
             deliveries,
             vec![
-                Delivery { id: "5-1".into(), batch_seq: Seq(5), engine: e1.clone(), kind: DeliveryKind::SyncLibrary { library: LibraryRef::new("lib", "1"), published: None } },
-                Delivery { id: "5-3".into(), batch_seq: Seq(5), engine: e1, kind: DeliveryKind::Cancel(redundant) },
+                Delivery { id: "5-1".into(), batch_seq: Seq(5), engine: e1.clone(), epoch: 0, kind: DeliveryKind::SyncLibrary { library: LibraryRef::new("lib", "1"), published: None } },
+                Delivery { id: "5-3".into(), batch_seq: Seq(5), engine: e1, epoch: 0, kind: DeliveryKind::Cancel(redundant) },
             ]
         );
     }

@@ -5,6 +5,7 @@
 //! queries, and stand by while another projector holds the lease.
 
 pub mod delivery;
+pub mod key;
 pub mod machine;
 pub mod query;
 pub mod record;

@@ -38,6 +38,12 @@ pub fn batch_envelope(batch: OrderBatch) -> Envelope {
     envelope
 }
 
+/// The key the recorder seals batches with: fixed, so a history re-records to the
+/// same bytes. Recorded histories register it (an operator's entry) first.
+pub fn recorder_key() -> crate::projector::key::ProjectorKey {
+    crate::projector::key::ProjectorKey::from_seed(*blake3::hash(b"gridfold-replay-recorder").as_bytes())
+}
+
 /// Most batches the recorder lets the machine issue after one input before it
 /// concludes something loops; a real run needs a handful.
 const BATCHES_PER_INPUT_MAX: usize = 64;
@@ -47,6 +53,7 @@ const BATCHES_PER_INPUT_MAX: usize = 64;
 /// batch is appended at the input's log time and read back at once.
 pub fn rerecord<'a>(inputs: impl IntoIterator<Item = (u64, &'a str, Vec<u8>)>) -> Vec<RecordedEntry> {
     let mut machine = Machine::new();
+    let key = recorder_key();
     let mut log: Vec<RecordedEntry> = Vec::new();
     for (time_ms, subject, bytes) in inputs {
         let input = RecordedEntry { seq: Seq(log.len() as u64 + 1), time_ms, subject: subject.to_string(), bytes };
@@ -55,7 +62,7 @@ pub fn rerecord<'a>(inputs: impl IntoIterator<Item = (u64, &'a str, Vec<u8>)>) -
         for round in 0.. {
             assert!(round < BATCHES_PER_INPUT_MAX, "the projector kept deciding after one input");
             let Some(batch) = machine.poll_batch() else { break };
-            let bytes = wire::encode(&batch_envelope(batch));
+            let bytes = key.seal(&batch_envelope(batch));
             let recorded = RecordedEntry { seq: Seq(log.len() as u64 + 1), time_ms, subject: ORDERS_SUBJECT.to_string(), bytes };
             machine.handle_entry(&recorded.to_entry());
             log.push(recorded);

@@ -41,7 +41,7 @@
 //!   decided twice. The fold is the final arbiter anyway: a dispatch of a task that is
 //!   no longer waiting is rejected, and only applied orders are delivered.
 //! - **Deliveries come from the log.** Deliveries are derived from batches as they
-//!   are folded ([`deliveries_of`]), never from what was published, and only the
+//!   are folded ([`deliveries_of_entry`]), never from what was published, and only the
 //!   leader sends them. Every projector, leader or standby, remembers the deliveries
 //!   of the batches of the last [`ProjectorConfig::redeliver_window`] of log time
 //!   (at most [`RECENT_DELIVERIES_MAX`]) and keeps them in its snapshot; on becoming
@@ -111,10 +111,11 @@ pub use sink::{EmbeddedOrderSink, JetStreamOrderSink, OrderSink};
 pub use snapshot::{EncodedDelivery, EntryFingerprint, Loaded, SnapshotStore, SnapshotStoreError};
 
 use crate::core::digest::Digest;
-use crate::core::event::{Envelope, Event, Origin, Payload};
+use crate::core::event::{Envelope, Event, Origin};
 use crate::core::ids::Seq;
 use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEFAULT, ReadBatch};
-use crate::projector::delivery::deliveries_of;
+use crate::projector::delivery::deliveries_of_entry;
+use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
 use crate::projector::query::{answer_blacklists, answer_libraries, answer_stat, answer_why};
 use crate::projector::record::batch_envelope;
@@ -161,6 +162,13 @@ pub struct ProjectorConfig {
     pub redeliver_window: Duration,
     /// Check the state's invariants after every entry (tests; costly on large states).
     pub check_invariants: bool,
+    /// The key that seals its batches; `None`: the state directory's
+    /// ([`ProjectorKey::load_or_create`]).
+    pub key: Option<ProjectorKey>,
+    /// Register its own key on the log (as an operator would) when the log does
+    /// not hold it yet. For one-machine grids and the demo; where the broker
+    /// enforces roles, an operator registers it (`gridfold key register`).
+    pub register_key: bool,
 }
 
 impl ProjectorConfig {
@@ -175,6 +183,8 @@ impl ProjectorConfig {
             read_wait: Duration::from_millis(500),
             redeliver_window: crate::log::DUPLICATE_WINDOW_DEFAULT,
             check_invariants: false,
+            key: None,
+            register_key: false,
         }
     }
 }
@@ -209,6 +219,8 @@ pub enum ProjectorError {
     },
     #[error("the log reader stopped")]
     ReaderStopped,
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 /// One thing for the loop to handle; see the module docs.
@@ -312,6 +324,11 @@ where
             path: config.state_dir.clone(),
             source,
         })?;
+        let key = match &config.key {
+            Some(key) => key.clone(),
+            None => ProjectorKey::load_or_create(&config.state_dir)?,
+        };
+        tracing::info!(key = %key.public_hex(), "projector key");
         let snapshots = SnapshotStore::open(&SnapshotStore::dir_in(&config.state_dir))?;
         let start = load_start(&log, &snapshots).await?;
         let from_seq = start.state_seq() + 1;
@@ -335,7 +352,7 @@ where
         let mut lease_timer = interval(lease.renew_interval());
         let mut tick_timer = config.tick_interval.map(interval);
         let mut housekeeping = interval(HOUSEKEEPING_INTERVAL);
-        let mut shell = Shell::new(config, log, sink, lease, snapshots, start);
+        let mut shell = Shell::new(config, log, sink, lease, snapshots, start, key);
         shell.publish_status(&status_tx);
         tokio::pin!(shutdown);
         loop {
@@ -638,6 +655,12 @@ struct Shell<L, S, A> {
     warn_log: Throttle,
     warn_lease: Throttle,
     warn_sink: Throttle,
+    /// Seals every batch; the fold accepts them once it is registered on the log.
+    key: ProjectorKey,
+    /// Its registration was published by this process (`register_key`), so it
+    /// is not published again while the log catches up to it.
+    registration_sent: bool,
+    warn_key: Throttle,
 }
 
 impl<L, S, A> Shell<L, S, A>
@@ -653,6 +676,7 @@ where
         lease: A,
         snapshots: SnapshotStore,
         start: Start,
+        key: ProjectorKey,
     ) -> Self {
         let recent = RecentDeliveries::new(config.redeliver_window, start.recent);
         let status = ProjectorStatus {
@@ -696,6 +720,9 @@ where
             warn_log: Throttle::default(),
             warn_lease: Throttle::default(),
             warn_sink: Throttle::default(),
+            key,
+            registration_sent: false,
+            warn_key: Throttle::default(),
         }
     }
 
@@ -798,24 +825,15 @@ where
             if self.config.check_invariants {
                 self.machine.state().check_invariants();
             }
-            if entry.origin != Origin::Projector {
-                continue;
+            if entry.origin == Origin::Projector {
+                self.folded_orders_seq = raw.seq;
+                self.last_orders_seq = self.last_orders_seq.max(raw.seq);
             }
-            self.folded_orders_seq = raw.seq;
-            self.last_orders_seq = self.last_orders_seq.max(raw.seq);
-            if let Payload::Event(Envelope {
-                event: Event::OrderBatch(order_batch),
-                ..
-            }) = &entry.payload
-            {
-                let deliveries =
-                    deliveries_of(self.machine.state(), entry.seq, order_batch, &rejections);
-                for delivery in deliveries {
-                    if self.is_leader() {
-                        self.outbox.push_back(delivery.clone());
-                    }
-                    self.recent.push(raw.time_ms, delivery);
+            for delivery in deliveries_of_entry(self.machine.state(), &entry, &rejections) {
+                if self.is_leader() {
+                    self.outbox.push_back(delivery.clone());
                 }
+                self.recent.push(raw.time_ms, delivery);
             }
         }
         if let Some(last) = batch.entries.last() {
@@ -987,6 +1005,10 @@ where
             self.decision_batches = 0;
             return Ok(());
         }
+        if !self.key_registered().await {
+            self.decision_batches = 0;
+            return Ok(());
+        }
         if !continuing {
             self.dirty = false;
             self.entries_since_decision = 0;
@@ -1001,11 +1023,48 @@ where
         Ok(())
     }
 
+    /// Whether the log holds this projector's key, so that its batches will be
+    /// accepted. If not, it decides nothing (a batch the fold refuses would be
+    /// decided again, identically, for ever) and says so, with the remedy; with
+    /// `register_key` it registers the key itself, once, and waits to fold it.
+    async fn key_registered(&mut self) -> bool {
+        if self.machine.state().projector_keys.contains_key(&self.key.public()) {
+            return true;
+        }
+        if !self.config.register_key {
+            if self.warn_key.ready() {
+                tracing::warn!(
+                    key = %self.key.public_hex(),
+                    "this projector's key is not registered on the log, so it publishes no orders: \
+                     register it with `gridfold key register {} --name NAME`",
+                    self.key.public_hex()
+                );
+            }
+            return false;
+        }
+        if !self.registration_sent {
+            let name = format!("projector {}", self.lease.location());
+            let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+            let event = Event::ProjectorKeyRegistered { key: self.key.public(), name };
+            let id = uuid::Uuid::new_v4();
+            let envelope = Envelope { id: *id.as_bytes(), source: "gridfold-projector".into(), event };
+            let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
+            match self.log.append(append).await {
+                Ok(appended) => {
+                    tracing::info!(key = %self.key.public_hex(), seq = appended.seq, "registered this projector's key on the log");
+                    self.registration_sent = true;
+                }
+                Err(err) => tracing::warn!("could not register this projector's key: {err}"),
+            }
+        }
+        false
+    }
+
     /// Publishes one batch behind the fence, from a task of its own.
     fn start_publish(&mut self, batch: crate::core::event::OrderBatch) {
         let orders = batch.orders.len();
         let envelope = batch_envelope(batch);
-        let append = Append::new(ORDERS_SUBJECT, wire::encode(&envelope))
+        let append = Append::new(ORDERS_SUBJECT, self.key.seal(&envelope))
             .with_msg_id(hex::encode(envelope.id))
             .with_expected_last_subject_seq(self.last_orders_seq);
         let log = self.log.clone();

@@ -20,11 +20,15 @@ pub const EPOCH_MS: u64 = 1_767_225_600_000;
 /// JetStream's default duplicate window.
 pub const DEDUP_WINDOW_MS: u64 = 120_000;
 
-/// The canonical bytes the digest chains over.
-/// The bytes the digest chains over: the canonical protobuf a broker would hold,
-/// so a simulated log exported as a history digests alike.
-pub(crate) fn canonical_bytes(envelope: &Envelope) -> Vec<u8> {
-    crate::wire::encode(envelope)
+/// The bytes a broker would hold for an envelope: its protobuf, sealed with
+/// the simulated projector's key when the projector publishes it. The simulated
+/// log seals on the projector's behalf, so a batch is sealed exactly when it is
+/// stored (a fenced or duplicate publish is never sealed at all).
+pub(crate) fn stored_bytes(origin: &Origin, envelope: &Envelope) -> Vec<u8> {
+    match origin {
+        Origin::Projector => crate::wire::encode_sealed(envelope, &crate::sim::projector::sim_projector_key()),
+        _ => crate::wire::encode(envelope),
+    }
 }
 
 /// What became of an append.
@@ -117,8 +121,20 @@ impl SimLog {
         }
         self.recent_ids.insert(envelope.id, seq);
         self.recent_by_time.push_back((now_ms, envelope.id));
-        let canonical = canonical_bytes(&envelope);
-        self.entries.push(Entry { seq, time_ms: EPOCH_MS + now_ms, origin, payload: Payload::Event(envelope), canonical });
+        let stored = stored_bytes(&origin, &envelope);
+        let subject = crate::wire::subject_for(&envelope.event);
+        let seal = (origin == Origin::Projector)
+            .then(|| crate::wire::entry_from_log(seq, EPOCH_MS + now_ms, &subject, &stored).seal)
+            .flatten();
+        self.entries.push(Entry {
+            seq,
+            time_ms: EPOCH_MS + now_ms,
+            origin,
+            subject,
+            payload: Payload::Event(envelope),
+            stored,
+            seal,
+        });
         Appended::Stored(seq)
     }
 

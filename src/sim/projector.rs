@@ -33,6 +33,12 @@ use super::report::GridServerCounts;
 
 use super::log::SimLog;
 
+/// The simulated projector's signing key: fixed, so a seed reproduces a run's
+/// log byte for byte. The world registers it (as an operator) before anything else.
+pub fn sim_projector_key() -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(blake3::hash(b"gridfold-sim-projector").as_bytes())
+}
+
 /// Waits from submission to the start of the attempt that completed the task.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WaitStats {

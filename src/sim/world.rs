@@ -290,6 +290,9 @@ impl<'a> World<'a> {
     fn handle(&mut self, event: SimEvent) {
         match event {
             SimEvent::SetPolicy => {
+                let key = crate::sim::projector::sim_projector_key().verifying_key().to_bytes();
+                let registration = Event::ProjectorKeyRegistered { key, name: "simulated projector".into() };
+                self.append_now(Origin::Operator, "gridfold-sim", registration);
                 let event = Event::PolicySet(self.scenario.policy.clone());
                 self.append_now(Origin::Client, "gridfold-sim", event);
             }
@@ -453,6 +456,8 @@ impl<'a> World<'a> {
                 self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
             }
             DeliveryKind::Lost(_) => unreachable!("the news of a loss is not delivered to simulated engines"),
+            // The simulated engines are one process per name: no one to fence out.
+            DeliveryKind::LoggedIn => {}
         }
     }
 

@@ -168,6 +168,7 @@ pub fn envelope_to_proto(envelope: &Envelope) -> proto::Envelope {
         id: Uuid::from_bytes(envelope.id).hyphenated().to_string(),
         source: envelope.source.clone(),
         event: Some(event_to_proto(&envelope.event)),
+        seal: None,
     }
 }
 
@@ -426,6 +427,10 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
         Event::BlacklistsCleared { engine } => P::BlacklistsCleared(proto::BlacklistsCleared {
             engine: engine.as_ref().map(EngineId::to_string).unwrap_or_default(),
         }),
+        Event::ProjectorKeyRegistered { key, name } => {
+            P::ProjectorKeyRegistered(proto::ProjectorKeyRegistered { key: key.to_vec(), name: name.clone() })
+        }
+        Event::ProjectorKeyRevoked { key } => P::ProjectorKeyRevoked(proto::ProjectorKeyRevoked { key: key.to_vec() }),
     }
 }
 
@@ -436,10 +441,12 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
             task,
             attempt,
             engine,
+            epoch,
         } => P::Dispatch(proto::Dispatch {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
+            epoch: *epoch,
         }),
         Order::Cancel {
             task,
@@ -454,10 +461,12 @@ pub(super) fn order_to_proto(order: &Order) -> proto::Order {
         }),
         Order::EngineLost {
             engine,
+            epoch,
             last_seen_ms,
         } => P::EngineLost(proto::EngineLost {
             engine: engine.to_string(),
             last_seen_ms: *last_seen_ms,
+            epoch: *epoch,
         }),
         Order::Requeue {
             task,
@@ -548,6 +557,7 @@ enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelRe
 });
 enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> RequeueReason {
     DispatchTimeout,
+    EngineRestarted,
 });
 enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unschedulable {
     NoEngineMatchesRequirements,
@@ -740,6 +750,13 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
         P::LibrarySynced(m) => ("library_synced", library_synced(m)),
         P::LibrarySyncFailed(m) => ("library_sync_failed", library_sync_failed(m)),
         P::BlacklistsCleared(m) => ("blacklists_cleared", blacklists_cleared(m)),
+        P::ProjectorKeyRegistered(m) => (
+            "projector_key_registered",
+            public_key("key", &m.key).map(|key| Event::ProjectorKeyRegistered { key, name: m.name }),
+        ),
+        P::ProjectorKeyRevoked(m) => {
+            ("projector_key_revoked", public_key("key", &m.key).map(|key| Event::ProjectorKeyRevoked { key }))
+        }
     };
     event.map_err(|e| e.within(kind).within("event"))
 }
@@ -976,6 +993,13 @@ fn library_sync_failed(m: proto::LibrarySyncFailed) -> Result<Event, WireError> 
     })
 }
 
+/// A 32-byte public key (whether it is a valid ed25519 point is the fold's to say).
+fn public_key(field: &str, bytes: &[u8]) -> Result<[u8; 32], WireError> {
+    bytes
+        .try_into()
+        .map_err(|_| WireError::at(field, FieldProblem::Inconsistent(format!("a key is 32 bytes, not {}", bytes.len()))))
+}
+
 /// An empty engine clears every engine's entries.
 fn blacklists_cleared(m: proto::BlacklistsCleared) -> Result<Event, WireError> {
     let engine = match m.engine.as_str() {
@@ -1016,6 +1040,7 @@ pub(super) fn order_from_proto(order: proto::Order) -> Result<Order, WireError> 
             "engine_lost",
             engine_id("engine", &m.engine).map(|engine| Order::EngineLost {
                 engine,
+                epoch: m.epoch,
                 last_seen_ms: m.last_seen_ms,
             }),
         ),
@@ -1044,6 +1069,7 @@ fn dispatch(m: proto::Dispatch) -> Result<Order, WireError> {
         task: task_ref(m.task)?,
         attempt: m.attempt,
         engine: engine_id("engine", &m.engine)?,
+        epoch: m.epoch,
     })
 }
 

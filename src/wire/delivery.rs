@@ -34,6 +34,8 @@ pub struct Delivery {
     pub id: String,
     pub batch_seq: Seq,
     pub engine: EngineId,
+    /// The engine's login epoch when the order was folded (see `Epoch`).
+    pub epoch: u64,
     pub kind: DeliveryKind,
 }
 
@@ -48,6 +50,8 @@ pub enum DeliveryKind {
     /// `published` is what the log says was stored (size, blake3), for the
     /// engine to check what it fetched.
     SyncLibrary { library: LibraryRef, published: Option<LibraryInfo> },
+    /// A login of this engine was folded; it opened the delivery's epoch.
+    LoggedIn,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +91,7 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             Some(proto::order::Kind::EngineLost(lost)) => Kind::Lost(lost),
             _ => unreachable!("deliveries carry only Cancel and EngineLost orders"),
         },
+        DeliveryKind::LoggedIn => Kind::LoggedIn(proto::LoggedIn {}),
         DeliveryKind::SyncLibrary { library, published } => {
             published_library = published.as_ref().map(library_info_to_proto);
             Kind::SyncLibrary(proto::SyncLibrary {
@@ -95,8 +100,14 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             })
         }
     };
-    proto::Delivery { id: delivery.id.clone(), batch_seq: delivery.batch_seq.0, published_library, kind: Some(kind) }
-        .encode_to_vec()
+    proto::Delivery {
+        id: delivery.id.clone(),
+        batch_seq: delivery.batch_seq.0,
+        published_library,
+        epoch: delivery.epoch,
+        kind: Some(kind),
+    }
+    .encode_to_vec()
 }
 
 /// Decodes a delivery addressed to `engine` (the subject's engine).
@@ -134,14 +145,15 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
             }
             DeliveryKind::SyncLibrary { library, published }
         }
+        Some(Kind::LoggedIn(_)) => DeliveryKind::LoggedIn,
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
-                problem: super::FieldProblem::MissingOneof { expected: "run, cancel, lost or sync_library" },
+                problem: super::FieldProblem::MissingOneof { expected: "run, cancel, lost, sync_library or logged_in" },
             })
         }
     };
-    Ok(Delivery { id: message.id, batch_seq: Seq(message.batch_seq), engine: engine.clone(), kind })
+    Ok(Delivery { id: message.id, batch_seq: Seq(message.batch_seq), engine: engine.clone(), epoch: message.epoch, kind })
 }
 
 #[cfg(test)]
@@ -174,7 +186,7 @@ mod tests {
             }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),
-            DeliveryKind::Lost(Order::EngineLost { engine: e1.clone(), last_seen_ms: 99 }),
+            DeliveryKind::Lost(Order::EngineLost { engine: e1.clone(), epoch: 4, last_seen_ms: 99 }),
             DeliveryKind::SyncLibrary { library: LibraryRef::new("render-lib", "2.1.0"), published: None },
             DeliveryKind::SyncLibrary {
                 library: LibraryRef::new("render-lib", "2.1.0"),
@@ -186,7 +198,7 @@ mod tests {
             },
         ];
         for (n, kind) in cases.into_iter().enumerate() {
-            let delivery = Delivery { id: Delivery::id_for(Seq(7), n), batch_seq: Seq(7), engine: e1.clone(), kind };
+            let delivery = Delivery { id: Delivery::id_for(Seq(7), n), batch_seq: Seq(7), engine: e1.clone(), epoch: 4, kind };
             assert_eq!(decode_delivery(&e1, &encode_delivery(&delivery)).unwrap(), delivery);
         }
         assert!(decode_delivery(&e1, b"\xff\xff").is_err());
@@ -199,6 +211,7 @@ mod tests {
             id: "7-0".into(),
             batch_seq: 7,
             published_library: None,
+            epoch: 4,
             kind: Some(proto::delivery::Kind::SyncLibrary(proto::SyncLibrary {
                 engine: "e1".into(),
                 library: Some(proto::LibraryRef { name: "lib".into(), version: "1/2".into() }),

@@ -40,7 +40,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    SUBJECT_PREFIX, decode, encode, entry_from_log, envelope_from_proto, envelope_to_proto, proto,
+    SUBJECT_PREFIX, encode, entry_from_log, envelope_from_proto, envelope_to_proto, proto,
     subject_for,
 };
 use crate::core::event::{Entry, Envelope};
@@ -61,8 +61,9 @@ pub struct HistoryLine {
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // as `core::event::Payload`: one per line, not worth a box
 pub enum HistoryPayload {
-    /// An `envelope` line, its id filled in when the line had none.
-    Envelope(Envelope),
+    /// An `envelope` line, its id filled in when the line had none, with its
+    /// `seal` (signer, signature) when it has one (an order batch).
+    Envelope(Envelope, Option<([u8; 32], [u8; 64])>),
     /// A `raw_base64` line: the bytes exactly as the log held them.
     Raw(Vec<u8>),
 }
@@ -71,7 +72,10 @@ impl HistoryLine {
     /// The bytes the log would hold for this line.
     pub fn bytes(&self) -> Vec<u8> {
         match &self.payload {
-            HistoryPayload::Envelope(envelope) => encode(envelope),
+            HistoryPayload::Envelope(envelope, None) => encode(envelope),
+            HistoryPayload::Envelope(envelope, Some((signer, signature))) => {
+                super::append_seal(encode(envelope), signer, signature)
+            }
             HistoryPayload::Raw(bytes) => bytes.clone(),
         }
     }
@@ -205,9 +209,18 @@ fn parse_line(line: usize, text: &str) -> Result<HistoryLine, String> {
                     .hyphenated()
                     .to_string();
             }
+            let seal = match envelope.seal.take() {
+                None => None,
+                Some(seal) => {
+                    let signer = seal.signer.as_slice().try_into().map_err(|_| "envelope.seal.signer: a key is 32 bytes")?;
+                    let signature =
+                        seal.signature.as_slice().try_into().map_err(|_| "envelope.seal.signature: a signature is 64 bytes")?;
+                    Some((signer, signature))
+                }
+            };
             let envelope = envelope_from_proto(envelope).map_err(|e| format!("envelope.{e}"))?;
             let subject = raw.subject.unwrap_or_else(|| subject_for(&envelope.event));
-            (subject, HistoryPayload::Envelope(envelope))
+            (subject, HistoryPayload::Envelope(envelope, seal))
         }
         (None, Some(encoded)) => {
             let bytes = base64::engine::general_purpose::STANDARD
@@ -259,26 +272,37 @@ fn check_subject(subject: &str) -> Result<(), String> {
 }
 
 /// One history line (without its newline) for a message of the log: the
-/// envelope when the bytes decode (in canonical form), else `raw_base64` and
-/// the reason. Reading the line back gives the same entry as the message.
+/// envelope (with its seal) when the bytes decode and encode back to exactly
+/// themselves, else `raw_base64` (and the reason, if they do not decode).
+/// Reading the line back gives the same entry as the message, stored bytes
+/// included, so an exported log replays to the same chain.
 pub fn write_history_line(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> String {
-    let line = match decode(bytes) {
-        Ok(envelope) => LineOut {
-            seq: seq.0,
-            time_ms,
-            subject,
-            envelope: Some(envelope_to_proto(&envelope)),
-            raw_base64: None,
-            undecodable: None,
-        },
-        Err(error) => LineOut {
-            seq: seq.0,
-            time_ms,
-            subject,
-            envelope: None,
-            raw_base64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            undecodable: Some(error.to_string()),
-        },
+    let raw = |undecodable: Option<String>| LineOut {
+        seq: seq.0,
+        time_ms,
+        subject,
+        envelope: None,
+        raw_base64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        undecodable,
+    };
+    let line = match super::decode_sealed(bytes) {
+        Ok((envelope, seal)) => {
+            let mut message = envelope_to_proto(&envelope);
+            let seal = seal.map(|seal| (seal.signer, seal.signature));
+            let rewritten = match &seal {
+                None => encode(&envelope),
+                Some((signer, signature)) => super::append_seal(encode(&envelope), signer, signature),
+            };
+            if rewritten == bytes {
+                message.seal = seal.map(|(signer, signature)| proto::Seal { signer: signer.to_vec(), signature: signature.to_vec() });
+                LineOut { seq: seq.0, time_ms, subject, envelope: Some(message), raw_base64: None, undecodable: None }
+            } else {
+                // Not this build's encoding (another publisher's field order, unknown
+                // fields): kept byte for byte, since the chain digest covers the bytes.
+                raw(None)
+            }
+        }
+        Err(error) => raw(Some(error.to_string())),
     };
     serde_json::to_string(&line).expect("a history line has only string map keys")
 }

@@ -7,9 +7,13 @@
 //!
 //! Invariants:
 //! - [`encode`] is canonical: one core envelope, one byte string (fields in
-//!   number order, maps sorted by key, no unknown fields). [`entry_from_log`]
-//!   digests re-encoded bytes, so two publishers that encode the same event
-//!   differently produce the same `Entry::canonical`.
+//!   number order, maps sorted by key, no unknown fields). The chain digest,
+//!   though, covers `Entry::stored`, the bytes exactly as the log holds them: a
+//!   re-encoding by this build would make the chain depend on the schema version
+//!   that replays.
+//! - A sealed envelope (an order batch) is its encoding followed by its seal
+//!   field ([`encode_sealed`]); the seal signs every byte before it, so checking
+//!   it needs no re-encoding either.
 //! - `decode(&encode(e)) == Ok(e)` for every core envelope `e`.
 //! - Nothing here panics on any input: bytes that are not an envelope become
 //!   `Payload::Undecodable` with the reason, naming the field when one is wrong.
@@ -33,11 +37,12 @@ pub use convert::{
     envelope_to_proto,
 };
 pub use subject::{
-    ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT, origin_of,
+    KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT, origin_of,
     subject_for,
 };
 
-use crate::core::event::{Entry, Envelope, Origin, Payload};
+use crate::core::event::{Entry, EntrySeal, Envelope, Origin, Payload};
+
 use crate::core::ids::Seq;
 use subject::engine_token;
 
@@ -62,12 +67,11 @@ pub fn decode(bytes: &[u8]) -> Result<Envelope, WireError> {
 }
 
 /// The entry a log message makes: its origin from the subject, its payload
-/// decoded, and the canonical bytes to digest (the re-encoded envelope, or the
-/// raw bytes when they do not decode). Never fails and never panics.
+/// decoded, its seal found, and its bytes kept exactly as stored (the chain
+/// digest covers those). Never fails and never panics.
 pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> Entry {
-    let (origin, payload, canonical) = match decode(bytes) {
-        Ok(envelope) => {
-            let canonical = encode(&envelope);
+    let (origin, payload, seal) = match decode_sealed(bytes) {
+        Ok((envelope, seal)) => {
             // The subject's engine and the payload's, when they are the same name,
             // become one shared id (the fold compares them by pointer): the payload's,
             // so that the subject's need not be made at all.
@@ -77,23 +81,72 @@ pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> En
                 }
                 _ => origin_of(subject),
             };
-            (origin, Payload::Event(envelope), canonical)
+            (origin, Payload::Event(envelope), seal)
         }
         Err(error) => (
             origin_of(subject),
             Payload::Undecodable {
                 detail: error.to_string(),
             },
-            bytes.to_vec(),
+            None,
         ),
     };
     Entry {
         seq,
         time_ms,
         origin,
+        subject: subject.to_string(),
         payload,
-        canonical,
+        stored: bytes.to_vec(),
+        seal,
     }
+}
+
+/// The envelope and the seal stored bytes hold. The seal's `signed_len` is set
+/// only when the seal is the last field, encoded as this schema encodes it:
+/// then it signs every byte before it, exactly as stored.
+pub fn decode_sealed(bytes: &[u8]) -> Result<(Envelope, Option<EntrySeal>), WireError> {
+    let mut message = proto::Envelope::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    let seal = match message.seal.take() {
+        None => None,
+        Some(seal) => {
+            let trailer = seal_field(&seal);
+            let signer: [u8; 32] = seal.signer.as_slice().try_into().map_err(|_| {
+                WireError::Field { field: "seal.signer".into(), problem: FieldProblem::Inconsistent(format!("a key is 32 bytes, not {}", seal.signer.len())) }
+            })?;
+            let signature: [u8; 64] = seal.signature.as_slice().try_into().map_err(|_| WireError::Field {
+                field: "seal.signature".into(),
+                problem: FieldProblem::Inconsistent(format!("a signature is 64 bytes, not {}", seal.signature.len())),
+            })?;
+            let signed_len = bytes.ends_with(&trailer).then(|| bytes.len() - trailer.len());
+            Some(EntrySeal { signer, signature, signed_len })
+        }
+    };
+    Ok((envelope_from_proto(message)?, seal))
+}
+
+/// The bytes of an envelope's seal field alone, as it ends a sealed envelope.
+fn seal_field(seal: &proto::Seal) -> Vec<u8> {
+    proto::Envelope { seal: Some(seal.clone()), ..Default::default() }.encode_to_vec()
+}
+
+/// An envelope encoded and sealed: its bytes, then a seal whose signature
+/// covers exactly those bytes. Decoding with [`decode_sealed`] finds the seal
+/// and the signed length again.
+pub fn encode_sealed(envelope: &Envelope, key: &ed25519_dalek::SigningKey) -> Vec<u8> {
+    use ed25519_dalek::Signer as _;
+    let mut bytes = encode(envelope);
+    let signature = key.sign(&bytes);
+    let seal = proto::Seal { signer: key.verifying_key().to_bytes().to_vec(), signature: signature.to_bytes().to_vec() };
+    bytes.extend_from_slice(&seal_field(&seal));
+    bytes
+}
+
+/// Appends a seal already made (signer, signature) to an envelope's bytes: how
+/// a history file's sealed line becomes the bytes the log held.
+pub fn append_seal(mut bytes: Vec<u8>, signer: &[u8; 32], signature: &[u8; 64]) -> Vec<u8> {
+    bytes.extend_from_slice(&seal_field(&proto::Seal { signer: signer.to_vec(), signature: signature.to_vec() }));
+    bytes
 }
 
 #[cfg(test)]

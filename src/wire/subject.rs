@@ -15,6 +15,9 @@ pub const ORDERS_SUBJECT: &str = "gridfold.ev.orders";
 pub const TICK_SUBJECT: &str = "gridfold.ev.tick";
 /// Operators' `PolicySet`s.
 pub const POLICY_SUBJECT: &str = "gridfold.ev.policy";
+/// Where operators register projector keys; `gridfold.ev.keys.>` is the operators' alone.
+pub const KEYS_REGISTERED_SUBJECT: &str = "gridfold.ev.keys.registered";
+const KEYS_SUBJECT_PREFIX: &str = "gridfold.ev.keys.";
 /// `gridfold.ev.engine.<engine>.<kind>`: only that engine may publish there.
 const ENGINE_SUBJECT_PREFIX: &str = "gridfold.ev.engine.";
 
@@ -40,6 +43,8 @@ pub fn subject_for(event: &Event) -> String {
         Event::LibrarySynced { engine: id, .. } => engine(id, "library_synced"),
         Event::LibrarySyncFailed { engine: id, .. } => engine(id, "library_sync_failed"),
         Event::BlacklistsCleared { .. } => "gridfold.ev.blacklists.cleared".to_string(),
+        Event::ProjectorKeyRegistered { .. } => KEYS_REGISTERED_SUBJECT.to_string(),
+        Event::ProjectorKeyRevoked { .. } => "gridfold.ev.keys.revoked".to_string(),
     }
 }
 
@@ -51,6 +56,7 @@ pub fn origin_of(subject: &str) -> Origin {
     match subject {
         ORDERS_SUBJECT => Origin::Projector,
         TICK_SUBJECT => Origin::Ticker,
+        _ if subject.starts_with(KEYS_SUBJECT_PREFIX) => Origin::Operator,
         _ => engine_token(subject)
             .and_then(|engine| EngineId::new(engine).ok())
             .map_or(Origin::Client, Origin::Engine),

@@ -54,9 +54,11 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::LibrarySynced { .. } => 14,
         Event::LibrarySyncFailed { .. } => 15,
         Event::BlacklistsCleared { .. } => 16,
+        Event::ProjectorKeyRegistered { .. } => 17,
+        Event::ProjectorKeyRevoked { .. } => 18,
     }
 }
-pub const EVENT_VARIANTS: usize = 17;
+pub const EVENT_VARIANTS: usize = 19;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -255,6 +257,7 @@ pub fn every_event() -> Vec<Event> {
                     task: task("render-1", 0),
                     attempt: 1,
                     engine: engine("e1"),
+                    epoch: 3,
                 },
                 Order::Cancel {
                     task: task("render-1", 1),
@@ -264,6 +267,7 @@ pub fn every_event() -> Vec<Event> {
                 },
                 Order::EngineLost {
                     engine: engine("e9"),
+                    epoch: 12,
                     last_seen_ms: 1_700_000_000_000,
                 },
                 Order::Requeue {
@@ -346,6 +350,8 @@ pub fn every_event() -> Vec<Event> {
             engine: Some(engine("e3")),
         },
         Event::BlacklistsCleared { engine: None },
+        Event::ProjectorKeyRegistered { key: [3; 32], name: "projector on node-a".to_string() },
+        Event::ProjectorKeyRevoked { key: [3; 32] },
     ]
 }
 
@@ -617,11 +623,12 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
 
 fn arb_order() -> impl Strategy<Value = Order> {
     prop_oneof![
-        (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| {
+        (arb_task(), any::<u32>(), arb_engine(), any::<u64>()).prop_map(|(task, attempt, engine, epoch)| {
             Order::Dispatch {
                 task,
                 attempt,
                 engine,
+                epoch,
             }
         }),
         (arb_task(), any::<u32>(), arb_engine(), any::<bool>()).prop_map(
@@ -636,8 +643,9 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 },
             }
         ),
-        (arb_engine(), any::<u64>()).prop_map(|(engine, last_seen_ms)| Order::EngineLost {
+        (arb_engine(), any::<u64>(), any::<u64>()).prop_map(|(engine, epoch, last_seen_ms)| Order::EngineLost {
             engine,
+            epoch,
             last_seen_ms
         }),
         (arb_task(), any::<u32>(), arb_engine()).prop_map(|(task, attempt, engine)| Order::Requeue {
@@ -799,6 +807,8 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
             }
         }),
         prop::option::of(arb_engine()).prop_map(|engine| Event::BlacklistsCleared { engine }),
+        (any::<[u8; 32]>(), arb_text()).prop_map(|(key, name)| Event::ProjectorKeyRegistered { key, name }),
+        any::<[u8; 32]>().prop_map(|key| Event::ProjectorKeyRevoked { key }),
     ]
 }
 

@@ -8,20 +8,28 @@
 //!
 //! Greylisting needs no order: it is a score (see `dispatch::job_score`).
 
-use super::InFlight;
+use super::{InFlight, Orders};
+
+/// Most Blacklist orders in one run.
+pub const BLACKLISTS_PER_RUN_MAX: usize = 1_024;
 use crate::core::event::Order;
 use crate::core::state::State;
 
-pub fn blacklist_failing_engines(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
+pub fn blacklist_failing_engines(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+    let mut n_ordered = 0;
     for (j, e) in state.pending_blacklists() {
         if in_flight.is_blacklisted(j, e) {
             continue;
         }
         let job = state.job(j);
-        orders.push(Order::Blacklist {
+        let order = Order::Blacklist {
             job: job.id.clone(),
             engine: state.engine(e).id.clone(),
             failures: job.failures_by_engine.get(&e).copied().unwrap_or(0),
-        });
+        };
+        if n_ordered == BLACKLISTS_PER_RUN_MAX || !orders.push(order) {
+            return;
+        }
+        n_ordered += 1;
     }
 }

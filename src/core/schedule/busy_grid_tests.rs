@@ -84,9 +84,9 @@ fn submit(log: &mut LogBuilder, rng: &mut SplitMix64, j: usize) {
 
 fn render(order: &Order) -> String {
     match order {
-        Order::Dispatch { task, attempt, engine } => format!("dispatch {task} #{attempt} -> {engine}"),
+        Order::Dispatch { task, attempt, engine, .. } => format!("dispatch {task} #{attempt} -> {engine}"),
         Order::Cancel { task, attempt, engine, .. } => format!("cancel {task} #{attempt} on {engine}"),
-        Order::EngineLost { engine, last_seen_ms } => format!("lost {engine} (last seen {last_seen_ms})"),
+        Order::EngineLost { engine, last_seen_ms, .. } => format!("lost {engine} (last seen {last_seen_ms})"),
         Order::Requeue { task, attempt, reason, .. } => format!("requeue {task} #{attempt} ({reason:?})"),
         Order::MarkUnschedulable { job, reason } => format!("unschedulable {job} ({})", reason.as_str()),
         other => other.to_string(),
@@ -215,7 +215,7 @@ fn a_busy_grid_decides_as_it_always_has() {
                 orders_text.push_str(&render(order));
                 orders_text.push('\n');
                 *order_kinds.entry(order.kind_name()).or_default() += 1;
-                if let Order::Dispatch { task, attempt, engine } = order {
+                if let Order::Dispatch { task, attempt, engine, .. } = order {
                     let e = if engine.as_str() == "e-mars" { N_ENGINES } else { engine.as_str()[1..].parse().unwrap() };
                     if e < N_ENGINES {
                         to_start.push(Running { task: task.clone(), attempt: *attempt, engine: e, fails: rng.below(12) == 0 });

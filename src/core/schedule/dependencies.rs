@@ -5,21 +5,28 @@
 //! the dependent to fail; without it the dependent runs once its dependencies
 //! have ended, whatever became of them.
 
-use super::InFlight;
+use super::{InFlight, Orders};
 use crate::core::event::Order;
 use crate::core::state::{State, TaskKey, TaskStatus};
 
 /// Most FailDependent orders for single tasks in one run.
 pub const FAILED_TASKS_PER_RUN_MAX: usize = 1_024;
+/// Most FailDependent orders for whole jobs in one run.
+pub const FAILED_JOBS_PER_RUN_MAX: usize = 1_024;
 
-pub fn fail_dependents(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
+pub fn fail_dependents(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+    let mut n_jobs_failed = 0;
     for j in state.jobs_failing_with_a_dependency() {
         if in_flight.is_failing(j, None) {
             continue;
         }
         let job = state.job(j);
         let dependency = job.failed_dependency.expect("listed jobs have a failed dependency");
-        orders.push(Order::FailDependent { job: job.id.clone(), task: None, dependency: state.job(dependency).id.to_string() });
+        let order = Order::FailDependent { job: job.id.clone(), task: None, dependency: state.job(dependency).id.to_string() };
+        if n_jobs_failed == FAILED_JOBS_PER_RUN_MAX || !orders.push(order) {
+            return;
+        }
+        n_jobs_failed += 1;
     }
     let mut n_failed = 0;
     for j in state.jobs_with_task_dependencies() {
@@ -39,7 +46,10 @@ pub fn fail_dependents(state: &State, in_flight: &InFlight, orders: &mut Vec<Ord
             if in_flight.is_failing(j, Some(index)) {
                 continue;
             }
-            orders.push(Order::FailDependent { job: job.id.clone(), task: Some(index), dependency: state.task_ref(failed).to_string() });
+            let order = Order::FailDependent { job: job.id.clone(), task: Some(index), dependency: state.task_ref(failed).to_string() };
+            if !orders.push(order) {
+                return;
+            }
             n_failed += 1;
         }
     }

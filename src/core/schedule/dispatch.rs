@@ -36,7 +36,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::filters::{self, failed_here_last};
-use super::InFlight;
+use super::{InFlight, Orders};
 use crate::core::event::{LoadFormula, Order};
 use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, State, TaskKey};
 
@@ -236,10 +236,6 @@ impl<'s> Candidates<'s> {
         self.n_open == 0
     }
 
-    /// Free slots over all candidates: at most this many dispatches fit.
-    fn free_slots(&self) -> usize {
-        self.by_id.iter().map(|candidate| (candidate.slots - candidate.used) as usize).sum()
-    }
 }
 
 /// The best entry of a ranked queue under the rules. Entries without room for
@@ -277,14 +273,13 @@ fn pop_best(
     found
 }
 
-pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let mut candidates = Candidates::gather(state, in_flight, lost);
     let budget = state.policy.dispatches_per_run_max as usize;
-    orders.reserve(budget.min(candidates.free_slots()));
     let mut n_dispatched = 0;
     let mut exhausted = vec![false; state.categories().len()];
     for rank in state.runnable_jobs() {
-        if candidates.is_empty() || n_dispatched == budget {
+        if candidates.is_empty() || n_dispatched == budget || !orders.has_room() {
             break;
         }
         let j = rank.job;
@@ -359,13 +354,14 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
                 continue;
             };
             let e = candidates.book(at, job.slots_per_task);
-            orders.push(Order::Dispatch {
-                task: state.task_ref(key),
-                attempt: task.attempts + 1,
-                engine: state.engine(e).id.clone(),
-            });
+            let engine = state.engine(e);
+            let dispatch =
+                Order::Dispatch { task: state.task_ref(key), attempt: task.attempts + 1, engine: engine.id.clone(), epoch: engine.epoch };
+            if !orders.push(dispatch) {
+                break;
+            }
             n_dispatched += 1;
-            if candidates.is_empty() || n_dispatched == budget {
+            if candidates.is_empty() || n_dispatched == budget || !orders.has_room() {
                 break;
             }
         }

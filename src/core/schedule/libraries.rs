@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use super::InFlight;
+use super::{InFlight, Orders};
 use crate::core::event::{LibraryRef, Order};
 use crate::core::state::{EngineIdx, State};
 
@@ -23,7 +23,7 @@ pub const SYNCS_PER_RUN_MAX: usize = 1_024;
 /// How long an engine whose sync of a library failed is left alone for that library.
 pub const SYNC_RETRY_AFTER_MS: u64 = 60_000;
 
-pub fn sync_missing_libraries(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+pub fn sync_missing_libraries(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     // The published libraries that some runnable job waits for, in category order.
     let mut wanted: Vec<(&LibraryRef, usize)> = Vec::new();
     for (c, category) in state.categories().iter().enumerate() {
@@ -62,7 +62,9 @@ pub fn sync_missing_libraries(state: &State, in_flight: &InFlight, lost: &BTreeS
                 && engine.slots >= category.slots_per_task
         });
         if let Some(&(library, _)) = needed {
-            orders.push(Order::SyncLibrary { engine: engine.id.clone(), library: library.clone() });
+            if !orders.push(Order::SyncLibrary { engine: engine.id.clone(), library: library.clone() }) {
+                return;
+            }
             n_ordered += 1;
         }
     }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::InFlight;
+use super::{InFlight, Orders};
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::core::state::{Category, EngineIdx, State, TaskKey};
@@ -11,10 +11,12 @@ use crate::core::state::{Category, EngineIdx, State, TaskKey};
 /// Most timer-driven orders of each kind in one run, so a long silence cannot
 /// produce an unbounded batch; the rest fire on the next run.
 pub const TIMER_ORDERS_PER_RUN_MAX: usize = 1_024;
+/// Most jobs flagged unschedulable in one run.
+pub const UNSCHEDULABLE_PER_RUN_MAX: usize = 1_024;
 
 /// Engines with no accepted event for longer than `engine_timeout_ms` of log time.
 /// Returns them, so later stages neither dispatch to them nor requeue their attempts twice.
-pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) -> BTreeSet<EngineIdx> {
+pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Orders) -> BTreeSet<EngineIdx> {
     let timeout = state.policy.engine_timeout_ms;
     let mut lost = BTreeSet::new();
     let silent_too_long = |last_seen_ms: u64| last_seen_ms.saturating_add(timeout) < state.now_ms;
@@ -25,15 +27,26 @@ pub fn lose_silent_engines(state: &State, in_flight: &InFlight, orders: &mut Vec
         if in_flight.is_lost(e) {
             continue;
         }
+        let engine = state.engine(e);
+        if !orders.push(Order::EngineLost { engine: engine.id.clone(), epoch: engine.epoch, last_seen_ms }) {
+            break;
+        }
         lost.insert(e);
-        orders.push(Order::EngineLost { engine: state.engine(e).id.clone(), last_seen_ms });
     }
     lost
 }
 
+/// Attempts an engine held in an earlier login epoch go back to the queue, each
+/// by an order on the log with its reason: the login that had them has ended.
+pub fn requeue_closed_epochs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
+    end_live_attempts(state, in_flight, lost, state.closed_epoch_attempts(), orders, |task, attempt, engine| {
+        Order::Requeue { task, attempt, engine, reason: RequeueReason::EngineRestarted }
+    });
+}
+
 /// Dispatches not reported started within `dispatch_timeout_ms` go back to the
 /// queue, and their engine is told to drop them.
-pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let timeout = state.policy.dispatch_timeout_ms;
     let overdue = state
         .dispatched_by_age()
@@ -49,7 +62,7 @@ pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
 
 /// Live attempts of ended jobs are told to stop, and so are redundant copies of
 /// tasks that have their result when the job cancels copies at once.
-pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Vec<Order>) {
+pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let reason_of = |task: &TaskRef| match state.job_idx(&task.job) {
         Some(j) if state.job(j).is_active() => CancelReason::RedundantCopy,
         _ => CancelReason::JobCancelled,
@@ -68,7 +81,7 @@ fn end_live_attempts(
     in_flight: &InFlight,
     lost: &BTreeSet<EngineIdx>,
     keys: impl Iterator<Item = (TaskKey, Attempt)>,
-    orders: &mut Vec<Order>,
+    orders: &mut Orders,
     order_for: impl Fn(TaskRef, Attempt, EngineId) -> Order,
 ) {
     let mut n_ended = 0;
@@ -80,25 +93,31 @@ fn end_live_attempts(
         if in_flight.is_ending(key, attempt) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
             continue;
         }
+        if !orders.push(order_for(state.task_ref(key), live.attempt, state.engine(live.engine).id.clone())) {
+            break;
+        }
         n_ended += 1;
-        orders.push(order_for(state.task_ref(key), live.attempt, state.engine(live.engine).id.clone()));
     }
 }
 
 /// Flags waiting jobs that no logged-in engine could ever run (Kubernetes'
 /// `Unresolvable`): the submitter is told now. The flag clears by itself when an
 /// engine that fits logs in. Nothing is flagged while no engine is logged in at all.
-pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
+pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     if !state.any_engine_logged_in() {
         return;
     }
+    let mut n_flagged = 0;
     for (c, category) in state.categories().iter().enumerate() {
         let Some(reason) = why_unschedulable(state, category) else { continue };
         for &j in &category.jobs {
             let job = state.job(j);
             let is_own_category = job.category.0 as usize == c;
             if is_own_category && job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j) {
-                orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason });
+                if n_flagged == UNSCHEDULABLE_PER_RUN_MAX || !orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason }) {
+                    return;
+                }
+                n_flagged += 1;
             }
         }
     }

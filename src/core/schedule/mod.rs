@@ -2,6 +2,7 @@
 //!
 //! A run is a fixed sequence of small stages, each in its own module:
 //! 1. [`lifecycle`]: engines silent past `engine_timeout` are declared lost;
+//!    attempts of an engine's earlier login epoch are requeued (`EngineRestarted`);
 //!    dispatches not started within `dispatch_timeout` are requeued; live attempts
 //!    of ended jobs (and redundant copies a job cancels at once) are cancelled.
 //! 2. [`dependencies`]: jobs and tasks whose dependency failed fail with it, when
@@ -31,6 +32,7 @@
 //! ([`dispatch`] has the details).
 
 pub mod blacklist;
+pub mod budget;
 pub mod dependencies;
 pub mod dispatch;
 pub mod filters;
@@ -44,6 +46,7 @@ mod busy_grid_tests;
 mod gridserver_tests;
 pub mod lifecycle;
 
+pub use budget::Orders;
 pub use in_flight::InFlight;
 
 use super::event::{Order, OrderBatch};
@@ -51,12 +54,15 @@ use super::state::State;
 
 /// Bumped whenever a change alters decisions; recorded in every batch so an
 /// auditor knows which code made it.
-pub const ALGORITHM_VERSION: u32 = 2;
+pub const ALGORITHM_VERSION: u32 = 3;
 
 /// The next orders, given the state folded so far and the orders in flight.
+/// Every stage is capped, and all draw from one [`Orders`] budget, so the batch
+/// fits the broker whatever the ids' lengths.
 pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
-    let mut orders = Vec::new();
+    let mut orders = Orders::new();
     let lost = lifecycle::lose_silent_engines(state, in_flight, &mut orders);
+    lifecycle::requeue_closed_epochs(state, in_flight, &lost, &mut orders);
     lifecycle::requeue_unstarted(state, in_flight, &lost, &mut orders);
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
     dependencies::fail_dependents(state, in_flight, &mut orders);
@@ -65,7 +71,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     libraries::sync_missing_libraries(state, in_flight, &lost, &mut orders);
     dispatch::fill_free_slots(state, in_flight, &lost, &mut orders);
     lifecycle::unschedulable(state, in_flight, &mut orders);
-    orders
+    orders.into_vec()
 }
 
 /// `schedule`, wrapped as the batch the projector publishes (`None` when there is nothing to do).

@@ -26,7 +26,7 @@
 //!
 //! Cost: each run walks the live attempts of each job that reschedules.
 
-use super::InFlight;
+use super::{InFlight, Orders};
 use crate::core::event::{Order, RescheduleReason};
 use crate::core::state::{Job, State, TaskKey};
 
@@ -70,7 +70,7 @@ pub fn poll_instant(state: &State) -> u64 {
     state.now_ms - state.now_ms % period
 }
 
-pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, orders: &mut Vec<Order>) {
+pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     let copies_max = state.policy.redundancy.copies_per_task_max;
     let poll_ms = poll_instant(state);
     let mut n_ordered = 0;
@@ -95,7 +95,9 @@ pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, orders: &mut V
                 .filter(|&(_, limit)| elapsed_ms > limit)
                 .min_by_key(|&(reason, limit)| (limit, reason))
                 .expect("the shortest limit is exceeded");
-            orders.push(Order::Reschedule { task: state.task_ref(key), reason, elapsed_ms, limit_ms });
+            if !orders.push(Order::Reschedule { task: state.task_ref(key), reason, elapsed_ms, limit_ms }) {
+                return;
+            }
             n_ordered += 1;
         }
     }

@@ -24,6 +24,12 @@ pub struct Engine {
     pub last_seen_ms: u64,
     /// Live attempts booked here.
     pub live: u32,
+    /// The login epoch now open (the log sequence of its latest login).
+    pub epoch: u64,
+    /// Live attempts booked here in an earlier epoch: nothing runs them any more,
+    /// and each awaits a Requeue (`EngineRestarted`). While there are any, the
+    /// engine may hold more slots than its new login has.
+    pub closed_epoch_live: u32,
     pub logins: u32,
     pub completed: u64,
     pub failed: u64,
@@ -53,14 +59,18 @@ impl Engine {
             load: EngineLoad::default(),
             last_seen_ms: 0,
             live: 0,
+            epoch: 0,
+            closed_epoch_live: 0,
             logins: 0,
             completed: 0,
             failed: 0,
         }
     }
 
+    /// Slots free for new attempts: none while attempts of a closed epoch hold
+    /// more than a new login brought.
     pub fn free_slots(&self) -> u32 {
-        self.slots - self.used
+        self.slots.saturating_sub(self.used)
     }
 
     pub fn holds(&self, library: &LibraryRef) -> bool {

@@ -615,6 +615,7 @@ mod tests {
                 let attempt = LiveAttempt {
                     attempt: n as u32,
                     engine: EngineIdx(rng.below(40) as u32),
+                    epoch: 0,
                     dispatched_ms: n,
                     started_ms: rng.below(2).checked_sub(1).map(|_| n),
                 };

@@ -152,6 +152,8 @@ struct Admission {
 pub struct LiveAttempt {
     pub attempt: Attempt,
     pub engine: EngineIdx,
+    /// The engine's login epoch it was dispatched in.
+    pub epoch: u64,
     pub dispatched_ms: u64,
     pub started_ms: Option<u64>,
 }
@@ -232,6 +234,11 @@ pub struct State {
     pub(crate) redundancy_jobs: BTreeSet<JobIdx>,
     /// (job, engine) that reached the job's blacklisting threshold, awaiting a Blacklist order.
     pub(crate) pending_blacklists: BTreeSet<(JobIdx, EngineIdx)>,
+    /// Engines holding live attempts of a closed login epoch, each awaiting a Requeue.
+    pub(crate) restarted_engines: BTreeSet<EngineIdx>,
+    /// Projector keys registered by operators, with their names: a batch must be
+    /// sealed by one of them.
+    pub projector_keys: BTreeMap<[u8; 32], String>,
     pub rejections: Rejections,
     pub totals: Totals,
 }
@@ -400,11 +407,20 @@ impl State {
     // ---- engines -------------------------------------------------------------
 
     /// Logs an engine in (or back in), computing its eligibility for every category.
-    pub(crate) fn log_in_engine(&mut self, id: &EngineId, slots: u32, props: EngineProps) -> EngineIdx {
+    /// A login opens epoch `epoch` (its log sequence). The attempts an earlier
+    /// epoch still holds stay booked, now of a closed epoch, until a Requeue
+    /// (`EngineRestarted`) puts each back on the log: the fold does not requeue
+    /// them silently.
+    pub(crate) fn log_in_engine(&mut self, id: &EngineId, slots: u32, props: EngineProps, epoch: u64) -> EngineIdx {
         let idx = match self.engine_idx(id) {
             Some(idx) => {
                 self.set_engine_logged_out(idx);
                 let engine = &mut self.engines[idx.0 as usize];
+                assert!(epoch > engine.epoch, "epochs rise: they are log sequences");
+                engine.closed_epoch_live = engine.live;
+                if engine.live > 0 {
+                    self.restarted_engines.insert(idx);
+                }
                 engine.slots = slots;
                 engine.libraries = props.libraries.iter().cloned().collect();
                 engine.syncing = None;
@@ -420,6 +436,7 @@ impl State {
         };
         let now = self.now_ms;
         let engine = &mut self.engines[idx.0 as usize];
+        engine.epoch = epoch;
         engine.status = EngineStatus::LoggedIn;
         engine.last_seen_ms = now;
         engine.logins += 1;
@@ -791,7 +808,7 @@ impl State {
         engine.used += slots;
         assert!(engine.used <= engine.slots, "engine {} booked above its slots", engine.id);
         engine.live += 1;
-        let live = LiveAttempt { attempt, engine: e, dispatched_ms: now, started_ms: None };
+        let live = LiveAttempt { attempt, engine: e, epoch: engine.epoch, dispatched_ms: now, started_ms: None };
         if is_copy {
             let previous = self.copies.insert((key, attempt), live);
             assert!(previous.is_none(), "an attempt number is used once");
@@ -853,6 +870,12 @@ impl State {
         let engine = &mut self.engines[live.engine.0 as usize];
         engine.used -= slots;
         engine.live -= 1;
+        if live.epoch < engine.epoch {
+            engine.closed_epoch_live -= 1;
+            if engine.closed_epoch_live == 0 {
+                self.restarted_engines.remove(&live.engine);
+            }
+        }
         self.refresh_free(live.engine);
         (live, had_copies && self.live.contains_key(&key))
     }
@@ -982,8 +1005,26 @@ impl State {
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
     pub(crate) fn requeue_engine_attempts(&mut self, e: EngineIdx) {
+        for (key, attempt) in self.attempts_on_engine(e) {
+            self.requeue(key, attempt);
+        }
+    }
+
+    /// The live attempts of closed login epochs, each awaiting a Requeue
+    /// (`EngineRestarted`), by engine index, then task and attempt.
+    pub fn closed_epoch_attempts(&self) -> impl Iterator<Item = (TaskKey, Attempt)> + '_ {
+        self.restarted_engines.iter().flat_map(move |&e| {
+            let epoch = self.engines[e.0 as usize].epoch;
+            self.attempts_on_engine(e).into_iter().filter(move |&(key, attempt)| {
+                self.live_attempt_numbered(key, attempt).is_some_and(|live| live.epoch < epoch)
+            })
+        })
+    }
+
+    /// Every live attempt booked on an engine, sorted by task and attempt.
+    fn attempts_on_engine(&self, e: EngineIdx) -> Vec<(TaskKey, Attempt)> {
         if self.engines[e.0 as usize].live == 0 {
-            return;
+            return Vec::new();
         }
         let mut attempts: Vec<(TaskKey, Attempt)> = self
             .live
@@ -993,9 +1034,7 @@ impl State {
             .collect();
         attempts.extend(self.copies.iter().filter(|(_, live)| live.engine == e).map(|(&key, _)| key));
         attempts.sort_unstable();
-        for (key, attempt) in attempts {
-            self.requeue(key, attempt);
-        }
+        attempts
     }
 
     // ---- blacklists, copies and dependencies -----------------------------------
@@ -1099,8 +1138,12 @@ impl State {
     pub fn check_invariants(&self) {
         let mut used = vec![0u32; self.engines.len()];
         let mut live_per_engine = vec![0u32; self.engines.len()];
+        let mut closed_per_engine = vec![0u32; self.engines.len()];
         let mut n_unstarted = 0;
         for (key, live) in self.live_attempts() {
+            let engine_epoch = self.engines[live.engine.0 as usize].epoch;
+            assert!(live.epoch <= engine_epoch, "an attempt's epoch is its engine's, or an earlier one");
+            closed_per_engine[live.engine.0 as usize] += u32::from(live.epoch < engine_epoch);
             if live.started_ms.is_none() {
                 n_unstarted += 1;
                 assert!(
@@ -1132,7 +1175,18 @@ impl State {
             }
         }
         for (e, engine) in self.engines.iter().enumerate() {
-            assert!(engine.used <= engine.slots, "engine {} above its slots", engine.id);
+            assert_eq!(engine.closed_epoch_live, closed_per_engine[e], "closed-epoch attempts of engine {}", engine.id);
+            assert_eq!(
+                engine.closed_epoch_live > 0,
+                self.restarted_engines.contains(&EngineIdx(e as u32)),
+                "restarted index of {}",
+                engine.id
+            );
+            assert!(
+                engine.used <= engine.slots || engine.closed_epoch_live > 0,
+                "engine {} above its slots with no attempts of a closed epoch",
+                engine.id
+            );
             assert_eq!(engine.used, used[e], "used slots of engine {}", engine.id);
             assert_eq!(engine.live, live_per_engine[e], "live attempts of engine {}", engine.id);
             let logged_in = engine.status == EngineStatus::LoggedIn;

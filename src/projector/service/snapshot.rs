@@ -375,6 +375,7 @@ mod tests {
             id: "2-0".into(),
             batch_seq: Seq(2),
             engine: engine_id("e1"),
+            epoch: 1,
             kind: DeliveryKind::Run(RunTask {
                 task: task("j", 0),
                 attempt: 1,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::core::event::{Event, Order};
+use crate::core::event::{Payload, Event, Order};
 use crate::core::ids::TaskRef;
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::testkit::{engine_id, job_spec, linux_props};
@@ -435,8 +435,10 @@ fn recent_deliveries_keep_the_window_of_log_time() {
         id: Delivery::id_for(Seq(n as u64), 0),
         batch_seq: Seq(n as u64),
         engine: engine_id("e1"),
+        epoch: 1,
         kind: DeliveryKind::Lost(Order::EngineLost {
             engine: engine_id("e1"),
+            epoch: 1,
             last_seen_ms: 0,
         }),
     };

@@ -22,7 +22,7 @@ fn the_examples_parse_into_the_events_they_say() {
     let shown: Vec<String> = lines
         .iter()
         .map(|line| {
-            let HistoryPayload::Envelope(envelope) = &line.payload else {
+            let HistoryPayload::Envelope(envelope, _) = &line.payload else {
                 panic!("{line:?}")
             };
             format!(
@@ -63,12 +63,12 @@ fn the_examples_parse_into_the_events_they_say() {
 #[test]
 fn a_history_line_and_the_log_message_it_records_make_identical_entries() {
     for line in parse_history(EXAMPLES).unwrap() {
-        let HistoryPayload::Envelope(envelope) = &line.payload else {
+        let HistoryPayload::Envelope(envelope, _) = &line.payload else {
             unreachable!()
         };
         let from_log = entry_from_log(line.seq, line.time_ms, &line.subject, &encode(envelope));
         let from_history = line.to_entry();
-        assert_eq!(from_history.canonical, from_log.canonical);
+        assert_eq!(from_history.stored, from_log.stored);
         assert_eq!(from_history.origin, from_log.origin);
         assert_eq!(
             (from_history.seq, from_history.time_ms),
@@ -146,7 +146,7 @@ proptest! {
         for (line, (seq, subject, bytes)) in lines.iter().zip(&messages) {
             let from_log = entry_from_log(*seq, time_ms, subject, bytes);
             let from_history = line.to_entry();
-            prop_assert_eq!(&from_history.canonical, &from_log.canonical);
+            prop_assert_eq!(&from_history.stored, &from_log.stored);
             prop_assert_eq!(&from_history.origin, &from_log.origin);
             prop_assert_eq!(from_history.seq, from_log.seq);
             prop_assert_eq!(from_history.time_ms, from_log.time_ms);
@@ -165,7 +165,7 @@ proptest! {
 fn omitted_ids_are_derived_from_seq() {
     let text = r#"{"seq": 7, "time_ms": 0, "envelope": {"event": {"tick": {}}}}"#;
     let [line] = parse_history(text).unwrap().try_into().unwrap();
-    let HistoryPayload::Envelope(envelope) = &line.payload else {
+    let HistoryPayload::Envelope(envelope, _) = &line.payload else {
         unreachable!()
     };
     assert_eq!(envelope.id, history_event_id(Seq(7)));
@@ -189,7 +189,7 @@ fn task_lists_and_binary_results_read_as_written() {
     let events: Vec<&Event> = lines
         .iter()
         .map(|line| match &line.payload {
-            HistoryPayload::Envelope(envelope) => &envelope.event,
+            HistoryPayload::Envelope(envelope, _) => &envelope.event,
             HistoryPayload::Raw(_) => unreachable!(),
         })
         .collect();
@@ -219,7 +219,7 @@ fn a_raw_line_replays_as_undecodable_with_its_bytes() {
     let text = r#"{"seq": 4, "time_ms": 9, "subject": "gridfold.ev.engine.e1.completed", "raw_base64": "/wCA"}"#;
     let [line] = parse_history(text).unwrap().try_into().unwrap();
     let entry = line.to_entry();
-    assert_eq!(entry.canonical, [0xff, 0x00, 0x80]);
+    assert_eq!(entry.stored, [0xff, 0x00, 0x80]);
     assert!(matches!(entry.payload, Payload::Undecodable { .. }));
     assert_eq!(
         entry.origin,
