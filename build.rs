@@ -50,6 +50,9 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.EngineProperties.libraries",
     ".gridfold.v1.RunTask.root_library",
     ".gridfold.v1.BlacklistsCleared.engine",
+    ".gridfold.v1.Envelope.seal",
+    ".gridfold.v1.Dispatch.epoch",
+    ".gridfold.v1.EngineLost.epoch",
 ];
 
 fn main() {

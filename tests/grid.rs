@@ -279,6 +279,7 @@ impl Grid {
             "--state",
             &state,
             "--check-invariants",
+            "--register-key",
         ];
         args.extend_from_slice(extra);
         self.spawn(&proc_name, &args)

@@ -189,7 +189,7 @@ fn hold_library(library_dir: &Path) {
 fn libraries_sync_from_the_object_store_and_a_failing_engine_is_blacklisted() {
     let mut grid = Grid::start();
     let state = grid.path("projector");
-    grid.spawn("projector", &["projector", "--state", state.to_str().unwrap()]);
+    grid.spawn("projector", &["projector", "--register-key", "--state", state.to_str().unwrap()]);
     let policy = grid.write("policy.toml", POLICY);
     grid.wait_for("the broker to take a policy", || {
         let output = grid.run(&["policy", "apply", &policy]);

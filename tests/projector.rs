@@ -158,6 +158,7 @@ fn projector_config(state_dir: &Path) -> ProjectorConfig {
         snapshot_every_entries: 20,
         read_wait: Duration::from_millis(200),
         check_invariants: true,
+        register_key: true,
         ..ProjectorConfig::new(state_dir)
     }
 }
@@ -408,7 +409,7 @@ impl ProjectorProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
             .args(["projector", "--nats", &server.url(), "--state"])
             .arg(state_dir)
-            .args(["--snapshot-every", "15", "--check-invariants"])
+            .args(["--snapshot-every", "15", "--check-invariants", "--register-key"])
             .env("RUST_LOG", "warn,gridfold::projector::service=info")
             .stdout(Stdio::piped())
             .stderr(stderr)

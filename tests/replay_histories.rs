@@ -21,10 +21,11 @@ use std::path::{Path, PathBuf};
 use gridfold::projector::query::StateSummary;
 use gridfold::core::event::{Entry, Event, Origin, Payload};
 use gridfold::core::fold::fold;
+use gridfold::core::reject::Rejection;
 use gridfold::core::replay::{replay, ReplayOptions};
 use gridfold::core::state::State;
-use gridfold::projector::record::{rerecord, RecordedEntry};
-use gridfold::wire::history::parse_history;
+use gridfold::projector::record::{recorder_key, rerecord, RecordedEntry};
+use gridfold::wire::history::{parse_history, HistoryPayload};
 use gridfold::wire::ORDERS_SUBJECT;
 
 fn histories() -> Vec<PathBuf> {
@@ -45,10 +46,13 @@ fn render_expected(recorded: &[RecordedEntry]) -> String {
     let mut orders = String::new();
     let mut rejections = String::new();
     for entry in &entries {
-        for rejection in fold(&mut state, entry) {
+        let folded = fold(&mut state, entry);
+        for rejection in &folded {
             writeln!(rejections, "seq {}: {}: {rejection}", entry.seq, rejection.kind_name()).unwrap();
         }
-        if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload)
+        // A batch refused whole (not the projector's) decided nothing: its rejection says so.
+        let refused = folded.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }));
+        if !refused && let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload)
             && let Event::OrderBatch(batch) = &envelope.event {
                 for order in &batch.orders {
                     writeln!(orders, "seq {} (based on {}): {order}", entry.seq, batch.based_on_seq).unwrap();
@@ -72,7 +76,14 @@ fn check_history(path: &Path, update: bool) -> Result<(), String> {
     let lines = parse_history(&text).map_err(|e| format!("{name}:{e}"))?;
 
     // 1 and 2: the recorder, run again on the inputs, must write the same log and expectations.
-    let inputs = lines.iter().filter(|line| line.subject != ORDERS_SUBJECT).map(|line| (line.time_ms, line.subject.as_str(), line.bytes()));
+    // The recorder's own batches are its output; anything else on the orders
+    // subject (a forged batch) is an input, to be refused again on every replay.
+    let recorder = recorder_key().public();
+    let recorded_batch = |line: &&gridfold::wire::history::HistoryLine| {
+        line.subject == ORDERS_SUBJECT
+            && matches!(&line.payload, HistoryPayload::Envelope(_, Some((signer, _))) if *signer == recorder)
+    };
+    let inputs = lines.iter().filter(|line| !recorded_batch(line)).map(|line| (line.time_ms, line.subject.as_str(), line.bytes()));
     let recorded = rerecord(inputs);
     let rerecorded_text: String = header_comments(&text)
         + &recorded.iter().map(|entry| entry.to_history_line() + "\n").collect::<String>();
@@ -98,7 +109,11 @@ fn check_history(path: &Path, update: bool) -> Result<(), String> {
     if let Some(divergence) = report.first_divergence {
         return Err(format!("{name}: replay --verify diverges: {divergence:?}"));
     }
-    let n_batches = lines.iter().filter(|line| line.subject == ORDERS_SUBJECT).count() as u64;
+    let n_batches = lines.iter().filter(|line| recorded_batch(line)).count() as u64;
+    let n_forged = lines.iter().filter(|line| line.subject == ORDERS_SUBJECT).count() as u64 - n_batches;
+    if report.batches_refused != n_forged {
+        return Err(format!("{name}: {} batches refused, {n_forged} forged in the history", report.batches_refused));
+    }
     if report.batches_verified != n_batches {
         return Err(format!("{name}: verified {} of {n_batches} batches", report.batches_verified));
     }

@@ -362,6 +362,7 @@ async fn bench_on(
     )
     .await?;
     let mut config = ProjectorConfig::new(state_dir);
+    config.register_key = true;
     config.read_batch_max = args.read_batch;
     config.schedule_every_entries = args.schedule_every;
     config.snapshot_every_entries = args.snapshot_every;

@@ -166,6 +166,8 @@ where
 
     let mut config = ProjectorConfig::new(state_dir);
     config.tick_interval = Some(Duration::from_millis(500));
+    // One machine, one operator: the demo's projector registers its own key.
+    config.register_key = true;
     let projector = Projector::new(config, log.clone(), sink, lease);
     let handle = projector.handle();
     let projector_task = tokio::spawn(projector.run(stopped(projector_stop)));

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod engine;
 pub mod jobfile;
 pub mod jobs;
+pub mod key;
 pub mod library;
 pub mod policyfile;
 pub mod projector;
@@ -59,6 +60,8 @@ pub enum Command {
     Library(library::LibraryArgs),
     /// Engine blacklists and greylists: list them per job (`ls`), clear them (`clear`).
     Blacklist(blacklist::BlacklistArgs),
+    /// Projector keys: show a state directory's (`show`), register one (`register`), revoke one (`revoke`).
+    Key(key::KeyArgs),
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
     /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
@@ -87,6 +90,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Why(args) => replay::why(args),
         Command::Library(args) => library::run(args),
         Command::Blacklist(args) => blacklist::run(args),
+        Command::Key(args) => key::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),

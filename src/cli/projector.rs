@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::log::LogError;
+use crate::projector::key::ProjectorKey;
 use crate::log::jetstream::{JetStreamLog, LogConfig};
 use crate::projector::service::{
     JetStreamOrderSink, KvLease, KvLeaseConfig, Projector, ProjectorConfig, projector_id,
@@ -46,6 +47,15 @@ pub struct ProjectorArgs {
     /// Check the state's invariants after every entry (slow; for tests).
     #[arg(long, hide = true)]
     pub check_invariants: bool,
+    /// Register this projector's key on the log itself when the log does not hold
+    /// it (for a one-machine grid; where the broker enforces roles an operator
+    /// registers it with `gridfold key register`).
+    #[arg(long)]
+    pub register_key: bool,
+    /// The file holding this projector's key seed (64 hex digits); default
+    /// `<state>/projector-key`, made on first start.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
 }
 
 pub fn run(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
@@ -95,13 +105,19 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
         snapshot_interval: Duration::from_secs(args.snapshot_secs.max(1)),
         tick_interval: (!args.no_tick).then_some(Duration::from_secs(1)),
         check_invariants: args.check_invariants,
+        register_key: args.register_key,
+        key: match &args.key_file {
+            Some(path) => Some(ProjectorKey::read(path)?),
+            None => Some(ProjectorKey::load_or_create(&args.state)?),
+        },
         ..ProjectorConfig::new(&args.state)
     };
+    let key = config.key.as_ref().map(ProjectorKey::public_hex).unwrap_or_default();
     let projector = Projector::new(config, log.clone(), sink, lease);
     let responder = spawn_query_responder(log.context().client(), projector.handle())
         .await
         .context("subscribing to the query subjects")?;
-    tracing::info!(nats = %args.nats.url, projector_id = %holder, "gridfold projector");
+    tracing::info!(nats = %args.nats.url, projector_id = %holder, key = %key, "gridfold projector");
     let result = projector.run(shutdown).await;
     responder.abort();
     let report = result.context("the projector stopped")?;

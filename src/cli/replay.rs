@@ -57,6 +57,8 @@ struct ReplayOutput {
     verified: bool,
     batches_verified: u64,
     batches_not_verifiable: u64,
+    /// Batches on the orders subject without a valid seal from a registered key: refused by the fold.
+    batches_refused: u64,
     divergence: Option<String>,
     #[serde(flatten)]
     summary: StateSummary,
@@ -107,6 +109,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             verified: args.verify && divergence.is_none(),
             batches_verified: report.batches_verified,
             batches_not_verifiable: report.batches_not_verifiable,
+            batches_refused: report.batches_refused,
             divergence: divergence.clone(),
             summary,
         };
@@ -123,6 +126,12 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             }
             if report.batches_not_verifiable > 0 {
                 println!("{} batch(es) were made by another algorithm version and not re-derived", report.batches_not_verifiable);
+            }
+            if report.batches_refused > 0 {
+                println!(
+                    "{} batch(es) on the orders subject were not sealed by a registered projector key: refused, not re-derived",
+                    report.batches_refused
+                );
             }
         }
     }

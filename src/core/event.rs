@@ -662,6 +662,25 @@ pub enum RescheduleReason {
     StdDev,
 }
 
+impl CancelReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::JobCancelled => "job-cancelled",
+            CancelReason::RedundantCopy => "redundant-copy",
+            CancelReason::Requeued => "requeued",
+        }
+    }
+}
+
+impl RequeueReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequeueReason::DispatchTimeout => "dispatch-timeout",
+            RequeueReason::EngineRestarted => "engine-restarted",
+        }
+    }
+}
+
 impl RescheduleReason {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -689,11 +708,11 @@ impl std::fmt::Display for Order {
         match self {
             Order::Dispatch { task, attempt, engine, .. } => write!(f, "dispatch {task} #{attempt} -> {engine}"),
             Order::Cancel { task, attempt, engine, reason } => {
-                write!(f, "cancel {task} #{attempt} on {engine} ({reason:?})")
+                write!(f, "cancel {task} #{attempt} on {engine} ({})", reason.as_str())
             }
             Order::EngineLost { engine, last_seen_ms, .. } => write!(f, "lost {engine} (last seen {last_seen_ms})"),
             Order::Requeue { task, attempt, engine, reason } => {
-                write!(f, "requeue {task} #{attempt} from {engine} ({reason:?})")
+                write!(f, "requeue {task} #{attempt} from {engine} ({})", reason.as_str())
             }
             Order::MarkUnschedulable { job, reason } => write!(f, "unschedulable {job} ({})", reason.as_str()),
             Order::SyncLibrary { engine, library } => write!(f, "sync {library} on {engine}"),

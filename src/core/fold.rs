@@ -177,7 +177,7 @@ fn check_publisher(origin: &Origin, event: &Event) -> Result<(), Rejection> {
 /// carry a seal, last in its stored bytes, whose ed25519 signature over every
 /// byte before it verifies (strictly: no malleable signatures) under a key an
 /// operator registered on the log before the batch.
-fn check_seal(state: &State, entry: &Entry) -> Result<(), Rejection> {
+pub fn check_seal(state: &State, entry: &Entry) -> Result<(), Rejection> {
     let Some(seal) = &entry.seal else { return Err(Rejection::UnsealedBatch) };
     let signer = hex::encode(seal.signer);
     let Some(signed) = entry.signed_bytes() else {
@@ -782,3 +782,7 @@ fn live_order_attempt(state: &State, key: TaskKey, attempt: Attempt) -> Result<(
     }
 }
 
+
+#[cfg(test)]
+#[path = "fold_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::event::{Entry, Event, Order, OrderBatch, Origin, Payload};
-use super::fold::fold;
+use super::fold::{check_seal, fold};
 use super::ids::Seq;
 use super::schedule::{schedule, InFlight, ALGORITHM_VERSION};
 use super::state::State;
@@ -31,6 +31,9 @@ pub struct ReplayReport {
     pub batches_verified: u64,
     /// Batches made by another algorithm or version than this build runs: not re-derivable here.
     pub batches_not_verifiable: u64,
+    /// Batches on the orders subject that are not the projector's (no valid seal
+    /// from a registered key): the fold refuses them, so there is nothing to re-derive.
+    pub batches_refused: u64,
     pub first_divergence: Option<Divergence>,
 }
 
@@ -78,13 +81,21 @@ pub fn replay(
         let Some(batches) = decided_on.get(&state.last_seq) else { return };
         for &at in batches {
             let batch = projector_batch(&entries[at]).expect("indexed as a batch");
+            // A batch nobody registered sealed was never the projector's decision.
+            if check_seal(state, &entries[at]).is_err() {
+                report.batches_refused += 1;
+                continue;
+            }
             if batch.algorithm != state.policy.algorithm.name() || batch.algorithm_version != ALGORITHM_VERSION {
                 report.batches_not_verifiable += 1;
                 continue;
             }
             let in_flight = InFlight::from_batches(
                 state,
-                entries[folded_up_to..at].iter().filter_map(projector_batch),
+                entries[folded_up_to..at]
+                    .iter()
+                    .filter(|entry| check_seal(state, entry).is_ok())
+                    .filter_map(projector_batch),
             );
             let rederived = schedule(state, &in_flight);
             report.batches_verified += 1;

@@ -80,10 +80,12 @@ pub struct LogBuilder {
 }
 
 impl LogBuilder {
-    /// A log whose first entry registers the test projector key.
+    /// A log whose first entry (at log time 0, so that any test may start its
+    /// clock where it likes) registers the test projector key.
     pub fn new() -> Self {
-        let mut log = LogBuilder { entries: Vec::new(), time_ms: 1_000_000, key_registered: false };
+        let mut log = LogBuilder { entries: Vec::new(), time_ms: 0, key_registered: false };
         log.register_test_key();
+        log.time_ms = 1_000_000;
         log
     }
 

@@ -254,7 +254,7 @@ fn a_busy_grid_decides_as_it_always_has() {
         Digest::of_bytes(orders_text.as_bytes()).to_hex(),
     );
     expect![[r#"
-        entries 19897, batches 1253
+        entries 19898, batches 1253
         orders {"Cancel": 674, "Dispatch": 3343, "EngineLost": 3, "MarkUnschedulable": 13, "Requeue": 83}
         dispatches 3336, done 2286, attempts failed 203, tasks failed 36, requeues 86, engines lost 3
         wait ms sum 26315600 max 75700, busy ms 22860

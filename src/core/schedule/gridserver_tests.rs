@@ -475,7 +475,7 @@ fn task_max_time_makes_a_copy_and_the_first_result_wins() {
     log.started("long", 0, 2, "b-fast");
     log.completed("long", 0, 2, "b-fast");
     check(&mut log, &mut state, expect![[r#"
-        cancel long/0 #1 on a-slow (JobCancelled)
+        cancel long/0 #1 on a-slow (job-cancelled)
     "#]]);
     let job = state.job(state.job_idx(&job_id("long")).unwrap());
     assert_eq!(job.status, JobStatus::Done);
@@ -525,7 +525,7 @@ fn with_cancel_on_first_result_the_other_copies_stop_at_once() {
     // The copy won while the job still runs: the first attempt is cancelled at once,
     // and the freed engine takes the other waiting copy.
     check(&mut log, &mut state, expect![[r#"
-        cancel eager/2 #1 on c-busy (RedundantCopy)
+        cancel eager/2 #1 on c-busy (redundant-copy)
         dispatch eager/0 #2 -> b-fast
     "#]]);
     expect![[r#"

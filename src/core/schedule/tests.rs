@@ -140,10 +140,13 @@ fn a_silent_engine_is_lost_and_its_tasks_run_elsewhere() {
     assert_eq!(rejections.len(), 1, "{rejections:?}");
 }
 
-/// A login opens a new session of the engine agent, which runs nothing: the
-/// attempts the previous session held go back to the queue, as at a logout.
-/// (Found by the simulator: an engine that crashed and came back before being
-/// declared lost heartbeated on while its old attempts stayed live for ever.)
+/// A login opens a new epoch of the engine agent, which runs nothing: the
+/// attempts the previous epoch held go back to the queue, each by a Requeue
+/// order whose reason is on the log (`engine-restarted`), before anything new
+/// is dispatched there. (Found by the simulator: an engine that crashed and came
+/// back before being declared lost heartbeated on while its old attempts stayed
+/// live for ever; and on a real grid: a task ran twice with nothing on the log
+/// to say why, when the fold requeued them silently.)
 #[test]
 fn an_engine_that_logs_in_again_holds_none_of_its_old_attempts() {
     let mut log = LogBuilder::new();
@@ -156,16 +159,20 @@ fn an_engine_that_logs_in_again_holds_none_of_its_old_attempts() {
     log.started("j", 0, 1, "e1");
     log.login("e1", 1, linux_props("lyon", 8192));
     check(&mut log, &mut state, expect![[r#"
-        dispatch j/0 #2 -> e1
+        requeue j/0 #1 from e1 (engine-restarted)
     "#]]);
     assert_eq!(state.totals.requeues, 1);
-    // The old session's report is stale.
+    // The old epoch's report is refused.
     let entry = log.completed("j", 0, 1, "e1");
     assert_eq!(fold(&mut state, &entry).len(), 1);
+    check(&mut log, &mut state, expect![[r#"
+        dispatch j/0 #2 -> e1
+    "#]]);
 }
 
-/// The same, with fewer slots than the old session had in use: keeping the old
-/// attempts booked would put the engine above its slots.
+/// The same, with fewer slots than the old epoch had in use: its attempts stay
+/// booked until their requeues fold, and nothing new lands there meanwhile;
+/// then the engine fills only the slots it has now.
 #[test]
 fn an_engine_that_logs_in_again_with_fewer_slots_stays_within_them() {
     let mut log = LogBuilder::new();
@@ -177,6 +184,10 @@ fn an_engine_that_logs_in_again_with_fewer_slots_stays_within_them() {
         dispatch j/1 #1 -> e1
     "#]]);
     log.login("e1", 1, linux_props("lyon", 8192));
+    check(&mut log, &mut state, expect![[r#"
+        requeue j/0 #1 from e1 (engine-restarted)
+        requeue j/1 #1 from e1 (engine-restarted)
+    "#]]);
     check(&mut log, &mut state, expect![[r#"
         dispatch j/0 #2 -> e1
     "#]]);
@@ -196,7 +207,7 @@ fn a_dispatch_not_started_in_time_is_requeued() {
     let now = log.time_ms;
     log.at(now + 2_500).push(Event::Tick);
     check(&mut log, &mut state, expect![[r#"
-        requeue j/0 #1 from e1 (DispatchTimeout)
+        requeue j/0 #1 from e1 (dispatch-timeout)
     "#]]);
     check(&mut log, &mut state, expect![[r#"
         dispatch j/0 #2 -> e1
@@ -216,8 +227,8 @@ fn cancelling_a_job_cancels_its_running_attempts() {
     log.started("j", 0, 1, "e1");
     log.push(Event::JobCancelled { job: job_id("j"), reason: "user asked".into() });
     check(&mut log, &mut state, expect![[r#"
-        cancel j/0 #1 on e1 (JobCancelled)
-        cancel j/1 #1 on e1 (JobCancelled)
+        cancel j/0 #1 on e1 (job-cancelled)
+        cancel j/1 #1 on e1 (job-cancelled)
     "#]]);
     let job = state.job(state.job_idx(&job_id("j")).unwrap());
     assert_eq!(job.status, JobStatus::Cancelled);

@@ -25,6 +25,7 @@ fn config(state_dir: &Path) -> ProjectorConfig {
         tick_interval: Some(Duration::from_millis(200)),
         read_wait: Duration::from_millis(100),
         check_invariants: true,
+        register_key: true,
         ..ProjectorConfig::new(state_dir)
     }
 }

@@ -1,0 +1,409 @@
+//! No input stops the grid: the fold never panics on any entry a client can
+//! publish, every invariant holds after it, and a rejection changes nothing but
+//! the rejection record.
+//!
+//! The property test builds states from arbitrary histories (mostly plausible
+//! events about a few engines and jobs, with the projector's real decisions
+//! folded back, so attempts run, fail and complete) and folds arbitrary entries
+//! into them: any event the schema can carry, from any publisher, forged and
+//! badly sealed batches among them.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::core::event::{EntrySeal, Envelope, Policy, TaskSet};
+use crate::core::schedule::{decide, InFlight};
+use crate::core::state::State;
+use crate::core::testkit::*;
+use crate::wire::testing::arb_envelope;
+
+const ENGINES: [&str; 3] = ["e1", "e2", "e3"];
+const JOBS: [&str; 3] = ["j1", "j2", "j3"];
+const REQUIREMENTS: [&str; 4] = ["", "os == \"linux\"", "memory_mb >= 4096", "site == \"paris\""];
+
+/// What the state would be had the entry been rejected whole: the bookkeeping
+/// every entry does (sequence, time, chain, the entry count) and the rejection
+/// record taken from `after`, everything else from `before`.
+fn as_if_rejected(before: &State, after: &State) -> State {
+    let mut expected = before.clone();
+    expected.last_seq = after.last_seq;
+    expected.now_ms = after.now_ms;
+    expected.first_ms = after.first_ms;
+    expected.chain = after.chain;
+    expected.totals.entries = after.totals.entries;
+    expected.rejections = after.rejections.clone();
+    expected
+}
+
+/// Folds one entry and checks the three promises. Returns the rejections.
+fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
+    let before = state.clone();
+    let rejections = fold(state, entry);
+    state.check_invariants();
+    let whole = rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }));
+    if whole {
+        assert_eq!(
+            as_if_rejected(&before, state).state_digest(),
+            state.state_digest(),
+            "entry {} was rejected ({:?}) but changed more than the rejection record",
+            entry.seq,
+            rejections
+        );
+    } else if !rejections.is_empty()
+        && let Some(Event::OrderBatch(batch)) = entry.payload_event()
+    {
+        // A batch with some orders rejected: the same as the batch without them.
+        let rejected: Vec<u32> = rejections
+            .iter()
+            .filter_map(|r| match r {
+                Rejection::OrderNotApplicable { order, .. } => Some(*order),
+                _ => None,
+            })
+            .collect();
+        let applied = OrderBatch {
+            orders: batch
+                .orders
+                .iter()
+                .enumerate()
+                .filter(|(n, _)| !rejected.contains(&(*n as u32)))
+                .map(|(_, order)| order.clone())
+                .collect(),
+            ..batch.clone()
+        };
+        let mut without = before.clone();
+        let clean = fold(&mut without, &sealed_batch_entry(entry.seq, entry.time_ms, applied));
+        assert!(clean.is_empty(), "the applied orders apply alone: {clean:?}");
+        let mut expected = as_if_rejected(&without, state);
+        expected.totals = without.totals.clone();
+        assert_eq!(expected.state_digest(), state.state_digest(), "rejected orders of batch {} changed the state", entry.seq);
+    }
+    rejections
+}
+
+/// The state of a fresh test log: its projector key registered.
+fn registered(log: &LogBuilder) -> State {
+    let mut state = State::new();
+    fold_checked(&mut state, &log.entries[0]);
+    state
+}
+
+fn sealed_batch_entry(seq: Seq, time_ms: u64, batch: OrderBatch) -> Entry {
+    let event = Event::OrderBatch(batch);
+    let stored = format!("{event:?}").into_bytes();
+    Entry {
+        seq,
+        time_ms,
+        origin: Origin::Projector,
+        subject: "gridfold.ev.orders".into(),
+        payload: Payload::Event(Envelope { id: [9; 16], source: "test".into(), event }),
+        seal: Some(test_seal(&stored)),
+        stored,
+    }
+}
+
+/// One step of an arbitrary history.
+#[derive(Debug, Clone)]
+enum Step {
+    Login { engine: usize, slots: u32, linux: bool },
+    Logout { engine: usize },
+    Submit { job: usize, tasks: u32, requirements: usize, discriminator: Option<usize>, max_attempts: u32 },
+    Report { job: usize, index: u32, attempt: u32, engine: usize, kind: u8 },
+    Cancel { job: usize },
+    Time { ms: u64 },
+    /// The projector decides and its sealed batch is folded back.
+    Decide,
+    /// A batch that is not the projector's: unsealed, sealed by an unknown key,
+    /// badly signed, or with its seal not last.
+    Forged { how: u8 },
+    /// Anything the schema can carry, from any publisher.
+    Arbitrary { envelope: Envelope, origin: u8 },
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..3usize, 0..4u32, any::<bool>()).prop_map(|(engine, slots, linux)| Step::Login { engine, slots, linux }),
+        1 => (0..3usize).prop_map(|engine| Step::Logout { engine }),
+        3 => (0..3usize, 0..5u32, 0..4usize, prop::option::of(0..4usize), prop_oneof![0..4u32, Just(70_000u32)])
+            .prop_map(|(job, tasks, requirements, discriminator, max_attempts)| Step::Submit {
+                job,
+                tasks,
+                requirements,
+                discriminator,
+                max_attempts
+            }),
+        6 => (0..3usize, 0..5u32, 0..4u32, 0..3usize, 0..3u8)
+            .prop_map(|(job, index, attempt, engine, kind)| Step::Report { job, index, attempt, engine, kind }),
+        1 => (0..3usize).prop_map(|job| Step::Cancel { job }),
+        2 => prop_oneof![Just(10u64), Just(40_000), Just(120_000)].prop_map(|ms| Step::Time { ms }),
+        5 => Just(Step::Decide),
+        1 => (0..4u8).prop_map(|how| Step::Forged { how }),
+        2 => (arb_envelope(), 0..5u8).prop_map(|(envelope, origin)| Step::Arbitrary { envelope, origin }),
+    ]
+}
+
+fn linux_or_not(linux: bool) -> crate::core::event::EngineProps {
+    let mut props = linux_props("lyon", 8192);
+    if !linux {
+        props.os = "windows".into();
+    }
+    props
+}
+
+/// Turns a step into entries of the log (none for a decision with nothing to decide).
+fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
+    match step {
+        Step::Login { engine, slots, linux } => {
+            vec![log.push(Event::EngineLoggedIn { engine: engine_id(ENGINES[*engine]), slots: *slots, props: linux_or_not(*linux) })]
+        }
+        Step::Logout { engine } => vec![log.push(Event::EngineLoggedOut { engine: engine_id(ENGINES[*engine]) })],
+        Step::Submit { job, tasks, requirements, discriminator, max_attempts } => {
+            let mut spec = job_spec(JOBS[*job], *tasks, REQUIREMENTS[*requirements]);
+            spec.max_attempts = *max_attempts;
+            spec.tasks = TaskSet::Count(*tasks);
+            if let Some(discriminator) = discriminator {
+                spec.task_conditions.insert(
+                    0,
+                    crate::core::event::TaskConditions {
+                        discriminator: REQUIREMENTS[*discriminator].to_string(),
+                        ..Default::default()
+                    },
+                );
+            }
+            vec![log.submit(spec)]
+        }
+        Step::Report { job, index, attempt, engine, kind } => {
+            let (job, engine) = (JOBS[*job], ENGINES[*engine]);
+            vec![match kind {
+                0 => log.started(job, *index, *attempt, engine),
+                1 => log.completed(job, *index, *attempt, engine),
+                _ => log.failed(job, *index, *attempt, engine),
+            }]
+        }
+        Step::Cancel { job } => vec![log.push(Event::JobCancelled { job: job_id(JOBS[*job]), reason: "test".into() })],
+        Step::Time { ms } => {
+            log.time_ms += ms;
+            vec![log.push(Event::Tick)]
+        }
+        Step::Decide => decide(state, &InFlight::new()).map(|batch| vec![log.orders(batch)]).unwrap_or_default(),
+        Step::Forged { how } => {
+            let batch = decide(state, &InFlight::new()).unwrap_or(OrderBatch {
+                based_on_seq: state.last_seq,
+                algorithm: "sge-plain".into(),
+                algorithm_version: 3,
+                orders: vec![Order::EngineLost { engine: engine_id("e1"), epoch: 1, last_seen_ms: 0 }],
+            });
+            let mut entry = log.orders(batch);
+            let seal = entry.seal.take().expect("the builder seals batches");
+            entry.seal = match how {
+                0 => None,
+                1 => {
+                    use ed25519_dalek::Signer as _;
+                    let stranger = ed25519_dalek::SigningKey::from_bytes(&[42; 32]);
+                    Some(EntrySeal {
+                        signer: stranger.verifying_key().to_bytes(),
+                        signature: stranger.sign(&entry.stored).to_bytes(),
+                        signed_len: Some(entry.stored.len()),
+                    })
+                }
+                2 => Some(EntrySeal { signature: [1; 64], ..seal }),
+                _ => Some(EntrySeal { signed_len: None, ..seal }),
+            };
+            *log.entries.last_mut().expect("just pushed") = entry.clone();
+            vec![entry]
+        }
+        Step::Arbitrary { envelope, origin } => {
+            let origin = match origin {
+                0 => Origin::Client,
+                1 => Origin::Projector,
+                2 => Origin::Ticker,
+                3 => Origin::Operator,
+                _ => Origin::Engine(engine_id("e1")),
+            };
+            vec![log.push_from(origin, envelope.event.clone())]
+        }
+    }
+}
+
+fn run_history(steps: &[Step]) {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    let mut policy = Policy::default();
+    policy.engine_timeout_ms = 30_000;
+    policy.dispatch_timeout_ms = 60_000;
+    log.push(Event::PolicySet(policy));
+    for entry in log.entries.clone() {
+        fold_checked(&mut state, &entry);
+    }
+    for step in steps {
+        for entry in entries_of(step, &mut log, &state) {
+            fold_checked(&mut state, &entry);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_entries_never_panic_keep_the_invariants_and_rejections_change_nothing_else(
+        steps in prop::collection::vec(arb_step(), 1..60)
+    ) {
+        run_history(&steps);
+    }
+}
+
+/// The poison pill seen on main: requirements of 200 `||` conditions and a
+/// discriminator of 100, each within the limits alone, over them together.
+pub(crate) fn poison_pill_spec() -> JobSpec {
+    let requirements = (0..200).map(|n| format!("site == \"s{n:03}\"")).collect::<Vec<_>>().join(" || ");
+    let discriminator = (0..100).map(|n| format!("cores >= {n}")).collect::<Vec<_>>().join(" || ");
+    assert!(crate::core::expr::parse(&requirements).is_ok() && crate::core::expr::parse(&discriminator).is_ok());
+    assert!(crate::core::expr::parse(&format!("({requirements}) && ({discriminator})")).is_err());
+    let mut spec = job_spec("poison", 2, &requirements);
+    spec.task_conditions.insert(
+        1,
+        crate::core::event::TaskConditions { discriminator, ..Default::default() },
+    );
+    spec
+}
+
+#[test]
+fn the_poison_pill_is_rejected_and_leaves_no_category_behind() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    fold_checked(&mut state, &log.login("e1", 2, linux_props("lyon", 8192)));
+    let categories = state.categories().len();
+    let rejections = fold_checked(&mut state, &log.submit(poison_pill_spec()));
+    let [Rejection::InvalidJob { problem: JobProblem::BadCondition { task: Some(1), field, message, .. }, .. }] =
+        rejections.as_slice()
+    else {
+        panic!("{rejections:?}")
+    };
+    assert_eq!(field, "discriminator");
+    assert!(message.starts_with("joined with the job's requirements"), "{message}");
+    assert_eq!(state.categories().len(), categories, "a rejected job makes no category");
+    assert!(state.job_idx(&job_id("poison")).is_none());
+}
+
+#[test]
+fn a_rejected_job_makes_no_category_even_when_its_discriminators_parse() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    let mut spec = job_spec("late-fail", 3, "os == \"linux\"");
+    spec.task_conditions.insert(0, crate::core::event::TaskConditions { discriminator: "cores >= 2".into(), ..Default::default() });
+    // Task 2's dependency is unknown: refused after task 0's discriminator was resolved.
+    spec.task_conditions.insert(
+        2,
+        crate::core::event::TaskConditions { depends_on: vec![task("nowhere", 0)], ..Default::default() },
+    );
+    let rejections = fold_checked(&mut state, &log.submit(spec));
+    assert!(matches!(rejections.as_slice(), [Rejection::InvalidJob { problem: JobProblem::UnknownDependency { .. }, .. }]));
+    assert_eq!(state.categories().len(), 0);
+}
+
+#[test]
+fn max_attempts_beyond_the_failure_counter_is_refused() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    let mut spec = job_spec("forever", 1, "");
+    spec.max_attempts = 70_000;
+    let rejections = fold_checked(&mut state, &log.submit(spec));
+    assert!(
+        matches!(rejections.as_slice(), [Rejection::InvalidJob { problem: JobProblem::TooManyAttempts { max_attempts: 70_000, max: MAX_ATTEMPTS_MAX }, .. }]),
+        "{rejections:?}"
+    );
+    assert!(MAX_ATTEMPTS_MAX <= u32::from(u16::MAX));
+}
+
+#[test]
+fn an_unsealed_or_badly_sealed_batch_is_refused_whole() {
+    for how in 0..4 {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
+            fold_checked(&mut state, &entry);
+        }
+        let [entry] = entries_of(&Step::Forged { how }, &mut log, &state).try_into().unwrap();
+        let rejections = fold_checked(&mut state, &entry);
+        let expected = ["unsealed-batch", "bad-seal", "bad-seal", "bad-seal"][how as usize];
+        assert_eq!(rejections.iter().map(Rejection::kind_name).collect::<Vec<_>>(), [expected], "forgery {how}");
+        assert_eq!(state.totals.dispatches, 0);
+    }
+}
+
+#[test]
+fn a_revoked_key_seals_nothing_the_fold_accepts() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
+        fold_checked(&mut state, &entry);
+    }
+    let key = test_projector_key().verifying_key().to_bytes();
+    fold_checked(&mut state, &log.push(Event::ProjectorKeyRevoked { key }));
+    let batch = decide(&state, &InFlight::new()).unwrap();
+    let rejections = fold_checked(&mut state, &log.orders(batch));
+    assert!(
+        matches!(rejections.as_slice(), [Rejection::BadSeal { problem: crate::core::reject::SealProblem::UnregisteredKey, .. }]),
+        "{rejections:?}"
+    );
+    // Key events come from operators only.
+    let from_client = log.push_from(Origin::Client, Event::ProjectorKeyRegistered { key, name: "me".into() });
+    assert_eq!(fold_checked(&mut state, &from_client).iter().map(Rejection::kind_name).collect::<Vec<_>>(), ["wrong-publisher"]);
+}
+
+#[test]
+fn a_dispatch_decided_before_a_new_login_does_not_apply_and_an_ineligible_engine_is_refused() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 2, "os == \"linux\""))] {
+        fold_checked(&mut state, &entry);
+    }
+    let decided = decide(&state, &InFlight::new()).unwrap();
+    // Between the decision and its fold, e1 logs in again, no longer linux.
+    fold_checked(&mut state, &log.login("e1", 1, linux_or_not(false)));
+    let rejections = fold_checked(&mut state, &log.orders(decided));
+    assert!(
+        matches!(rejections.as_slice(), [Rejection::OrderNotApplicable { problem: OrderProblem::EpochClosed { .. }, .. }]),
+        "{rejections:?}"
+    );
+    // The same dispatch for the current epoch: the task's category decides.
+    let epoch = state.engine(state.engine_idx(&engine_id("e1")).unwrap()).epoch;
+    let forged = OrderBatch {
+        based_on_seq: state.last_seq,
+        algorithm: "sge-plain".into(),
+        algorithm_version: 3,
+        orders: vec![Order::Dispatch { task: task("j", 0), attempt: 1, engine: engine_id("e1"), epoch }],
+    };
+    let rejections = fold_checked(&mut state, &log.orders(forged));
+    assert!(
+        matches!(rejections.as_slice(), [Rejection::OrderNotApplicable { problem: OrderProblem::EngineNotEligible, .. }]),
+        "{rejections:?}"
+    );
+}
+
+#[test]
+fn attempts_of_an_earlier_login_are_requeued_by_an_order_with_its_reason() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 2, linux_props("lyon", 8192)), log.submit(job_spec("j", 2, ""))] {
+        fold_checked(&mut state, &entry);
+    }
+    let batch = decide(&state, &InFlight::new()).unwrap();
+    fold_checked(&mut state, &log.orders(batch));
+    fold_checked(&mut state, &log.started("j", 0, 1, "e1"));
+    // e1 restarts with one slot: its two attempts are of a closed epoch now.
+    fold_checked(&mut state, &log.login("e1", 1, linux_props("lyon", 8192)));
+    let e1 = state.engine_idx(&engine_id("e1")).unwrap();
+    assert_eq!(state.engine(e1).closed_epoch_live, 2);
+    assert_eq!(state.engine(e1).free_slots(), 0, "nothing new lands on slots the closed epoch still holds");
+    // A late report of the closed epoch is refused.
+    let late = fold_checked(&mut state, &log.completed("j", 0, 1, "e1"));
+    assert_eq!(late.iter().map(Rejection::kind_name).collect::<Vec<_>>(), ["epoch-closed"]);
+    let batch = decide(&state, &InFlight::new()).unwrap();
+    let rendered: Vec<String> = batch.orders.iter().map(ToString::to_string).collect();
+    assert_eq!(rendered, ["requeue j/0 #1 from e1 (engine-restarted)", "requeue j/1 #1 from e1 (engine-restarted)"]);
+    fold_checked(&mut state, &log.orders(batch));
+    assert_eq!(state.engine(e1).closed_epoch_live, 0);
+    let batch = decide(&state, &InFlight::new()).unwrap();
+    assert_eq!(batch.orders.iter().map(ToString::to_string).collect::<Vec<_>>(), ["dispatch j/0 #2 -> e1"]);
+}
