@@ -652,6 +652,14 @@ async fn a_new_leader_delivers_what_the_old_one_published_but_did_not_deliver() 
         .await
         .unwrap();
     assert!(old_lease.acquire_or_renew().await.unwrap());
+    // The old leader's key is the state directory's, registered by an operator.
+    let key = gridfold::projector::key::ProjectorKey::load_or_create(state.path()).unwrap();
+    let registration = Envelope {
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        source: "operator".into(),
+        event: Event::ProjectorKeyRegistered { key: key.public(), name: "old leader".into() },
+    };
+    log.append(Append::new(wire::KEYS_REGISTERED_SUBJECT, wire::encode(&registration))).await.unwrap();
     let mut machine = Machine::new();
     for raw in read_to_end(&log, 1).await.unwrap().collect().await.unwrap() {
         machine.handle_entry(&wire::entry_from_log(
@@ -664,7 +672,7 @@ async fn a_new_leader_delivers_what_the_old_one_published_but_did_not_deliver() 
     let batch = machine.poll_batch().expect("two dispatches");
     assert_eq!(batch.orders.len(), 2);
     let envelope = batch_envelope(batch);
-    let append = Append::new(ORDERS_SUBJECT, wire::encode(&envelope))
+    let append = Append::new(ORDERS_SUBJECT, key.seal(&envelope))
         .with_msg_id(hex::encode(envelope.id))
         .with_expected_last_subject_seq(0);
     let batch_seq = log.append(append).await.unwrap().seq;
