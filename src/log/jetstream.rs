@@ -6,6 +6,10 @@
 //!   no limits, `deny_delete`/`deny_purge`: append-only, `allow_direct`) and otherwise
 //!   checks that it can serve as the log: a stream with limits that delete entries,
 //!   memory storage, another retention policy or another duplicate window is refused.
+//!   [`JetStreamLog::open`] connects with a [`BrokerAccess`] (credentials, TLS); with
+//!   [`StreamSetup::Bind`] it never creates a stream and answers
+//!   [`LogError::StreamMissing`] for one that is not there: on a broker with
+//!   permissions, only the projector and the operator may create streams.
 //! - Appends set `Nats-Msg-Id` and `Nats-Expected-Last-Subject-Sequence`; a refusal of
 //!   the latter (error 10071) becomes [`LogError::WrongLastSequence`].
 //!   [`EventLog::append_batch`] keeps up to [`LogConfig::publish_window`] publishes
@@ -35,6 +39,7 @@ use async_nats::jetstream::{self as js, ErrorCode};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;
 
+use super::connect::{BrokerAccess, ConnectFailure, Refusals};
 use super::{
     Append, Appended, DUPLICATE_WINDOW_DEFAULT, EventLog, LogError, LogReader,
     PAYLOAD_BYTES_MAX_DEFAULT, READ_BATCH_MAX, RawEntry, ReadBatch, SUBJECTS_ALL,
@@ -76,7 +81,26 @@ pub struct LogConfig {
     pub request_timeout: Duration,
     /// Bound on establishing the connection.
     pub connect_timeout: Duration,
+    /// Whether this client creates the streams it uses or only binds to them.
+    pub streams: StreamSetup,
 }
+
+/// Who makes the streams: on a broker with permissions only the projector and the
+/// operator may (`gridfold broker-config`), so every other command binds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamSetup {
+    /// Create a missing stream; check an existing one.
+    #[default]
+    CreateOrCheck,
+    /// Use the streams as they are; a missing one is [`LogError::StreamMissing`].
+    Bind,
+}
+
+/// What to do when a stream is missing, for [`LogError::StreamMissing`].
+const EVENTS_STREAM_HINT: &str = "the projector creates it when it starts (so does an operator command such as \
+     `gridfold policy apply`): start `gridfold projector` first";
+const ORDERS_STREAM_HINT: &str =
+    "the projector creates it when it starts: start `gridfold projector` first";
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -90,6 +114,7 @@ impl Default for LogConfig {
             ack_inflight_max: 16_384,
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            streams: StreamSetup::CreateOrCheck,
         }
     }
 }
@@ -105,11 +130,22 @@ pub struct JetStreamLog {
     /// Permits for publishes in flight, taken before publishing so that no caller
     /// ever waits for a permit while holding un-awaited acks (NATS.md: that never returns).
     inflight: Arc<Semaphore>,
+    /// What the broker refused this connection (permissions), to tell a refusal
+    /// from a broker that is slow or away.
+    refusals: Refusals,
 }
 
 impl JetStreamLog {
-    /// Connects to the broker at `url` and creates or checks the stream.
+    /// Connects to the broker at `url` without credentials or TLS, and creates or
+    /// checks the stream as `config.streams` says.
     pub async fn connect(url: &str, config: LogConfig) -> Result<JetStreamLog, LogError> {
+        JetStreamLog::open(&BrokerAccess::anonymous(url), config).await
+    }
+
+    /// Connects to the broker as `access` says (credentials, TLS) and creates, checks
+    /// or binds to the stream as `config.streams` says.
+    pub async fn open(access: &BrokerAccess, config: LogConfig) -> Result<JetStreamLog, LogError> {
+        let url = access.url.as_str();
         if !config
             .subjects
             .iter()
@@ -125,15 +161,27 @@ impl JetStreamLog {
         }
         let publish_window = config.publish_window.max(1);
         let ack_inflight_max = config.ack_inflight_max.max(publish_window);
-        let client = async_nats::ConnectOptions::new()
-            .name("gridfold")
+        let refusals = Refusals::default();
+        let options = access
+            .connect_options("gridfold", &refusals)
+            .map_err(|err| LogError::Refused {
+                url: url.to_string(),
+                detail: err.to_string(),
+            })?;
+        let client = options
             .connection_timeout(config.connect_timeout)
             .request_timeout(Some(config.request_timeout))
             .connect(url)
             .await
-            .map_err(|err| LogError::Unavailable {
-                url: url.to_string(),
-                detail: format!("cannot connect: {err}"),
+            .map_err(|err| match access.classify(&err) {
+                ConnectFailure::Refused(detail) => LogError::Refused {
+                    url: url.to_string(),
+                    detail,
+                },
+                ConnectFailure::Unreachable(detail) => LogError::Unavailable {
+                    url: url.to_string(),
+                    detail,
+                },
             })?;
         let context = js::ContextBuilder::new()
             .timeout(config.request_timeout)
@@ -145,13 +193,16 @@ impl JetStreamLog {
             ack_inflight_max,
             ..config
         };
-        let stream = ensure_events_stream(url, &context, &config).await?;
+        let stream = ensure_events_stream(url, &context, &config)
+            .await
+            .map_err(|err| refused_instead(err, &refusals))?;
         Ok(JetStreamLog {
             url: url.to_string(),
             client,
             context,
             stream,
             inflight: Arc::new(Semaphore::new(ack_inflight_max)),
+            refusals,
             config: Arc::new(config),
         })
     }
@@ -167,8 +218,28 @@ impl JetStreamLog {
     }
 
     /// Creates the stream that delivers orders to engines (`GRIDFOLD_ORDERS` over
-    /// `gridfold.order.>`, file storage, the log's duplicate window) if it is missing.
+    /// `gridfold.order.>`, file storage, the log's duplicate window) if it is missing;
+    /// with [`StreamSetup::Bind`], checks only that it exists.
     pub async fn ensure_order_stream(&self) -> Result<(), LogError> {
+        self.ensure_order_stream_unexplained()
+            .await
+            .map_err(|err| refused_instead(err, &self.refusals))
+    }
+
+    async fn ensure_order_stream_unexplained(&self) -> Result<(), LogError> {
+        if self.config.streams == StreamSetup::Bind {
+            return match self.context.get_stream(STREAM_ORDERS).await {
+                Ok(_) => Ok(()),
+                Err(err) if is_stream_not_found(&err) => Err(LogError::StreamMissing {
+                    url: self.url.clone(),
+                    stream: STREAM_ORDERS.to_string(),
+                    hint: ORDERS_STREAM_HINT.to_string(),
+                }),
+                Err(err) => {
+                    Err(self.unavailable(format!("cannot get stream {STREAM_ORDERS}: {err}")))
+                }
+            };
+        }
         let config = stream::Config {
             name: STREAM_ORDERS.to_string(),
             description: Some("gridfold orders for engines, one subject per engine".to_string()),
@@ -253,6 +324,14 @@ impl JetStreamLog {
                 "no stream answered for {subject} (JetStream not ready, or stream {} deleted): {err}",
                 self.config.stream
             )),
+            // The broker drops a publish it refuses by permission and says so aside;
+            // the ack then never comes.
+            PublishErrorKind::TimedOut if self.refusals.about(subject).is_some() => LogError::Rejected {
+                detail: format!(
+                    "{subject}: {}",
+                    self.refusals.about(subject).unwrap_or_default()
+                ),
+            },
             PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::MaxAckPending => {
                 self.unavailable(format!("publish on {subject}: {err}"))
             }
@@ -669,6 +748,13 @@ async fn ensure_events_stream(
     };
     let stream = match context.get_stream(&config.stream).await {
         Ok(stream) => stream,
+        Err(err) if config.streams == StreamSetup::Bind && is_stream_not_found(&err) => {
+            return Err(LogError::StreamMissing {
+                url: url.to_string(),
+                stream: config.stream.clone(),
+                hint: EVENTS_STREAM_HINT.to_string(),
+            });
+        }
         Err(err) => match err.kind() {
             GetStreamErrorKind::JetStream(js_err)
                 if js_err.error_code() == ErrorCode::STREAM_NOT_FOUND =>
@@ -700,6 +786,22 @@ async fn ensure_events_stream(
     };
     check_stream_config(&stream.cached_info().config, config).map_err(misconfigured)?;
     Ok(stream)
+}
+
+/// An API request that went unanswered because the broker refused something of
+/// this connection is a refusal, not an outage.
+fn refused_instead(err: LogError, refusals: &Refusals) -> LogError {
+    match (err, refusals.latest()) {
+        (LogError::Unavailable { url, .. }, Some(refusal)) => LogError::Refused {
+            url,
+            detail: refusal,
+        },
+        (err, _) => err,
+    }
+}
+
+fn is_stream_not_found(err: &js::context::GetStreamError) -> bool {
+    matches!(err.kind(), GetStreamErrorKind::JetStream(js_err) if js_err.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// Whether an existing stream can serve as the log: what would delete, lose or

@@ -43,6 +43,7 @@
 //! (entries with a `msg_id` are safe to send again). It keeps no consumer state on
 //! the broker beyond a reader's lifetime: where to resume is the caller's to remember.
 
+pub mod connect;
 pub mod embedded;
 pub mod jetstream;
 pub mod nats_server;
@@ -178,6 +179,19 @@ pub enum LogError {
         location: String,
         #[source]
         source: std::io::Error,
+    },
+    /// The broker refused this client: its credentials or TLS, or (known only by
+    /// what the broker said aside, the request going unanswered) an operation its
+    /// permissions do not allow.
+    #[error("{detail} (broker at {url})")]
+    Refused { url: String, detail: String },
+    /// A stream this client binds to does not exist, and it is not this client's to
+    /// create (see `jetstream::StreamSetup`).
+    #[error("stream {stream} does not exist at {url}: {hint}")]
+    StreamMissing {
+        url: String,
+        stream: String,
+        hint: String,
     },
 }
 
