@@ -66,6 +66,7 @@ use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::state::{JobStatus, State, TaskStatus};
 use crate::engine::{session_event_id, task_report_id};
+use crate::log::connect::BrokerAccess;
 use crate::log::jetstream::{JetStreamLog, LogConfig, STREAM_ORDERS};
 use crate::log::nats_server::NatsServer;
 use crate::log::{Append, EventLog, read_to_end};
@@ -81,6 +82,11 @@ pub struct BenchArgs {
     /// instead of starting a private nats-server.
     #[arg(long, env = "GRIDFOLD_BENCH_NATS")]
     pub nats: Option<String>,
+    /// Credentials and TLS for the broker given with --nats. The bench plays the
+    /// projector and every engine at once: on a broker with gridfold's permissions it
+    /// needs a user without restrictions (or a broker of its own).
+    #[command(flatten)]
+    pub auth: super::client::AuthArgs,
     /// Tasks in all, split evenly over the jobs.
     #[arg(long, default_value_t = 200_000)]
     pub tasks: u32,
@@ -272,14 +278,15 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             eprintln!("{line}");
         }
     };
-    let (url, server) = match &args.nats {
-        Some(url) => (url.clone(), None),
+    let (access, server) = match &args.nats {
+        Some(url) => (args.auth.access(url)?, None),
         None => {
             let server = NatsServer::start()
                 .context("starting a private nats-server (set --nats to use a broker)")?;
-            (server.url(), Some(server))
+            (BrokerAccess::anonymous(server.url()), Some(server))
         }
     };
+    let url = access.url.clone();
     let broker = BrokerInfo {
         url: url.clone(),
         private: server.is_some(),
@@ -302,20 +309,21 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     ));
     let state_dir = tempdir_for("projector")?;
     let broker_pid = server.as_ref().and_then(NatsServer::pid);
-    let result = bench_on(args, &url, &state_dir.0, broker, broker_pid, &say).await;
+    let result = bench_on(args, &access, &state_dir.0, broker, broker_pid, &say).await;
     drop(server);
     result
 }
 
 async fn bench_on(
     args: &BenchArgs,
-    url: &str,
+    access: &BrokerAccess,
     state_dir: &std::path::Path,
     broker: BrokerInfo,
     broker_pid: Option<u32>,
     say: &dyn Fn(String),
 ) -> anyhow::Result<BenchReport> {
-    let log = JetStreamLog::connect(url, LogConfig::default())
+    let url = access.url.as_str();
+    let log = JetStreamLog::open(access, LogConfig::default())
         .await
         .with_context(|| format!("cannot reach the NATS broker at {url}"))?;
     if log.last_seq().await? != 0 {
@@ -336,7 +344,7 @@ async fn bench_on(
             args.raw_messages, args.window
         ));
         let raw = measure_raw_publish(
-            url,
+            access,
             args.raw_messages,
             payload_bytes,
             args.window,
@@ -388,7 +396,7 @@ async fn bench_on(
 
     // ---- the engines, on a thread (and a runtime) of their own --------------------------
     let sim = spawn_simulator(
-        url,
+        access,
         &engines,
         args.slots,
         args.window,
@@ -672,15 +680,11 @@ struct Acked {
 
 impl Pipeline {
     async fn connect(
-        url: &str,
+        access: &BrokerAccess,
         window: usize,
         on_ack: impl FnMut(u64, bool) + Send + 'static,
     ) -> anyhow::Result<(Pipeline, JoinHandle<anyhow::Result<Acked>>)> {
-        let client = async_nats::ConnectOptions::new()
-            .name("gridfold-bench-engines")
-            .connect(url)
-            .await
-            .with_context(|| format!("connecting to {url}"))?;
+        let client = connect_client(access, "gridfold-bench-engines").await?;
         let context = js::ContextBuilder::new()
             .timeout(Duration::from_secs(10))
             .max_ack_inflight(window + 1)
@@ -724,8 +728,17 @@ impl Pipeline {
     }
 }
 
+/// A connection of the bench's own, with the bench's credentials and TLS.
+async fn connect_client(access: &BrokerAccess, name: &str) -> anyhow::Result<async_nats::Client> {
+    let (client, _refusals) = access
+        .connect(name, Duration::from_secs(5))
+        .await
+        .with_context(|| format!("connecting to {}", access.url))?;
+    Ok(client)
+}
+
 async fn measure_raw_publish(
-    url: &str,
+    access: &BrokerAccess,
     messages: u32,
     payload_bytes: usize,
     window: usize,
@@ -733,7 +746,7 @@ async fn measure_raw_publish(
 ) -> anyhow::Result<RawPublish> {
     const RAW_SUBJECT: &str = "gridfold-bench.raw";
     let name = format!("GRIDFOLD_BENCH_RAW_{}", std::process::id());
-    let (pipeline, acks) = Pipeline::connect(url, window, |_, _| {}).await?;
+    let (pipeline, acks) = Pipeline::connect(access, window, |_, _| {}).await?;
     let stream = pipeline
         .context
         .create_stream(stream::Config {
@@ -826,7 +839,7 @@ struct Simulator {
 
 impl Simulator {
     async fn connect(
-        url: &str,
+        access: &BrokerAccess,
         engines: &[EngineId],
         slots: u32,
         window: usize,
@@ -844,13 +857,9 @@ impl Simulator {
                 }
             }
         };
-        let (pipeline, acks) = Pipeline::connect(url, window, on_ack).await?;
+        let (pipeline, acks) = Pipeline::connect(access, window, on_ack).await?;
         // Deliveries are read on a connection of their own, through one consumer for all engines.
-        let client = async_nats::ConnectOptions::new()
-            .name("gridfold-bench-deliveries")
-            .connect(url)
-            .await
-            .with_context(|| format!("connecting to {url}"))?;
+        let client = connect_client(access, "gridfold-bench-deliveries").await?;
         let context = js::new(client);
         let mut orders = context
             .get_stream(STREAM_ORDERS)
@@ -900,10 +909,15 @@ impl Simulator {
     }
 
     /// Logs every engine in (pipelined); returns the sequence of the last login.
-    async fn log_in(&self, url: &str, engines: &[EngineId], slots: u32) -> anyhow::Result<u64> {
-        let log = JetStreamLog::connect(url, LogConfig::default())
+    async fn log_in(
+        &self,
+        access: &BrokerAccess,
+        engines: &[EngineId],
+        slots: u32,
+    ) -> anyhow::Result<u64> {
+        let log = JetStreamLog::open(access, LogConfig::default())
             .await
-            .with_context(|| format!("cannot reach the NATS broker at {url}"))?;
+            .with_context(|| format!("cannot reach the NATS broker at {}", access.url))?;
         let session = *uuid::Uuid::new_v4().as_bytes();
         let appends = engines
             .iter()
@@ -1006,7 +1020,7 @@ struct SimHandle {
 /// (so their CPU time, connections included, can be told apart from the projector's),
 /// logs them in and returns once the logins are stored.
 async fn spawn_simulator(
-    url: &str,
+    access: &BrokerAccess,
     engines: &[EngineId],
     slots: u32,
     window: usize,
@@ -1014,7 +1028,7 @@ async fn spawn_simulator(
 ) -> anyhow::Result<SimHandle> {
     let (ready_tx, ready_rx) = oneshot::channel::<anyhow::Result<(u64, Arc<Progress>)>>();
     let (done_tx, done_rx) = oneshot::channel();
-    let url = url.to_string();
+    let access = access.clone();
     let engines = engines.to_vec();
     std::thread::Builder::new()
         .name("bench-engines".into())
@@ -1031,8 +1045,8 @@ async fn spawn_simulator(
             };
             runtime.block_on(async move {
                 let started = async {
-                    let sim = Simulator::connect(&url, &engines, slots, window).await?;
-                    let login_seq = sim.log_in(&url, &engines, slots).await?;
+                    let sim = Simulator::connect(&access, &engines, slots, window).await?;
+                    let login_seq = sim.log_in(&access, &engines, slots).await?;
                     anyhow::Ok((sim, login_seq))
                 };
                 let sim = match started.await {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{ask, block_on, connect_log, publish, NatsArgs};
+use super::client::{ask, block_on, connect_log_creating, publish, NatsArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::core::ids::EngineId;
@@ -90,7 +90,7 @@ fn clear(engine: Option<String>, nats: &NatsArgs) -> anyhow::Result<ExitCode> {
     };
     let whom = engine.as_ref().map(|e| format!("engine {e}")).unwrap_or_else(|| "every engine".to_string());
     let seq = block_on(async {
-        let log = connect_log(nats).await?;
+        let log = connect_log_creating(nats).await?;
         publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await
     })?;
     println!("blacklists and greylists of {whom} cleared at seq {seq}");

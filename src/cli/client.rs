@@ -1,7 +1,10 @@
-//! What every networked command shares: finding the broker, publishing an
-//! event the way outside publishers must (its UUID as `Nats-Msg-Id`), and
-//! asking the projector a question.
+//! What every networked command shares: finding the broker and logging in to it
+//! (credentials and TLS, [`AuthArgs`], made into a `BrokerAccess` in one place),
+//! opening the log (binding to its stream, or creating it for operators),
+//! publishing an event the way outside publishers must (its UUID as
+//! `Nats-Msg-Id`), and asking the projector a question.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
@@ -9,24 +12,103 @@ use bytes::Bytes;
 use clap::Args;
 
 use crate::core::event::{Envelope, Event};
-use crate::log::jetstream::{JetStreamLog, LogConfig};
-use crate::log::{Append, EventLog};
+use super::BadInput;
+use crate::log::connect::{AccessSpec, BrokerAccess, ConnectFailure, Secret};
+use crate::log::jetstream::{JetStreamLog, LogConfig, StreamSetup};
+use crate::log::{Append, EventLog, LogError};
 use crate::wire;
 
-/// Where the broker is: `--nats`, else `NATS_URL`, else the local default.
+/// Where the broker is (`--nats`, else `NATS_URL`, else the local default), and who
+/// this command is there ([`AuthArgs`]).
 #[derive(Debug, Clone, Args)]
 pub struct NatsArgs {
-    /// The NATS broker, with JetStream enabled.
+    /// The NATS broker, with JetStream enabled (`tls://` to require TLS).
     #[arg(long = "nats", env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub url: String,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Credentials and TLS for the broker, shared by every command that connects. The
+/// environment variables are those the `nats` command-line tool reads, so one
+/// environment file serves both (`gridfold broker-config` writes one per principal).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Broker credentials and TLS")]
+pub struct AuthArgs {
+    /// User name, for a broker with users and passwords (with --password).
+    #[arg(long, env = "NATS_USER", conflicts_with_all = ["nkey", "creds"])]
+    pub user: Option<String>,
+    /// The user's password (better given in NATS_PASSWORD than on the command line).
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true, requires = "user")]
+    pub password: Option<String>,
+    /// A file holding the user's nkey seed (`SU...`), for a broker with nkey users.
+    #[arg(long, env = "NATS_NKEY", value_name = "FILE", conflicts_with = "creds")]
+    pub nkey: Option<PathBuf>,
+    /// A NATS credentials file (a user JWT and its seed), for a broker in operator mode.
+    #[arg(long, env = "NATS_CREDS", value_name = "FILE")]
+    pub creds: Option<PathBuf>,
+    /// The CA certificate (PEM) that signed the broker's certificate; requires TLS.
+    #[arg(long, env = "NATS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM), for a broker that verifies clients (with --tls-key).
+    #[arg(long, env = "NATS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "NATS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The subject prefix of this client's reply inboxes, when the broker gives each
+    /// user a private one (`gridfold broker-config` gives `_INBOX_<principal>`).
+    #[arg(long, env = "NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub inbox_prefix: Option<String>,
+}
+
+impl AuthArgs {
+    /// The access to `url` these flags describe, with the files they name read and
+    /// checked; a bad flag or file is the user's to fix (exit 2).
+    pub fn access(&self, url: &str) -> Result<BrokerAccess, BadInput> {
+        let spec = AccessSpec {
+            user: self.user.clone(),
+            password: self.password.clone().map(Secret::new),
+            nkey_file: self.nkey.clone(),
+            creds_file: self.creds.clone(),
+            tls_ca_file: self.tls_ca.clone(),
+            tls_cert_file: self.tls_cert.clone(),
+            tls_key_file: self.tls_key.clone(),
+            inbox_prefix: self.inbox_prefix.clone(),
+        };
+        BrokerAccess::load(url, &spec).map_err(|err| BadInput(err.to_string()))
+    }
+}
+
+impl NatsArgs {
+    pub fn access(&self) -> Result<BrokerAccess, BadInput> {
+        self.auth.access(&self.url)
+    }
 }
 
 fn unreachable_hint(url: &str) -> String {
     format!("cannot reach the NATS broker at {url}: is nats-server (2.11 or later, with -js) running there? Set --nats or NATS_URL")
 }
 
+/// Opens the log for a command that only uses existing streams (submitters,
+/// readers, engines): it never creates a stream, and says so when one is missing.
 pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
-    JetStreamLog::connect(&nats.url, LogConfig::default()).await.with_context(|| unreachable_hint(&nats.url))
+    connect_log_with(nats, LogConfig { streams: StreamSetup::Bind, ..LogConfig::default() }).await
+}
+
+/// Opens the log for an operator command: the log's stream is created if missing.
+pub async fn connect_log_creating(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
+    connect_log_with(nats, LogConfig::default()).await
+}
+
+/// Opens the log with `config`, each failure explained for a person: a broker away,
+/// one that refused the credentials or TLS, a stream that is not there.
+pub async fn connect_log_with(nats: &NatsArgs, config: LogConfig) -> anyhow::Result<JetStreamLog> {
+    let access = nats.access()?;
+    JetStreamLog::open(&access, config).await.map_err(|err| match err {
+        err @ LogError::Unavailable { .. } => anyhow::Error::new(err).context(unreachable_hint(&nats.url)),
+        err => anyhow::Error::new(err),
+    })
 }
 
 /// Publishes one event as an outside client would; returns its log sequence.
@@ -45,16 +127,24 @@ pub async fn ask<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
     subject: &str,
     question: &Q,
 ) -> anyhow::Result<A> {
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(&nats.url)
-        .await
-        .with_context(|| unreachable_hint(&nats.url))?;
+    let (client, refusals) = match nats.access()?.connect("gridfold", Duration::from_secs(5)).await {
+        Ok(connected) => connected,
+        Err(ConnectFailure::Refused(detail)) => anyhow::bail!("{detail} (broker at {})", nats.url),
+        Err(ConnectFailure::Unreachable(detail)) => {
+            return Err(anyhow!("{detail}").context(unreachable_hint(&nats.url)));
+        }
+    };
     let payload = serde_json::to_vec(question)?;
-    let reply = tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.into()))
-        .await
-        .map_err(|_| anyhow!("no projector answered on {subject} within 10 s: is `gridfold projector` running against {}?", nats.url))?
-        .map_err(|e| anyhow!("no projector answered on {subject}: {e}; is `gridfold projector` running against {}?", nats.url))?;
+    let answered = tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.into())).await;
+    // A question the broker refused (by permission) is never answered: say so, not "no projector".
+    let reply = match answered {
+        Ok(Ok(reply)) => reply,
+        _ if refusals.latest().is_some() => {
+            anyhow::bail!("asking on {subject}: {}", refusals.latest().unwrap_or_default())
+        }
+        Err(_) => anyhow::bail!("no projector answered on {subject} within 10 s: is `gridfold projector` running against {}?", nats.url),
+        Ok(Err(e)) => anyhow::bail!("no projector answered on {subject}: {e}; is `gridfold projector` running against {}?", nats.url),
+    };
     serde_json::from_slice(&reply.payload).with_context(|| format!("the projector's answer on {subject} does not decode"))
 }
 
@@ -66,4 +156,32 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .build()
         .expect("a tokio runtime starts")
         .block_on(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn every_command_takes_the_broker_flags_without_clashes() {
+        Cli::command().debug_assert();
+        let parsed = Cli::try_parse_from([
+            "gridfold", "stat", "--nats", "tls://broker:4222", "--nkey", "s.nk", "--tls-ca", "ca.pem",
+            "--inbox-prefix", "_INBOX_submitter",
+        ])
+        .unwrap();
+        let Command::Stat(args) = parsed.command else { panic!("not stat") };
+        assert_eq!(args.nats.auth.nkey.as_deref(), Some(std::path::Path::new("s.nk")));
+        assert_eq!(args.nats.auth.inbox_prefix.as_deref(), Some("_INBOX_submitter"));
+        for clash in [
+            &["gridfold", "stat", "--user", "u", "--nkey", "s.nk"][..],
+            &["gridfold", "stat", "--nkey", "s.nk", "--creds", "c.creds"],
+            &["gridfold", "stat", "--password", "p"],
+            &["gridfold", "stat", "--tls-cert", "c.pem"],
+        ] {
+            assert!(Cli::try_parse_from(clash).is_err(), "{clash:?}");
+        }
+    }
 }

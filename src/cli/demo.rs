@@ -21,6 +21,7 @@ use crate::core::ids::{EngineId, JobId, Seq};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::state::State;
 use crate::engine::{run_engine, EngineConfig, EngineReport, JetStreamOrderFeed, LogOrderFeed, OrderFeed};
+use crate::log::connect::BrokerAccess;
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::jetstream::{JetStreamLog, LogConfig};
 use crate::log::nats_server::{find_executable, NatsServer};
@@ -35,6 +36,11 @@ pub struct DemoArgs {
     /// Use this NATS broker instead of starting a private one.
     #[arg(long, env = "GRIDFOLD_DEMO_NATS")]
     pub nats: Option<String>,
+    /// Credentials and TLS for the broker given with --nats. The demo runs the
+    /// projector and its engines in one process: on a broker with gridfold's
+    /// permissions it needs a user without restrictions.
+    #[command(flatten)]
+    pub auth: super::client::AuthArgs,
     /// Run on the embedded log even when a nats-server is available.
     #[arg(long)]
     pub embedded: bool,
@@ -71,12 +77,12 @@ async fn run_demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let state_dir = dir.join("projector");
     let url = match (&args.nats, args.embedded) {
         (_, true) => None,
-        (Some(url), false) => Some((url.clone(), None)),
+        (Some(url), false) => Some((args.auth.access(url)?, None)),
         (None, false) => match find_executable() {
             Ok((path, version)) => {
                 let server = NatsServer::start().context("starting a private nats-server")?;
                 println!("broker: private nats-server {version} ({}) at {}", path.display(), server.url());
-                Some((server.url(), Some(server)))
+                Some((BrokerAccess::anonymous(server.url()), Some(server)))
             }
             Err(why) => {
                 println!("broker: none ({why}); running on the embedded log");
@@ -85,8 +91,9 @@ async fn run_demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         },
     };
     match url {
-        Some((url, _server)) => {
-            let log = JetStreamLog::connect(&url, LogConfig::default())
+        Some((access, _server)) => {
+            let url = access.url.clone();
+            let log = JetStreamLog::open(&access, LogConfig::default())
                 .await
                 .with_context(|| format!("cannot reach the NATS broker at {url}"))?;
             let sink = JetStreamOrderSink::connect(&log).await?;

@@ -1,9 +1,11 @@
 //! `gridfold engine`: one engine agent on a NATS JetStream broker, until SIGTERM or SIGINT.
+//! It binds to the streams the projector made (waiting for them a while at start)
+//! and never creates one.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
@@ -11,6 +13,8 @@ use clap::Args;
 use crate::core::ids::EngineId;
 use crate::engine::{EngineConfig, JetStreamOrderFeed, probe, run_engine};
 use crate::library_store::LibraryStore;
+use crate::log::LogError;
+use crate::log::jetstream::JetStreamLog;
 
 #[derive(Debug, Args)]
 pub struct EngineArgs {
@@ -40,6 +44,46 @@ pub struct EngineArgs {
     /// On SIGTERM or SIGINT, how long running tasks may finish before they are killed.
     #[arg(long, default_value_t = 30)]
     pub drain_timeout_secs: u64,
+}
+
+/// How long an engine waits for the projector to create the streams it binds to.
+pub const STREAMS_WAIT_MAX: Duration = Duration::from_secs(60);
+const STREAMS_POLL: Duration = Duration::from_secs(1);
+
+/// Binds to the log and opens this engine's order feed. An engine never creates a
+/// stream (on a broker with permissions it may not): while the projector has not
+/// yet made them, it waits, up to [`STREAMS_WAIT_MAX`], saying so once.
+async fn open_log_and_feed(
+    nats: &super::client::NatsArgs,
+    name: &EngineId,
+) -> anyhow::Result<(JetStreamLog, JetStreamOrderFeed)> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let opened = async {
+            let log = super::client::connect_log(nats).await?;
+            let feed = JetStreamOrderFeed::open(&log, name)
+                .await
+                .with_context(|| format!("cannot open the order feed of engine {name} at {}", nats.url))?;
+            anyhow::Ok((log, feed))
+        }
+        .await;
+        match opened {
+            Err(err) if stream_missing(&err) && started.elapsed() < STREAMS_WAIT_MAX => {
+                if !said {
+                    tracing::warn!("{err:#}; waiting up to {} s for it", STREAMS_WAIT_MAX.as_secs());
+                    said = true;
+                }
+                tokio::time::sleep(STREAMS_POLL).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
+fn stream_missing(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|cause| matches!(cause.downcast_ref::<LogError>(), Some(LogError::StreamMissing { .. })))
 }
 
 fn parse_engine_id(text: &str) -> Result<EngineId, String> {
@@ -72,19 +116,11 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         ..defaults
     };
-    let log = super::client::connect_log(&args.nats).await?;
+    let (log, feed) = open_log_and_feed(&args.nats, &args.name).await?;
     let config = EngineConfig {
         library_store: Some(LibraryStore::new(log.context().clone())),
         ..config
     };
-    let feed = JetStreamOrderFeed::open(&log, &args.name)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the order feed of engine {} at {}",
-                args.name, args.nats.url
-            )
-        })?;
     eprintln!(
         "gridfold engine {}: {} slot(s), broker {}, work dir {}, library dir {}",
         args.name,

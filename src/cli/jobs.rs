@@ -1,12 +1,13 @@
 //! `gridfold submit`, `cancel`, `priority`, `policy apply`: publishing what
-//! submitters and operators decide.
+//! submitters and operators decide. Submitters bind to the log's stream; an
+//! operator's `policy apply` creates it if it is missing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{block_on, connect_log, publish, NatsArgs};
+use super::client::{block_on, connect_log, connect_log_creating, publish, NatsArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::core::ids::JobId;
@@ -121,7 +122,7 @@ pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
     };
     let seq = block_on(async {
-        let log = connect_log(&nats).await?;
+        let log = connect_log_creating(&nats).await?;
         publish(&log, "gridfold-cli", Event::PolicySet(policy)).await
     })?;
     println!("policy from {} applied at seq {seq}", file.display());

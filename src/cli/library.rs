@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use super::client::{ask, block_on, connect_log, publish, NatsArgs};
+use super::client::{ask, block_on, connect_log_creating, publish, NatsArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::{Event, LibraryRef};
 use crate::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
@@ -109,7 +109,7 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, json: bool) -> anyhow:
         Err(bad) => return Ok(bad_input(bad)),
     };
     let (info, seq) = block_on(async {
-        let log = connect_log(nats).await?;
+        let log = connect_log_creating(nats).await?;
         let store = LibraryStore::new(log.context().clone());
         let info = store.put(&library, &upload.path, upload.layout.clone()).await?;
         let seq = publish(&log, "gridfold-cli", Event::LibraryPublished(info.clone()))

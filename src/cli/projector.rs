@@ -9,9 +9,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::log::LogError;
+use crate::log::jetstream::LogConfig;
 use crate::projector::key::ProjectorKey;
-use crate::log::jetstream::{JetStreamLog, LogConfig};
 use crate::projector::service::{
     JetStreamOrderSink, KvLease, KvLeaseConfig, Projector, ProjectorConfig, projector_id,
     spawn_query_responder,
@@ -78,16 +77,10 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     // Installed first: a signal during start-up stops the projector cleanly once it runs.
     let shutdown = shutdown_signal().context("installing the SIGINT and SIGTERM handlers")?;
     let log_config = LogConfig { replicas: args.replicas as usize, ..LogConfig::default() };
-    let log = match JetStreamLog::connect(&args.nats.url, log_config).await {
-        Ok(log) => log,
-        Err(err @ LogError::Unavailable { .. }) => {
-            anyhow::bail!(
-                "cannot reach the NATS broker at {} (set --nats or NATS_URL): {err}",
-                args.nats.url
-            )
-        }
-        Err(err) => return Err(err).context("opening the event log"),
-    };
+    // The projector makes the streams and the lease bucket (StreamSetup::CreateOrCheck).
+    let log = super::client::connect_log_with(&args.nats, log_config)
+        .await
+        .context("opening the event log")?;
     let sink = JetStreamOrderSink::connect(&log)
         .await
         .context("opening the orders stream")?;
