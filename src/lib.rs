@@ -1,5 +1,6 @@
 //! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
 
+pub mod broker_config;
 pub mod cli;
 pub mod core;
 pub mod engine;

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod blacklist;
+pub mod broker_config;
 pub mod client;
 pub mod demo;
 pub mod engine;
@@ -68,6 +69,8 @@ pub enum Command {
     Engine(engine::EngineArgs),
     /// Run the projector, the single writer, on NATS JetStream (a second one stands by).
     Projector(projector::ProjectorArgs),
+    /// Write a nats-server configuration that enforces who may publish what, with an nkey and an environment file per principal.
+    BrokerConfig(broker_config::BrokerConfigArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -94,6 +97,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Sim(args) => sim::run(args),
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),
+        Command::BrokerConfig(args) => broker_config::run(args),
     }
 }
 
