@@ -8,7 +8,10 @@
 //! dropping the value kills it and removes the temporary directory.
 //!
 //! Invariants: it binds `127.0.0.1` only, never another address; it signals only the
-//! process it started, by its id. It does not configure clustering, accounts or TLS.
+//! process it started, by its id. It does not configure clustering, accounts or TLS
+//! itself; [`NatsServerConfig::config_file`] hands it a configuration file that does
+//! (such as `gridfold broker-config` writes), whose listen address, port and store
+//! directory the command line overrides.
 //! The calls block the calling thread (for at most the ready timeout).
 
 use std::fs::{self, File, OpenOptions};
@@ -124,6 +127,9 @@ pub struct NatsServerConfig {
     pub port: Option<u16>,
     /// How long to wait for the server to accept connections.
     pub ready_timeout: Duration,
+    /// A configuration file (`-c`): accounts, users, TLS. Its `listen` and JetStream
+    /// `store_dir` are overridden by the loopback port and the store chosen here.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for NatsServerConfig {
@@ -133,6 +139,7 @@ impl Default for NatsServerConfig {
             dir: None,
             port: None,
             ready_timeout: Duration::from_secs(10),
+            config_file: None,
         }
     }
 }
@@ -146,6 +153,7 @@ pub struct NatsServer {
     dir: PathBuf,
     dir_is_temporary: bool,
     ready_timeout: Duration,
+    config_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -182,6 +190,7 @@ impl NatsServer {
             dir,
             dir_is_temporary,
             ready_timeout: config.ready_timeout,
+            config_file: config.config_file,
             child: None,
         };
         // A free port found by binding and releasing it may be taken again before the
@@ -324,7 +333,11 @@ impl NatsServer {
             source,
         })?;
         let store_dir = self.store_dir();
-        let child = Command::new(&self.executable)
+        let mut command = Command::new(&self.executable);
+        if let Some(config_file) = &self.config_file {
+            command.arg("-c").arg(config_file);
+        }
+        let child = command
             .arg("-a")
             .arg(Ipv4Addr::LOCALHOST.to_string())
             .arg("-p")
