@@ -10,8 +10,8 @@
 //! Invariants: it binds `127.0.0.1` only, never another address; it signals only the
 //! process it started, by its id. It does not configure clustering, accounts or TLS
 //! itself; [`NatsServerConfig::config_file`] hands it a configuration file that does
-//! (such as `gridfold broker-config` writes), whose listen address, port and store
-//! directory the command line overrides.
+//! (such as `gridfold broker-config` writes), whose listen address and port the
+//! command line overrides; its JetStream store directory is its own.
 //! The calls block the calling thread (for at most the ready timeout).
 
 use std::fs::{self, File, OpenOptions};
@@ -127,8 +127,10 @@ pub struct NatsServerConfig {
     pub port: Option<u16>,
     /// How long to wait for the server to accept connections.
     pub ready_timeout: Duration,
-    /// A configuration file (`-c`): accounts, users, TLS. Its `listen` and JetStream
-    /// `store_dir` are overridden by the loopback port and the store chosen here.
+    /// A configuration file (`-c`): accounts, users, TLS, JetStream. Its `listen` is
+    /// overridden by the loopback port chosen here. Its JetStream `store_dir` is used
+    /// as it is (nats-server refuses `-sd` beside it): set `dir` and put the store at
+    /// `<dir>/store` in the file, so that [`NatsServer::store_dir`] names it.
     pub config_file: Option<PathBuf>,
 }
 
@@ -334,17 +336,17 @@ impl NatsServer {
         })?;
         let store_dir = self.store_dir();
         let mut command = Command::new(&self.executable);
-        if let Some(config_file) = &self.config_file {
-            command.arg("-c").arg(config_file);
-        }
-        let child = command
+        command
             .arg("-a")
             .arg(Ipv4Addr::LOCALHOST.to_string())
             .arg("-p")
             .arg(self.port.to_string())
-            .arg("-js")
-            .arg("-sd")
-            .arg(&store_dir)
+            .arg("-js");
+        match &self.config_file {
+            Some(config_file) => command.arg("-c").arg(config_file),
+            None => command.arg("-sd").arg(&store_dir),
+        };
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
