@@ -1,0 +1,582 @@
+//! Who may write what, enforced by the broker: a real nats-server started with the
+//! configuration `gridfold broker-config` writes and TLS from a CA made in the test
+//! (`support::secure_nats`), and each principal connecting with its own nkey.
+//!
+//! - [`an_engines_publish_as_another_engine_is_refused_by_the_broker_and_nothing_is_stored`]
+//! - [`a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_and_nothing_is_stored`]
+//! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`]
+//! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
+//! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
+//!
+//! What the fold does with a forged order batch published with the projector's own
+//! credentials is the batch signing's business, tested with it.
+
+mod support;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{AckPolicy, pull};
+use gridfold::core::ids::EngineId;
+use gridfold::engine::JetStreamOrderFeed;
+use gridfold::engine::feed::consumer_name;
+use gridfold::log::connect::{BrokerAccess, ConnectFailure, Credentials, Secret, Tls};
+use gridfold::log::jetstream::{JetStreamLog, LogConfig, STREAM_ORDERS, StreamSetup};
+use gridfold::log::{Append, EventLog, LogError, RawEntry, read_to_end};
+use support::secure_nats::{self, SecureBroker, TestCa};
+
+/// A refused publish or API request is an unanswered one: keep the wait short.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn log_as(broker: &SecureBroker, principal: &str, streams: StreamSetup) -> JetStreamLog {
+    let config = LogConfig {
+        streams,
+        request_timeout: REQUEST_TIMEOUT,
+        connect_timeout: Duration::from_secs(5),
+        ..LogConfig::default()
+    };
+    JetStreamLog::open(&broker.access(principal), config)
+        .await
+        .unwrap_or_else(|err| panic!("{principal} cannot open the log: {err}"))
+}
+
+/// The projector makes the streams, as it does when it starts.
+async fn streams_made_by_the_projector(broker: &SecureBroker) -> JetStreamLog {
+    let projector = log_as(broker, "projector", StreamSetup::CreateOrCheck).await;
+    projector
+        .ensure_order_stream()
+        .await
+        .expect("the projector makes the orders stream");
+    projector
+}
+
+/// The whole log, as the auditor reads it.
+async fn whole_log(broker: &SecureBroker) -> Vec<RawEntry> {
+    let auditor = log_as(broker, "auditor", StreamSetup::Bind).await;
+    let reading = read_to_end(&auditor, 1)
+        .await
+        .expect("the auditor reads the log");
+    reading
+        .collect()
+        .await
+        .expect("the auditor reads the log to its end")
+}
+
+fn subjects(entries: &[RawEntry]) -> Vec<&str> {
+    entries.iter().map(|entry| entry.subject.as_str()).collect()
+}
+
+/// The error must be the broker's refusal of a publish on `subject`.
+#[track_caller]
+fn assert_refused_publish(result: Result<impl std::fmt::Debug, LogError>, subject: &str) {
+    let expected = format!("Permissions Violation for Publish to \"{subject}\"");
+    match result {
+        Err(LogError::Rejected { detail }) => assert!(detail.contains(&expected), "{detail}"),
+        other => panic!("a publish on {subject} was not refused by the broker: {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_broker_logged(broker: &SecureBroker, what: &str, subject: &str) {
+    let violations = broker.violations();
+    assert!(
+        violations
+            .iter()
+            .any(|line| line.contains(what) && line.contains(subject)),
+        "the broker did not log a {what} on {subject}: {violations:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engines_publish_as_another_engine_is_refused_by_the_broker_and_nothing_is_stored() {
+    let broker = secure_nats::start(&["e1", "e2"]);
+    let _projector = streams_made_by_the_projector(&broker).await;
+    let e1 = log_as(&broker, "engine-e1", StreamSetup::Bind).await;
+
+    let own = e1
+        .append(Append::new("gridfold.ev.engine.e1.heartbeat", "e1 itself").with_msg_id("own"))
+        .await
+        .expect("e1 publishes under its own id");
+    let forged = e1
+        .append(
+            Append::new("gridfold.ev.engine.e2.heartbeat", "e1 posing as e2").with_msg_id("forged"),
+        )
+        .await;
+
+    assert_refused_publish(forged, "gridfold.ev.engine.e2.heartbeat");
+    assert_broker_logged(
+        &broker,
+        "Publish Violation",
+        "gridfold.ev.engine.e2.heartbeat",
+    );
+    let log = whole_log(&broker).await;
+    assert_eq!(
+        subjects(&log),
+        ["gridfold.ev.engine.e1.heartbeat"],
+        "only e1's own event is stored"
+    );
+    assert_eq!(log[0].seq, own.seq);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_and_nothing_is_stored()
+ {
+    let broker = secure_nats::start(&["e1"]);
+    let projector = streams_made_by_the_projector(&broker).await;
+    let submitter = log_as(&broker, "submitter", StreamSetup::Bind).await;
+
+    submitter
+        .append(Append::new("gridfold.ev.job.submitted", "a job").with_msg_id("job"))
+        .await
+        .expect("a submitter publishes job events");
+    // An order batch, fenced as the projector fences its own.
+    let batch = submitter
+        .append(
+            Append::new("gridfold.ev.orders", "a forged batch").with_expected_last_subject_seq(0),
+        )
+        .await;
+    // A delivery straight onto an engine's order subject.
+    let delivery = async {
+        let ack = submitter
+            .context()
+            .publish("gridfold.order.e1", "a forged dispatch".into())
+            .await?;
+        ack.await
+    }
+    .await;
+
+    assert_refused_publish(batch, "gridfold.ev.orders");
+    assert!(
+        delivery.is_err(),
+        "a delivery by the submitter was stored: {delivery:?}"
+    );
+    assert_broker_logged(&broker, "Publish Violation", "\"gridfold.order.e1\"");
+    assert_eq!(
+        subjects(&whole_log(&broker).await),
+        ["gridfold.ev.job.submitted"]
+    );
+    let mut orders = projector
+        .context()
+        .get_stream(STREAM_ORDERS)
+        .await
+        .expect("the orders stream");
+    let stored = orders
+        .info()
+        .await
+        .expect("the orders stream's state")
+        .state
+        .messages;
+    assert_eq!(stored, 0, "nothing on {STREAM_ORDERS}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders() {
+    let broker = secure_nats::start(&["e1", "e2"]);
+    let _projector = streams_made_by_the_projector(&broker).await;
+    let e1 = log_as(&broker, "engine-e1", StreamSetup::Bind).await;
+    let (e1_id, e2_id) = (EngineId::new("e1").unwrap(), EngineId::new("e2").unwrap());
+    let orders = e1
+        .context()
+        .get_stream(STREAM_ORDERS)
+        .await
+        .expect("e1 binds to the orders stream");
+    let consumer = |name: String, filter: &str| pull::Config {
+        durable_name: Some(name.clone()),
+        name: Some(name),
+        filter_subject: filter.to_string(),
+        ack_policy: AckPolicy::Explicit,
+        ..Default::default()
+    };
+
+    // e1's own consumer's create subject, with e2's orders as the filter in its body:
+    // the subject's filter is the one the broker holds it to.
+    let request = serde_json::json!({
+        "stream_name": STREAM_ORDERS,
+        "config": {
+            "durable_name": consumer_name(&e1_id),
+            "name": consumer_name(&e1_id),
+            "filter_subject": "gridfold.order.e2",
+            "ack_policy": "explicit",
+            "deliver_policy": "all",
+        },
+        "action": "create",
+    });
+    let own_subject =
+        format!("$JS.API.CONSUMER.CREATE.{STREAM_ORDERS}.gridfold-engine-e1.gridfold.order.e1");
+    let answer = e1
+        .context()
+        .client()
+        .request(own_subject, serde_json::to_vec(&request).unwrap().into())
+        .await
+        .expect("the broker answers e1 on its own consumer's subject");
+    let answer: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert!(
+        answer["error"].is_object(),
+        "a consumer of e2's orders was made: {answer}"
+    );
+
+    let e2s = orders
+        .create_consumer(consumer(consumer_name(&e2_id), "gridfold.order.e2"))
+        .await;
+    assert!(e2s.is_err(), "e1 made e2's consumer");
+    let renamed = orders
+        .create_consumer(consumer(consumer_name(&e1_id), "gridfold.order.e2"))
+        .await;
+    assert!(
+        renamed.is_err(),
+        "e1 made a consumer of e2's orders under its own name"
+    );
+    let log_reader = e1.reader(1).await;
+    assert!(log_reader.is_err(), "e1 reads the log");
+    for subject in [
+        "CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e2.gridfold.order.e2",
+        "CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e2",
+        "CONSUMER.CREATE.GRIDFOLD_EVENTS",
+    ] {
+        assert_broker_logged(
+            &broker,
+            "Publish Violation",
+            &format!("\"$JS.API.{subject}"),
+        );
+    }
+    JetStreamOrderFeed::open(&e1, &e1_id)
+        .await
+        .expect("e1 opens its own order feed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_tls_or_with_wrong_credentials_is_refused() {
+    let broker = secure_nats::start(&[]);
+    let submitter = broker.access("submitter");
+    let connect = |access: BrokerAccess| async move {
+        access
+            .connect("gridfold-test", Duration::from_secs(5))
+            .await
+            .map(|_| ())
+    };
+    let refused = |result: Result<(), ConnectFailure>, expected: &str| match result {
+        Err(ConnectFailure::Refused(detail)) => assert!(detail.contains(expected), "{detail}"),
+        other => panic!("not refused (expected {expected:?}): {other:?}"),
+    };
+
+    // Plain text: the broker announces that it requires TLS, and a client that goes
+    // on without it is cut off without an answer (no PONG, no +OK).
+    let mut plain =
+        TcpStream::connect(("127.0.0.1", broker.server.port())).expect("reach the broker");
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut info = String::new();
+    BufReader::new(&plain)
+        .read_line(&mut info)
+        .expect("the broker's INFO");
+    assert!(info.contains("\"tls_required\":true"), "{info}");
+    plain
+        .write_all(b"CONNECT {\"verbose\":true,\"tls_required\":false}\r\nPING\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let closed = plain.read_to_end(&mut answer);
+    assert!(
+        closed.is_ok() && answer.is_empty(),
+        "a plain-text client got {:?} ({closed:?})",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // TLS, but no credentials, or an nkey the broker does not know.
+    let anonymous = BrokerAccess {
+        credentials: Credentials::Anonymous,
+        ..submitter.clone()
+    };
+    refused(connect(anonymous).await, "authorization violation");
+    let stranger = secure_nats::stranger_nkey(broker.dir.path());
+    let seed = std::fs::read_to_string(&stranger).unwrap();
+    let stranger_access = BrokerAccess {
+        credentials: Credentials::Nkey {
+            seed: Secret::new(seed.trim()),
+            file: stranger.clone(),
+        },
+        ..submitter.clone()
+    };
+    refused(connect(stranger_access).await, "authorization violation");
+
+    // The right nkey, but trusting another CA, or only the system's.
+    let other_ca = broker.path("other-ca.pem");
+    std::fs::write(&other_ca, TestCa::new("another CA").cert_pem).unwrap();
+    let wrong_ca = BrokerAccess {
+        tls: Tls {
+            ca_file: Some(other_ca),
+            client_cert: None,
+        },
+        ..submitter.clone()
+    };
+    refused(connect(wrong_ca).await, "TLS");
+    let no_ca = BrokerAccess {
+        tls: Tls::default(),
+        ..submitter.clone()
+    };
+    refused(connect(no_ca).await, "TLS");
+
+    // The command line says the same: a refusal exits 1, a file to fix exits 2.
+    let stat_with_nkey = |nkey: &std::path::Path, code: i32, expected: &[&str]| {
+        let output = broker
+            .gridfold_as("submitter")
+            .args(["stat", "--nkey"])
+            .arg(nkey)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{stderr}");
+        assert!(
+            expected.iter().all(|part| stderr.contains(part)),
+            "{expected:?}: {stderr}"
+        );
+    };
+    stat_with_nkey(
+        &stranger,
+        1,
+        &["authorization violation", "check the credentials"],
+    );
+    let missing = broker.path("missing.nk");
+    stat_with_nkey(
+        &missing,
+        2,
+        &[&format!("cannot read the nkey file {}", missing.display())],
+    );
+
+    connect(submitter)
+        .await
+        .expect("the submitter's own credentials over TLS connect");
+}
+
+// ---- the whole grid, each process with its own credentials --------------------------
+
+/// A `gridfold` process with its stderr in a file; killed and reaped on drop.
+struct Running {
+    name: String,
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_as(broker: &SecureBroker, principal: &str, name: &str, args: &[&str]) -> Running {
+    let stderr = broker.path(&format!("{name}.stderr"));
+    let child = broker
+        .gridfold_as(principal)
+        .args(args)
+        .env(
+            "RUST_LOG",
+            "warn,gridfold::projector::service=info,gridfold::engine=info",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start gridfold {name}: {err}"));
+    Running {
+        name: name.to_string(),
+        child,
+        stderr,
+    }
+}
+
+/// Runs a command as `principal` to its end; its stdout, or a failure with what it said.
+fn run_as(broker: &SecureBroker, principal: &str, args: &[&str]) -> String {
+    let output = broker.gridfold_as(principal).args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "gridfold {args:?} as {principal} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn json_as(broker: &SecureBroker, principal: &str, args: &[&str]) -> serde_json::Value {
+    let stdout = run_as(broker, principal, args);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{args:?}: {err}: {stdout}"))
+}
+
+fn tails(running: &[&Running]) -> String {
+    running
+        .iter()
+        .map(|r| {
+            format!(
+                "--- {}:\n{}",
+                r.name,
+                std::fs::read_to_string(&r.stderr).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Asks `stat --json` as the submitter until `done` holds of its answer, for at most 25 s
+/// (the projector answers once it has started; until then `stat` fails).
+fn wait_for_stat(
+    broker: &SecureBroker,
+    running: &[&Running],
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        let output = broker
+            .gridfold_as("submitter")
+            .args(["stat", "--json"])
+            .output()
+            .unwrap();
+        let stat: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(
+            |_| serde_json::json!({ "stat": String::from_utf8_lossy(&output.stderr) }),
+        );
+        if done(&stat) {
+            return stat;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waiting for {what}: {stat}\n{}\nbroker refusals: {:#?}",
+            tails(running),
+            broker.violations()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+const LIBRARY_SCRIPT: &str = "#!/bin/sh\necho ran-with-the-library\n";
+
+#[test]
+fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it()
+ {
+    let broker = secure_nats::start(&["e1", "e2"]);
+    let dir = broker.dir.path().to_path_buf();
+    let path = |name: &str| dir.join(name).display().to_string();
+    std::fs::write(
+        dir.join("policy.toml"),
+        "engine_timeout_secs = 5\ndispatch_timeout_secs = 5\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.sh"), LIBRARY_SCRIPT).unwrap();
+    std::fs::write(
+        dir.join("job.toml"),
+        "id = \"secured\"\ntasks = 6\nroot_library = { name = \"tools\", version = \"1\" }\n\n\
+         [task]\nargv = [\"sh\", \"-c\", \"sh \\\"$GRIDFOLD_LIBRARY_DIR/run.sh\\\" && sleep 0.3\"]\n",
+    )
+    .unwrap();
+
+    // The operator sets the policy (making the log's stream) and stores a library.
+    run_as(
+        &broker,
+        "operator",
+        &["policy", "apply", &path("policy.toml")],
+    );
+    run_as(
+        &broker,
+        "operator",
+        &["library", "put", "tools", "1", &path("run.sh")],
+    );
+    let projector = spawn_as(
+        &broker,
+        "projector",
+        "projector",
+        &["projector", "--state", &path("projector")],
+    );
+    let engine = |id: &str| {
+        let work = path(&format!("work-{id}"));
+        let args = [
+            "engine",
+            "--name",
+            id,
+            "--slots",
+            "2",
+            "--work-dir",
+            &work,
+            "--heartbeat-secs",
+            "1",
+            "--drain-timeout-secs",
+            "1",
+        ];
+        spawn_as(&broker, &format!("engine-{id}"), id, &args)
+    };
+    let (e1, e2) = (engine("e1"), engine("e2"));
+    let running = [&projector, &e1, &e2];
+    wait_for_stat(&broker, &running, "both engines to log in", |stat| {
+        let logged_in = stat["engines"].as_array().map_or(0, |engines| {
+            engines
+                .iter()
+                .filter(|e| e["status"] == "logged-in")
+                .count()
+        });
+        logged_in == 2
+    });
+    // Neither engine holds the library: both are told to sync it from the object store.
+    let submitted = json_as(
+        &broker,
+        "submitter",
+        &["submit", &path("job.toml"), "--json"],
+    );
+    assert_eq!(submitted["job"], "secured", "{submitted}");
+    let summary = wait_for_stat(&broker, &running, "the job to complete", |stat| {
+        stat["jobs"].as_array().is_some_and(|jobs| {
+            jobs.iter()
+                .any(|job| job["id"] == "secured" && job["status"] == "done")
+        })
+    });
+    let completed: Vec<(&str, u64)> = summary["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["id"].as_str()?, e["completed"].as_u64()?)))
+        .collect();
+    assert_eq!(
+        completed.iter().map(|(_, n)| n).sum::<u64>(),
+        6,
+        "{summary}"
+    );
+    for id in ["e1", "e2"] {
+        let synced = dir.join(format!("work-{id}/libraries/tools/1/run.sh"));
+        assert_eq!(
+            std::fs::read_to_string(&synced).ok().as_deref(),
+            Some(LIBRARY_SCRIPT),
+            "{}",
+            synced.display()
+        );
+    }
+
+    // Readers: the auditor asks and replays; the whole log re-derives every decision.
+    let asked = json_as(&broker, "auditor", &["stat", "--json", "secured"]);
+    assert_eq!(asked["jobs"][0]["done"], 6, "{asked}");
+    let replayed = json_as(&broker, "auditor", &["replay", "--verify", "--json"]);
+    assert_eq!(replayed["verified"], true, "{replayed}");
+    assert!(
+        replayed["batches_verified"].as_u64().is_some_and(|n| n > 0),
+        "{replayed}"
+    );
+    let job = replayed["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|job| job["id"] == "secured"));
+    assert_eq!(
+        job.map(|job| &job["status"]),
+        Some(&serde_json::json!("done")),
+        "{replayed}"
+    );
+    run_as(
+        &broker,
+        "auditor",
+        &["export", "--out", &path("history.jsonl")],
+    );
+
+    assert_eq!(
+        broker.violations(),
+        Vec::<String>::new(),
+        "nothing a principal does in its role is refused"
+    );
+    drop((e1, e2, projector));
+}
