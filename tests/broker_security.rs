@@ -7,6 +7,7 @@
 //! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`]
 //! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
 //! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
+//! - [`the_shipped_example_is_what_broker_config_writes_but_for_its_keys`]
 //!
 //! What the fold does with a forged order batch published with the projector's own
 //! credentials is the batch signing's business, tested with it.
@@ -579,4 +580,61 @@ fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_
         "nothing a principal does in its role is refused"
     );
     drop((e1, e2, projector));
+}
+
+/// `deploy/nats/` is what `gridfold broker-config` writes today, keys aside: a change to
+/// the permissions shows in the shipped example, or this fails.
+#[test]
+fn the_shipped_example_is_what_broker_config_writes_but_for_its_keys() {
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/nats");
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        .args([
+            "broker-config",
+            "--engine",
+            "node-01",
+            "--engine",
+            "node-02",
+        ])
+        .args([
+            "--url",
+            "tls://broker.example.org:4222",
+            "--client-dir",
+            "/etc/gridfold/nats",
+        ])
+        .args(["--tls-cert", "/etc/gridfold/nats/server-cert.pem"])
+        .args([
+            "--tls-key",
+            "/etc/gridfold/nats/server-key.pem",
+            "--tls-ca",
+            "/etc/gridfold/nats/ca.pem",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let without_keys = |text: String| -> String {
+        let lines = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("nkey: \"U"));
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    for name in [
+        "nats-server.conf",
+        "projector.env",
+        "operator.env",
+        "submitter.env",
+        "auditor.env",
+        "engine-node-01.env",
+        "engine-node-02.env",
+    ] {
+        let read = |dir: &std::path::Path| std::fs::read_to_string(dir.join(name)).unwrap();
+        assert_eq!(
+            without_keys(read(&shipped)),
+            without_keys(read(out.path())),
+            "deploy/nats/{name} differs from what broker-config writes: regenerate it (deploy/nats/README.md)"
+        );
+    }
 }
