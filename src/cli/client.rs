@@ -30,8 +30,9 @@ pub struct NatsArgs {
 }
 
 /// Credentials and TLS for the broker, shared by every command that connects. The
-/// environment variables are those the `nats` command-line tool reads, so one
-/// environment file serves both (`gridfold broker-config` writes one per principal).
+/// environment variables are those the `nats` command-line tool reads (but for
+/// `NATS_INBOX_PREFIX`, gridfold's own); `gridfold broker-config` writes them in one
+/// environment file per principal.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Broker credentials and TLS")]
 pub struct AuthArgs {
