@@ -4,13 +4,14 @@
 //!
 //! - [`an_engines_publish_as_another_engine_is_refused_by_the_broker_and_nothing_is_stored`]
 //! - [`a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_and_nothing_is_stored`]
+//! - [`a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_nothing_is_stored`]
 //! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`]
 //! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
 //! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
 //! - [`the_shipped_example_is_what_broker_config_writes_but_for_its_keys`]
 //!
 //! What the fold does with a forged order batch published with the projector's own
-//! credentials is the batch signing's business, tested with it.
+//! credentials is the batch sealing's business, tested with it (`src/core/fold_tests.rs`).
 
 mod support;
 
@@ -171,6 +172,28 @@ async fn a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_an
         .state
         .messages;
     assert_eq!(stored, 0, "nothing on {STREAM_ORDERS}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_nothing_is_stored() {
+    let broker = secure_nats::start(&[]);
+    let projector = streams_made_by_the_projector(&broker).await;
+    let operator = log_as(&broker, "operator", StreamSetup::Bind).await;
+
+    // Only an operator's registration makes a key's batches count.
+    let own = projector
+        .append(Append::new("gridfold.ev.keys.registered", "its own key").with_msg_id("own-key"))
+        .await;
+    operator
+        .append(Append::new("gridfold.ev.keys.registered", "a key").with_msg_id("operator-key"))
+        .await
+        .expect("an operator registers keys");
+
+    assert_refused_publish(own, "gridfold.ev.keys.registered");
+    assert_eq!(
+        subjects(&whole_log(&broker).await),
+        ["gridfold.ev.keys.registered"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -482,6 +505,18 @@ fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_
         &broker,
         "operator",
         &["library", "put", "tools", "1", &path("run.sh")],
+    );
+    // The operator registers the projector's key, so the fold accepts its batches
+    // (a projector may not register its own on a secured broker).
+    let key = run_as(
+        &broker,
+        "projector",
+        &["key", "show", "--state", &path("projector")],
+    );
+    run_as(
+        &broker,
+        "operator",
+        &["key", "register", key.trim(), "--name", "the projector"],
     );
     let projector = spawn_as(
         &broker,
