@@ -7,7 +7,8 @@
 //! finished runs, heartbeats and shutdown. [`runner`] runs processes and knows
 //! nothing of the protocol; [`probe`] measures the machine; [`feed`] is where orders
 //! come from ([`OrderFeed`]: a durable JetStream consumer, or a reader over an
-//! embedded orders log); `report.rs` publishes, in order, with retries.
+//! embedded orders log); `report.rs` publishes, in order, with retries;
+//! [`procfs`] reads `/proc`.
 //!
 //! # Invariants
 //!
@@ -60,6 +61,7 @@ mod agent;
 pub mod feed;
 pub mod library;
 pub mod probe;
+pub mod procfs;
 mod report;
 pub mod runner;
 

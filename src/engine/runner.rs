@@ -38,6 +38,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::procfs;
 use crate::core::event::{ERROR_TAIL_BYTES_MAX, RESULT_BYTES_MAX};
 
 /// How long, after the leader exited and its group was killed, the supervisor waits
@@ -370,28 +371,10 @@ fn wait_for_exit_without_reaping(pid: i32) -> oneshot::Receiver<Option<u64>> {
 }
 
 /// User + system time of an exited, unreaped process and of the children it reaped,
-/// from `/proc/<pid>/stat` (fields 14 to 17, in clock ticks).
+/// from `/proc/<pid>/stat`.
 fn cpu_ms_of_zombie(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let ticks = stat_cpu_ticks(&stat)?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&t| t > 0)?;
-    Some(ticks.saturating_mul(1000) / ticks_per_second)
-}
-
-/// utime + stime + cutime + cstime of a `/proc/<pid>/stat` line. The command name
-/// (field 2) is in parentheses and may hold spaces and parentheses, so the fields
-/// are counted after the last `)`.
-fn stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // after_name starts with field 3 (state); fields 14..=17 are at 11..=14.
-    let ticks = fields.get(11..=14)?;
-    ticks.iter().try_fold(0u64, |sum, field| {
-        Some(sum.saturating_add(field.parse::<i64>().ok()?.max(0) as u64))
-    })
+    let ticks = procfs::read_stat(pid)?.cpu_ticks;
+    Some(ticks.saturating_mul(1000) / procfs::ticks_per_second()?)
 }
 
 async fn read_into<S, B>(mut source: S, sink: Arc<Mutex<B>>, push: fn(&mut B, &[u8]))
@@ -504,14 +487,6 @@ mod tests {
         }
         assert!(tail.bytes.len() <= 2 * ERROR_TAIL_BYTES_MAX);
         assert!(tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX).ends_with("9998\n9999\n"));
-    }
-
-    #[test]
-    fn reads_cpu_ticks_after_the_command_name() {
-        let stat =
-            "4242 (my (odd) prog) Z 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 5 0 0";
-        assert_eq!(stat_cpu_ticks(stat), Some(13));
-        assert_eq!(stat_cpu_ticks("garbage"), None);
     }
 
     async fn run(argv: &[&str], limit: Option<Duration>) -> (RunOutcome, tempfile::TempDir) {
