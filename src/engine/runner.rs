@@ -20,6 +20,15 @@
 //!   leader's exit without reaping it (`waitid(WNOWAIT)` on a helper thread), kills
 //!   whatever is left of the group, reads the leader's CPU time from
 //!   `/proc/<pid>/stat`, and only then reaps it.
+//! - **The leader dies with the engine.** Every process is forked from one thread,
+//!   `gridfold-spawner`, started on first use and never ending while the process
+//!   lives, and asks (`PR_SET_PDEATHSIG`) for SIGKILL when that thread ends. The
+//!   kernel sends the signal when the *thread* that forked the child ends, not the
+//!   process: forked from a tokio blocking-pool thread, which ends after 10 s idle,
+//!   or from a worker a runtime may retire, a healthy task would be killed. The child
+//!   checks, after the `prctl`, that its parent is still the engine, so an engine
+//!   that died during the fork leaves nothing running. The signal covers the leader
+//!   only (the kernel clears it in the leader's children).
 //! - An outcome of [`RunEnd::WallTimeExceeded`] or [`RunEnd::Killed`] is final
 //!   whatever the process did after being told to stop (it may trap SIGTERM and
 //!   exit 0): it was stopped, not finished.
@@ -188,8 +197,15 @@ pub fn start<T: Send + 'static>(
         .process_group(0)
         // If the supervisor is dropped with the runtime, the leader at least dies.
         .kill_on_drop(true);
+    // SAFETY: getpid has no preconditions.
+    let engine_pid = unsafe { libc::getpid() };
+    // SAFETY: the hook runs in the child between fork and exec and makes only
+    // async-signal-safe system calls (prctl, getppid), allocating nothing.
+    unsafe {
+        command.pre_exec(move || die_with_parent(engine_pid));
+    }
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
+    let mut child = spawn_on_spawner_thread(command).map_err(|source| LaunchError::Spawn {
         program: program.clone(),
         source,
     })?;
@@ -375,6 +391,74 @@ fn wait_for_exit_without_reaping(pid: i32) -> oneshot::Receiver<Option<u64>> {
 fn cpu_ms_of_zombie(pid: i32) -> Option<u64> {
     let ticks = procfs::read_stat(pid)?.cpu_ticks;
     Some(ticks.saturating_mul(1000) / procfs::ticks_per_second()?)
+}
+
+/// Runs in the child between fork and exec: SIGKILL when the thread that forked it
+/// ends, and no run at all if the engine already died. Async-signal-safe only.
+fn die_with_parent(engine_pid: libc::pid_t) -> io::Result<()> {
+    let signal = libc::SIGKILL as libc::c_ulong;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of the calling process.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != engine_pid {
+        // Reparented: the engine died before the prctl, and no signal will come.
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+/// A command to fork from the spawner thread, and where to answer.
+struct SpawnRequest {
+    command: Command,
+    /// The runtime the child's pipes and reaper register with.
+    runtime: tokio::runtime::Handle,
+    reply: std::sync::mpsc::SyncSender<io::Result<Child>>,
+}
+
+/// Spawns `command` from the `gridfold-spawner` thread (see the module docs), and
+/// waits for it as [`Command::spawn`] would (until the exec). Within a runtime.
+fn spawn_on_spawner_thread(command: Command) -> io::Result<Child> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    spawner()?
+        .send(SpawnRequest {
+            command,
+            runtime,
+            reply,
+        })
+        .map_err(|_| io::Error::other("the gridfold-spawner thread has ended"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the gridfold-spawner thread ended without an answer"))?
+}
+
+/// The spawner thread's queue, starting the thread on first use. The queue's sender
+/// stays in a static, so the thread never sees it close and never ends.
+fn spawner() -> io::Result<std::sync::mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: Mutex<Option<std::sync::mpsc::Sender<SpawnRequest>>> = Mutex::new(None);
+    let mut spawner = SPAWNER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(requests) = &*spawner {
+        return Ok(requests.clone());
+    }
+    let (requests, incoming) = std::sync::mpsc::channel::<SpawnRequest>();
+    std::thread::Builder::new()
+        .name("gridfold-spawner".to_string())
+        .spawn(move || {
+            for SpawnRequest {
+                mut command,
+                runtime,
+                reply,
+            } in incoming
+            {
+                let _runtime = runtime.enter();
+                // The caller may have given up; the child then dies on drop.
+                let _ = reply.send(command.spawn());
+            }
+        })?;
+    *spawner = Some(requests.clone());
+    Ok(requests)
 }
 
 async fn read_into<S, B>(mut source: S, sink: Arc<Mutex<B>>, push: fn(&mut B, &[u8]))
