@@ -3,7 +3,9 @@
 //! [`start`] creates the attempt's working directory, starts `argv` there (the
 //! program looked up on `PATH`) with the given environment added to the engine's,
 //! stdin from `/dev/null`, in a process group of its own, and hands back a
-//! [`Killer`]. A supervising task then waits for the process, keeps the first
+//! [`Killer`]. With [`LaunchSpec::group_records`] the group is recorded in the
+//! engine's work directory until its leader is reaped (see `groups`). A supervising
+//! task then waits for the process, keeps the first
 //! [`RESULT_BYTES_MAX`] bytes of its stdout and the last [`ERROR_TAIL_BYTES_MAX`]
 //! of its stderr, enforces the wall-time limit, and sends one [`RunOutcome`] on the
 //! channel given to `start`.
@@ -28,7 +30,8 @@
 //!   or from a worker a runtime may retire, a healthy task would be killed. The child
 //!   checks, after the `prctl`, that its parent is still the engine, so an engine
 //!   that died during the fork leaves nothing running. The signal covers the leader
-//!   only (the kernel clears it in the leader's children).
+//!   only (the kernel clears it in the leader's children); the group records cover
+//!   the rest.
 //! - An outcome of [`RunEnd::WallTimeExceeded`] or [`RunEnd::Killed`] is final
 //!   whatever the process did after being told to stop (it may trap SIGTERM and
 //!   exit 0): it was stopped, not finished.
@@ -47,6 +50,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::groups::{self, GroupRecords};
 use super::procfs;
 use crate::core::event::{ERROR_TAIL_BYTES_MAX, RESULT_BYTES_MAX};
 
@@ -68,6 +72,10 @@ pub struct LaunchSpec {
     pub wall_time_limit: Option<Duration>,
     /// Between SIGTERM and SIGKILL when stopping.
     pub kill_grace: Duration,
+    /// Where the process group is recorded while it runs, so that the next engine on
+    /// the work directory can kill what it leaves if the engine dies; the processes
+    /// then carry the record's token in their environment. `None`: not recorded.
+    pub group_records: Option<GroupRecords>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +91,13 @@ pub enum LaunchError {
     #[error("cannot run {program:?}: {source}")]
     Spawn {
         program: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot record the process group of {program:?} in {}: {source}", dir.display())]
+    Record {
+        program: String,
+        dir: PathBuf,
         #[source]
         source: io::Error,
     },
@@ -197,6 +212,10 @@ pub fn start<T: Send + 'static>(
         .process_group(0)
         // If the supervisor is dropped with the runtime, the leader at least dies.
         .kill_on_drop(true);
+    let token = spec.group_records.as_ref().map(|_| groups::new_token());
+    if let Some(token) = &token {
+        command.env(groups::TOKEN_ENV, token);
+    }
     // SAFETY: getpid has no preconditions.
     let engine_pid = unsafe { libc::getpid() };
     // SAFETY: the hook runs in the child between fork and exec and makes only
@@ -217,12 +236,25 @@ pub fn start<T: Send + 'static>(
         pgid,
         reaped: Mutex::new(false),
     });
+    if let (Some(records), Some(token)) = (&spec.group_records, &token)
+        && let Err(source) = records.record(pgid, token)
+    {
+        // Unrecorded, it could outlive a dead engine: not run. Dropping the child
+        // kills the leader and leaves it to tokio's reaper.
+        group.signal(libc::SIGKILL);
+        return Err(LaunchError::Record {
+            program: program.clone(),
+            dir: records.dir().to_path_buf(),
+            source,
+        });
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let supervisor = Supervisor {
         child,
         group: Arc::clone(&group),
+        records: spec.group_records,
         stop: stop_rx,
         started,
         wall_time_limit: spec.wall_time_limit,
@@ -242,6 +274,7 @@ pub fn start<T: Send + 'static>(
 struct Supervisor {
     child: Child,
     group: Arc<Group>,
+    records: Option<GroupRecords>,
     stop: watch::Receiver<bool>,
     started: Instant,
     wall_time_limit: Option<Duration>,
@@ -297,6 +330,10 @@ impl Supervisor {
             }
             None => 0,
         };
+        // Before the reaping frees the pid: a record never names a pid reused since.
+        if let Some(records) = &self.records {
+            records.remove(pid);
+        }
         self.group.mark_reaped();
         let status = match self.child.wait().await {
             Ok(status) => Some(status),
@@ -582,6 +619,7 @@ mod tests {
             env: vec![("GRIDFOLD_TEST".into(), "yes".into())],
             wall_time_limit: limit,
             kill_grace: Duration::from_millis(200),
+            group_records: None,
         };
         let _killer = start(spec, 7u32, tx).unwrap();
         let (tag, outcome) = rx.recv().await.unwrap();
@@ -647,6 +685,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_group_is_recorded_while_it_runs_with_its_token_and_forgotten_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claim, _) = groups::claim_work_dir(dir.path()).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: [
+                "sh",
+                "-c",
+                "echo \"$GRIDFOLD_GROUP_TOKEN\"; read line < fifo",
+            ]
+            .map(String::from)
+            .to_vec(),
+            work_dir: dir.path().join("w"),
+            env: vec![],
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(10),
+            group_records: Some(claim.records().clone()),
+        };
+        std::fs::create_dir_all(&spec.work_dir).unwrap();
+        let fifo = std::ffi::CString::new(spec.work_dir.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the path only.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let killer = start(spec, (), tx).unwrap();
+        let path = claim.records().dir().join(killer.pgid().to_string());
+        let record = groups::GroupRecord::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(record.pgid, killer.pgid());
+        assert_eq!(
+            Some(record.start_ticks),
+            procfs::read_stat(killer.pgid()).map(|s| s.start_ticks)
+        );
+        std::fs::write(dir.path().join("w/fifo"), "go\n").unwrap();
+        let ((), outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert_eq!(
+            outcome.stdout_head,
+            format!("{}\n", record.token).into_bytes()
+        );
+        assert!(!path.exists(), "the record went with the group");
+    }
+
+    #[tokio::test]
     async fn a_missing_program_does_not_start() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
@@ -656,6 +735,7 @@ mod tests {
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
+            group_records: None,
         };
         let err = start(spec, (), tx).unwrap_err();
         assert!(
