@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument as _;
 
 use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
+use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
 use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, library, probe};
@@ -59,6 +60,9 @@ where
     async move {
         config.validate()?;
         let work_dir = prepare_work_dir(&config.work_dir)?;
+        // Before the login: no other engine uses the directory, and nothing its
+        // previous engine's tasks left runs on.
+        let claim = groups::claim(&work_dir).await?;
         // Absolute, as tasks get it in GRIDFOLD_LIBRARY_DIR and run elsewhere.
         let library_dir = std::path::absolute(&config.library_dir).map_err(|source| {
             EngineError::WorkDir {
@@ -84,6 +88,7 @@ where
             seen_attempts: Seen::new(config.seen_max),
             config,
             work_dir,
+            claim,
             library_dir,
             props,
             cores_measured: probe::cores(),
@@ -161,6 +166,8 @@ struct Running {
 struct Agent {
     config: EngineConfig,
     work_dir: PathBuf,
+    /// Held while the agent lives; released after `Drop` killed what still runs.
+    claim: WorkDirClaim,
     /// `config.library_dir`, absolute.
     library_dir: PathBuf,
     props: EngineProps,
@@ -382,6 +389,7 @@ impl Agent {
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
             kill_grace: self.config.kill_grace,
+            group_records: Some(self.claim.records().clone()),
         };
         match runner::start(spec, key.clone(), self.done_tx.clone()) {
             Ok(killer) => {

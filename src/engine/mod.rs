@@ -7,7 +7,9 @@
 //! finished runs, heartbeats and shutdown. [`runner`] runs processes and knows
 //! nothing of the protocol; [`probe`] measures the machine; [`feed`] is where orders
 //! come from ([`OrderFeed`]: a durable JetStream consumer, or a reader over an
-//! embedded orders log); `report.rs` publishes, in order, with retries.
+//! embedded orders log); `report.rs` publishes, in order, with retries;
+//! [`groups`] claims the work directory and kills what a dead predecessor's tasks
+//! left; [`procfs`] reads `/proc`.
 //!
 //! # Invariants
 //!
@@ -33,6 +35,12 @@
 //! - **Acks after handling.** A delivery is acknowledged once it has been acted on
 //!   (a `Run`'s process started and its `TaskStarted` queued, a `Cancel` signalled).
 //!   A crash before that brings it back, to a new session that skips it as stale.
+//! - **Task processes die with the engine.** Each task's leader gets SIGKILL when
+//!   the engine dies (a parent-death signal, see [`runner`]), and each task's process
+//!   group is recorded in the work directory while it runs. An engine locks its work
+//!   directory (a second engine on it is refused) and, before its first login, kills
+//!   the groups its predecessor recorded, once shown to be those groups and not
+//!   processes that reuse their ids (see [`groups`]).
 //! - **Shutdown.** When the `shutdown` future completes the engine reads no more
 //!   deliveries, lets running attempts finish for up to the drain timeout, stops the
 //!   rest (reported `EngineShutdown`), publishes `EngineLoggedOut`, and returns.
@@ -58,8 +66,10 @@
 
 mod agent;
 pub mod feed;
+pub mod groups;
 pub mod library;
 pub mod probe;
+pub mod procfs;
 mod report;
 pub mod runner;
 
@@ -102,6 +112,8 @@ pub struct EngineConfig {
     /// replace the measurement.
     pub given_props: BTreeMap<String, String>,
     /// Attempts run in `<work_dir>/<job>/<index>-<attempt>`; created if missing.
+    /// One engine at a time: it is locked (`@engine.lock`), and its running tasks'
+    /// process groups are recorded in it (`@groups/`, see [`groups`]).
     pub work_dir: PathBuf,
     /// Grid libraries, `<library_dir>/<name>/<version>/` (see [`library`]); by
     /// default `<work_dir>/libraries`. Not created: a missing one holds none.
@@ -194,6 +206,8 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Claim(#[from] groups::ClaimError),
     #[error("could not publish {what} after {attempts} tries over {elapsed:?}: {source}")]
     Publish {
         what: String,

@@ -3,7 +3,9 @@
 //! [`start`] creates the attempt's working directory, starts `argv` there (the
 //! program looked up on `PATH`) with the given environment added to the engine's,
 //! stdin from `/dev/null`, in a process group of its own, and hands back a
-//! [`Killer`]. A supervising task then waits for the process, keeps the first
+//! [`Killer`]. With [`LaunchSpec::group_records`] the group is recorded in the
+//! engine's work directory until its leader is reaped (see `groups`). A supervising
+//! task then waits for the process, keeps the first
 //! [`RESULT_BYTES_MAX`] bytes of its stdout and the last [`ERROR_TAIL_BYTES_MAX`]
 //! of its stderr, enforces the wall-time limit, and sends one [`RunOutcome`] on the
 //! channel given to `start`.
@@ -20,6 +22,16 @@
 //!   leader's exit without reaping it (`waitid(WNOWAIT)` on a helper thread), kills
 //!   whatever is left of the group, reads the leader's CPU time from
 //!   `/proc/<pid>/stat`, and only then reaps it.
+//! - **The leader dies with the engine.** Every process is forked from one thread,
+//!   `gridfold-spawner`, started on first use and never ending while the process
+//!   lives, and asks (`PR_SET_PDEATHSIG`) for SIGKILL when that thread ends. The
+//!   kernel sends the signal when the *thread* that forked the child ends, not the
+//!   process: forked from a tokio blocking-pool thread, which ends after 10 s idle,
+//!   or from a worker a runtime may retire, a healthy task would be killed. The child
+//!   checks, after the `prctl`, that its parent is still the engine, so an engine
+//!   that died during the fork leaves nothing running. The signal covers the leader
+//!   only (the kernel clears it in the leader's children); the group records cover
+//!   the rest.
 //! - An outcome of [`RunEnd::WallTimeExceeded`] or [`RunEnd::Killed`] is final
 //!   whatever the process did after being told to stop (it may trap SIGTERM and
 //!   exit 0): it was stopped, not finished.
@@ -38,6 +50,8 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::groups::{self, GroupRecords};
+use super::procfs;
 use crate::core::event::{ERROR_TAIL_BYTES_MAX, RESULT_BYTES_MAX};
 
 /// How long, after the leader exited and its group was killed, the supervisor waits
@@ -58,6 +72,10 @@ pub struct LaunchSpec {
     pub wall_time_limit: Option<Duration>,
     /// Between SIGTERM and SIGKILL when stopping.
     pub kill_grace: Duration,
+    /// Where the process group is recorded while it runs, so that the next engine on
+    /// the work directory can kill what it leaves if the engine dies; the processes
+    /// then carry the record's token in their environment. `None`: not recorded.
+    pub group_records: Option<GroupRecords>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +91,13 @@ pub enum LaunchError {
     #[error("cannot run {program:?}: {source}")]
     Spawn {
         program: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot record the process group of {program:?} in {}: {source}", dir.display())]
+    Record {
+        program: String,
+        dir: PathBuf,
         #[source]
         source: io::Error,
     },
@@ -187,8 +212,19 @@ pub fn start<T: Send + 'static>(
         .process_group(0)
         // If the supervisor is dropped with the runtime, the leader at least dies.
         .kill_on_drop(true);
+    let token = spec.group_records.as_ref().map(|_| groups::new_token());
+    if let Some(token) = &token {
+        command.env(groups::TOKEN_ENV, token);
+    }
+    // SAFETY: getpid has no preconditions.
+    let engine_pid = unsafe { libc::getpid() };
+    // SAFETY: the hook runs in the child between fork and exec and makes only
+    // async-signal-safe system calls (prctl, getppid), allocating nothing.
+    unsafe {
+        command.pre_exec(move || die_with_parent(engine_pid));
+    }
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
+    let mut child = spawn_on_spawner_thread(command).map_err(|source| LaunchError::Spawn {
         program: program.clone(),
         source,
     })?;
@@ -200,12 +236,25 @@ pub fn start<T: Send + 'static>(
         pgid,
         reaped: Mutex::new(false),
     });
+    if let (Some(records), Some(token)) = (&spec.group_records, &token)
+        && let Err(source) = records.record(pgid, token)
+    {
+        // Unrecorded, it could outlive a dead engine: not run. Dropping the child
+        // kills the leader and leaves it to tokio's reaper.
+        group.signal(libc::SIGKILL);
+        return Err(LaunchError::Record {
+            program: program.clone(),
+            dir: records.dir().to_path_buf(),
+            source,
+        });
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let supervisor = Supervisor {
         child,
         group: Arc::clone(&group),
+        records: spec.group_records,
         stop: stop_rx,
         started,
         wall_time_limit: spec.wall_time_limit,
@@ -225,6 +274,7 @@ pub fn start<T: Send + 'static>(
 struct Supervisor {
     child: Child,
     group: Arc<Group>,
+    records: Option<GroupRecords>,
     stop: watch::Receiver<bool>,
     started: Instant,
     wall_time_limit: Option<Duration>,
@@ -280,6 +330,10 @@ impl Supervisor {
             }
             None => 0,
         };
+        // Before the reaping frees the pid: a record never names a pid reused since.
+        if let Some(records) = &self.records {
+            records.remove(pid);
+        }
         self.group.mark_reaped();
         let status = match self.child.wait().await {
             Ok(status) => Some(status),
@@ -370,28 +424,78 @@ fn wait_for_exit_without_reaping(pid: i32) -> oneshot::Receiver<Option<u64>> {
 }
 
 /// User + system time of an exited, unreaped process and of the children it reaped,
-/// from `/proc/<pid>/stat` (fields 14 to 17, in clock ticks).
+/// from `/proc/<pid>/stat`.
 fn cpu_ms_of_zombie(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let ticks = stat_cpu_ticks(&stat)?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&t| t > 0)?;
-    Some(ticks.saturating_mul(1000) / ticks_per_second)
+    let ticks = procfs::read_stat(pid)?.cpu_ticks;
+    Some(ticks.saturating_mul(1000) / procfs::ticks_per_second()?)
 }
 
-/// utime + stime + cutime + cstime of a `/proc/<pid>/stat` line. The command name
-/// (field 2) is in parentheses and may hold spaces and parentheses, so the fields
-/// are counted after the last `)`.
-fn stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // after_name starts with field 3 (state); fields 14..=17 are at 11..=14.
-    let ticks = fields.get(11..=14)?;
-    ticks.iter().try_fold(0u64, |sum, field| {
-        Some(sum.saturating_add(field.parse::<i64>().ok()?.max(0) as u64))
-    })
+/// Runs in the child between fork and exec: SIGKILL when the thread that forked it
+/// ends, and no run at all if the engine already died. Async-signal-safe only.
+fn die_with_parent(engine_pid: libc::pid_t) -> io::Result<()> {
+    let signal = libc::SIGKILL as libc::c_ulong;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of the calling process.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != engine_pid {
+        // Reparented: the engine died before the prctl, and no signal will come.
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+/// A command to fork from the spawner thread, and where to answer.
+struct SpawnRequest {
+    command: Command,
+    /// The runtime the child's pipes and reaper register with.
+    runtime: tokio::runtime::Handle,
+    reply: std::sync::mpsc::SyncSender<io::Result<Child>>,
+}
+
+/// Spawns `command` from the `gridfold-spawner` thread (see the module docs), and
+/// waits for it as [`Command::spawn`] would (until the exec). Within a runtime.
+fn spawn_on_spawner_thread(command: Command) -> io::Result<Child> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    spawner()?
+        .send(SpawnRequest {
+            command,
+            runtime,
+            reply,
+        })
+        .map_err(|_| io::Error::other("the gridfold-spawner thread has ended"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the gridfold-spawner thread ended without an answer"))?
+}
+
+/// The spawner thread's queue, starting the thread on first use. The queue's sender
+/// stays in a static, so the thread never sees it close and never ends.
+fn spawner() -> io::Result<std::sync::mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: Mutex<Option<std::sync::mpsc::Sender<SpawnRequest>>> = Mutex::new(None);
+    let mut spawner = SPAWNER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(requests) = &*spawner {
+        return Ok(requests.clone());
+    }
+    let (requests, incoming) = std::sync::mpsc::channel::<SpawnRequest>();
+    std::thread::Builder::new()
+        .name("gridfold-spawner".to_string())
+        .spawn(move || {
+            for SpawnRequest {
+                mut command,
+                runtime,
+                reply,
+            } in incoming
+            {
+                let _runtime = runtime.enter();
+                // The caller may have given up; the child then dies on drop.
+                let _ = reply.send(command.spawn());
+            }
+        })?;
+    *spawner = Some(requests.clone());
+    Ok(requests)
 }
 
 async fn read_into<S, B>(mut source: S, sink: Arc<Mutex<B>>, push: fn(&mut B, &[u8]))
@@ -506,14 +610,6 @@ mod tests {
         assert!(tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX).ends_with("9998\n9999\n"));
     }
 
-    #[test]
-    fn reads_cpu_ticks_after_the_command_name() {
-        let stat =
-            "4242 (my (odd) prog) Z 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 1 0 5 0 0";
-        assert_eq!(stat_cpu_ticks(stat), Some(13));
-        assert_eq!(stat_cpu_ticks("garbage"), None);
-    }
-
     async fn run(argv: &[&str], limit: Option<Duration>) -> (RunOutcome, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -523,6 +619,7 @@ mod tests {
             env: vec![("GRIDFOLD_TEST".into(), "yes".into())],
             wall_time_limit: limit,
             kill_grace: Duration::from_millis(200),
+            group_records: None,
         };
         let _killer = start(spec, 7u32, tx).unwrap();
         let (tag, outcome) = rx.recv().await.unwrap();
@@ -588,6 +685,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_group_is_recorded_while_it_runs_with_its_token_and_forgotten_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claim, _) = groups::claim_work_dir(dir.path()).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: [
+                "sh",
+                "-c",
+                "echo \"$GRIDFOLD_GROUP_TOKEN\"; read line < fifo",
+            ]
+            .map(String::from)
+            .to_vec(),
+            work_dir: dir.path().join("w"),
+            env: vec![],
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(10),
+            group_records: Some(claim.records().clone()),
+        };
+        std::fs::create_dir_all(&spec.work_dir).unwrap();
+        let fifo = std::ffi::CString::new(spec.work_dir.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the path only.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let killer = start(spec, (), tx).unwrap();
+        let path = claim.records().dir().join(killer.pgid().to_string());
+        let record = groups::GroupRecord::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(record.pgid, killer.pgid());
+        assert_eq!(
+            Some(record.start_ticks),
+            procfs::read_stat(killer.pgid()).map(|s| s.start_ticks)
+        );
+        std::fs::write(dir.path().join("w/fifo"), "go\n").unwrap();
+        let ((), outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert_eq!(
+            outcome.stdout_head,
+            format!("{}\n", record.token).into_bytes()
+        );
+        assert!(!path.exists(), "the record went with the group");
+    }
+
+    #[tokio::test]
     async fn a_missing_program_does_not_start() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
@@ -597,6 +735,7 @@ mod tests {
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
+            group_records: None,
         };
         let err = start(spec, (), tx).unwrap_err();
         assert!(
