@@ -3,8 +3,9 @@
 //! Each test starts its own nats-server (and FAILS, never skips, without one) and
 //! plays the projector: it creates the streams, publishes `Delivery`s on
 //! `gridfold.order.<engine>`, and reads what the engine published back from
-//! `GRIDFOLD_EVENTS`. Deliveries carry a `batch_seq` after the engine's login, as a
-//! projector's would (an engine skips orders decided before its login).
+//! `GRIDFOLD_EVENTS`. Deliveries carry the engine's epoch (the sequence of its
+//! login) and a `batch_seq` after that login, as a projector's would (an engine
+//! skips orders of an earlier epoch).
 
 mod support;
 
@@ -15,13 +16,14 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::message::PublishMessage;
 use gridfold::core::event::{
-    CancelReason, Entry, Event, FailureKind, LibraryRef, Order, Origin, Payload,
+    CancelReason, EngineProps, Entry, Envelope, Event, FailureKind, LibraryRef, Order, Origin,
+    Payload,
 };
 use gridfold::core::ids::{EngineId, JobId, Seq, TaskRef};
 use gridfold::engine::feed::{LogOrderFeed, consumer_name};
 use gridfold::engine::{
-    EmbeddedOrderFeed, EngineConfig, EngineError, EngineReport, JetStreamOrderFeed, OrderFeed,
-    run_engine,
+    EmbeddedOrderFeed, EngineConfig, EngineError, EngineReport, FenceEvidence, JetStreamOrderFeed,
+    OrderAck, OrderFeed, run_engine,
 };
 use gridfold::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use gridfold::log::jetstream::{JetStreamLog, JetStreamReader, LogConfig, STREAM_ORDERS};
@@ -74,6 +76,16 @@ impl Engine {
             .unwrap_or_else(|_| panic!("engine {} did not stop", self.id))
             .unwrap()
             .unwrap_or_else(|err| panic!("engine {} failed: {err}", self.id))
+    }
+
+    /// The error the engine stops with by itself, within `within`.
+    async fn failure(self, within: Duration) -> EngineError {
+        match tokio::time::timeout(within, self.handle).await {
+            Ok(Ok(Err(err))) => err,
+            Ok(Ok(Ok(report))) => panic!("engine {} stopped without an error: {report:?}", self.id),
+            Ok(Err(join)) => panic!("engine {} panicked: {join}", self.id),
+            Err(_) => panic!("engine {} did not stop within {within:?}", self.id),
+        }
     }
 }
 
@@ -157,10 +169,10 @@ impl Grid {
         ack.await.unwrap();
     }
 
-    /// Publishes attempt 1 of `t` running `sh -c script`, alone in batch `batch_seq`,
-    /// and waits for it to start.
-    async fn start_script(&mut self, engine: &str, batch_seq: u64, t: &TaskRef, script: &str) {
-        self.deliver(&run(engine, batch_seq, 0, t, 1, &["sh", "-c", script]))
+    /// Publishes attempt 1 of `t` running `sh -c script`, alone in batch `batch_seq`
+    /// of the engine's `epoch`, and waits for it to start.
+    async fn start_script(&mut self, engine: &str, epoch: u64, batch_seq: u64, t: &TaskRef, script: &str) {
+        self.deliver(&run(engine, epoch, batch_seq, 0, t, 1, &["sh", "-c", script]))
             .await;
         self.events.until("the start", started(t, 1)).await;
     }
@@ -235,6 +247,19 @@ impl<R: LogReader> Events<R> {
         }
     }
 
+    /// Reads everything the log holds now (a read that finds nothing ends it).
+    async fn read_all(&mut self) {
+        loop {
+            let batch = self.reader.next_batch(1_000, Duration::from_millis(200)).await.unwrap();
+            if batch.entries.is_empty() {
+                return;
+            }
+            self.seen.extend(batch.entries.iter().map(|raw| {
+                wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload)
+            }));
+        }
+    }
+
     fn count(&self, pred: impl Fn(&Entry) -> bool) -> usize {
         self.seen.iter().filter(|e| pred(e)).count()
     }
@@ -272,27 +297,18 @@ fn logged_out(engine: &str) -> impl Fn(&Entry) -> bool {
     move |e| matches!(event(e), Some(Event::EngineLoggedOut { engine: id }) if id.as_str() == engine)
 }
 
+/// A `Run` in batch `batch_seq`, folded in the engine's `epoch` (the sequence of
+/// the login it was decided after: an engine skips runs of an earlier epoch).
 fn run(
     engine: &str,
+    epoch: u64,
     batch_seq: u64,
     n: usize,
     t: &TaskRef,
     attempt: u32,
     argv: &[&str],
 ) -> Delivery {
-    run_with(engine, batch_seq, n, t, attempt, argv, |_| {})
-}
-
-fn run_with(
-    engine: &str,
-    batch_seq: u64,
-    n: usize,
-    t: &TaskRef,
-    attempt: u32,
-    argv: &[&str],
-    adjust: impl FnOnce(&mut RunTask),
-) -> Delivery {
-    let mut run = RunTask {
+    let run = RunTask {
         task: t.clone(),
         attempt,
         argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -301,17 +317,25 @@ fn run_with(
         slots: 1,
         root_library: None,
     };
-    adjust(&mut run);
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
-        epoch: 0,
+        epoch,
         kind: DeliveryKind::Run(run),
     }
 }
 
-fn cancel(engine: &str, batch_seq: u64, n: usize, t: &TaskRef, attempt: u32) -> Delivery {
+/// `delivery`, a `Run`, with its run adjusted.
+fn adjusted(mut delivery: Delivery, adjust: impl FnOnce(&mut RunTask)) -> Delivery {
+    match &mut delivery.kind {
+        DeliveryKind::Run(run) => adjust(run),
+        other => panic!("not a run: {other:?}"),
+    }
+    delivery
+}
+
+fn cancel(engine: &str, epoch: u64, batch_seq: u64, n: usize, t: &TaskRef, attempt: u32) -> Delivery {
     let order = Order::Cancel {
         task: t.clone(),
         attempt,
@@ -322,22 +346,23 @@ fn cancel(engine: &str, batch_seq: u64, n: usize, t: &TaskRef, attempt: u32) -> 
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
-        epoch: 0,
+        epoch,
         kind: DeliveryKind::Cancel(order),
     }
 }
 
-fn lost(engine: &str, batch_seq: u64, n: usize) -> Delivery {
+/// The news that the engine's `epoch` was declared lost.
+fn lost(engine: &str, epoch: u64, batch_seq: u64, n: usize) -> Delivery {
     let order = Order::EngineLost {
         engine: engine_id(engine),
-        epoch: 0,
+        epoch,
         last_seen_ms: 0,
     };
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),
         batch_seq: Seq(batch_seq),
         engine: engine_id(engine),
-        epoch: 0,
+        epoch,
         kind: DeliveryKind::Lost(order),
     }
 }
@@ -540,7 +565,7 @@ async fn a_task_sees_its_environment_runs_in_its_work_dir_and_completes_with_its
         echo written > out.txt
         printf 'frame %s done' "$GRIDFOLD_TASK_INDEX"
     "#;
-    let delivery = run_with("e1", login + 1, 0, &t, 2, &["sh", "-c", script], |run| {
+    let delivery = adjusted(run("e1", login, login + 1, 0, &t, 2, &["sh", "-c", script]), |run| {
         run.params.insert("frame-rate".into(), "24".into());
         run.slots = 2;
     });
@@ -586,6 +611,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
     let script = r#"i=0; while [ $i -lt 1500 ]; do echo "line $i" >&2; i=$((i+1)); done; echo "dernière ligne é" >&2; exit 7"#;
     grid.deliver(&run(
         "e-fail",
+        login,
         login + 1,
         0,
         &noisy,
@@ -619,6 +645,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
     let missing = task("fail", 1);
     grid.deliver(&run(
         "e-fail",
+        login,
         login + 2,
         0,
         &missing,
@@ -655,6 +682,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
     let extra = task("slots", 1);
     grid.deliver(&run(
         "e-fail",
+        login,
         login + 3,
         0,
         &holder,
@@ -662,7 +690,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
         &["sh", "-c", "echo $$ > pgid; exec sleep 30"],
     ))
     .await;
-    grid.deliver(&run("e-fail", login + 3, 1, &extra, 1, &["true"]))
+    grid.deliver(&run("e-fail", login, login + 3, 1, &extra, 1, &["true"]))
         .await;
     let end = grid.events.until("the refusal", ended(&extra, 1)).await;
     match event(&end) {
@@ -679,7 +707,7 @@ async fn failures_report_exit_code_and_stderr_tail_and_launch_failures_say_why()
         other => panic!("expected a refusal, got {other:?}"),
     }
     let pgid: i32 = read_pid(&grid.work_dir("e-fail").join("slots/0-1/pgid")).await;
-    grid.deliver(&cancel("e-fail", login + 4, 0, &holder, 1))
+    grid.deliver(&cancel("e-fail", login, login + 4, 0, &holder, 1))
         .await;
     // Shutdown wins over unread deliveries, so see the cancel take effect first.
     eventually("the cancelled holder dies", || {
@@ -699,7 +727,7 @@ async fn the_wall_time_limit_kills_the_task_and_reports_it() {
     let (mut grid, engine, login) = Grid::with_engine("e-wall", 1).await;
 
     let t = task("slow", 0);
-    let delivery = run_with("e-wall", login + 1, 0, &t, 1, &["sleep", "30"], |run| {
+    let delivery = adjusted(run("e-wall", login, login + 1, 0, &t, 1, &["sleep", "30"]), |run| {
         run.wall_time_limit_ms = 500
     });
     let sent = Instant::now();
@@ -727,14 +755,14 @@ async fn cancel_kills_the_whole_process_group_and_reports_nothing() {
 
     let t = task("long", 0);
     let script = "echo $$ > pgid; sleep 300 & echo $! > child; wait";
-    grid.start_script("e-cancel", login + 1, &t, script).await;
+    grid.start_script("e-cancel", login, login + 1, &t, script).await;
     let dir = grid.work_dir("e-cancel").join("long").join("0-1");
     let pgid: i32 = read_pid(&dir.join("pgid")).await;
     let child: i32 = read_pid(&dir.join("child")).await;
     assert!(is_alive(child));
     assert_eq!(live_group_members(pgid).len(), 2, "the shell and its sleep");
 
-    grid.deliver(&cancel("e-cancel", login + 2, 0, &t, 1)).await;
+    grid.deliver(&cancel("e-cancel", login, login + 2, 0, &t, 1)).await;
     eventually("the group dies", || live_group_members(pgid).is_empty()).await;
     assert!(!is_alive(child), "the task's child died with it");
 
@@ -757,6 +785,7 @@ async fn the_same_delivery_twice_runs_once() {
     let t = task("once", 0);
     let delivery = run(
         "e-dup",
+        login,
         login + 1,
         0,
         &t,
@@ -774,7 +803,7 @@ async fn the_same_delivery_twice_runs_once() {
     grid.deliver(&same_attempt).await;
     // A later delivery, to know the repeats were read before it.
     let marker = task("once", 1);
-    grid.deliver(&run("e-dup", login + 3, 0, &marker, 1, &["true"]))
+    grid.deliver(&run("e-dup", login, login + 3, 0, &marker, 1, &["true"]))
         .await;
     grid.events
         .until("the marker's end", ended(&marker, 1))
@@ -827,6 +856,7 @@ async fn sigterm_drains_the_engine_process_then_logs_out() {
     let long = task("drain", 1);
     grid.deliver(&run(
         "e-term",
+        login,
         login + 1,
         0,
         &short,
@@ -834,7 +864,7 @@ async fn sigterm_drains_the_engine_process_then_logs_out() {
         &["sh", "-c", "sleep 1; echo short done"],
     ))
     .await;
-    grid.deliver(&run("e-term", login + 1, 1, &long, 1, &["sleep", "30"]))
+    grid.deliver(&run("e-term", login, login + 1, 1, &long, 1, &["sleep", "30"]))
         .await;
     grid.events
         .until("the short start", started(&short, 1))
@@ -888,11 +918,12 @@ async fn an_engine_catches_up_on_orders_published_while_it_was_away_and_skips_st
     let next_login = grid.log.last_seq().await.unwrap() + 1;
     let stale = task("away", 0);
     let fresh: Vec<TaskRef> = (1..=3).map(|i| task("away", i)).collect();
-    grid.deliver(&run("e-away", first_login + 1, 0, &stale, 1, &["true"]))
+    grid.deliver(&run("e-away", first_login, first_login + 1, 0, &stale, 1, &["true"]))
         .await;
     for (n, t) in fresh.iter().enumerate() {
         grid.deliver(&run(
             "e-away",
+            next_login,
             next_login + 5,
             n,
             t,
@@ -951,7 +982,7 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
     let (mut grid, engine, login) = Grid::with_engine("e-restart", 2).await;
 
     let during = task("restart", 0);
-    grid.start_script("e-restart", login + 1, &during, "sleep 2; echo survived")
+    grid.start_script("e-restart", login, login + 1, &during, "sleep 2; echo survived")
         .await;
 
     // Down while the task finishes, so its report waits for the broker.
@@ -965,6 +996,7 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
     let deadline = Instant::now() + WAIT;
     let delivery = run(
         "e-restart",
+        login,
         login + 2,
         0,
         &after,
@@ -1037,15 +1069,70 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_login_under_its_name_fences_the_engine_out_within_a_heartbeat() {
+    let (mut grid, engine, login) = Grid::with_engine("e-twin", 1).await;
+    let t = task("twin", 0);
+    grid.start_script("e-twin", login, login + 1, &t, "echo $$ > pgid; sleep 300")
+        .await;
+    let pgid: i32 = read_pid(&grid.work_dir("e-twin").join("twin/0-1/pgid")).await;
+
+    // Another process logs in under the same name; no projector runs here, so only
+    // the log's newest login can tell the engine.
+    let twin = Envelope {
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        source: "engine:e-twin".into(),
+        event: Event::EngineLoggedIn { engine: engine_id("e-twin"), slots: 1, props: EngineProps::default() },
+    };
+    let append = Append::new(wire::subject_for(&twin.event), wire::encode(&twin));
+    let newer = grid.log.append(append).await.unwrap().seq;
+    let sent = Instant::now();
+    match engine.failure(Duration::from_secs(5)).await {
+        EngineError::Fenced { newer_login, own_login, evidence, .. } => {
+            assert_eq!((newer_login, own_login), (newer, login));
+            assert_eq!(evidence, FenceEvidence::NewestLogin);
+        }
+        other => panic!("expected Fenced, got {other}"),
+    }
+    assert!(sent.elapsed() < Duration::from_secs(3), "within about a heartbeat (1 s): {:?}", sent.elapsed());
+    eventually("the fenced engine's task dies", || live_group_members(pgid).is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_of_a_newer_epoch_fences_the_engine_out_and_is_handed_back_unrun() {
+    let (mut grid, engine, login) = Grid::with_engine("e-older", 1).await;
+    let t = task("newer", 0);
+    let delivery = run("e-older", login + 5, login + 6, 0, &t, 1, &["true"]);
+    grid.deliver(&delivery).await;
+    match engine.failure(WAIT).await {
+        EngineError::Fenced { newer_login, own_login, evidence, .. } => {
+            assert_eq!((newer_login, own_login), (login + 5, login));
+            assert_eq!(evidence, FenceEvidence::Delivery { id: delivery.id.clone() });
+        }
+        other => panic!("expected Fenced, got {other}"),
+    }
+    grid.events.read_all().await;
+    assert_eq!(grid.events.count(started(&t, 1)), 0, "not run:\n{}", grid.events.dump());
+    // Handed back at once, to the newer process reading the same consumer, rather
+    // than after the consumer's 30 s ack wait.
+    let log = JetStreamLog::connect(&grid.server.url(), log_config()).await.unwrap();
+    let mut feed = JetStreamOrderFeed::open(&log, &engine_id("e-older")).await.unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), feed.next())
+        .await
+        .expect("the delivery comes again within seconds")
+        .unwrap();
+    assert_eq!(wire::delivery::decode_delivery(&engine_id("e-older"), &message.payload).unwrap(), delivery);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_engine_stops_everything_and_logs_in_again() {
     let (mut grid, engine, first_login) = Grid::with_engine("e-lost", 2).await;
 
     let t = task("lost", 0);
-    grid.start_script("e-lost", first_login + 1, &t, "echo $$ > pgid; sleep 300")
+    grid.start_script("e-lost", first_login, first_login + 1, &t, "echo $$ > pgid; sleep 300")
         .await;
     let pgid: i32 = read_pid(&grid.work_dir("e-lost").join("lost/0-1/pgid")).await;
 
-    grid.deliver(&lost("e-lost", first_login + 2, 0)).await;
+    grid.deliver(&lost("e-lost", first_login, first_login + 2, 0)).await;
     grid.events
         .until("a second login", |e| {
             is_login(e, "e-lost") && e.seq.0 > first_login
@@ -1061,9 +1148,9 @@ async fn a_lost_engine_stops_everything_and_logs_in_again() {
     let stale = task("lost", 1);
     let fresh = task("lost", 2);
     // (Order index 7: batch `second_login - 1` may be the Lost's own, whose id is "<seq>-0".)
-    grid.deliver(&run("e-lost", second_login - 1, 7, &stale, 1, &["true"]))
+    grid.deliver(&run("e-lost", first_login, second_login - 1, 7, &stale, 1, &["true"]))
         .await;
-    grid.deliver(&run("e-lost", second_login + 1, 0, &fresh, 1, &["true"]))
+    grid.deliver(&run("e-lost", second_login, second_login + 1, 0, &fresh, 1, &["true"]))
         .await;
     grid.events
         .until("the fresh task's end", ended(&fresh, 1))
@@ -1082,6 +1169,55 @@ async fn a_lost_engine_stops_everything_and_logs_in_again() {
     );
 }
 
+/// What `catch_up` holds, in order: the payloads of `deliveries`.
+fn assert_holds(held: &[bytes::Bytes], deliveries: &[&Delivery]) {
+    let held: Vec<Delivery> = held
+        .iter()
+        .map(|payload| wire::delivery::decode_delivery(&deliveries[0].engine, payload).unwrap())
+        .collect();
+    let want: Vec<Delivery> = deliveries.iter().map(|d| (*d).clone()).collect();
+    assert_eq!(held, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_feeds_catch_up_to_the_end_of_the_engines_subject_and_give_what_they_hold_first() {
+    // JetStream: a durable consumer with three deliveries waiting, one taken in hand.
+    let grid = Grid::start().await;
+    let e1 = engine_id("e-catch");
+    let mut feed = JetStreamOrderFeed::open(&grid.log, &e1).await.unwrap();
+    let deliveries: Vec<Delivery> =
+        (0..3).map(|n| run("e-catch", 1, 2, n, &task("catch", n as u32), 1, &["true"])).collect();
+    for delivery in &deliveries {
+        grid.deliver(delivery).await;
+    }
+    let first = tokio::time::timeout(WAIT, feed.next()).await.unwrap().unwrap();
+    assert!(tokio::time::timeout(WAIT, feed.catch_up(Duration::from_secs(5), 1)).await.unwrap().unwrap());
+    assert_holds(&feed.held(), &[&deliveries[1], &deliveries[2]]);
+    for delivery in &deliveries[1..] {
+        let message = tokio::time::timeout(WAIT, feed.next()).await.unwrap().unwrap();
+        assert_eq!(wire::delivery::decode_delivery(&e1, &message.payload).unwrap(), *delivery);
+        message.ack.ack().await.unwrap();
+    }
+    first.ack.ack().await.unwrap();
+    // Nothing left: caught up at once, holding nothing.
+    assert!(feed.catch_up(Duration::from_secs(5), 0).await.unwrap());
+    assert!(feed.held().is_empty());
+
+    // A log: to its last entry, this engine's entries only.
+    let dir = tempfile::tempdir().unwrap();
+    let (orders, _events) = open_embedded_logs(dir.path());
+    let mut feed: EmbeddedOrderFeed = LogOrderFeed::open(&orders, &e1).await.unwrap();
+    let other = run("e-other", 1, 2, 9, &task("catch", 9), 1, &["true"]);
+    for delivery in [&deliveries[0], &other, &deliveries[1]] {
+        append_delivery(&orders, delivery).await;
+    }
+    assert!(feed.catch_up(Duration::from_secs(5), 0).await.unwrap());
+    assert_holds(&feed.held(), &[&deliveries[0], &deliveries[1]]);
+    let message = feed.next().await.unwrap();
+    assert_eq!(wire::delivery::decode_delivery(&e1, &message.payload).unwrap(), deliveries[0]);
+    assert_eq!(feed.position(), 3, "the held entry after e-other's is next");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_without_a_broker() {
     let dir = tempfile::tempdir().unwrap();
@@ -1090,8 +1226,8 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
 
     // The feed alone: only e1's deliveries, in order, following new ones.
     let mut feed: EmbeddedOrderFeed = LogOrderFeed::open(&orders, &e1).await.unwrap();
-    let first = run("e1", 10, 0, &task("emb", 0), 1, &["true"]);
-    let other = run("e2", 10, 1, &task("emb", 1), 1, &["true"]);
+    let first = run("e1", 1, 10, 0, &task("emb", 0), 1, &["true"]);
+    let other = run("e2", 1, 10, 1, &task("emb", 1), 1, &["true"]);
     for delivery in [&first, &other] {
         append_delivery(&orders, delivery).await;
     }
@@ -1107,7 +1243,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
         let message = feed.next().await.unwrap();
         (feed, message)
     });
-    let second = cancel("e1", 11, 0, &task("emb", 0), 1);
+    let second = cancel("e1", 1, 11, 0, &task("emb", 0), 1);
     append_delivery(&orders, &second).await;
     let (feed, message) = tokio::time::timeout(WAIT, next).await.unwrap().unwrap();
     assert_eq!(
@@ -1123,7 +1259,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
     let mut seen = Events::new(events.reader(1).await.unwrap());
     let login = seen.until("a login", |e| is_login(e, "e9")).await.seq.0;
     let t = task("emb", 5);
-    let delivery = run("e9", login + 1, 0, &t, 1, &["sh", "-c", "printf embedded"]);
+    let delivery = run("e9", login, login + 1, 0, &t, 1, &["sh", "-c", "printf embedded"]);
     append_delivery(&orders, &delivery).await;
     let end = seen.until("the task's end", ended(&t, 1)).await;
     assert!(
@@ -1183,7 +1319,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
         move |run: &mut RunTask| run.root_library = Some(library)
     };
     let argv = ["sh", "-c", "printf %s \"$GRIDFOLD_LIBRARY_DIR\""];
-    deliver(run_with("e8", login + 2, 0, &rooted, 1, &argv, with_library(&held))).await;
+    deliver(adjusted(run("e8", login, login + 2, 0, &rooted, 1, &argv), with_library(&held))).await;
     let end = seen.until("the rooted task's end", ended(&rooted, 1)).await;
     let expected = std::path::absolute(library_dir.join("render-lib/2.1.0")).unwrap();
     assert!(
@@ -1191,7 +1327,7 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
         "{end:?}"
     );
     let unrooted = task("lib", 1);
-    deliver(run_with("e8", login + 3, 0, &unrooted, 1, &argv, with_library(&missing))).await;
+    deliver(adjusted(run("e8", login, login + 3, 0, &unrooted, 1, &argv), with_library(&missing))).await;
     let end = seen.until("the task without its library", ended(&unrooted, 1)).await;
     assert!(
         matches!(event(&end), Some(Event::TaskFailed { kind: FailureKind::LaunchFailed, error_tail, .. }) if error_tail.contains("ffmpeg@7 is not synced here")),

@@ -110,6 +110,7 @@ impl Broker {
             id: Delivery::id_for(Seq(login_seq + 1), 0),
             batch_seq: Seq(login_seq + 1),
             engine: EngineId::new(engine).unwrap(),
+            epoch: login_seq,
             kind: DeliveryKind::Run(RunTask {
                 task: t.clone(),
                 attempt: 1,

@@ -1,9 +1,10 @@
 //! The protocol of one engine: see the module docs of `engine` for the invariants.
 //!
 //! One loop owns all the state. It waits on a closed set of inputs (the
-//! publisher failing, shutdown, a run finishing, the heartbeat timer, the next
-//! delivery) and reacts to each; it never blocks on a process, and only a `Lost`
-//! (stop everything, then log in again) makes it wait for something in between.
+//! publisher failing, shutdown, a run finishing, a sync ending, the newest login
+//! of its name, the heartbeat timer, the next delivery) and reacts to each; it
+//! never blocks on a process, and only a `Lost` (stop everything, then log in
+//! again) or a catch-up after a stall makes it wait for something in between.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::future::Future;
@@ -19,7 +20,7 @@ use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
 use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
 use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
-use super::{EngineConfig, EngineError, EngineReport, library, probe};
+use super::{EngineConfig, EngineError, EngineReport, FenceEvidence, library, probe};
 use crate::core::event::{
     ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
     Order,
@@ -27,7 +28,7 @@ use crate::core::event::{
 use crate::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::log::EventLog;
-use crate::wire::delivery::{DeliveryKind, RunTask, decode_delivery};
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_delivery};
 
 /// Beyond the kill grace, how long stopped processes get to be reaped before the
 /// engine gives up waiting for them.
@@ -40,8 +41,9 @@ type SyncDone = (String, LibraryRef, Result<(), String>);
 
 /// Runs one engine until `shutdown` completes (then drains, logs out and returns
 /// what it did) or until it cannot go on (the log unreachable past the retry
-/// budget, a broken order feed). `log` is where it publishes its events; `feed` is
-/// where its orders come from.
+/// budget, a broken order feed, a newer process logged in under its name:
+/// [`EngineError::Fenced`]). `log` is where it publishes its events and reads
+/// the newest login of its name; `feed` is where its orders come from.
 ///
 /// Whatever it still runs when it returns with an error, or when its future is
 /// dropped, is killed (the whole process group, SIGKILL).
@@ -52,7 +54,7 @@ pub async fn run_engine<L, F, S>(
     shutdown: S,
 ) -> Result<EngineReport, EngineError>
 where
-    L: EventLog + 'static,
+    L: EventLog + Clone + 'static,
     F: OrderFeed,
     S: Future<Output = ()> + Send,
 {
@@ -79,6 +81,11 @@ where
                 })?
         };
         let props = probe::apply_given(measured, &config.given_props)?;
+        let (login_ask, login_newest) = spawn_login_watch(
+            log.clone(),
+            crate::wire::engine_login_subject(&config.engine),
+            config.heartbeat_interval,
+        );
         let (outbox, mut publisher_failed, publisher) =
             report::spawn_publisher(log, config.publish_retry.clone());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -93,6 +100,10 @@ where
             props,
             cores_measured: probe::cores(),
             session: Session::default(),
+            alive_at: Instant::now(),
+            catch_up_due: None,
+            login_ask,
+            login_newest,
             running: BTreeMap::new(),
             slots_used: 0,
             outbox,
@@ -103,7 +114,10 @@ where
             sync_rx,
             report: EngineReport::default(),
         };
-        let result = agent.run(&mut feed, shutdown, &mut publisher_failed).await;
+        let mut in_hand = None;
+        let result = agent
+            .run(&mut feed, shutdown, &mut publisher_failed, &mut in_hand)
+            .await;
         match result {
             Ok(()) => {
                 let report = std::mem::take(&mut agent.report);
@@ -116,6 +130,15 @@ where
             }
             Err(err) => {
                 agent.kill_all_now();
+                if matches!(err, EngineError::Fenced { .. }) {
+                    // What it took is the newer process's: hand it back now, rather
+                    // than after the consumer's ack wait.
+                    feed.release(in_hand).await;
+                } else if let Some(ack) = in_hand
+                    && let Err(err) = ack.nak().await
+                {
+                    tracing::warn!("{err}");
+                }
                 // The publisher may have failed meanwhile; its error says more.
                 Err(match publisher_failed.try_recv() {
                     Ok(publish_err) => publish_err,
@@ -140,9 +163,36 @@ fn prepare_work_dir(dir: &Path) -> Result<PathBuf, EngineError> {
 #[derive(Debug, Default)]
 struct Session {
     id: [u8; 16],
-    /// The log sequence of this session's `EngineLoggedIn`.
-    login_seq: u64,
+    /// The log sequence of this session's `EngineLoggedIn`: the epoch it opened.
+    epoch: u64,
     heartbeats: u64,
+}
+
+/// Asks the log, each time it is asked (at most one question waiting), for the
+/// newest entry on this engine's login subject, and answers its sequence. Ends
+/// when the agent drops its side. A question the log cannot answer within
+/// `timeout` goes unanswered (said at debug level: the publisher says more).
+fn spawn_login_watch<L: EventLog + 'static>(
+    log: L,
+    subject: String,
+    timeout: Duration,
+) -> (mpsc::Sender<()>, mpsc::Receiver<u64>) {
+    let (ask_tx, mut ask_rx) = mpsc::channel::<()>(1);
+    let (newest_tx, newest_rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        while ask_rx.recv().await.is_some() {
+            match tokio::time::timeout(timeout, log.last_seq_for_subject(&subject)).await {
+                Ok(Ok(seq)) => {
+                    if newest_tx.send(seq).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Err(err)) => tracing::debug!(subject, "cannot read the newest login: {err}"),
+                Err(_) => tracing::debug!(subject, "the newest login was not read within {timeout:?}"),
+            }
+        }
+    });
+    (ask_tx, newest_rx)
 }
 
 /// Why the engine stopped an attempt it runs.
@@ -174,6 +224,19 @@ struct Agent {
     /// The machine's cores, for the load per core (the login may declare others).
     cores_measured: u32,
     session: Session,
+    /// With the last heartbeat the log stored ([`Outbox::heartbeat_stored_at`]),
+    /// when the engine last knew the projector's view of it: its login stored, or
+    /// a catch-up done. When the newest of these is more than two heartbeat
+    /// intervals old, the engine stalled (frozen, starved, cut off from the broker,
+    /// busy stopping processes) long enough that the projector may have declared
+    /// it lost meanwhile.
+    alive_at: Instant,
+    /// A stall was seen (how long it had lasted then): the feed is to be read to
+    /// its end before the next delivery is acted on.
+    catch_up_due: Option<Duration>,
+    /// Asks the login watch for the newest login of this engine's name.
+    login_ask: mpsc::Sender<()>,
+    login_newest: mpsc::Receiver<u64>,
     running: BTreeMap<AttemptKey, Running>,
     slots_used: u32,
     seen_deliveries: Seen<String>,
@@ -203,11 +266,13 @@ impl Agent {
         &self.config.engine
     }
 
+    /// The loop. A delivery taken and not handled when it fails is left in `in_hand`.
     async fn run<F: OrderFeed, S: Future<Output = ()>>(
         &mut self,
         feed: &mut F,
         shutdown: S,
         publisher_failed: &mut oneshot::Receiver<EngineError>,
+        in_hand: &mut Option<F::Ack>,
     ) -> Result<(), EngineError> {
         self.log_in().await?;
         tokio::pin!(shutdown);
@@ -221,12 +286,38 @@ impl Agent {
                 () = &mut shutdown => break,
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
                 Some(sync) = self.sync_rx.recv() => self.sync_finished(sync).await?,
-                _ = heartbeat.tick() => self.heartbeat(),
+                Some(newest) = self.login_newest.recv() => self.check_newest_login(newest)?,
+                _ = heartbeat.tick() => {
+                    // Seen before this heartbeat is stored, and kept until a
+                    // delivery comes: the catch-up is for what the feed gives.
+                    self.note_stall();
+                    self.heartbeat();
+                    // Not waiting if a question is still open: it answers soon enough.
+                    let _ = self.login_ask.try_send(());
+                }
                 message = feed.next() => {
                     let OrderMessage { subject, payload, ack } = message?;
-                    self.handle(&subject, &payload).await?;
-                    if let Err(err) = ack.ack().await {
-                        tracing::warn!("{err}; the delivery will come again and be ignored");
+                    // The heartbeat timer may not have fired yet after a stall:
+                    // look again before acting on what the feed gave.
+                    self.note_stall();
+                    let handled = match self.catch_up_due.take() {
+                        Some(stalled) => match self.catch_up(feed, Some(&payload), stalled).await {
+                            Ok(()) => self.handle(&subject, &payload).await,
+                            Err(err) => Err(err),
+                        },
+                        None => self.handle(&subject, &payload).await,
+                    };
+                    match handled {
+                        Ok(()) => {
+                            if let Err(err) = ack.ack().await {
+                                tracing::warn!("{err}; the delivery will come again and be ignored");
+                            }
+                        }
+                        Err(err) => {
+                            // Not handled: the caller hands it back.
+                            *in_hand = Some(ack);
+                            return Err(err);
+                        }
                     }
                 }
             }
@@ -246,7 +337,7 @@ impl Agent {
     async fn log_in(&mut self) -> Result<(), EngineError> {
         self.session = Session {
             id: uuid::Uuid::new_v4().into_bytes(),
-            login_seq: 0,
+            epoch: 0,
             heartbeats: 0,
         };
         // What the library directory holds now: a sync may have completed since the last login.
@@ -261,11 +352,127 @@ impl Agent {
             0,
         );
         let stored = self.outbox.send_and_wait(login).await.map_err(gone)?;
-        self.session.login_seq = stored.seq;
+        self.session.epoch = stored.seq;
+        self.alive_at = Instant::now();
         self.report.logins += 1;
         self.report.props = self.props.clone();
-        tracing::info!(seq = stored.seq, slots = self.config.slots, props = ?self.props, "logged in");
+        tracing::info!(seq = stored.seq, epoch = stored.seq, slots = self.config.slots, props = ?self.props, "logged in");
         Ok(())
+    }
+
+    /// Marks a catch-up due if the engine stalled: its last sign of life on the log
+    /// (see [`Agent::alive_at`]) is late by more than one heartbeat interval.
+    fn note_stall(&mut self) {
+        let last = match self.outbox.heartbeat_stored_at() {
+            Some(stored) => stored.max(self.alive_at),
+            None => self.alive_at,
+        };
+        let since = last.elapsed();
+        if since > self.config.heartbeat_interval * 2 && self.catch_up_due.is_none() {
+            self.catch_up_due = Some(since);
+        }
+    }
+
+    /// The engine stalled: the projector may have declared it lost meanwhile, and
+    /// its feed may hold, in order, runs decided before the loss and then the
+    /// `Lost`. So before acting on any of it, read the feed to its end (for at most
+    /// a heartbeat interval) and look at everything it holds (with `in_hand`, the
+    /// message just taken from it): a delivery of a newer epoch means another process
+    /// took this engine's name ([`EngineError::Fenced`]); a `Lost` of the current
+    /// epoch is handled first (stop everything, log in again), so that the runs ahead
+    /// of it are then skipped as orders of a closed epoch.
+    async fn catch_up<F: OrderFeed>(
+        &mut self,
+        feed: &mut F,
+        in_hand: Option<&[u8]>,
+        stalled: Duration,
+    ) -> Result<(), EngineError> {
+        self.report.stalls += 1;
+        tracing::warn!(
+            stalled_ms = stalled.as_millis() as u64,
+            heartbeat_ms = self.config.heartbeat_interval.as_millis() as u64,
+            "the engine stalled (no heartbeat of it reached the log for {stalled:?}): \
+             reading its orders to the end before acting on any"
+        );
+        let wait = self.config.heartbeat_interval;
+        let caught_up = feed.catch_up(wait, usize::from(in_hand.is_some())).await?;
+        let held = feed.held();
+        if !caught_up {
+            tracing::warn!(held = held.len(), "the order feed was not read to its end within {wait:?}; going on with what was read");
+        }
+        let mut lost = None;
+        for payload in in_hand.into_iter().chain(held.iter().map(|bytes| &bytes[..])) {
+            let Ok(delivery) = decode_delivery(self.engine(), payload) else {
+                continue;
+            };
+            self.check_epoch_not_newer(&delivery)?;
+            if lost.is_none() && self.is_lost_of_this_epoch(&delivery) {
+                lost = Some(delivery.id);
+            }
+        }
+        self.alive_at = Instant::now();
+        match lost {
+            Some(id) => {
+                tracing::warn!(
+                    id,
+                    epoch = self.session.epoch,
+                    ahead = held.len() + usize::from(in_hand.is_some()),
+                    "the projector declared this epoch lost while the engine stalled: handling that before the orders held"
+                );
+                self.seen_deliveries.insert(id);
+                self.report.deliveries += 1;
+                self.lost().await
+            }
+            None => {
+                tracing::info!(held = held.len(), "caught up: the projector did not declare this epoch lost");
+                Ok(())
+            }
+        }
+    }
+
+    fn is_lost_of_this_epoch(&self, delivery: &Delivery) -> bool {
+        matches!(&delivery.kind, DeliveryKind::Lost(Order::EngineLost { engine, epoch, .. })
+            if engine == self.engine() && *epoch == self.session.epoch)
+    }
+
+    /// A delivery of an epoch newer than this process's login was folded after
+    /// another process's login under this engine's name.
+    fn check_epoch_not_newer(&self, delivery: &Delivery) -> Result<(), EngineError> {
+        if delivery.epoch <= self.session.epoch {
+            return Ok(());
+        }
+        let evidence = match delivery.kind {
+            DeliveryKind::LoggedIn => FenceEvidence::LoggedInDelivery,
+            _ => FenceEvidence::Delivery { id: delivery.id.clone() },
+        };
+        Err(self.fenced(delivery.epoch, evidence))
+    }
+
+    /// The login watch answered: the newest login of this engine's name is at `newest`.
+    fn check_newest_login(&self, newest: u64) -> Result<(), EngineError> {
+        // Every login of this process is at or before its current one.
+        if newest <= self.session.epoch {
+            return Ok(());
+        }
+        Err(self.fenced(newest, FenceEvidence::NewestLogin))
+    }
+
+    /// Another process logged in under this engine's name at `newer`: the newer
+    /// login fences out the older. Says so; the caller stops (killing what runs).
+    fn fenced(&self, newer: u64, evidence: FenceEvidence) -> EngineError {
+        let err = EngineError::Fenced {
+            engine: self.engine().clone(),
+            newer_login: newer,
+            own_login: self.session.epoch,
+            evidence,
+        };
+        tracing::error!(
+            newer_login = newer,
+            own_login = self.session.epoch,
+            running = self.running.len(),
+            "{err}"
+        );
+        err
     }
 
     fn heartbeat(&mut self) {
@@ -280,7 +487,7 @@ impl Agent {
             },
             n,
         );
-        if !self.outbox.offer(event) {
+        if !self.outbox.offer_heartbeat(event) {
             tracing::warn!("heartbeat dropped: the publisher is behind");
         }
     }
@@ -300,13 +507,17 @@ impl Agent {
             tracing::debug!(id = %delivery.id, "ignoring a delivery already seen");
             return Ok(());
         }
-        if delivery.batch_seq.0 < self.session.login_seq {
+        self.check_epoch_not_newer(&delivery)?;
+        if delivery.epoch < self.session.epoch {
+            // Of a closed epoch: a run the grid has requeued (and maybe given to
+            // another engine), a loss already handled, an older process's news.
             self.report.stale_ignored += 1;
             tracing::info!(
                 id = %delivery.id,
                 batch_seq = delivery.batch_seq.0,
-                login_seq = self.session.login_seq,
-                "ignoring a delivery decided before this login"
+                delivery_epoch = delivery.epoch,
+                epoch = self.session.epoch,
+                "ignoring a delivery of a closed epoch"
             );
             return Ok(());
         }
@@ -329,9 +540,15 @@ impl Agent {
                 }
                 Ok(())
             }
-            DeliveryKind::Lost(Order::EngineLost { engine, .. }) if engine == *self.engine() => {
+            DeliveryKind::Lost(Order::EngineLost { ref engine, epoch, .. })
+                if *engine == *self.engine() && epoch == self.session.epoch =>
+            {
                 self.report.deliveries += 1;
                 self.lost().await
+            }
+            DeliveryKind::LoggedIn => {
+                tracing::debug!(epoch = delivery.epoch, "the projector folded this login");
+                Ok(())
             }
             DeliveryKind::SyncLibrary { library, published } => {
                 self.report.deliveries += 1;

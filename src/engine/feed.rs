@@ -19,6 +19,13 @@
 //!
 //! - [`OrderFeed::next`] is cancel-safe: dropping its future before it completes
 //!   loses no message (the engine polls it in a `select!`).
+//! - [`OrderFeed::catch_up`] reads ahead to the end of the engine's order subject
+//!   as it is now (JetStream: the consumer has nothing undelivered and every
+//!   message delivered and not acknowledged is in hand; a log: its last entry is
+//!   read), holding at most [`HELD_MAX`] messages for `next`, which returns them
+//!   first, in order. It is cancel-safe too: what it read stays held. It lets an
+//!   engine that stalled see everything the projector told it meanwhile before
+//!   acting on any of it (a `Lost` behind runs decided before the loss).
 //! - A feed rides out a broker that is away: it retries with backoff and returns an
 //!   error only for what retrying cannot fix (a misconfigured consumer or a corrupt log).
 //! - Messages come in the order the projector published them on the subject.
@@ -45,6 +52,13 @@ pub const FEED_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub const PULL_BATCH: usize = 64;
 /// Entries one read of a [`LogOrderFeed`] takes from its log.
 pub const LOG_READ_BATCH: usize = 1_000;
+/// Most messages [`OrderFeed::catch_up`] holds; beyond them it stops, not caught up.
+pub const HELD_MAX: usize = 10_000;
+/// While catching up, how long one wait for a message that may still be on its way lasts.
+const CATCH_UP_POLL: Duration = Duration::from_millis(50);
+/// Most messages [`OrderFeed::release`] hands back, and how long it may take.
+pub const RELEASE_MAX: usize = 1_000;
+pub const RELEASE_WAIT: Duration = Duration::from_secs(2);
 const PULL_EXPIRES: Duration = Duration::from_secs(10);
 const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 const LOG_READ_WAIT: Duration = Duration::from_secs(5);
@@ -58,14 +72,21 @@ pub struct OrderMessage<A> {
     pub ack: A,
 }
 
-/// Acknowledges one message: it has been handled and must not be delivered again.
+/// Acknowledges one message: it has been handled and must not be delivered again;
+/// or hands it back, unhandled, to be delivered again at once.
 pub trait OrderAck: Send + 'static {
     fn ack(self) -> impl Future<Output = Result<(), FeedError>> + Send;
+    /// Not handled here: deliver it again now (to whichever reader of the feed asks next).
+    fn nak(self) -> impl Future<Output = Result<(), FeedError>> + Send;
 }
 
 /// Nothing to acknowledge (a feed whose position is kept in memory).
 impl OrderAck for () {
     async fn ack(self) -> Result<(), FeedError> {
+        Ok(())
+    }
+
+    async fn nak(self) -> Result<(), FeedError> {
         Ok(())
     }
 }
@@ -78,8 +99,29 @@ pub trait OrderFeed: Send {
     fn location(&self) -> String;
 
     /// The next message for this engine, waiting as long as it takes (and through
-    /// broker outages). An error is fatal. Cancel-safe.
+    /// broker outages). Messages held by [`catch_up`](OrderFeed::catch_up) come
+    /// first. An error is fatal. Cancel-safe.
     fn next(&mut self) -> impl Future<Output = Result<OrderMessage<Self::Ack>, FeedError>> + Send;
+
+    /// Reads ahead until the feed holds every message on the engine's subject not
+    /// yet acknowledged (see the module docs), or `wait` runs out, or it holds
+    /// [`HELD_MAX`]. `in_hand` counts the messages the caller took from `next` and
+    /// has not acknowledged yet. True if it caught up. An error is fatal. Cancel-safe.
+    fn catch_up(
+        &mut self,
+        wait: Duration,
+        in_hand: usize,
+    ) -> impl Future<Output = Result<bool, FeedError>> + Send;
+
+    /// The payloads of the messages held (read ahead, not yet returned by `next`), in order.
+    fn held(&self) -> Vec<Bytes>;
+
+    /// Stops reading and hands back, unhandled, `in_hand` (a message taken from
+    /// `next` and not acknowledged), what the feed holds, and what has reached it
+    /// and not been taken (at most [`RELEASE_MAX`] messages, for at most
+    /// [`RELEASE_WAIT`]), so that another reader of the same feed gets them at once:
+    /// for an engine that stops because a newer process took its name. Best effort.
+    fn release(&mut self, in_hand: Option<Self::Ack>) -> impl Future<Output = ()> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +156,8 @@ pub struct JetStreamOrderFeed {
     consumer_name: String,
     filter_subject: String,
     messages: Option<pull::Stream>,
+    /// Read ahead by `catch_up`, returned by `next` first.
+    held: VecDeque<async_nats::jetstream::Message>,
     backoff: Duration,
 }
 
@@ -143,6 +187,19 @@ impl OrderAck for JetStreamAck {
             location: self.0.subject.to_string(),
             detail: err.to_string(),
         })
+    }
+
+    /// Waits for the server to confirm it, so that a process about to exit knows
+    /// the message goes to another reader now.
+    async fn nak(self) -> Result<(), FeedError> {
+        use async_nats::jetstream::AckKind;
+        self.0
+            .double_ack_with(AckKind::Nak(None))
+            .await
+            .map_err(|err| FeedError::Ack {
+                location: self.0.subject.to_string(),
+                detail: err.to_string(),
+            })
     }
 }
 
@@ -177,6 +234,7 @@ impl JetStreamOrderFeed {
             consumer_name: consumer_name(engine),
             filter_subject: order_subject(engine),
             messages: None,
+            held: VecDeque::new(),
             backoff: FEED_RETRY_BACKOFF_MIN,
         };
         // Create the consumer now, so deliveries published from here on are kept for
@@ -269,26 +327,21 @@ impl JetStreamOrderFeed {
     }
 }
 
-impl OrderFeed for JetStreamOrderFeed {
-    type Ack = JetStreamAck;
-
-    fn location(&self) -> String {
-        self.location.clone()
-    }
-
-    async fn next(&mut self) -> Result<OrderMessage<JetStreamAck>, FeedError> {
+impl JetStreamOrderFeed {
+    /// The next message from the broker (not from `held`). Cancel-safe: the only
+    /// awaits that may be dropped are the consumer's creation (done again) and the
+    /// message stream's `next`, which loses nothing.
+    async fn receive(&mut self) -> Result<async_nats::jetstream::Message, FeedError> {
         use async_nats::jetstream::consumer::pull::MessagesErrorKind;
         loop {
             self.open_messages().await?;
-            let messages = self.messages.as_mut().expect("opened just above");
+            let Some(messages) = self.messages.as_mut() else {
+                continue;
+            };
             match messages.next().await {
                 Some(Ok(message)) => {
                     self.backoff = FEED_RETRY_BACKOFF_MIN;
-                    return Ok(OrderMessage {
-                        subject: message.subject.to_string(),
-                        payload: message.payload.clone(),
-                        ack: JetStreamAck(message),
-                    });
+                    return Ok(message);
                 }
                 // The client re-pulls by itself once it has reconnected.
                 Some(Err(err)) if err.kind() == MessagesErrorKind::MissingHeartbeat => {
@@ -307,7 +360,116 @@ impl OrderFeed for JetStreamOrderFeed {
             }
         }
     }
+
+    /// Moves what has reached the client into `held`, waiting [`CATCH_UP_POLL`] for
+    /// each next one, up to [`HELD_MAX`] held.
+    async fn take_arrived(&mut self) -> Result<(), FeedError> {
+        while self.held.len() < HELD_MAX {
+            match tokio::time::timeout(CATCH_UP_POLL, self.receive()).await {
+                Ok(message) => self.held.push_back(message?),
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
 }
+
+fn order_message(message: async_nats::jetstream::Message) -> OrderMessage<JetStreamAck> {
+    OrderMessage {
+        subject: message.subject.to_string(),
+        payload: message.payload.clone(),
+        ack: JetStreamAck(message),
+    }
+}
+
+impl OrderFeed for JetStreamOrderFeed {
+    type Ack = JetStreamAck;
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    async fn next(&mut self) -> Result<OrderMessage<JetStreamAck>, FeedError> {
+        if let Some(message) = self.held.pop_front() {
+            return Ok(order_message(message));
+        }
+        self.receive().await.map(order_message)
+    }
+
+    /// Caught up when the consumer has nothing undelivered and no more messages
+    /// delivered and unacknowledged than the feed holds: a message delivered to
+    /// an earlier pull of this process and lost with it comes back only after the
+    /// consumer's ack wait, so then `wait` runs out.
+    async fn catch_up(&mut self, wait: Duration, in_hand: usize) -> Result<bool, FeedError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            self.take_arrived().await?;
+            if self.held.len() >= HELD_MAX {
+                tracing::warn!(consumer = %self.consumer_name, held = self.held.len(), "order feed: catching up stopped at the most it holds");
+                return Ok(false);
+            }
+            let asked = tokio::time::timeout_at(deadline, self.stream.consumer_info(&self.consumer_name)).await;
+            match asked {
+                Ok(Ok(info))
+                    if info.num_pending == 0 && info.num_ack_pending <= self.held.len() + in_hand =>
+                {
+                    return Ok(true);
+                }
+                Ok(Ok(info)) => tracing::debug!(
+                    consumer = %self.consumer_name,
+                    pending = info.num_pending,
+                    ack_pending = info.num_ack_pending,
+                    held = self.held.len(),
+                    "order feed: catching up"
+                ),
+                Ok(Err(err)) => tracing::warn!(consumer = %self.consumer_name, "order feed: cannot read the consumer's state while catching up: {err}"),
+                Err(_) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+        }
+    }
+
+    fn held(&self) -> Vec<Bytes> {
+        self.held.iter().map(|message| message.payload.clone()).collect()
+    }
+
+    /// Takes what has reached the client without waiting, stops pulling (so what
+    /// it hands back goes to the other reader, not here again: the broker drops a
+    /// pull request nobody listens to any more), then hands back everything. A
+    /// message still on its way to the dropped pull comes back after the
+    /// consumer's ack wait.
+    async fn release(&mut self, in_hand: Option<JetStreamAck>) {
+        use futures::FutureExt as _;
+        if let Some(messages) = self.messages.as_mut() {
+            while self.held.len() < RELEASE_MAX {
+                match messages.next().now_or_never() {
+                    Some(Some(Ok(message))) => self.held.push_back(message),
+                    _ => break,
+                }
+            }
+        }
+        self.messages = None;
+        let held = std::mem::take(&mut self.held);
+        let all: Vec<JetStreamAck> =
+            in_hand.into_iter().chain(held.into_iter().map(JetStreamAck)).take(RELEASE_MAX).collect();
+        let count = all.len();
+        let handed_back = tokio::time::timeout(RELEASE_WAIT, async {
+            for ack in all {
+                if let Err(err) = ack.nak().await {
+                    tracing::warn!("{err}; it comes again after the consumer's ack wait");
+                }
+            }
+        })
+        .await;
+        match handed_back {
+            Ok(()) => tracing::info!(consumer = %self.consumer_name, count, "order feed: handed back what it held"),
+            Err(_) => tracing::warn!(consumer = %self.consumer_name, count, "order feed: not all it held was handed back within {RELEASE_WAIT:?}"),
+        }
+    }
+}
+
 
 // ---- any EventLog, the embedded one in practice ----
 
@@ -316,6 +478,7 @@ impl OrderFeed for JetStreamOrderFeed {
 pub struct LogOrderFeed<R> {
     reader: R,
     subject: String,
+    /// This engine's entries read and not yet returned, in order.
     buffered: VecDeque<RawEntry>,
 }
 
@@ -341,7 +504,36 @@ impl<R: LogReader + 'static> LogOrderFeed<R> {
 
     /// The sequence of the next entry the feed will look at.
     pub fn position(&self) -> u64 {
-        self.reader.position() - self.buffered.len() as u64
+        self.buffered
+            .front()
+            .map_or(self.reader.position(), |entry| entry.seq)
+    }
+
+    /// Reads one batch, waiting up to `wait` for its first entry, and keeps this
+    /// engine's entries. `Some(true)` when the log held nothing more; `None` when
+    /// it is unavailable (said in the log; the caller waits and tries again).
+    /// Cancel-safe: the buffer is filled after the only await returns.
+    async fn read_batch(&mut self, wait: Duration) -> Result<Option<bool>, FeedError> {
+        match self.reader.next_batch(LOG_READ_BATCH, wait).await {
+            Ok(batch) => {
+                let subject = &self.subject;
+                self.buffered.extend(
+                    batch
+                        .entries
+                        .into_iter()
+                        .filter(|entry| entry.subject == *subject),
+                );
+                Ok(Some(batch.caught_up))
+            }
+            Err(LogError::Unavailable { url, detail }) => {
+                tracing::warn!("order feed at {url}: {detail}");
+                Ok(None)
+            }
+            Err(source) => Err(FeedError::Log {
+                location: self.reader.location(),
+                source,
+            }),
+        }
     }
 }
 
@@ -355,34 +547,50 @@ impl<R: LogReader + 'static> OrderFeed for LogOrderFeed<R> {
     async fn next(&mut self) -> Result<OrderMessage<()>, FeedError> {
         let mut backoff = FEED_RETRY_BACKOFF_MIN;
         loop {
-            while let Some(entry) = self.buffered.pop_front() {
-                if entry.subject == self.subject {
-                    return Ok(OrderMessage {
-                        subject: entry.subject,
-                        payload: entry.payload,
-                        ack: (),
-                    });
-                }
+            if let Some(entry) = self.buffered.pop_front() {
+                return Ok(OrderMessage {
+                    subject: entry.subject,
+                    payload: entry.payload,
+                    ack: (),
+                });
             }
-            // The only await: the buffer is filled after it returns, so a cancelled
-            // call loses nothing.
-            match self.reader.next_batch(LOG_READ_BATCH, LOG_READ_WAIT).await {
-                Ok(batch) => {
-                    self.buffered.extend(batch.entries);
-                    backoff = FEED_RETRY_BACKOFF_MIN;
-                }
-                Err(LogError::Unavailable { url, detail }) => {
-                    tracing::warn!("order feed at {url}: {detail}; retrying in {backoff:?}");
+            match self.read_batch(LOG_READ_WAIT).await? {
+                Some(_) => backoff = FEED_RETRY_BACKOFF_MIN,
+                None => {
+                    tracing::warn!("order feed: retrying in {backoff:?}");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(FEED_RETRY_BACKOFF_MAX);
-                }
-                Err(source) => {
-                    return Err(FeedError::Log {
-                        location: self.reader.location(),
-                        source,
-                    });
                 }
             }
         }
     }
+
+    /// Caught up once a read finds nothing after what it returned: the log's end.
+    async fn catch_up(&mut self, wait: Duration, _in_hand: usize) -> Result<bool, FeedError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        while self.buffered.len() < HELD_MAX {
+            match tokio::time::timeout_at(deadline, self.read_batch(Duration::ZERO)).await {
+                Ok(Ok(Some(true))) => return Ok(true),
+                Ok(Ok(Some(false))) => {}
+                Ok(Ok(None)) => {
+                    let retry_at = tokio::time::Instant::now() + FEED_RETRY_BACKOFF_MIN;
+                    tokio::time::sleep_until(retry_at.min(deadline)).await;
+                }
+                Ok(Err(err)) => return Err(err),
+                Err(_) => return Ok(false),
+            }
+        }
+        tracing::warn!(held = self.buffered.len(), "order feed: catching up stopped at the most it holds");
+        Ok(false)
+    }
+
+    fn held(&self) -> Vec<Bytes> {
+        self.buffered
+            .iter()
+            .map(|entry| entry.payload.clone())
+            .collect()
+    }
+
+    /// Nothing to hand back: every reader of a log reads all of it.
+    async fn release(&mut self, _in_hand: Option<()>) {}
 }

@@ -20,12 +20,42 @@
 //! - **At most once.** A delivery id is acted on once, and an attempt (task,
 //!   attempt) is started at most once, per engine process. Both memories are
 //!   bounded ([`EngineConfig::seen_max`] entries each, oldest forgotten first).
-//! - **Sessions.** Each login opens a session, and the fold requeues whatever an
-//!   earlier session of this engine held. So a delivery decided before this
-//!   session's login (`batch_seq` < the login's log sequence) is stale: the engine
-//!   acknowledges and skips it. This keeps an engine that restarts, or logs in again
-//!   after being declared lost, from running attempts the grid has already given
-//!   to someone else, and from filling slots the projector believes free.
+//! - **Epochs.** Each login opens an epoch, named by the log sequence of its
+//!   `EngineLoggedIn` (the engine learns it from the ack of its own publish). The
+//!   fold ties every attempt to the epoch it was dispatched in; a new login closes
+//!   the earlier epoch, and the projector requeues each attempt it still held by an
+//!   explicit `Requeue` (`EngineRestarted`) on the log, delivered as a `Cancel`.
+//!   Every delivery carries the engine's epoch when the projector folded it, so:
+//!   - a delivery of an **older** epoch is stale: acknowledged and skipped (counted
+//!     in [`EngineReport::stale_ignored`], logged at info). An engine never starts
+//!     a run order from before its current login: not after a restart, not after
+//!     logging in again when declared lost.
+//!   - a delivery of a **newer** epoch means another process logged in under this
+//!     name: see *One name, one process*.
+//! - **Lost comes first.** An engine that stalls may have been declared lost
+//!   meanwhile, and its feed then holds, in order, runs decided before the loss and
+//!   then the `Lost`. It has stalled when its last sign of life on the log (its
+//!   login, the last heartbeat the log stored, its last catch-up) is more than two
+//!   heartbeat intervals old on the monotonic clock: frozen (SIGSTOP), starved, cut
+//!   off from the broker, or busy stopping processes. Seen at a heartbeat or when a
+//!   delivery comes, a stall makes the engine read its feed to the end before
+//!   acting on that delivery ([`OrderFeed::catch_up`], for at most a heartbeat
+//!   interval); if a `Lost` of its current epoch is among what it holds it handles
+//!   that first: stops everything, logs in again (a new epoch), and the runs ahead
+//!   of the `Lost` are then stale. (The log has no subject of `EngineLost`s per
+//!   engine to ask instead: the delivery route is the one. A loss decided after the
+//!   catch-up, before the engine's next heartbeat lands, still arrives behind runs
+//!   it then starts; the `Lost` stops them.)
+//! - **One name, one process: the newer login fences out the older.** With every
+//!   heartbeat the engine reads the newest entry on its login subject
+//!   (`gridfold.ev.engine.<id>.login`); one newer than its own login, a delivery of
+//!   a newer epoch, or the projector's `LoggedIn` news of a newer login means
+//!   another process took its name. It says so (`error!`, both sequences), hands
+//!   back unhandled what its feed holds, kills its tasks and stops with
+//!   [`EngineError::Fenced`] (`gridfold engine` exits 1). The newer one wins
+//!   because it is the one the grid now books work on: its login closed the older
+//!   epoch, whose attempts are requeued. Both processes read one durable consumer
+//!   meanwhile, so a delivery may reach either: the older hands back what it took.
 //! - **One end per start.** Every attempt reported `TaskStarted` is reported
 //!   `TaskCompleted` or `TaskFailed` exactly once, unless the projector ended it
 //!   first (a `Cancel`, or `Lost`), in which case it is killed and nothing more is
@@ -34,7 +64,8 @@
 //!   about (see `report.rs`), used as its `Nats-Msg-Id`, so retries are stored once.
 //! - **Acks after handling.** A delivery is acknowledged once it has been acted on
 //!   (a `Run`'s process started and its `TaskStarted` queued, a `Cancel` signalled).
-//!   A crash before that brings it back, to a new session that skips it as stale.
+//!   A crash before that brings it back, to a new epoch that skips it as stale; an
+//!   error while handling it hands it back at once (a negative acknowledgement).
 //! - **Task processes die with the engine.** Each task's leader gets SIGKILL when
 //!   the engine dies (a parent-death signal, see [`runner`]), and each task's process
 //!   group is recorded in the work directory while it runs. An engine locks its work
@@ -180,8 +211,12 @@ pub struct EngineReport {
     pub deliveries: u64,
     /// Deliveries ignored because their id, or their attempt, had been seen.
     pub duplicates_ignored: u64,
-    /// Deliveries ignored because they were decided before the current login.
+    /// Deliveries ignored because they are of a closed epoch (an earlier login).
     pub stale_ignored: u64,
+    /// Times the engine found it had stalled (no sign of life on the log for more
+    /// than two heartbeat intervals) and read its order feed to the end before
+    /// acting on it.
+    pub stalls: u64,
     /// Messages on the order subject that were not deliveries.
     pub undecodable: u64,
     pub started: u64,
@@ -218,6 +253,40 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Feed(#[from] FeedError),
+    /// Another process logged in under this engine's name after this one did: the
+    /// newer login fences out the older, which stops at once, killing its tasks.
+    #[error(
+        "engine {engine} is fenced out: another process logged in under its name at log sequence {newer_login}, \
+         after this one's login at {own_login} ({evidence}); this process stops and kills its tasks \
+         (two live engines never share a name: give each its own --name)"
+    )]
+    Fenced {
+        engine: EngineId,
+        newer_login: u64,
+        own_login: u64,
+        evidence: FenceEvidence,
+    },
     #[error("internal error in the engine: {0}")]
     Internal(String),
+}
+
+/// How an engine learned that a newer login took its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceEvidence {
+    /// The newest entry on its login subject, read with a heartbeat.
+    NewestLogin,
+    /// The projector's news of that login, on the order feed.
+    LoggedInDelivery,
+    /// A delivery (this id) folded in the newer login's epoch.
+    Delivery { id: String },
+}
+
+impl std::fmt::Display for FenceEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FenceEvidence::NewestLogin => f.write_str("the newest login on the log"),
+            FenceEvidence::LoggedInDelivery => f.write_str("the projector's news of that login"),
+            FenceEvidence::Delivery { id } => write!(f, "delivery {id}, of the newer login's epoch"),
+        }
+    }
 }

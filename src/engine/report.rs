@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::EngineError;
@@ -119,6 +119,7 @@ pub fn source(engine: &EngineId) -> String {
 
 struct Outgoing {
     envelope: Envelope,
+    /// Sent once, never retried: a heartbeat.
     best_effort: bool,
     stored: Option<oneshot::Sender<Appended>>,
 }
@@ -127,6 +128,8 @@ struct Outgoing {
 #[derive(Clone)]
 pub(crate) struct Outbox {
     tx: mpsc::Sender<Outgoing>,
+    /// When the log last stored a heartbeat.
+    heartbeat_stored: watch::Receiver<Option<tokio::time::Instant>>,
 }
 
 /// The publisher stopped: it failed (the error comes on the failure channel) or panicked.
@@ -160,8 +163,8 @@ impl Outbox {
         answer.await.map_err(|_| PublisherGone)
     }
 
-    /// Queues an event to send once, if there is room. False if it was dropped.
-    pub fn offer(&self, envelope: Envelope) -> bool {
+    /// Queues a heartbeat to send once, if there is room. False if it was dropped.
+    pub fn offer_heartbeat(&self, envelope: Envelope) -> bool {
         self.tx
             .try_send(Outgoing {
                 envelope,
@@ -169,6 +172,12 @@ impl Outbox {
                 stored: None,
             })
             .is_ok()
+    }
+
+    /// When the log last stored a heartbeat of [`Outbox::offer_heartbeat`] (the
+    /// publisher's monotonic clock, just after the append was acknowledged).
+    pub fn heartbeat_stored_at(&self) -> Option<tokio::time::Instant> {
+        *self.heartbeat_stored.borrow()
     }
 }
 
@@ -180,12 +189,16 @@ pub(crate) fn spawn_publisher<L: EventLog + 'static>(
 ) -> (Outbox, oneshot::Receiver<EngineError>, JoinHandle<u64>) {
     let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTBOX_MAX);
     let (failed_tx, failed_rx) = oneshot::channel();
+    let (heartbeat_stored_tx, heartbeat_stored) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut stored_count = 0u64;
         while let Some(outgoing) = rx.recv().await {
             match publish(&log, &retry, &outgoing.envelope, outgoing.best_effort).await {
                 Ok(Some(appended)) => {
                     stored_count += 1;
+                    if outgoing.best_effort {
+                        heartbeat_stored_tx.send_replace(Some(tokio::time::Instant::now()));
+                    }
                     if let Some(stored) = outgoing.stored {
                         let _ = stored.send(appended);
                     }
@@ -200,7 +213,7 @@ pub(crate) fn spawn_publisher<L: EventLog + 'static>(
         }
         stored_count
     });
-    (Outbox { tx }, failed_rx, task)
+    (Outbox { tx, heartbeat_stored }, failed_rx, task)
 }
 
 /// Publishes one envelope. `Ok(None)`: dropped (a best-effort send that failed, or a

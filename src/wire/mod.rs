@@ -37,8 +37,8 @@ pub use convert::{
     envelope_to_proto,
 };
 pub use subject::{
-    KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT, origin_of,
-    subject_for,
+    KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT,
+    engine_login_subject, origin_of, subject_for,
 };
 
 use crate::core::event::{Entry, EntrySeal, Envelope, Origin, Payload};

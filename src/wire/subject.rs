@@ -21,6 +21,12 @@ const KEYS_SUBJECT_PREFIX: &str = "gridfold.ev.keys.";
 /// `gridfold.ev.engine.<engine>.<kind>`: only that engine may publish there.
 const ENGINE_SUBJECT_PREFIX: &str = "gridfold.ev.engine.";
 
+/// Where `engine`'s logins are: the newest entry there is its newest login,
+/// which an engine reads to learn whether a newer process took its name.
+pub fn engine_login_subject(engine: &EngineId) -> String {
+    format!("{ENGINE_SUBJECT_PREFIX}{engine}.login")
+}
+
 /// The subject `event` is published on.
 /// Engine ids hold no `.`, so an engine's id is exactly one subject token.
 pub fn subject_for(event: &Event) -> String {
@@ -29,7 +35,7 @@ pub fn subject_for(event: &Event) -> String {
         Event::JobSubmitted(_) => "gridfold.ev.job.submitted".to_string(),
         Event::JobCancelled { .. } => "gridfold.ev.job.cancelled".to_string(),
         Event::JobPriorityChanged { .. } => "gridfold.ev.job.priority".to_string(),
-        Event::EngineLoggedIn { engine: id, .. } => engine(id, "login"),
+        Event::EngineLoggedIn { engine: id, .. } => engine_login_subject(id),
         Event::EngineLoggedOut { engine: id } => engine(id, "logout"),
         Event::EngineHeartbeat { engine: id, .. } => engine(id, "heartbeat"),
         Event::TaskStarted { engine: id, .. } => engine(id, "started"),

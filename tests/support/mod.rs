@@ -3,3 +3,4 @@
 
 pub mod nats;
 pub mod secure_nats;
+pub mod procs;
