@@ -569,6 +569,23 @@ fn generated_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         "base-history.jsonl".into(),
         BASE_HISTORY.as_bytes().to_vec(),
     ));
+    // The scheduler declares e1 lost and, in the same batch, orders redundant
+    // copies of the tasks e1 held (past their task max time), which the fold
+    // then refuses (NoCopyWanted): the redundancy stage does not skip lost engines.
+    let short_max_time =
+        BASE_HISTORY.replace("\"task_max_time_ms\":3600000", "\"task_max_time_ms\":60000");
+    assert_ne!(short_max_time, BASE_HISTORY);
+    let late_tick = write_history_line(
+        Seq(12),
+        fuzzing::BASE_TIME_MS + 61_000,
+        wire::TICK_SUBJECT,
+        &tick,
+    );
+    seeds.push((
+        "history_file",
+        "known-reschedule-of-a-lost-engines-tasks.jsonl".into(),
+        format!("{short_max_time}{late_tick}\n").into_bytes(),
+    ));
     for path in replay_histories() {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         seeds.push((
