@@ -21,8 +21,8 @@
 //!   same entry, and the final state's snapshot loads back. A file that does
 //!   not parse names a line of the file.
 //! - [`requirements`]: `core::expr::parse`. A parsed expression prints
-//!   (`Display`) to a form that parses to the same expression and prints the
-//!   same; it evaluates on a few engines. A refused one is positioned inside the
+//!   (`Display`) to a form that `expr::parse_printed` (how a snapshot reads a
+//!   category back) parses to the same expression, and that prints the same; it evaluates on a few engines. A refused one is positioned inside the
 //!   source and renders.
 //! - [`job_file`]: the job-file reader (`cli::jobfile::parse_job`). A refused file
 //!   gets a `job.toml:LINE: message` error with LINE a line of the file; an
@@ -40,13 +40,17 @@ use crate::core::expr;
 use crate::core::fold::fold;
 use crate::core::ids::Seq;
 use crate::core::schedule::{InFlight, decide};
+use crate::core::reject::{Rejection, SealProblem};
 use crate::core::state::State;
+use crate::projector::record::recorder_key;
 use crate::wire;
 use crate::wire::history::{parse_history, write_history_line};
 
 /// The subjects [`envelope_then_fold`] publishes on, picked by the first input
-/// byte modulo their number: each publisher class (a client, an operator, the
-/// projector, a ticker, an engine of the history, an engine new to it).
+/// byte modulo their number: each publisher class (a client, the projector, a
+/// ticker, an engine of the history, an engine new to it, an operator
+/// registering projector keys). A client's events may come on any client
+/// subject: the fold goes by the publisher class, not the subject's last words.
 pub const SUBJECTS: [&str; 8] = [
     "gridfold.ev.job.submitted",
     "gridfold.ev.policy",
@@ -55,7 +59,7 @@ pub const SUBJECTS: [&str; 8] = [
     "gridfold.ev.engine.e1.report",
     "gridfold.ev.engine.e2.report",
     "gridfold.ev.engine.e3.report",
-    "gridfold.ev.library.published",
+    "gridfold.ev.keys.registered",
 ];
 
 /// The log time of [`BASE_HISTORY`]'s first entry.
@@ -73,18 +77,22 @@ pub const TIME_STEP_MS: u64 = 60_000;
 /// task dependency, a task max time of an hour, past the last time step) and
 /// job `k` (a task list that depends on `j` and roots on the
 /// library), a batch dispatching three tasks, one of them started, one failed.
+/// Its first entry registers the replay recorder's key
+/// ([`recorder_key`]), which seals the batch, as in a recorded history;
+/// [`schedule_and_fold_back`] seals with it too.
 pub const BASE_HISTORY: &str = r#"# The fixed history of the envelope_then_fold fuzz target (src/fuzzing.rs).
-{"seq":1,"time_ms":1700000000000,"subject":"gridfold.ev.policy","envelope":{"event":{"policy_set":{"algorithm":"sge-plain","engine_timeout_ms":30000,"dispatch_timeout_ms":60000,"load_formula":{"slots_weight":1,"load_weight":0},"dispatches_per_run_max":4096,"seed":7,"engine_tiers":["type=blade"],"greylist_affinity":5,"redundancy":{"strategy_effective_percent":50,"poll_period_ms":1000,"percent_completed_strategy":true,"remaining_task_percent":10,"average_strategy":true,"average_limit_milli":2000,"std_dev_strategy":true,"std_dev_limit_milli":3000,"reschedule_first":false,"copies_per_task_max":2}}}}}
-{"seq":2,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e1.login","envelope":{"event":{"engine_logged_in":{"engine":"e1","slots":2,"props":{"os":"linux","arch":"x86_64","cores":4,"memory_mb":16384,"disk_mb":100000,"mflops":2000,"site":"lyon","custom":{"type":"blade","has_gpu":"yes"}}}}}}
-{"seq":3,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e2.login","envelope":{"event":{"engine_logged_in":{"engine":"e2","slots":1,"props":{"os":"linux","arch":"x86_64","cores":2,"memory_mb":8192,"disk_mb":50000,"mflops":1000,"site":"bern","custom":{}}}}}}
-{"seq":4,"time_ms":1700000000000,"subject":"gridfold.ev.library.published","envelope":{"event":{"library_published":{"library":{"name":"render-lib","version":"2.1"},"size_bytes":4096,"digest_hex":"7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f"}}}}
-{"seq":5,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"j","owner":"alice","project":"physics","queue":"default","priority":0,"requirements":"os == \"linux\"","max_attempts":2,"wall_time_limit_ms":600000,"slots_per_task":1,"template":{"argv":["simulate","--event={index}"],"params":{}},"options":{"affinity":[{"when":"site == \"lyon\"","weight":3}],"engine_blacklisting":true,"failures_before_blacklist":1,"engine_greylisting":true,"redundant_rescheduling":true,"task_max_time_ms":3600000},"task_conditions":{"1":{"discriminator":"site == \"bern\""},"2":{"queue_jump":true},"3":{"task_affinity":[0],"depends_on":[{"job":"j","index":0}]}},"tasks":{"count":4}}}}}
-{"seq":6,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"k","owner":"bob","project":"film","queue":"default","priority":5,"requirements":"","max_attempts":3,"wall_time_limit_ms":0,"slots_per_task":1,"template":{"argv":["render","{scene}"],"params":{}},"options":{"root_library":{"name":"render-lib","version":"2.1"},"depends_on_jobs":["j"],"fail_on_dependency_failure":true},"tasks":{"list":[{"scene":"intro"},{"scene":"outro"}]}}}}}
-{"seq":7,"time_ms":1700000000100,"subject":"gridfold.ev.orders","envelope":{"source":"gridfold-projector","event":{"order_batch":{"based_on_seq":6,"algorithm":"sge-plain","algorithm_version":2,"orders":[{"dispatch":{"task":{"job":"j","index":2},"attempt":1,"engine":"e1"}},{"dispatch":{"task":{"job":"j","index":1},"attempt":1,"engine":"e2"}},{"dispatch":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1"}}]}}}}
-{"seq":8,"time_ms":1700000000200,"subject":"gridfold.ev.engine.e1.started","envelope":{"event":{"task_started":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1"}}}}
-{"seq":9,"time_ms":1700000000300,"subject":"gridfold.ev.engine.e1.library_synced","envelope":{"event":{"library_synced":{"engine":"e1","library":{"name":"render-lib","version":"2.1"}}}}}
-{"seq":10,"time_ms":1700000000400,"subject":"gridfold.ev.engine.e2.failed","envelope":{"event":{"task_failed":{"task":{"job":"j","index":1},"attempt":1,"engine":"e2","exit_code":3,"kind":"NON_ZERO_EXIT","error_tail":"segfault in stage 2"}}}}
-{"seq":11,"time_ms":1700000000500,"subject":"gridfold.ev.tick","envelope":{"event":{"tick":{}}}}
+{"seq":1,"time_ms":1700000000000,"subject":"gridfold.ev.keys.registered","envelope":{"source":"operator","event":{"projector_key_registered":{"key":{"base64":"2JHnGg3PADzt0n3DQONiDMZyHf+sUm3pqOQ3PmSCY70="},"name":"replay recorder"}}}}
+{"seq":2,"time_ms":1700000000000,"subject":"gridfold.ev.policy","envelope":{"event":{"policy_set":{"algorithm":"sge-plain","engine_timeout_ms":30000,"dispatch_timeout_ms":60000,"load_formula":{"slots_weight":1,"load_weight":0},"dispatches_per_run_max":4096,"seed":7,"engine_tiers":["type=blade"],"greylist_affinity":5,"redundancy":{"strategy_effective_percent":50,"poll_period_ms":1000,"percent_completed_strategy":true,"remaining_task_percent":10,"average_strategy":true,"average_limit_milli":2000,"std_dev_strategy":true,"std_dev_limit_milli":3000,"reschedule_first":false,"copies_per_task_max":2}}}}}
+{"seq":3,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e1.login","envelope":{"event":{"engine_logged_in":{"engine":"e1","slots":2,"props":{"os":"linux","arch":"x86_64","cores":4,"memory_mb":16384,"disk_mb":100000,"mflops":2000,"site":"lyon","custom":{"type":"blade","has_gpu":"yes"}}}}}}
+{"seq":4,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e2.login","envelope":{"event":{"engine_logged_in":{"engine":"e2","slots":1,"props":{"os":"linux","arch":"x86_64","cores":2,"memory_mb":8192,"disk_mb":50000,"mflops":1000,"site":"bern","custom":{}}}}}}
+{"seq":5,"time_ms":1700000000000,"subject":"gridfold.ev.library.published","envelope":{"event":{"library_published":{"library":{"name":"render-lib","version":"2.1"},"size_bytes":4096,"digest_hex":"7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f"}}}}
+{"seq":6,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"j","owner":"alice","project":"physics","queue":"default","priority":0,"requirements":"os == \"linux\"","max_attempts":2,"wall_time_limit_ms":600000,"slots_per_task":1,"template":{"argv":["simulate","--event={index}"],"params":{}},"options":{"affinity":[{"when":"site == \"lyon\"","weight":3}],"engine_blacklisting":true,"failures_before_blacklist":1,"engine_greylisting":true,"redundant_rescheduling":true,"task_max_time_ms":3600000},"task_conditions":{"1":{"discriminator":"site == \"bern\""},"2":{"queue_jump":true},"3":{"task_affinity":[0],"depends_on":[{"job":"j","index":0}]}},"tasks":{"count":4}}}}}
+{"seq":7,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"k","owner":"bob","project":"film","queue":"default","priority":5,"requirements":"","max_attempts":3,"wall_time_limit_ms":0,"slots_per_task":1,"template":{"argv":["render","{scene}"],"params":{}},"options":{"root_library":{"name":"render-lib","version":"2.1"},"depends_on_jobs":["j"],"fail_on_dependency_failure":true},"tasks":{"list":[{"scene":"intro"},{"scene":"outro"}]}}}}}
+{"seq":8,"time_ms":1700000000100,"subject":"gridfold.ev.orders","envelope":{"id":"19691f6e-df76-841e-9424-c41e955154fb","source":"gridfold-projector","seal":{"signer":{"base64":"2JHnGg3PADzt0n3DQONiDMZyHf+sUm3pqOQ3PmSCY70="},"signature":{"base64":"afNYKfLXlxhJv9wIL+s4pkuS4h+wO9+cR8IQVYw9UuoT0dvty6EbxT7V2V8fO7m/zVE+x/EtDeBeNYkqE3byAQ=="}},"event":{"order_batch":{"based_on_seq":7,"algorithm":"sge-plain","algorithm_version":3,"orders":[{"dispatch":{"task":{"job":"j","index":2},"attempt":1,"engine":"e1","epoch":3}},{"dispatch":{"task":{"job":"j","index":1},"attempt":1,"engine":"e2","epoch":4}},{"dispatch":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1","epoch":3}}]}}}}
+{"seq":9,"time_ms":1700000000200,"subject":"gridfold.ev.engine.e1.started","envelope":{"event":{"task_started":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1"}}}}
+{"seq":10,"time_ms":1700000000300,"subject":"gridfold.ev.engine.e1.library_synced","envelope":{"event":{"library_synced":{"engine":"e1","library":{"name":"render-lib","version":"2.1"}}}}}
+{"seq":11,"time_ms":1700000000400,"subject":"gridfold.ev.engine.e2.failed","envelope":{"event":{"task_failed":{"task":{"job":"j","index":1},"attempt":1,"engine":"e2","exit_code":3,"kind":"NON_ZERO_EXIT","error_tail":"segfault in stage 2"}}}}
+{"seq":12,"time_ms":1700000000500,"subject":"gridfold.ev.tick","envelope":{"event":{"tick":{}}}}
 "#;
 
 /// The entries of [`BASE_HISTORY`].
@@ -170,8 +178,8 @@ pub fn history_file(data: &[u8]) {
         );
         let again = read_back[0].to_entry();
         assert_eq!(
-            (again.seq, again.time_ms, &again.origin, &again.canonical),
-            (entry.seq, entry.time_ms, &entry.origin, &entry.canonical),
+            (again.seq, again.time_ms, &again.origin, &again.subject, &again.stored, &again.seal),
+            (entry.seq, entry.time_ms, &entry.origin, &entry.subject, &entry.stored, &entry.seal),
             "line {}, exported and read back, is another entry: {exported}",
             line.line
         );
@@ -189,7 +197,7 @@ pub fn requirements(data: &[u8]) {
     match expr::parse(source) {
         Ok(parsed) => {
             let printed = parsed.to_string();
-            let again = expr::parse(&printed).unwrap_or_else(|error| {
+            let again = expr::parse_printed(&printed).unwrap_or_else(|error| {
                 panic!(
                     "the printed form of a parsed expression does not parse: {error}\nsource:  {source:?}\nprinted: {printed:?}"
                 )
@@ -285,14 +293,26 @@ fn schedule_and_fold_back(state: &mut State) {
         Seq(state.last_seq.0 + 1),
         state.now_ms,
         wire::ORDERS_SUBJECT,
-        &wire::encode(&envelope),
+        &recorder_key().seal(&envelope),
     );
     assert!(
         matches!((&entry.origin, &entry.payload), (Origin::Projector, Payload::Event(read)) if *read == envelope),
         "an order batch does not survive the wire"
     );
+    let registered = state.projector_keys.contains_key(&recorder_key().public());
     let rejections = fold(state, &entry);
     state.check_invariants();
+    if !registered {
+        // An operator revoked the key: the batch is a forgery now, refused whole.
+        assert!(
+            matches!(
+                rejections.as_slice(),
+                [Rejection::BadSeal { problem: SealProblem::UnregisteredKey, .. }]
+            ),
+            "a batch sealed by a revoked key is not refused as such: {rejections:?}"
+        );
+        return;
+    }
     assert!(
         rejections.is_empty(),
         "the scheduler's own orders, folded straight back, are rejected: {rejections:?}"

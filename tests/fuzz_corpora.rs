@@ -22,6 +22,7 @@ use gridfold::core::expr;
 use gridfold::core::ids::{EngineId, JobId, Seq, TaskRef};
 use gridfold::core::testkit::job_spec;
 use gridfold::fuzzing::{self, BASE_HISTORY, envelope_input};
+use gridfold::projector::record::recorder_key;
 use gridfold::wire;
 use gridfold::wire::history::{parse_history, write_history_line};
 
@@ -228,6 +229,7 @@ const TICKER: usize = 3;
 const ENGINE_E1: usize = 4;
 const ENGINE_E2: usize = 5;
 const ENGINE_E3: usize = 6;
+const OPERATOR: usize = 7;
 
 /// The known log messages: (file stem, subject index, event). Each becomes an
 /// `envelope_then_fold` input and a `history_file` input (the base history and
@@ -236,13 +238,14 @@ fn known_messages() -> Vec<(&'static str, usize, Event)> {
     let mut max_attempts = job_spec("many-attempts", 1, "");
     max_attempts.max_attempts = 70_000;
     let orders = OrderBatch {
-        based_on_seq: Seq(11),
+        based_on_seq: Seq(12),
         algorithm: "sge-plain".into(),
-        algorithm_version: 2,
+        algorithm_version: 3,
         orders: vec![Order::Dispatch {
             task: task("j", 3),
             attempt: 1,
             engine: engine("e2"),
+            epoch: 4,
         }],
     };
     vec![
@@ -273,7 +276,31 @@ fn known_messages() -> Vec<(&'static str, usize, Event)> {
         (
             "known-order-batch-on-engine-subject",
             ENGINE_E2,
-            Event::OrderBatch(orders),
+            Event::OrderBatch(orders.clone()),
+        ),
+        // On the projector's subject but not sealed: a forgery, refused whole.
+        (
+            "known-order-batch-forged-unsealed",
+            PROJECTOR,
+            Event::OrderBatch(orders.clone()),
+        ),
+        // Sealed by the registered key: the dispatch applies.
+        ("known-order-batch-sealed", PROJECTOR, Event::OrderBatch(orders)),
+        // An operator revokes the only registered key, then registers another.
+        (
+            "known-projector-key-revoked",
+            OPERATOR,
+            Event::ProjectorKeyRevoked {
+                key: recorder_key().public(),
+            },
+        ),
+        (
+            "known-projector-key-registered",
+            OPERATOR,
+            Event::ProjectorKeyRegistered {
+                key: [0x42; 32],
+                name: "standby".into(),
+            },
         ),
         // Accepted by the fold, but the category keeps the printed form, which is
         // past the parser's limits: the state's snapshot no longer loads.
@@ -448,9 +475,9 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
             "base-orders-requeue",
             PROJECTOR,
             Event::OrderBatch(OrderBatch {
-                based_on_seq: Seq(11),
+                based_on_seq: Seq(12),
                 algorithm: "sge-plain".into(),
-                algorithm_version: 2,
+                algorithm_version: 3,
                 orders: vec![Order::Requeue {
                     task: task("j", 2),
                     attempt: 1,
@@ -475,6 +502,7 @@ fn replay_messages() -> Vec<(String, Vec<u8>)> {
                 Origin::Client => CLIENT,
                 Origin::Projector => PROJECTOR,
                 Origin::Ticker => TICKER,
+                Origin::Operator => OPERATOR,
                 Origin::Engine(id) if id.as_str() == "e2" => ENGINE_E2,
                 Origin::Engine(_) => ENGINE_E1,
             };
@@ -535,14 +563,20 @@ fn job_file_with(extra: &str) -> String {
 fn generated_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut seeds = Vec::new();
     for (stem, subject_idx, event) in known_messages().into_iter().chain(base_messages()) {
-        let message = wire::encode(&envelope(event));
+        // The projector's batches sealed by the base history's registered key, so
+        // the fold goes past the seal; the `forged` ones are the exceptions.
+        let message = if subject_idx == PROJECTOR && !stem.contains("forged") {
+            recorder_key().seal(&envelope(event))
+        } else {
+            wire::encode(&envelope(event))
+        };
         seeds.push((
             "envelope_then_fold",
             stem.to_string(),
             envelope_input(subject_idx, 0, &message),
         ));
         let subject = fuzzing::SUBJECTS[subject_idx];
-        let line = write_history_line(Seq(12), fuzzing::BASE_TIME_MS + 1_000, subject, &message);
+        let line = write_history_line(Seq(13), fuzzing::BASE_TIME_MS + 1_000, subject, &message);
         seeds.push((
             "history_file",
             format!("{stem}.jsonl"),
@@ -576,7 +610,7 @@ fn generated_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         BASE_HISTORY.replace("\"task_max_time_ms\":3600000", "\"task_max_time_ms\":60000");
     assert_ne!(short_max_time, BASE_HISTORY);
     let late_tick = write_history_line(
-        Seq(12),
+        Seq(13),
         fuzzing::BASE_TIME_MS + 61_000,
         wire::TICK_SUBJECT,
         &tick,

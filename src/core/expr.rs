@@ -89,7 +89,14 @@
 //! leave no trace, values are on the right of comparisons and flags are custom
 //! properties only. `Display` prints it with symbols (`&&`, `||`, `!`), minimal
 //! parentheses, and parentheses around a negated comparison (`!(gpus > 0)`), and
-//! `parse(&expr.to_string()) == Ok(expr)` for every parsed `expr`.
+//! `parse_printed(&expr.to_string()) == Ok(expr)` for every parsed `expr`.
+//!
+//! The printed form is what the state keeps (a category's key) and reads back
+//! from a snapshot, and it may be longer and deeper than the source it came
+//! from (`a>1` prints `a > 1`, `!a>1` prints `!(a > 1)`): so [`parse_printed`]
+//! allows [`PRINTED_BYTES_MAX`] bytes and [`PRINTED_DEPTH_MAX`] levels, and
+//! [`parse`] refuses an expression whose printed form would not read back, so a
+//! snapshot never holds an expression it cannot load.
 //!
 //! Like the rest of `core` this module does no IO and reads no clock.
 //! Evaluation only borrows: it allocates nothing, walks at most [`NODES_MAX`]
@@ -106,6 +113,25 @@ pub const SOURCE_BYTES_MAX: usize = 4096;
 pub const DEPTH_MAX: usize = 64;
 /// Most nodes in one expression: conditions, `!`, `&&`/`||` chains and list values.
 pub const NODES_MAX: usize = 256;
+/// Longest printed form [`parse_printed`] reads. Printing at most doubles a
+/// source (spaces around operators and after list commas, parentheses around a
+/// negated comparison); four times leaves room, and [`parse`] checks it anyway.
+pub const PRINTED_BYTES_MAX: usize = 4 * SOURCE_BYTES_MAX;
+/// Deepest printed form [`parse_printed`] reads: printing adds at most one `(`
+/// per `!`, so at most doubles the depth.
+pub const PRINTED_DEPTH_MAX: usize = 2 * DEPTH_MAX;
+
+/// The bounds one parse is held to.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    bytes: usize,
+    depth: usize,
+}
+
+impl Limits {
+    const SOURCE: Limits = Limits { bytes: SOURCE_BYTES_MAX, depth: DEPTH_MAX };
+    const PRINTED: Limits = Limits { bytes: PRINTED_BYTES_MAX, depth: PRINTED_DEPTH_MAX };
+}
 
 /// A parsed expression. Trees returned by [`parse`] are canonical (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,17 +208,38 @@ pub struct ExprError {
 }
 
 /// Parses an expression. Empty or blank source means any engine: `Expr::Bool(true)`.
+///
+/// An expression within the limits whose printed form [`parse_printed`] would
+/// refuse is refused too (it cannot happen with today's printer; the check
+/// keeps it so whatever the printer becomes).
 pub fn parse(source: &str) -> Result<Expr, ExprError> {
-    if source.len() > SOURCE_BYTES_MAX {
+    let expr = parse_within(source, Limits::SOURCE)?;
+    let printed = expr.to_string();
+    match parse_within(&printed, Limits::PRINTED) {
+        Ok(again) if again == expr => Ok(expr),
+        Ok(_) => Err(ExprError::new(0, "its printed form reads back as another expression")),
+        Err(error) => Err(ExprError::new(0, format!("its printed form does not read back: {}", error.message))),
+    }
+}
+
+/// Parses the printed form of an expression [`parse`] accepted (a category's
+/// key, read back from a snapshot), under the printed-form limits.
+pub fn parse_printed(printed: &str) -> Result<Expr, ExprError> {
+    parse_within(printed, Limits::PRINTED)
+}
+
+fn parse_within(source: &str, limits: Limits) -> Result<Expr, ExprError> {
+    if source.len() > limits.bytes {
         return Err(ExprError::new(
-            SOURCE_BYTES_MAX,
+            limits.bytes,
             format!(
-                "the expression is {} bytes long; at most {SOURCE_BYTES_MAX} are allowed",
-                source.len()
+                "the expression is {} bytes long; at most {} are allowed",
+                source.len(),
+                limits.bytes
             ),
         ));
     }
-    let mut parser = Parser::new(source)?;
+    let mut parser = Parser::new(source, limits.depth)?;
     let expr = if parser.peeked.tok == Tok::Eof {
         parser.add_node(0)?;
         Expr::Bool(true)
@@ -855,17 +902,19 @@ struct Parser<'s> {
     lexer: Lexer<'s>,
     peeked: Token,
     depth: usize,
+    depth_max: usize,
     nodes: usize,
 }
 
 impl<'s> Parser<'s> {
-    fn new(source: &'s str) -> Result<Self, ExprError> {
+    fn new(source: &'s str, depth_max: usize) -> Result<Self, ExprError> {
         let mut lexer = Lexer { source, pos: 0 };
         let peeked = lexer.next_token()?;
         Ok(Parser {
             lexer,
             peeked,
             depth: 0,
+            depth_max,
             nodes: 0,
         })
     }
@@ -915,10 +964,10 @@ impl<'s> Parser<'s> {
 
     fn enter(&mut self, at: usize) -> Result<(), ExprError> {
         self.depth += 1;
-        if self.depth > DEPTH_MAX {
+        if self.depth > self.depth_max {
             return Err(ExprError::new(
                 at,
-                format!("nested too deeply: at most {DEPTH_MAX} levels of `(` and `!`"),
+                format!("nested too deeply: at most {} levels of `(` and `!`", self.depth_max),
             ));
         }
         Ok(())
@@ -2024,6 +2073,24 @@ mod tests {
         prop::collection::vec(fragment, 0..24).prop_map(|fragments| fragments.concat())
     }
 
+    /// Found by fuzzing: a category keeps its expression's printed form, which a
+    /// snapshot reads back; at the source limits that form is longer or deeper.
+    #[test]
+    fn the_printed_form_of_an_expression_at_the_limits_reads_back() {
+        let deepest = format!("{}a > 0", "!".repeat(DEPTH_MAX));
+        let longest = vec!["aaaaaaaaaaaa>1"; 255].join("||");
+        assert!(longest.len() <= SOURCE_BYTES_MAX);
+        for source in [deepest, longest] {
+            let expr = parse(&source).unwrap();
+            let printed = expr.to_string();
+            assert!(
+                printed.len() > SOURCE_BYTES_MAX || parse(&printed).is_err(),
+                "the case is at the limit: {printed}"
+            );
+            assert_eq!(parse_printed(&printed), Ok(expr));
+        }
+    }
+
     proptest! {
         #[test]
         fn canonical_form_round_trips(expr in arb_expr()) {
@@ -2043,7 +2110,7 @@ mod tests {
             match parse(&source) {
                 Ok(expr) => {
                     prop_assert!(expr.is_canonical());
-                    prop_assert_eq!(parse(&expr.to_string()), Ok(expr));
+                    prop_assert_eq!(parse_printed(&expr.to_string()), Ok(expr));
                 }
                 Err(error) => {
                     prop_assert!(error.position <= source.len());

@@ -67,7 +67,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
     dependencies::fail_dependents(state, in_flight, &mut orders);
     blacklist::blacklist_failing_engines(state, in_flight, &mut orders);
-    redundancy::reschedule_long_tasks(state, in_flight, &mut orders);
+    redundancy::reschedule_long_tasks(state, in_flight, &lost, &mut orders);
     libraries::sync_missing_libraries(state, in_flight, &lost, &mut orders);
     dispatch::fill_free_slots(state, in_flight, &lost, &mut orders);
     lifecycle::unschedulable(state, in_flight, &mut orders);

@@ -26,9 +26,12 @@
 //!
 //! Cost: each run walks the live attempts of each job that reschedules.
 
+use std::collections::BTreeSet;
+
 use super::{InFlight, Orders};
 use crate::core::event::{Order, RescheduleReason};
-use crate::core::state::{Job, State, TaskKey};
+use crate::core::ids::{Attempt, JobId, TaskRef};
+use crate::core::state::{EngineIdx, Job, LiveAttempt, State, TaskKey};
 
 /// Most Reschedule orders in one run.
 pub const RESCHEDULES_PER_RUN_MAX: usize = 1_024;
@@ -70,15 +73,30 @@ pub fn poll_instant(state: &State) -> u64 {
     state.now_ms - state.now_ms % period
 }
 
-pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+/// `lost`: the engines this run declares lost. Their attempts, and the attempts
+/// earlier stages of this run requeue, end when the batch is folded, before any
+/// `Reschedule` of it: a task left with none is pending again and wants no copy,
+/// and a job or task failed by a dependency wants none either (the fold would
+/// refuse them all as `no-copy-wanted`).
+pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let copies_max = state.policy.redundancy.copies_per_task_max;
     let poll_ms = poll_instant(state);
+    let ending = EndingInBatch::of(orders.as_slice());
     let mut n_ordered = 0;
     for j in state.redundancy_jobs() {
         let job = state.job(j);
+        if ending.failed_jobs.contains(&job.id) {
+            continue;
+        }
         let limits = limits(state, job);
         let Some(&(_, shortest)) = limits.iter().min_by_key(|(_, limit)| *limit) else { continue };
-        for (key, newest_dispatch_ms, n_live) in live_tasks_of(state, j) {
+        let stays = |key: TaskKey, live: &LiveAttempt| {
+            !lost.contains(&live.engine) && !ending.requeued(state, key, live.attempt)
+        };
+        for (key, newest_dispatch_ms, n_live) in live_tasks_of(state, j, stays) {
+            if n_live == 0 || ending.failed_tasks.contains(&(job.id.clone(), key.index)) {
+                continue;
+            }
             if n_ordered == RESCHEDULES_PER_RUN_MAX {
                 return;
             }
@@ -103,17 +121,56 @@ pub fn reschedule_long_tasks(state: &State, in_flight: &InFlight, orders: &mut O
     }
 }
 
-/// Each task of the job with live attempts: (task, newest dispatch time, live attempts), in task order.
-fn live_tasks_of(state: &State, j: crate::core::state::JobIdx) -> Vec<(TaskKey, u64, u32)> {
+/// Each task of the job with live attempts: (task, newest dispatch time, live
+/// attempts that `stays`), in task order. The newest dispatch is over every copy.
+fn live_tasks_of(
+    state: &State,
+    j: crate::core::state::JobIdx,
+    stays: impl Fn(TaskKey, &LiveAttempt) -> bool,
+) -> Vec<(TaskKey, u64, u32)> {
     let mut tasks: Vec<(TaskKey, u64, u32)> = Vec::new();
     for (key, live) in state.live_attempts_of_job_sorted(j) {
+        let staying = u32::from(stays(key, &live));
         match tasks.last_mut() {
             Some((last, newest, n)) if *last == key => {
                 *newest = (*newest).max(live.dispatched_ms);
-                *n += 1;
+                *n += staying;
             }
-            _ => tasks.push((key, live.dispatched_ms, 1)),
+            _ => tasks.push((key, live.dispatched_ms, staying)),
         }
     }
     tasks
+}
+
+/// What the orders already in the batch end, when folded before the stage's own.
+#[derive(Default)]
+struct EndingInBatch {
+    requeued: BTreeSet<(TaskRef, Attempt)>,
+    failed_jobs: BTreeSet<JobId>,
+    failed_tasks: BTreeSet<(JobId, u32)>,
+}
+
+impl EndingInBatch {
+    fn of(orders: &[Order]) -> Self {
+        let mut ending = EndingInBatch::default();
+        for order in orders {
+            match order {
+                Order::Requeue { task, attempt, .. } => {
+                    ending.requeued.insert((task.clone(), *attempt));
+                }
+                Order::FailDependent { job, task: None, .. } => {
+                    ending.failed_jobs.insert(job.clone());
+                }
+                Order::FailDependent { job, task: Some(index), .. } => {
+                    ending.failed_tasks.insert((job.clone(), *index));
+                }
+                _ => {}
+            }
+        }
+        ending
+    }
+
+    fn requeued(&self, state: &State, key: TaskKey, attempt: Attempt) -> bool {
+        !self.requeued.is_empty() && self.requeued.contains(&(state.task_ref(key), attempt))
+    }
 }

@@ -1111,7 +1111,7 @@ impl State {
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let mut state: State = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
         for category in &mut state.categories {
-            let expr = super::expr::parse(&category.requirements).map_err(|e| {
+            let expr = super::expr::parse_printed(&category.requirements).map_err(|e| {
                 SnapshotError::Decode(format!("category {:?}: {e}", category.requirements))
             })?;
             category.expr = Some(expr);
