@@ -12,7 +12,7 @@ use clap::Args;
 use crate::log::jetstream::LogConfig;
 use crate::projector::key::ProjectorKey;
 use crate::projector::service::{
-    JetStreamOrderSink, KvLease, KvLeaseConfig, Projector, ProjectorConfig, projector_id,
+    JetStreamOrderSink, KvLease, KvLeaseConfig, Projector, ProjectorConfig, ProjectorIdClaim,
     spawn_query_responder,
 };
 
@@ -84,14 +84,15 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     let sink = JetStreamOrderSink::connect(&log)
         .await
         .context("opening the orders stream")?;
-    let holder = projector_id(&args.state)
-        .with_context(|| format!("reading the projector id in {}", args.state.display()))?;
+    // Held until the process ends: proof that a lease left under this id is a dead run's.
+    let claim = ProjectorIdClaim::claim(&args.state).context("claiming the state directory")?;
+    let holder = claim.id().to_string();
     let lease_config = KvLeaseConfig {
         ttl: Duration::from_secs(args.lease_secs),
         replicas: args.replicas as usize,
         ..KvLeaseConfig::default()
     };
-    let lease = KvLease::open(log.context(), log.url(), lease_config, holder.clone()).await?;
+    let lease = KvLease::open_claimed(log.context(), log.url(), lease_config, claim).await?;
     let config = ProjectorConfig {
         schedule_every_entries: args.schedule_every,
         snapshot_every_entries: args.snapshot_every,

@@ -74,8 +74,9 @@
 //! # The state directory
 //!
 //! [`ProjectorConfig::state_dir`] belongs to one projector: `projector-id` (its name
-//! as lease holder, see [`lease::projector_id`]), `snapshots/` (sled, locked while the
-//! projector runs) and, with the embedded sink, `orders/` (the delivery log engines
+//! as lease holder, see [`lease::projector_id`]), `projector.lock` (locked while
+//! `gridfold projector` runs, see [`lease::ProjectorIdClaim`]), `snapshots/` (sled,
+//! locked while the projector runs) and, with the embedded sink, `orders/` (the delivery log engines
 //! read, see [`sink`]). Two projectors need two directories.
 //!
 //! # What it does not do
@@ -106,7 +107,10 @@ pub use handle::{
     ProjectorGone, ProjectorHandle, ProjectorStatus, QUERIES_QUEUED_MAX, Query, StartPoint,
     spawn_query_responder,
 };
-pub use lease::{KvLease, KvLeaseConfig, Lease, LeaseError, SoleWriter, projector_id};
+pub use lease::{
+    ClaimError, KvLease, KvLeaseConfig, Lease, LeaseError, ProjectorIdClaim, SoleWriter,
+    projector_id,
+};
 pub use sink::{EmbeddedOrderSink, JetStreamOrderSink, OrderSink};
 pub use snapshot::{EncodedDelivery, EntryFingerprint, Loaded, SnapshotStore, SnapshotStoreError};
 

@@ -2,5 +2,6 @@
 #![allow(dead_code)]
 
 pub mod nats;
-pub mod secure_nats;
+pub mod process;
 pub mod procs;
+pub mod secure_nats;
