@@ -85,10 +85,19 @@ struct Candidate {
 /// building queues when a run has a slot or two to fill, the common case).
 const SCAN_CANDIDATES_MAX: usize = 16;
 
-/// Most waiting tasks one job may pass over in a run (tasks whose dependencies
+/// Most waiting tasks one job may pass over in a walk (tasks whose dependencies
 /// have not ended, or that no free engine may take), so a job of a million held
-/// tasks costs a bounded walk; the rest are looked at in later runs.
+/// tasks costs a bounded walk. A job walks twice at most per run: in queue
+/// order from its front, then, if that walk was cut short, over its fresh tasks
+/// beyond it from a point that moves with the log ([`resume_point`]), so tasks
+/// behind any number of held ones are reached in some run, not never.
 pub const PASSED_OVER_PER_JOB_MAX: u32 = 10_000;
+
+/// Where a job's second walk starts among its fresh tasks: drawn from the
+/// policy's seed and the sequence the run is based on, so replay agrees.
+fn resume_point(state: &State, j: JobIdx) -> u64 {
+    crate::core::rng::SplitMix64::for_sequence(state.policy.seed ^ u64::from(j.0), state.last_seq.0).next_u64()
+}
 
 /// (tier, negated score, load index, position in `Candidates::by_id`): the rank
 /// of a candidate, least first; the position stands for the engine id.
@@ -293,7 +302,21 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
         let job_has_exclusions = !job.blacklist.is_empty() || !job.copies_waiting_is_empty();
         let scored_job = job.has_scores();
         let mut n_passed_over = 0;
-        for index in job.waiting_tasks() {
+        // The first walk, and the fresh task of highest index it saw (the
+        // second walk starts past it, so no task is looked at twice).
+        let cut_short = std::cell::Cell::new(false);
+        let first_walk_fresh_max = std::cell::Cell::new(None::<u32>);
+        let first_walk = job.waiting_tasks().take_while(|_| !cut_short.get()).inspect(|&index| {
+            let task = &job.tasks[index as usize];
+            if task.attempts == 0 && !task.is_queue_jump() {
+                first_walk_fresh_max.set(Some(first_walk_fresh_max.get().map_or(index, |max| max.max(index))));
+            }
+        });
+        let second_walk = std::iter::once(()).filter(|_| cut_short.get()).flat_map(|()| {
+            let from = first_walk_fresh_max.get().map_or(job.fresh_next, |max| max + 1);
+            job.fresh_waiting_rotated(from, resume_point(state, j))
+        });
+        for index in first_walk.chain(second_walk) {
             let key = TaskKey { job: j, index };
             if in_flight.is_dispatched(key) {
                 continue;
@@ -308,7 +331,10 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
             if held || exhausted[c.0 as usize] {
                 n_passed_over += 1;
                 if n_passed_over == PASSED_OVER_PER_JOB_MAX {
-                    break;
+                    if cut_short.replace(true) {
+                        break;
+                    }
+                    n_passed_over = 0;
                 }
                 continue;
             }
@@ -349,7 +375,10 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
                 }
                 n_passed_over += 1;
                 if n_passed_over == PASSED_OVER_PER_JOB_MAX {
-                    break;
+                    if cut_short.replace(true) {
+                        break;
+                    }
+                    n_passed_over = 0;
                 }
                 continue;
             };

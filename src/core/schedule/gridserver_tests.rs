@@ -708,3 +708,42 @@ fn a_retry_goes_back_when_the_only_other_engine_is_blacklisted() {
         dispatch picky/0 #2 -> a-once
     "#]]);
 }
+
+/// A job walks at most `PASSED_OVER_PER_JOB_MAX` held tasks from its front; the
+/// runnable ones behind 19,000 held tasks are reached by its second walk.
+#[test]
+fn runnable_tasks_behind_19000_held_ones_are_dispatched_in_the_first_run() {
+    use crate::core::schedule::dispatch::PASSED_OVER_PER_JOB_MAX;
+    const HELD: u32 = 19_000;
+    const { assert!(HELD > PASSED_OVER_PER_JOB_MAX && HELD < 2 * PASSED_OVER_PER_JOB_MAX) };
+    let mut log = LogBuilder::new();
+    log.login("e1", 4, linux_props("lyon", 8192));
+    // Never runs: nothing has a GPU. Every held task waits for it.
+    log.submit(job_spec("gate", 1, "has_gpu"));
+    let mut deep = job_spec("deep", HELD + 8, "");
+    deep.task_conditions = (0..HELD)
+        .map(|index| (index, TaskConditions { depends_on: vec![task("gate", 0)], ..Default::default() }))
+        .collect();
+    log.submit(deep);
+    let mut state = State::new();
+    let orders = decide_once(&mut log, &mut state);
+    let dispatched: Vec<&str> = orders.lines().filter(|line| line.starts_with("dispatch deep/")).collect();
+    assert_eq!(dispatched.len(), 4, "every free slot gets a runnable task:\n{orders}");
+    for line in &dispatched {
+        let index: u32 = line["dispatch deep/".len()..].split(' ').next().unwrap().parse().unwrap();
+        assert!(index >= HELD, "only runnable tasks are dispatched: {line}");
+    }
+    // The slots freed, the next run dispatches the rest, none twice.
+    let mut seen: std::collections::BTreeSet<String> = dispatched.iter().map(|line| line.to_string()).collect();
+    for line in &dispatched {
+        let task_index: u32 = line["dispatch deep/".len()..].split(' ').next().unwrap().parse().unwrap();
+        log.started("deep", task_index, 1, "e1");
+        log.completed("deep", task_index, 1, "e1");
+    }
+    let orders = decide_once(&mut log, &mut state);
+    let again: Vec<&str> = orders.lines().filter(|line| line.starts_with("dispatch deep/")).collect();
+    assert_eq!(again.len(), 4, "the other four runnable tasks:\n{orders}");
+    for line in again {
+        assert!(seen.insert(line.to_string()), "dispatched twice: {line}");
+    }
+}

@@ -383,6 +383,19 @@ impl Job {
         self.front.iter().copied().chain(self.retries.iter().copied()).chain(fresh).chain(self.back.iter().copied())
     }
 
+    /// The fresh waiting tasks (never tried, not queue jumps) with an index from
+    /// `from` on, starting at `from + rotation % span` and wrapping round, so
+    /// that a walk cut short by a run's limit goes on somewhere else next run.
+    pub fn fresh_waiting_rotated(&self, from: u32, rotation: u64) -> impl Iterator<Item = u32> + '_ {
+        let first = from.max(self.fresh_next).min(self.n_tasks());
+        let span = u64::from(self.n_tasks() - first);
+        let start = first + if span == 0 { 0 } else { (rotation % span) as u32 };
+        (start..self.n_tasks()).chain(first..start).filter(|&index| {
+            let task = &self.tasks[index as usize];
+            task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
+        })
+    }
+
     /// No task of the job has conditions: every task is of the job's category.
     pub fn conditions_are_empty(&self) -> bool {
         self.conditions.is_empty()
