@@ -51,3 +51,25 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
     // One run per task, and the news of each engine's login (20 engines).
     assert_eq!(number("/projector/deliveries_sent"), 2020.0);
 }
+
+/// `--sync-always` starts the bench's own nats-server fsyncing every message:
+/// the grid still completes and verifies, and the report says how it synced.
+#[test]
+fn the_bench_with_sync_always_runs_on_a_broker_that_fsyncs_every_message_and_says_so() {
+    // The bench finds nats-server as the tests do (`$GRIDFOLD_NATS_SERVER`, the
+    // PATH, `.venv/bin/nats-server`) and starts it itself.
+    let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        .args(["bench", "--sync-always", "--tasks", "500", "--engines", "10"])
+        .args(["--raw-messages", "500", "--timeout-secs", "60", "--json", "--quiet"])
+        .output()
+        .expect("gridfold runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "gridfold bench --sync-always failed:\n{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{err}: {stdout}"));
+    assert_eq!(report["verify"]["ok"], true, "{report:#}");
+    assert_eq!(report["run"]["tasks_completed"], 500, "{report:#}");
+    let sync = report["broker"]["sync"].as_str().unwrap_or_default();
+    assert!(sync.starts_with("always"), "the report says how the broker synced: {sync}");
+}

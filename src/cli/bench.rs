@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// needs a user without restrictions (or a broker of its own).
     #[command(flatten)]
     pub auth: super::client::AuthArgs,
+    /// Start the private nats-server with `jetstream { sync_interval: always }`:
+    /// every message is written to disk (fsync) before the broker acknowledges it,
+    /// instead of every 2 minutes. What it costs is what this measures.
+    #[arg(long, conflicts_with = "nats")]
+    pub sync_always: bool,
     /// Tasks in all, split evenly over the jobs.
     #[arg(long, default_value_t = 200_000)]
     pub tasks: u32,
@@ -278,20 +283,25 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             eprintln!("{line}");
         }
     };
+    // Declared before the server, so dropped after it.
+    let mut _broker_dir = None;
     let (access, server) = match &args.nats {
         Some(url) => (args.auth.access(url)?, None),
         None => {
-            let server = NatsServer::start()
+            let (server, dir) = start_private_server(args.sync_always)
                 .context("starting a private nats-server (set --nats to use a broker)")?;
+            _broker_dir = dir;
             (BrokerAccess::anonymous(server.url()), Some(server))
         }
     };
+    let sync = if args.sync_always { "sync_interval: always" } else { "default sync" };
     let url = access.url.clone();
     let broker = BrokerInfo {
         url: url.clone(),
         private: server.is_some(),
         nats_server_version: server.as_ref().map(|s| s.version().to_string()),
         sync: match &server {
+            Some(_) if args.sync_always => "always (every message fsynced before its ack)".to_string(),
             Some(_) => "default (the server fsyncs every 2 minutes)".to_string(),
             None => "as the broker is configured".to_string(),
         },
@@ -301,7 +311,7 @@ pub async fn run_bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         url,
         match &server {
             Some(s) => format!(
-                "(private nats-server {}, temporary store, default sync)",
+                "(private nats-server {}, temporary store, {sync})",
                 s.version()
             ),
             None => "(given)".to_string(),
@@ -1468,6 +1478,26 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The bench's own nats-server; with `sync_always`, from a configuration file
+/// asking JetStream to fsync every write (the store where `store_dir` says).
+/// The directory it returns holds that store: drop it after the server.
+fn start_private_server(sync_always: bool) -> anyhow::Result<(NatsServer, Option<TempDir>)> {
+    if !sync_always {
+        return Ok((NatsServer::start()?, None));
+    }
+    let dir = tempdir_for("broker")?;
+    let store = dir.0.join("store");
+    let config_file = dir.0.join("nats-server.conf");
+    let config = format!("jetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n", store.display());
+    std::fs::write(&config_file, config).with_context(|| format!("writing {}", config_file.display()))?;
+    let server = NatsServer::start_with(crate::log::nats_server::NatsServerConfig {
+        dir: Some(dir.0.clone()),
+        config_file: Some(config_file),
+        ..Default::default()
+    })?;
+    Ok((server, Some(dir)))
 }
 
 fn tempdir_for(what: &str) -> anyhow::Result<TempDir> {
