@@ -11,7 +11,7 @@
 //! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.library.>`, `gridfold.ev.keys.>`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
 //! | submitter | `gridfold.ev.job.>`; queries | query answers |
 //! | auditor | queries | the log |
-//! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the libraries |
+//! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
 //!
 //! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS` and
 //! the lease bucket; the operator may create `GRIDFOLD_EVENTS` (`policy apply`
@@ -40,7 +40,7 @@ use crate::log::SUBJECT_PREFIX;
 use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
 use crate::projector::service::lease::LEASE_BUCKET;
 use crate::wire::delivery::order_subject;
-use crate::wire::{ORDERS_SUBJECT, POLICY_SUBJECT, TICK_SUBJECT};
+use crate::wire::{ORDERS_SUBJECT, POLICY_SUBJECT, TICK_SUBJECT, engine_login_subject};
 
 /// The account every gridfold user is in.
 pub const ACCOUNT: &str = "GRIDFOLD";
@@ -216,6 +216,11 @@ pub fn permissions(principal: &Principal) -> Permissions {
             let consumer = consumer_name(engine);
             publish.push(format!("{SUBJECT_PREFIX}engine.{engine}.>"));
             publish.extend(bind(STREAM_EVENTS));
+            // Its newest login on the log, to notice a newer process under its name.
+            publish.push(api(&format!(
+                "DIRECT.GET.{STREAM_EVENTS}.{}",
+                engine_login_subject(engine)
+            )));
             publish.extend(bind(STREAM_ORDERS));
             publish.extend([
                 api(&format!(
@@ -486,11 +491,17 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_reads_only_its_own_orders_and_replies() {
+    fn an_engine_reads_only_its_own_orders_its_own_logins_and_replies() {
         let e1 = engine("e1");
         let own = "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e1";
         assert!(may_publish(&e1, own));
+        let own_logins = "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.engine.e1.login";
+        assert!(may_publish(&e1, own_logins));
         for other in [
+            "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.engine.e2.login",
+            "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.engine.e1.report",
+            "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS",
+            "$JS.API.STREAM.MSG.GET.GRIDFOLD_EVENTS",
             "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e2.gridfold.order.e2",
             "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e2",
             "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.sneaky.gridfold.order.e2",

@@ -33,7 +33,7 @@ use async_nats::jetstream::context::{
 };
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{
-    self, DiscardPolicy, LastRawMessageErrorKind, RetentionPolicy, StorageType,
+    self, DirectGetErrorKind, DiscardPolicy, RetentionPolicy, StorageType,
 };
 use async_nats::jetstream::{self as js, ErrorCode};
 use futures::{FutureExt, StreamExt};
@@ -435,11 +435,17 @@ impl EventLog for JetStreamLog {
         Ok(info.state.last_sequence)
     }
 
+    /// A direct get with the subject in the request's own subject
+    /// (`$JS.API.DIRECT.GET.<stream>.<subject>`), so that a broker's permissions
+    /// can allow one subject's reads and no other's: an engine reads its own
+    /// login subject and nothing else of the log. Any replica may answer, so on a
+    /// cluster the value may trail the leader's by a moment; an append expecting
+    /// it is then refused, never misplaced.
     async fn last_seq_for_subject(&self, subject: &str) -> Result<u64, LogError> {
         super::validate_subject(subject)?;
-        match self.stream.get_last_raw_message_by_subject(subject).await {
+        match self.stream.direct_get_last_for_subject(subject).await {
             Ok(message) => Ok(message.sequence),
-            Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(err) if err.kind() == DirectGetErrorKind::NotFound => Ok(0),
             Err(err) => {
                 Err(self.unavailable(format!("cannot read the last entry on {subject}: {err}")))
             }

@@ -661,8 +661,9 @@ struct Shell<L, S, A> {
     warn_sink: Throttle,
     /// Seals every batch; the fold accepts them once it is registered on the log.
     key: ProjectorKey,
-    /// Its registration was published by this process (`register_key`), so it
-    /// is not published again while the log catches up to it.
+    /// Its registration was tried by this process (`register_key`): once, so
+    /// it is not published again while the log catches up to it, nor retried
+    /// when refused.
     registration_sent: bool,
     warn_key: Throttle,
 }
@@ -1053,13 +1054,28 @@ where
             let id = uuid::Uuid::new_v4();
             let envelope = Envelope { id: *id.as_bytes(), source: "gridfold-projector".into(), event };
             let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
+            // Tried once per process: on a broker that gives projectors no right to
+            // the keys subject the publish waits out its timeout, and retrying it
+            // on every loop would stall the projector for good.
+            self.registration_sent = true;
+            self.warn_key = Throttle(Some(Instant::now()));
             match self.log.append(append).await {
                 Ok(appended) => {
                     tracing::info!(key = %self.key.public_hex(), seq = appended.seq, "registered this projector's key on the log");
-                    self.registration_sent = true;
                 }
-                Err(err) => tracing::warn!("could not register this projector's key: {err}"),
+                Err(err) => tracing::warn!(
+                    "could not register this projector's key ({err}); an operator registers it with \
+                     `gridfold key register {} --name NAME`",
+                    self.key.public_hex()
+                ),
             }
+        } else if self.warn_key.ready() {
+            tracing::warn!(
+                key = %self.key.public_hex(),
+                "this projector's key is still not registered on the log, so it publishes no orders: \
+                 register it with `gridfold key register {} --name NAME`",
+                self.key.public_hex()
+            );
         }
         false
     }
