@@ -499,7 +499,7 @@ fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_
     run_as(
         &broker,
         "operator",
-        &["policy", "apply", &path("policy.toml")],
+        &["policy", "apply", &path("policy.toml"), "--wait-secs", "0"],
     );
     run_as(
         &broker,

@@ -224,6 +224,9 @@ impl Grid {
             policy.as_os_str(),
             "--nats".as_ref(),
             grid.url().as_ref(),
+            // No projector runs yet to give a verdict: do not wait for one.
+            "--wait-secs".as_ref(),
+            "0".as_ref(),
         ]);
         grid
     }
@@ -1433,4 +1436,42 @@ fn a_bad_job_file_and_a_dead_broker_are_clear_errors() {
         took < Duration::from_secs(10),
         "a dead broker is reported promptly: {took:?}"
     );
+}
+
+/// A command whose event the projector rejects says so and exits 1; without a
+/// projector to ask, the event is stored and the command warns, exit 0.
+#[test]
+fn a_submission_the_projector_rejects_fails_the_command_and_one_it_accepts_does_not() {
+    let mut grid = Grid::start();
+    let url = grid.url();
+    let file = grid.job_file("twice", 2, &["true"]);
+    let submit = |grid: &Grid, extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["submit".as_ref(), file.as_os_str(), "--nats".as_ref(), url.as_ref()];
+        args.extend(extra.iter().map(|arg| std::ffi::OsStr::new(*arg)));
+        grid.gridfold(&args)
+    };
+
+    // No projector yet: stored, and not known to be accepted.
+    let alone = submit(&grid, &["--wait-secs", "1"]);
+    assert!(alone.status.success(), "{}", alone.stderr);
+    assert!(alone.stderr.contains("job twice is stored at seq"), "{}", alone.stderr);
+    assert!(alone.stderr.contains("not known yet"), "{}", alone.stderr);
+
+    grid.projector("projector", &[]);
+    // The same id again, now that a projector folds it: a duplicate, rejected.
+    let again = submit(&grid, &["--json"]);
+    assert_eq!(again.status.code(), Some(1), "{}\n{}", again.stdout, again.stderr);
+    assert!(again.stderr.contains("the projector rejected job twice"), "{}", again.stderr);
+    assert!(again.stderr.contains("twice"), "{}", again.stderr);
+    let answer: serde_json::Value = serde_json::from_str(again.stdout.trim()).unwrap();
+    assert_eq!(answer["verdict"], "rejected", "{answer}");
+
+    let cancel = grid.gridfold(&["cancel", "nosuchjob", "--nats", &url]);
+    assert_eq!(cancel.status.code(), Some(1), "{}", cancel.stderr);
+    assert!(cancel.stderr.contains("the projector rejected the cancel of nosuchjob"), "{}", cancel.stderr);
+
+    let fine = grid.gridfold(&["cancel", "twice", "--nats", &url]);
+    assert!(fine.status.success(), "{}", fine.stderr);
+    assert!(fine.stdout.contains("cancel of twice recorded at seq"), "{}", fine.stdout);
+    assert!(fine.stderr.is_empty(), "an accepted event warns of nothing: {}", fine.stderr);
 }

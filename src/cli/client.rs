@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+use std::process::ExitCode;
 
 use anyhow::{anyhow, Context as _};
 use bytes::Bytes;
@@ -147,6 +148,104 @@ pub async fn ask<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
         Ok(Err(e)) => anyhow::bail!("no projector answered on {subject}: {e}; is `gridfold projector` running against {}?", nats.url),
     };
     serde_json::from_slice(&reply.payload).with_context(|| format!("the projector's answer on {subject} does not decode"))
+}
+
+/// How long a publishing command waits for the projector's verdict on its event.
+#[derive(Debug, Clone, Args)]
+pub struct VerdictArgs {
+    /// Seconds to wait for the projector to fold the event and say whether it
+    /// was accepted (0: do not wait). A rejection is an error (exit 1); no
+    /// answer in time is a warning: the event is stored, and folded later.
+    #[arg(long, default_value_t = 5)]
+    pub wait_secs: u64,
+}
+
+/// What became of a published event.
+#[derive(Debug)]
+pub enum Settled {
+    Accepted,
+    /// The projector's rejection records of it.
+    Rejected(Vec<String>),
+    /// Not known within the wait: why, for a warning.
+    NotKnown(String),
+}
+
+/// Asks the projector, until it has folded `seq` or `wait` has passed, whether
+/// the entry at `seq` was accepted. Never fails: what cannot be known is said.
+pub async fn await_verdict(nats: &NatsArgs, seq: u64, wait: Duration) -> Settled {
+    use crate::projector::query::{VERDICT_SUBJECT, Verdict, VerdictKind, VerdictRequest};
+    if wait.is_zero() {
+        return Settled::NotKnown("not waited for (--wait-secs 0)".into());
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let connected = match nats.access() {
+        Ok(access) => access.connect("gridfold", wait).await.map_err(|failure| match failure {
+            ConnectFailure::Refused(detail) | ConnectFailure::Unreachable(detail) => detail,
+        }),
+        Err(error) => Err(error.to_string()),
+    };
+    let (client, refusals) = match connected {
+        Ok(connected) => connected,
+        Err(detail) => return Settled::NotKnown(format!("could not ask the projector: {detail}")),
+    };
+    let Ok(payload) = serde_json::to_vec(&VerdictRequest { seq }) else {
+        return Settled::NotKnown("could not encode the question".into());
+    };
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Settled::NotKnown(format!("no projector had folded it within {} s", wait.as_secs()));
+        }
+        let answer = tokio::time::timeout(left, client.request(VERDICT_SUBJECT, payload.clone().into())).await;
+        let verdict: Verdict = match answer {
+            Ok(Ok(reply)) => match serde_json::from_slice(&reply.payload) {
+                Ok(verdict) => verdict,
+                Err(_) => return Settled::NotKnown("the projector's answer does not decode (an older projector?)".into()),
+            },
+            _ if refusals.latest().is_some() => {
+                return Settled::NotKnown(format!("the broker refused the question: {}", refusals.latest().unwrap_or_default()));
+            }
+            Ok(Err(_)) => {
+                // No responder yet: a projector may be starting.
+                tokio::time::sleep(Duration::from_millis(200).min(left)).await;
+                continue;
+            }
+            Err(_) => return Settled::NotKnown(format!("no projector answered within {} s", wait.as_secs())),
+        };
+        match verdict.verdict {
+            VerdictKind::Accepted => return Settled::Accepted,
+            VerdictKind::Rejected => return Settled::Rejected(verdict.rejections),
+            VerdictKind::Unknown => return Settled::NotKnown("folded too long ago to tell".into()),
+            VerdictKind::Pending => tokio::time::sleep(Duration::from_millis(50).min(left)).await,
+        }
+    }
+}
+
+impl Settled {
+    /// (verdict, rejections) for a command's `--json` output.
+    pub fn as_json(&self) -> (&'static str, Vec<String>) {
+        match self {
+            Settled::Accepted => ("accepted", Vec::new()),
+            Settled::Rejected(reasons) => ("rejected", reasons.clone()),
+            Settled::NotKnown(_) => ("unknown", Vec::new()),
+        }
+    }
+}
+
+/// Says what became of the event stored at `seq` (`what` names it) and gives the
+/// command's exit code: a rejection is an error, not knowing is a warning.
+pub fn report_verdict(what: &str, seq: u64, settled: &Settled) -> ExitCode {
+    match settled {
+        Settled::Accepted => ExitCode::SUCCESS,
+        Settled::Rejected(reasons) => {
+            eprintln!("gridfold: the projector rejected {what} (stored at seq {seq}): {}", reasons.join("; "));
+            ExitCode::FAILURE
+        }
+        Settled::NotKnown(why) => {
+            eprintln!("gridfold: {what} is stored at seq {seq}; whether the projector accepts it is not known yet: {why}");
+            ExitCode::SUCCESS
+        }
+    }
 }
 
 /// One current-thread runtime per command: the CLI does one thing at a time.

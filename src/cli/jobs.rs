@@ -7,7 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{block_on, connect_log, connect_log_creating, publish, NatsArgs};
+use std::time::Duration;
+
+use super::client::{
+    await_verdict, block_on, connect_log, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs,
+};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::core::ids::JobId;
@@ -18,6 +22,8 @@ pub struct SubmitArgs {
     pub job_file: PathBuf,
     #[command(flatten)]
     pub nats: NatsArgs,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -30,6 +36,8 @@ pub struct CancelArgs {
     pub reason: String,
     #[command(flatten)]
     pub nats: NatsArgs,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
 }
 
 #[derive(Debug, Args)]
@@ -40,6 +48,8 @@ pub struct PriorityArgs {
     pub priority: i32,
     #[command(flatten)]
     pub nats: NatsArgs,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +65,8 @@ pub enum PolicyCommand {
         file: PathBuf,
         #[command(flatten)]
         nats: NatsArgs,
+        #[command(flatten)]
+        verdict: VerdictArgs,
     },
 }
 
@@ -70,36 +82,45 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     };
     let job = spec.id.clone();
     let tasks = spec.task_count();
-    let seq = block_on(async {
+    let wait = Duration::from_secs(args.verdict.wait_secs);
+    let (seq, settled) = block_on(async {
         let log = connect_log(&args.nats).await?;
-        publish(&log, "gridfold-cli", Event::JobSubmitted(spec)).await
+        let seq = publish(&log, "gridfold-cli", Event::JobSubmitted(spec)).await?;
+        anyhow::Ok((seq, await_verdict(&args.nats, seq, wait).await))
     })?;
+    let code = report_verdict(&format!("job {job}"), seq, &settled);
     if args.json {
-        println!("{}", serde_json::json!({ "job": job.as_str(), "tasks": tasks, "seq": seq }));
-    } else {
+        let (verdict, rejections) = settled.as_json();
+        println!(
+            "{}",
+            serde_json::json!({ "job": job.as_str(), "tasks": tasks, "seq": seq, "verdict": verdict, "rejections": rejections })
+        );
+    } else if code == ExitCode::SUCCESS {
         println!("{job}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let reason = args.reason;
-    publish_for_job(&args.job, &args.nats, |job| Event::JobCancelled { job, reason }, |job, seq| {
+    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobCancelled { job, reason }, |job, seq| {
         format!("cancel of {job} recorded at seq {seq}")
     })
 }
 
 pub fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
     let priority = args.priority;
-    publish_for_job(&args.job, &args.nats, |job| Event::JobPriorityChanged { job, priority }, |job, seq| {
+    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobPriorityChanged { job, priority }, |job, seq| {
         format!("priority of {job} set to {priority} at seq {seq}")
     })
 }
 
-/// Publishes an event about one job, named on the command line.
+/// Publishes an event about one job, named on the command line, and waits for
+/// the projector's verdict on it.
 fn publish_for_job(
     job: &str,
     nats: &NatsArgs,
+    verdict: &VerdictArgs,
     event: impl FnOnce(JobId) -> Event,
     said: impl FnOnce(&JobId, u64) -> String,
 ) -> anyhow::Result<ExitCode> {
@@ -107,24 +128,40 @@ fn publish_for_job(
         Ok(job) => job,
         Err(bad) => return Ok(bad_input(bad)),
     };
-    let seq = block_on(async {
+    let event = event(job.clone());
+    let what = match &event {
+        Event::JobCancelled { .. } => format!("the cancel of {job}"),
+        Event::JobPriorityChanged { .. } => format!("the priority change of {job}"),
+        _ => format!("the event about {job}"),
+    };
+    let wait = Duration::from_secs(verdict.wait_secs);
+    let (seq, settled) = block_on(async {
         let log = connect_log(nats).await?;
-        publish(&log, "gridfold-cli", event(job.clone())).await
+        let seq = publish(&log, "gridfold-cli", event).await?;
+        anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
-    println!("{}", said(&job, seq));
-    Ok(ExitCode::SUCCESS)
+    let code = report_verdict(&what, seq, &settled);
+    if code == ExitCode::SUCCESS {
+        println!("{}", said(&job, seq));
+    }
+    Ok(code)
 }
 
 pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
-    let PolicyCommand::Apply { file, nats } = args.command;
+    let PolicyCommand::Apply { file, nats, verdict } = args.command;
     let policy = match super::policyfile::read_policy_file(&file) {
         Ok(policy) => policy,
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
     };
-    let seq = block_on(async {
+    let wait = Duration::from_secs(verdict.wait_secs);
+    let (seq, settled) = block_on(async {
         let log = connect_log_creating(&nats).await?;
-        publish(&log, "gridfold-cli", Event::PolicySet(policy)).await
+        let seq = publish(&log, "gridfold-cli", Event::PolicySet(policy)).await?;
+        anyhow::Ok((seq, await_verdict(&nats, seq, wait).await))
     })?;
-    println!("policy from {} applied at seq {seq}", file.display());
-    Ok(ExitCode::SUCCESS)
+    let code = report_verdict(&format!("the policy from {}", file.display()), seq, &settled);
+    if code == ExitCode::SUCCESS {
+        println!("policy from {} applied at seq {seq}", file.display());
+    }
+    Ok(code)
 }

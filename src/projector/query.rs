@@ -18,8 +18,40 @@ pub const WHY_SUBJECT: &str = "gridfold.q.why";
 pub const BLACKLISTS_SUBJECT: &str = "gridfold.q.blacklists";
 /// `gridfold library ls`: a [`LibrariesRequest`] in, a [`LibrariesReply`] out.
 pub const LIBRARIES_SUBJECT: &str = "gridfold.q.libraries";
+/// The commands that publish (`submit`, `cancel`, ...): a [`VerdictRequest`] in,
+/// a [`Verdict`] out: did the projector accept the entry at that sequence?
+pub const VERDICT_SUBJECT: &str = "gridfold.q.verdict";
 /// Every subject a projector answers on.
-pub const QUERY_SUBJECTS: [&str; 4] = [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT];
+pub const QUERY_SUBJECTS: [&str; 5] = [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT, VERDICT_SUBJECT];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VerdictRequest {
+    /// The log sequence the command's event was stored at.
+    pub seq: u64,
+}
+
+/// What the fold made of one entry, as far as the projector knows now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Not folded yet: the projector is behind that sequence.
+    Pending,
+    Accepted,
+    Rejected,
+    /// Folded, but so long ago that its rejection record, if any, is no longer
+    /// among the recent ones the state keeps ([`crate::core::state::RECENT_REJECTIONS_MAX`]).
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    pub seq: u64,
+    /// The last sequence the projector has folded.
+    pub folded_to: u64,
+    pub verdict: VerdictKind,
+    /// Why it was rejected, as the rejection record says.
+    pub rejections: Vec<String>,
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StatRequest {
@@ -113,6 +145,24 @@ pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
         summary.jobs.retain(|j| &j.id == job);
     }
     summary
+}
+
+pub fn answer_verdict(state: &State, request: &VerdictRequest) -> Verdict {
+    let recent = &state.rejections.recent;
+    let rejections: Vec<String> =
+        recent.iter().filter(|rejected| rejected.seq.0 == request.seq).map(|rejected| rejected.rejection.to_string()).collect();
+    let forgotten = recent.len() == crate::core::state::RECENT_REJECTIONS_MAX
+        && recent.front().is_some_and(|oldest| oldest.seq.0 > request.seq);
+    let verdict = if state.last_seq.0 < request.seq {
+        VerdictKind::Pending
+    } else if !rejections.is_empty() {
+        VerdictKind::Rejected
+    } else if forgotten {
+        VerdictKind::Unknown
+    } else {
+        VerdictKind::Accepted
+    };
+    Verdict { seq: request.seq, folded_to: state.last_seq.0, verdict, rejections }
 }
 
 pub fn answer_why(state: &State, request: &WhyRequest) -> WhyReply {
