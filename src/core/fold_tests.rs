@@ -31,6 +31,8 @@ fn as_if_rejected(before: &State, after: &State) -> State {
     expected.first_ms = after.first_ms;
     expected.chain = after.chain;
     expected.totals.entries = after.totals.entries;
+    // Retirement is part of every entry's bookkeeping, as the clock is.
+    expected.retire_due_jobs();
     expected.rejections = after.rejections.clone();
     expected
 }
@@ -230,6 +232,8 @@ fn run_history(steps: &[Step]) {
     let mut policy = Policy::default();
     policy.engine_timeout_ms = 30_000;
     policy.dispatch_timeout_ms = 60_000;
+    // Short enough that histories retire jobs (and resubmit their ids).
+    policy.job_retention_ms = 30_000;
     log.push(Event::PolicySet(policy));
     for entry in log.entries.clone() {
         fold_checked(&mut state, &entry);
