@@ -236,3 +236,32 @@ fn retirement_survives_a_snapshot_and_digests_alike() {
     assert!(restored.retired_job(&job_id("j")).is_some());
     assert_eq!(restored.usage_by_user(), state.usage_by_user());
 }
+
+#[test]
+fn a_category_no_held_job_uses_is_dropped_and_its_slot_reused() {
+    let mut log = log_with_retention();
+    let mut linux = job_spec("linux", 2, "os == \"linux\"");
+    linux.task_conditions.insert(1, TaskConditions { discriminator: "memory_mb >= 4096".into(), ..Default::default() });
+    log.submit(linux);
+    log.submit(job_spec("shared", 1, "os == \"linux\""));
+    log.push(Event::JobCancelled { job: job_id("linux"), reason: "test".into() });
+    let mut state = State::new();
+    fold_new(&log, &mut state);
+    let in_use = |state: &State| state.categories().iter().filter(|category| !category.is_vacant()).count();
+    assert_eq!(in_use(&state), 2, "the job's category and its discriminator's");
+    tick_at(&mut log, &mut state, 1_000_000 + RETENTION_MS + 1);
+    assert_eq!(state.job_idx(&job_id("linux")), None);
+    assert_eq!(in_use(&state), 1, "the discriminator's category is dropped; the shared one stays");
+    assert_eq!(state.categories().len(), 2, "as a vacant slot");
+
+    log.push(Event::JobCancelled { job: job_id("shared"), reason: "test".into() });
+    fold_new(&log, &mut state);
+    tick_at(&mut log, &mut state, 1_000_000 + 2 * RETENTION_MS + 2);
+    assert_eq!(in_use(&state), 0);
+    log.submit(job_spec("windows", 1, "os == \"windows\""));
+    log.submit(job_spec("again", 1, "os == \"linux\""));
+    fold_new(&log, &mut state);
+    assert_eq!((in_use(&state), state.categories().len()), (2, 2), "new categories take the vacant slots");
+    let windows = state.job(state.job_idx(&job_id("windows")).unwrap());
+    assert_eq!(state.category(windows.category).requirements, "os == \"windows\"");
+}

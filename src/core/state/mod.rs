@@ -109,9 +109,34 @@ pub struct Category {
     pub eligible_logged_in: u32,
     /// Active jobs of this category.
     pub jobs: BTreeSet<JobIdx>,
+    /// Jobs held in the state (active or ended, not retired) whose tasks use it.
+    /// When the last of them retires the category is dropped: its slot is left
+    /// vacant (see [`Category::is_vacant`]) for the next new category.
+    pub users: u32,
 }
 
 impl Category {
+    /// A dropped category's slot, waiting for the next new category: no job
+    /// refers to it, no engine is eligible for it, and it is skipped wherever
+    /// categories are walked.
+    fn vacant() -> Category {
+        Category {
+            requirements: String::new(),
+            slots_per_task: 0,
+            library: None,
+            expr: None,
+            eligible: Vec::new(),
+            matching_logged_in: 0,
+            fitting_logged_in: 0,
+            eligible_logged_in: 0,
+            jobs: BTreeSet::new(),
+            users: 0,
+        }
+    }
+    /// The slot of a dropped category (no job uses it).
+    pub fn is_vacant(&self) -> bool {
+        self.users == 0
+    }
     pub fn is_eligible(&self, engine: EngineIdx) -> bool {
         let e = engine.0 as usize;
         self.eligible.get(e / 64).is_some_and(|word| word & (1 << (e % 64)) != 0)
@@ -219,8 +244,12 @@ pub struct State {
     pub(crate) usage_by_project: BTreeMap<String, Usage>,
     pub(crate) engines: Vec<Engine>,
     pub(crate) engine_index: NameMap<EngineId, EngineIdx>,
+    /// Requirement categories in slots: a category no held job uses is dropped
+    /// and its slot reused, as job slots are (see [`JobSlots`]).
     pub(crate) categories: Vec<Category>,
     pub(crate) category_index: NameMap<(String, u32, Option<LibraryRef>), CategoryIdx>,
+    /// Vacant category slots, vacated longest ago first.
+    pub(crate) categories_vacant: VecDeque<CategoryIdx>,
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
@@ -469,7 +498,9 @@ impl State {
         engine.tier = tier_of(&self.tier_exprs, engine);
         self.engine_silence.insert(now, idx);
         for c in 0..self.categories.len() {
-            self.refresh_eligibility(CategoryIdx(c as u32), idx);
+            if !self.categories[c].is_vacant() {
+                self.refresh_eligibility(CategoryIdx(c as u32), idx);
+            }
         }
         self.refresh_free(idx);
         idx
@@ -484,7 +515,7 @@ impl State {
         }
         let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
         assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
-        for category in &mut self.categories {
+        for category in self.categories.iter_mut().filter(|category| !category.is_vacant()) {
             if category.is_eligible(idx) {
                 category.eligible_logged_in -= 1;
             }
@@ -574,7 +605,7 @@ impl State {
         let logged_in = engine.status == EngineStatus::LoggedIn;
         for c in 0..self.categories.len() {
             let category = &self.categories[c];
-            if category.library.as_ref() != Some(library) || category.is_eligible(e) {
+            if category.is_vacant() || category.library.as_ref() != Some(library) || category.is_eligible(e) {
                 continue;
             }
             if category.admits(&self.engines[e.0 as usize]).eligible {
@@ -618,8 +649,7 @@ impl State {
         if let Some(&idx) = self.category_index.get(&key) {
             return idx;
         }
-        let idx = CategoryIdx(self.categories.len() as u32);
-        self.categories.push(Category {
+        let category = Category {
             requirements: key.0.clone(),
             slots_per_task,
             library: key.2.clone(),
@@ -629,7 +659,19 @@ impl State {
             fitting_logged_in: 0,
             eligible_logged_in: 0,
             jobs: BTreeSet::new(),
-        });
+            // The job about to use it counts itself in (`add_job`, `add_tasks`).
+            users: 0,
+        };
+        let idx = match self.categories_vacant.pop_front() {
+            Some(idx) => {
+                self.categories[idx.0 as usize] = category;
+                idx
+            }
+            None => {
+                self.categories.push(category);
+                CategoryIdx(self.categories.len() as u32 - 1)
+            }
+        };
         self.category_index.insert(key, idx);
         for e in 0..self.engines.len() {
             self.refresh_eligibility(idx, EngineIdx(e as u32));
@@ -645,7 +687,9 @@ impl State {
         let idx = self.jobs.insert(job);
         self.job_index.insert(id, idx);
         for c in self.job_categories(idx) {
-            self.categories[c.0 as usize].jobs.insert(idx);
+            let category = &mut self.categories[c.0 as usize];
+            category.jobs.insert(idx);
+            category.users += 1;
         }
         self.pin_task_dependencies(idx, 0);
         for &dependency in depends_on {
@@ -709,6 +753,8 @@ impl State {
         conditions: Vec<(u32, TaskCondition, bool)>,
     ) {
         let was_runnable = self.jobs[idx.0 as usize].is_runnable();
+        let new_categories = conditions.iter().any(|(_, condition, _)| condition.category.is_some());
+        let categories_before = if new_categories { self.job_categories(idx) } else { BTreeSet::new() };
         self.jobs[idx.0 as usize].append_tasks(params);
         let first = self.jobs[idx.0 as usize].n_tasks() - params.len() as u32;
         for (index, condition, queue_jump) in conditions {
@@ -716,6 +762,11 @@ impl State {
                 self.categories[c.0 as usize].jobs.insert(idx);
             }
             self.jobs[idx.0 as usize].set_condition(index, condition, queue_jump);
+        }
+        if new_categories {
+            for c in self.job_categories(idx).difference(&categories_before) {
+                self.categories[c.0 as usize].users += 1;
+            }
         }
         self.pin_task_dependencies(idx, first);
         self.index_job_rules(idx);
@@ -739,6 +790,23 @@ impl State {
         for j in targets {
             self.jobs[j.0 as usize].task_dependents += 1;
         }
+    }
+
+    /// A job that used the category retired: the category is dropped when no
+    /// held job uses it any more (its slot left vacant, its name forgotten).
+    pub(crate) fn release_category(&mut self, c: CategoryIdx) {
+        let category = &mut self.categories[c.0 as usize];
+        assert!(category.users > 0, "a category in use counts its users");
+        category.users -= 1;
+        if category.users > 0 {
+            return;
+        }
+        assert!(category.jobs.is_empty(), "a category no job uses has no active job");
+        let key = (std::mem::take(&mut category.requirements), category.slots_per_task, category.library.take());
+        let removed = self.category_index.swap_remove(&key);
+        assert_eq!(removed, Some(c), "the category index names the dropped category");
+        self.categories[c.0 as usize] = Category::vacant();
+        self.categories_vacant.push_back(c);
     }
 
     pub(crate) fn job_mut(&mut self, idx: JobIdx) -> &mut Job {
@@ -1172,7 +1240,7 @@ impl State {
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let mut state: State = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
-        for category in &mut state.categories {
+        for category in state.categories.iter_mut().filter(|category| !category.is_vacant()) {
             let expr = super::expr::parse_printed(&category.requirements).map_err(|e| {
                 SnapshotError::Decode(format!("category {:?}: {e}", category.requirements))
             })?;
@@ -1282,7 +1350,7 @@ impl State {
         }
         for (e, engine) in self.engines.iter().enumerate() {
             assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);
-            for category in &self.categories {
+            for category in self.categories.iter().filter(|category| !category.is_vacant()) {
                 let eligible = category.admits(engine).eligible;
                 assert_eq!(category.is_eligible(EngineIdx(e as u32)), eligible, "eligibility of {}", engine.id);
             }

@@ -296,6 +296,11 @@ impl State {
                 }
             }
         }
+        let mut categories: std::collections::BTreeSet<_> = job.conditions.values().filter_map(|c| c.category).collect();
+        categories.insert(job.category);
+        for c in categories {
+            self.release_category(c);
+        }
         let removed = self.job_index.swap_remove(&job.id);
         assert_eq!(removed, Some(idx), "the index names the retired job");
         let usage = Usage::of_job(&job);
@@ -351,6 +356,25 @@ impl State {
             let record = &self.retired_jobs[id];
             assert!(record.status != JobStatus::Active && record.ended_ms <= record.retired_ms);
         }
+        // Each category counts the held jobs that use it; a vacant one is used by none.
+        let mut users = vec![0u32; self.categories.len()];
+        for (idx, _) in self.jobs.iter() {
+            for c in self.job_categories(idx) {
+                users[c.0 as usize] += 1;
+            }
+        }
+        for (c, category) in self.categories.iter().enumerate() {
+            assert_eq!(category.users, users[c], "users of category {c}");
+            let vacant_listed = self.categories_vacant.contains(&super::CategoryIdx(c as u32));
+            assert_eq!(category.is_vacant(), vacant_listed, "vacancy of category {c}");
+            if category.is_vacant() {
+                assert!(category.jobs.is_empty() && category.eligible.iter().all(|&word| word == 0));
+            } else {
+                let key = (category.requirements.clone(), category.slots_per_task, category.library.clone());
+                assert_eq!(self.category_index.get(&key), Some(&super::CategoryIdx(c as u32)), "index of category {c}");
+            }
+        }
+        assert_eq!(self.category_index.len() + self.categories_vacant.len(), self.categories.len());
         // No reference to a vacant slot.
         for vacant in self.jobs.vacant() {
             assert!(self.jobs.get(vacant).is_none());

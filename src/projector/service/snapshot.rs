@@ -45,8 +45,9 @@ use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
 
 /// The first bytes of every record.
 pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
-/// The record format this build writes and reads.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// The record format this build writes and reads. 2: the state holds jobs in
+/// slots, the retirement queue, retired jobs and usage summaries.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
