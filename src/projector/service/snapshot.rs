@@ -458,7 +458,7 @@ mod tests {
         check(&good[..10], "bad header");
         let mut other_version = good.clone();
         other_version[16..20].copy_from_slice(&(SNAPSHOT_FORMAT_VERSION + 1).to_be_bytes());
-        check(&other_version, "format version 2");
+        check(&other_version, &format!("format version {}", SNAPSHOT_FORMAT_VERSION + 1));
         let mut flipped = good.clone();
         let middle = HEADER_BYTES + (good.len() - HEADER_BYTES) / 2;
         flipped[middle] ^= 0x40;
