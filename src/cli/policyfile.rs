@@ -23,6 +23,8 @@ struct PolicyFile {
     engine_tiers: Option<Vec<Spanned<String>>>,
     greylist_affinity: Option<u32>,
     redundancy: Option<RedundancySection>,
+    /// How long an ended job stays in the state before it is retired.
+    job_retention_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +113,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         engine_tiers,
         greylist_affinity: file.greylist_affinity.unwrap_or(defaults.greylist_affinity),
         redundancy,
+        job_retention_ms: seconds(file_text, "job_retention_secs", &file.job_retention_secs, defaults.job_retention_ms)?,
     })
 }
 
@@ -199,6 +202,9 @@ mod tests {
         assert_eq!(policy.engine_tiers, Vec::<String>::new());
         assert_eq!(policy.greylist_affinity, Policy::default().greylist_affinity);
         assert_eq!(policy.redundancy, RedundancyPolicy::default());
+        assert_eq!(policy.job_retention_ms, crate::core::event::JOB_RETENTION_MS_DEFAULT);
+        let policy = parse_policy("job_retention_secs = 600\n", "p.toml").unwrap();
+        assert_eq!(policy.job_retention_ms, 600_000);
     }
 
     #[test]
@@ -263,7 +269,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);

@@ -432,7 +432,18 @@ pub struct Policy {
     /// How much each task failure on an engine lowers its score for a greylisting job.
     pub greylist_affinity: u32,
     pub redundancy: RedundancyPolicy,
+    /// How long (log time) an ended job stays in the state, whole, before it is
+    /// retired: only its usage summary and a short record of its outcome stay.
+    /// Measured in log time, so every replay retires it at the same entry.
+    pub job_retention_ms: u64,
 }
+
+/// The default [`Policy::job_retention_ms`]: an hour. Long enough for a person
+/// or a workflow to look at a job that just ended (`stat`, `why`, its failures
+/// and blacklists) and for late reports about it (a redundant copy's result, an
+/// engine coming back) to be recognised by its name; short enough that a grid
+/// ending thousands of jobs an hour holds at most an hour's worth of ended jobs.
+pub const JOB_RETENTION_MS_DEFAULT: u64 = 3_600_000;
 
 /// GridServer's redundant rescheduling, for jobs that switch it on. All
 /// arithmetic is on integers (ms, percent, thousandths), so replay is exact.
@@ -489,6 +500,7 @@ impl Default for Policy {
             engine_tiers: Vec::new(),
             greylist_affinity: 5,
             redundancy: RedundancyPolicy::default(),
+            job_retention_ms: JOB_RETENTION_MS_DEFAULT,
         }
     }
 }

@@ -37,6 +37,9 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     state.first_ms.get_or_insert(entry.time_ms);
     state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.subject, &entry.stored);
     state.totals.entries += 1;
+    // Like the clock, part of every entry: the ended jobs whose retention has
+    // passed at this log time leave the state, whatever the entry says.
+    state.retire_due_jobs();
 
     let mut rejections = Vec::new();
     match &entry.payload {
@@ -216,7 +219,7 @@ fn register_key(state: &mut State, key: &[u8; 32], name: &str) -> Result<(), Rej
 
 fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejection> {
     let invalid = |problem| Rejection::InvalidJob { job: spec.id.clone(), problem };
-    if state.job_idx(&spec.id).is_some() {
+    if state.job_idx(&spec.id).is_some() || state.retired_job(&spec.id).is_some() {
         return Err(Rejection::DuplicateJob { job: spec.id.clone() });
     }
     let tasks = spec.task_count();
@@ -247,16 +250,25 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
         return Err(invalid(JobProblem::TooManyTasks { tasks: spec.options.depends_on_jobs.len() as u64, max: DEPENDENCIES_MAX as u32 }));
     }
     let mut depends_on = Vec::with_capacity(spec.options.depends_on_jobs.len());
+    let mut retired_dependencies = Vec::new();
     for dependency in &spec.options.depends_on_jobs {
-        let j = state
-            .job_idx(dependency)
-            .ok_or_else(|| invalid(JobProblem::UnknownDependency { dependency: dependency.to_string() }))?;
-        if !depends_on.contains(&j) {
-            depends_on.push(j);
+        match (state.job_idx(dependency), state.retired_job(dependency)) {
+            (Some(j), _) => {
+                if !depends_on.contains(&j) {
+                    depends_on.push(j);
+                }
+            }
+            // A retired job has ended: the job resolves against its outcome.
+            (None, Some(retired)) => {
+                if !retired_dependencies.iter().any(|(id, _)| id == dependency) {
+                    retired_dependencies.push((dependency.clone(), retired.status));
+                }
+            }
+            (None, None) => return Err(invalid(JobProblem::UnknownDependency { dependency: dependency.to_string() })),
         }
     }
     let n_tasks = tasks as u32;
-    let job_idx = JobIdx(state.jobs().len() as u32);
+    let job_idx = state.next_job_idx();
     let shape = JobShape::of_spec(spec);
     // Everything is checked before anything is made: a rejected job leaves no
     // category (nor anything else) behind.
@@ -268,7 +280,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     for (index, condition, queue_jump) in materialize(state, &shape, conditions) {
         job.set_condition(index, condition, queue_jump);
     }
-    let added = state.add_job(job, &depends_on);
+    let added = state.add_job(job, &depends_on, &retired_dependencies);
     assert_eq!(added, job_idx);
     Ok(())
 }
@@ -377,6 +389,17 @@ fn resolve_conditions(
                     return Err(unknown());
                 }
                 TaskKey { job: job_idx, index: dependency.index }
+            } else if let Some(retired) = state.retired_job(&dependency.job) {
+                // A retired job keeps only its outcome: a job that was done had
+                // every task done, so the dependency has been met; of any other
+                // the task's own outcome is no longer known.
+                if dependency.index >= retired.n_tasks {
+                    return Err(unknown());
+                }
+                if retired.status == JobStatus::Done {
+                    continue;
+                }
+                return Err(JobProblem::RetiredDependency { dependency: dependency.to_string(), status: retired.status.as_str().to_string() });
             } else {
                 state.task_key(dependency).ok_or_else(unknown)?
             };

@@ -31,6 +31,8 @@ fn as_if_rejected(before: &State, after: &State) -> State {
     expected.first_ms = after.first_ms;
     expected.chain = after.chain;
     expected.totals.entries = after.totals.entries;
+    // Retirement is part of every entry's bookkeeping, as the clock is.
+    expected.retire_due_jobs();
     expected.rejections = after.rejections.clone();
     expected
 }
@@ -227,7 +229,9 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
 fn run_history(steps: &[Step]) {
     let mut log = LogBuilder::new();
     let mut state = registered(&log);
-    let policy = Policy { engine_timeout_ms: 30_000, dispatch_timeout_ms: 60_000, ..Policy::default() };
+    // A retention short enough that histories retire jobs (and resubmit their ids).
+    let policy =
+        Policy { engine_timeout_ms: 30_000, dispatch_timeout_ms: 60_000, job_retention_ms: 30_000, ..Policy::default() };
     log.push(Event::PolicySet(policy));
     for entry in log.entries.clone() {
         fold_checked(&mut state, &entry);

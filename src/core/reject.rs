@@ -99,6 +99,9 @@ pub enum JobProblem {
     BadLibrary { detail: String },
     /// Conditions given for a task index the job does not have.
     ConditionsForUnknownTask { task: u32 },
+    /// A task dependency on a task of a retired job that did not end done: the
+    /// state keeps only the job's outcome, not how each of its tasks ended.
+    RetiredDependency { dependency: String, status: String },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -293,6 +296,10 @@ impl fmt::Display for JobProblem {
             }
             JobProblem::BadLibrary { detail } => write!(f, "root library: {detail}"),
             JobProblem::ConditionsForUnknownTask { task } => write!(f, "conditions for task {task}, which the job does not have"),
+            JobProblem::RetiredDependency { dependency, status } => write!(
+                f,
+                "it depends on task {dependency}, whose job ended {status} and was retired from the state: how its tasks ended is no longer kept"
+            ),
         }
     }
 }

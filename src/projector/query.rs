@@ -179,9 +179,7 @@ pub fn answer_why(state: &State, request: &WhyRequest) -> WhyReply {
 pub fn answer_blacklists(state: &State, request: &BlacklistsRequest) -> BlacklistsReply {
     let engine_name = |e: EngineIdx| state.engine(e).id.to_string();
     let jobs = state
-        .jobs()
-        .iter()
-        .enumerate()
+        .jobs_indexed()
         .filter(|(_, job)| match &request.job {
             Some(id) => job.id.as_str() == id,
             None => {
@@ -193,7 +191,6 @@ pub fn answer_blacklists(state: &State, request: &BlacklistsRequest) -> Blacklis
             }
         })
         .map(|(j, job)| {
-            let j = JobIdx(j as u32);
             JobBlacklist {
                 job: job.id.to_string(),
                 status: job.status.as_str().to_string(),
@@ -231,7 +228,6 @@ pub fn answer_libraries(state: &State, _request: &LibrariesRequest) -> Libraries
             ),
             jobs: state
                 .jobs()
-                .iter()
                 .filter(|job| job.is_active() && job.options.root_library.as_ref() == Some(&info.library))
                 .map(|job| job.id.to_string())
                 .collect(),
@@ -314,9 +310,7 @@ pub struct EngineSummary {
 impl StateSummary {
     pub fn of(state: &State) -> StateSummary {
         let jobs = state
-            .jobs()
-            .iter()
-            .enumerate()
+            .jobs_indexed()
             .map(|(j, job)| JobSummary {
                 id: job.id.to_string(),
                 status: job.status.as_str().to_string(),
@@ -332,7 +326,7 @@ impl StateSummary {
                 throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
                 estimated_end_ms: estimated_end_ms(state.now_ms, job),
                 submitted_ms: job.submitted_ms,
-                redundant_copies: redundant_copies(state, JobIdx(j as u32)),
+                redundant_copies: redundant_copies(state, j),
                 redundant_results_ignored: job.redundant_results,
                 redundant_copies_dropped: job.copies_dropped,
                 blacklisted_engines: job.blacklist.len() as u32,
@@ -343,7 +337,7 @@ impl StateSummary {
                     .filter(|_| job.is_active() && state.category(job.category).eligible_logged_in == 0)
                     .map(|library| library.to_string()),
                 waits_for_jobs: if job.is_active() && !job.options.depends_on_jobs.is_empty() {
-                    state.unended_dependencies_of(JobIdx(j as u32)).into_iter().map(|d| state.job(d).id.to_string()).collect()
+                    state.unended_dependencies_of(j).into_iter().map(|d| state.job(d).id.to_string()).collect()
                 } else {
                     Vec::new()
                 },

@@ -772,8 +772,8 @@ impl<'a> World<'a> {
         let totals = &state.totals;
         let wait = self.projector.wait;
         let mut gridserver = self.projector.gridserver.clone();
-        gridserver.redundant_results_ignored = state.jobs().iter().map(|job| job.redundant_results).sum();
-        gridserver.redundant_copies_dropped = state.jobs().iter().map(|job| job.copies_dropped).sum();
+        gridserver.redundant_results_ignored = state.jobs().map(|job| job.redundant_results).sum();
+        gridserver.redundant_copies_dropped = state.jobs().map(|job| job.copies_dropped).sum();
         let task_check = self.check_tasks(state, outcome, &gridserver);
         SimReport {
             seed: scenario.seed,

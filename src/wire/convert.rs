@@ -393,6 +393,8 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             engine_tiers: policy.engine_tiers.clone(),
             greylist_affinity: policy.greylist_affinity,
             redundancy: redundancy_to_proto(&policy.redundancy),
+            job_retention_ms: (policy.job_retention_ms != crate::core::event::JOB_RETENTION_MS_DEFAULT)
+                .then_some(policy.job_retention_ms),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
@@ -951,6 +953,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         engine_tiers,
         greylist_affinity: m.greylist_affinity,
         redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
+        job_retention_ms: m.job_retention_ms.unwrap_or(crate::core::event::JOB_RETENTION_MS_DEFAULT),
     })
 }
 

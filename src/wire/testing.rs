@@ -246,6 +246,7 @@ pub fn every_event() -> Vec<Event> {
                 reschedule_first: true,
                 copies_per_task_max: 2,
             },
+            job_retention_ms: crate::core::event::JOB_RETENTION_MS_DEFAULT,
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -591,7 +592,12 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
         any::<u32>(),
         any::<u32>(),
         any::<u64>(),
-        (arb_engine_tiers(), any::<u32>(), arb_redundancy()),
+        (
+            arb_engine_tiers(),
+            any::<u32>(),
+            arb_redundancy(),
+            prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
+        ),
     )
         .prop_map(
             |(
@@ -601,7 +607,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 load_weight,
                 per_run,
                 seed,
-                (engine_tiers, greylist_affinity, redundancy),
+                (engine_tiers, greylist_affinity, redundancy, job_retention_ms),
             )| {
                 Policy {
                     algorithm: Algorithm::SgePlain,
@@ -616,6 +622,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     engine_tiers,
                     greylist_affinity,
                     redundancy,
+                    job_retention_ms,
                 }
             },
         )

@@ -231,7 +231,7 @@ fn a_busy_grid_decides_as_it_always_has() {
     for job in state.jobs() {
         *jobs.entry(job.status.as_str()).or_default() += 1;
     }
-    let flagged = state.jobs().iter().filter(|job| job.unschedulable.is_some() && job.status == JobStatus::Active).count();
+    let flagged = state.jobs().filter(|job| job.unschedulable.is_some() && job.status == JobStatus::Active).count();
     let t = &state.totals;
     let summary = format!(
         "entries {}, batches {}\norders {:?}\ndispatches {}, done {}, attempts failed {}, tasks failed {}, requeues {}, engines lost {}\n\

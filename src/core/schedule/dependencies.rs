@@ -21,8 +21,8 @@ pub fn fail_dependents(state: &State, in_flight: &InFlight, orders: &mut Orders)
             continue;
         }
         let job = state.job(j);
-        let dependency = job.failed_dependency.expect("listed jobs have a failed dependency");
-        let order = Order::FailDependent { job: job.id.clone(), task: None, dependency: state.job(dependency).id.to_string() };
+        let dependency = job.failed_dependency.as_ref().expect("listed jobs have a failed dependency");
+        let order = Order::FailDependent { job: job.id.clone(), task: None, dependency: dependency.to_string() };
         if n_jobs_failed == FAILED_JOBS_PER_RUN_MAX || !orders.push(order) {
             return;
         }

@@ -44,6 +44,8 @@ pub mod redundancy;
 mod busy_grid_tests;
 #[cfg(test)]
 mod gridserver_tests;
+#[cfg(test)]
+mod retire_tests;
 pub mod lifecycle;
 
 pub use budget::Orders;

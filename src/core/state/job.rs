@@ -272,7 +272,10 @@ pub struct Job {
     /// Jobs this one depends on that have not ended yet (or failed, when it fails with them).
     pub(crate) blocked_by: u32,
     /// The dependency that failed, when the job fails with it: it waits for a FailDependent order.
-    pub failed_dependency: Option<JobIdx>,
+    pub failed_dependency: Option<JobId>,
+    /// Task dependencies of other jobs' tasks on this job's tasks: while any
+    /// remain the job is not retired, so they can still read how its tasks ended.
+    pub(crate) task_dependents: u32,
     /// Results that arrived after the task already had one (redundant copies).
     pub redundant_results: u64,
     /// Redundant copies that were still waiting when their task got its result
@@ -325,6 +328,7 @@ impl Job {
             completion_times: CompletionTimes::default(),
             blocked_by: 0,
             failed_dependency: None,
+            task_dependents: 0,
             redundant_results: 0,
             copies_dropped: 0,
         }

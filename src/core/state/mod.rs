@@ -22,6 +22,7 @@
 mod engine;
 mod index;
 mod job;
+mod retire;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -32,6 +33,7 @@ pub use job::{
     isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, TaskCondition,
     TaskCounts, TaskState, TaskStatus,
 };
+pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
 
 use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
@@ -107,9 +109,34 @@ pub struct Category {
     pub eligible_logged_in: u32,
     /// Active jobs of this category.
     pub jobs: BTreeSet<JobIdx>,
+    /// Jobs held in the state (active or ended, not retired) whose tasks use it.
+    /// When the last of them retires the category is dropped: its slot is left
+    /// vacant (see [`Category::is_vacant`]) for the next new category.
+    pub users: u32,
 }
 
 impl Category {
+    /// A dropped category's slot, waiting for the next new category: no job
+    /// refers to it, no engine is eligible for it, and it is skipped wherever
+    /// categories are walked.
+    fn vacant() -> Category {
+        Category {
+            requirements: String::new(),
+            slots_per_task: 0,
+            library: None,
+            expr: None,
+            eligible: Vec::new(),
+            matching_logged_in: 0,
+            fitting_logged_in: 0,
+            eligible_logged_in: 0,
+            jobs: BTreeSet::new(),
+            users: 0,
+        }
+    }
+    /// The slot of a dropped category (no job uses it).
+    pub fn is_vacant(&self) -> bool {
+        self.users == 0
+    }
     pub fn is_eligible(&self, engine: EngineIdx) -> bool {
         let e = engine.0 as usize;
         self.eligible.get(e / 64).is_some_and(|word| word & (1 << (e % 64)) != 0)
@@ -179,6 +206,8 @@ pub struct Totals {
     pub attempts_failed: u64,
     pub requeues: u64,
     pub engines_lost: u64,
+    /// Ended jobs that left the state after their retention.
+    pub jobs_retired: u64,
     /// Sum over every attempt's start (retries included) of (start - job submission)
     /// in ms; an attempt completed with no start report counts as of its completion.
     pub wait_ms_sum: u64,
@@ -198,12 +227,29 @@ pub struct State {
     pub first_ms: Option<u64>,
     pub chain: Digest,
     pub policy: Policy,
-    pub(crate) jobs: Vec<Job>,
+    /// The jobs held, in slots a retired job vacates (see [`JobSlots`]).
+    pub(crate) jobs: JobSlots,
+    /// Held jobs by id (retired ones are not in it).
     pub(crate) job_index: NameMap<JobId, JobIdx>,
+    /// Ended jobs by the log time their retention counts from (their end, or
+    /// the time a due retirement was put off), then index: the retirement queue.
+    pub(crate) retiring: BTreeSet<(u64, JobIdx)>,
+    /// What is remembered of retired jobs (the newest [`RETIRED_JOBS_MAX`]).
+    pub(crate) retired_jobs: BTreeMap<JobId, RetiredJob>,
+    /// The ids of `retired_jobs`, oldest retirement first (the next forgotten).
+    pub(crate) retired_order: VecDeque<JobId>,
+    /// Retired jobs' figures by owner.
+    pub(crate) usage_by_user: BTreeMap<String, Usage>,
+    /// Retired jobs' figures by project.
+    pub(crate) usage_by_project: BTreeMap<String, Usage>,
     pub(crate) engines: Vec<Engine>,
     pub(crate) engine_index: NameMap<EngineId, EngineIdx>,
+    /// Requirement categories in slots: a category no held job uses is dropped
+    /// and its slot reused, as job slots are (see [`JobSlots`]).
     pub(crate) categories: Vec<Category>,
     pub(crate) category_index: NameMap<(String, u32, Option<LibraryRef>), CategoryIdx>,
+    /// Vacant category slots, vacated longest ago first.
+    pub(crate) categories_vacant: VecDeque<CategoryIdx>,
     /// Active jobs with waiting tasks, in the order `schedule` examines them.
     pub(crate) runnable: BTreeSet<JobRank>,
     /// Logged-in engines with at least one free slot.
@@ -265,8 +311,17 @@ impl State {
     pub fn category(&self, idx: CategoryIdx) -> &Category {
         &self.categories[idx.0 as usize]
     }
-    pub fn jobs(&self) -> &[Job] {
-        &self.jobs
+    /// The jobs held (active, and ended within their retention), in index order.
+    pub fn jobs(&self) -> impl ExactSizeIterator<Item = &Job> + '_ {
+        self.jobs.iter().map(|(_, job)| job)
+    }
+    /// The jobs held with their indexes, in index order.
+    pub fn jobs_indexed(&self) -> Jobs<'_> {
+        self.jobs.iter()
+    }
+    /// The index the next submitted job will take.
+    pub fn next_job_idx(&self) -> JobIdx {
+        self.jobs.next_idx()
     }
     pub fn engines(&self) -> &[Engine] {
         &self.engines
@@ -443,7 +498,9 @@ impl State {
         engine.tier = tier_of(&self.tier_exprs, engine);
         self.engine_silence.insert(now, idx);
         for c in 0..self.categories.len() {
-            self.refresh_eligibility(CategoryIdx(c as u32), idx);
+            if !self.categories[c].is_vacant() {
+                self.refresh_eligibility(CategoryIdx(c as u32), idx);
+            }
         }
         self.refresh_free(idx);
         idx
@@ -458,7 +515,7 @@ impl State {
         }
         let removed = self.engine_silence.remove(engine.last_seen_ms, idx);
         assert!(removed, "a logged-in engine is in the silence order at its last-seen time");
-        for category in &mut self.categories {
+        for category in self.categories.iter_mut().filter(|category| !category.is_vacant()) {
             if category.is_eligible(idx) {
                 category.eligible_logged_in -= 1;
             }
@@ -548,7 +605,7 @@ impl State {
         let logged_in = engine.status == EngineStatus::LoggedIn;
         for c in 0..self.categories.len() {
             let category = &self.categories[c];
-            if category.library.as_ref() != Some(library) || category.is_eligible(e) {
+            if category.is_vacant() || category.library.as_ref() != Some(library) || category.is_eligible(e) {
                 continue;
             }
             if category.admits(&self.engines[e.0 as usize]).eligible {
@@ -592,8 +649,7 @@ impl State {
         if let Some(&idx) = self.category_index.get(&key) {
             return idx;
         }
-        let idx = CategoryIdx(self.categories.len() as u32);
-        self.categories.push(Category {
+        let category = Category {
             requirements: key.0.clone(),
             slots_per_task,
             library: key.2.clone(),
@@ -603,7 +659,19 @@ impl State {
             fitting_logged_in: 0,
             eligible_logged_in: 0,
             jobs: BTreeSet::new(),
-        });
+            // The job about to use it counts itself in (`add_job`, `add_tasks`).
+            users: 0,
+        };
+        let idx = match self.categories_vacant.pop_front() {
+            Some(idx) => {
+                self.categories[idx.0 as usize] = category;
+                idx
+            }
+            None => {
+                self.categories.push(category);
+                CategoryIdx(self.categories.len() as u32 - 1)
+            }
+        };
         self.category_index.insert(key, idx);
         for e in 0..self.engines.len() {
             self.refresh_eligibility(idx, EngineIdx(e as u32));
@@ -612,21 +680,35 @@ impl State {
     }
 
     /// Adds a submitted job. `depends_on` are the jobs it waits for (already resolved).
-    pub(crate) fn add_job(&mut self, job: Job, depends_on: &[JobIdx]) -> JobIdx {
-        let idx = JobIdx(self.jobs.len() as u32);
-        self.job_index.insert(job.id.clone(), idx);
-        self.jobs.push(job);
+    /// `retired_dependencies` are the jobs it waits for that have left the state
+    /// (they ended, with the status given).
+    pub(crate) fn add_job(&mut self, job: Job, depends_on: &[JobIdx], retired_dependencies: &[(JobId, JobStatus)]) -> JobIdx {
+        let id = job.id.clone();
+        let idx = self.jobs.insert(job);
+        self.job_index.insert(id, idx);
         for c in self.job_categories(idx) {
-            self.categories[c.0 as usize].jobs.insert(idx);
+            let category = &mut self.categories[c.0 as usize];
+            category.jobs.insert(idx);
+            category.users += 1;
         }
+        self.pin_task_dependencies(idx, 0);
         for &dependency in depends_on {
             let status = self.jobs[dependency.0 as usize].status;
             if status == JobStatus::Active {
                 self.jobs[idx.0 as usize].blocked_by += 1;
                 self.dependents.entry(dependency).or_default().push(idx);
             } else {
-                self.release_dependent(idx, dependency, status);
+                // Held as for a dependency that ends later: released at once, or,
+                // when it did not succeed and the job fails with it, held until
+                // its FailDependent order.
+                self.jobs[idx.0 as usize].blocked_by += 1;
+                let dependency_id = self.jobs[dependency.0 as usize].id.clone();
+                self.release_dependent(idx, &dependency_id, status);
             }
+        }
+        for (dependency_id, status) in retired_dependencies {
+            self.jobs[idx.0 as usize].blocked_by += 1;
+            self.release_dependent(idx, dependency_id, *status);
         }
         self.index_job_rules(idx);
         self.refresh_runnable(idx, false);
@@ -671,15 +753,60 @@ impl State {
         conditions: Vec<(u32, TaskCondition, bool)>,
     ) {
         let was_runnable = self.jobs[idx.0 as usize].is_runnable();
+        let new_categories = conditions.iter().any(|(_, condition, _)| condition.category.is_some());
+        let categories_before = if new_categories { self.job_categories(idx) } else { BTreeSet::new() };
         self.jobs[idx.0 as usize].append_tasks(params);
+        let first = self.jobs[idx.0 as usize].n_tasks() - params.len() as u32;
         for (index, condition, queue_jump) in conditions {
             if let Some(c) = condition.category {
                 self.categories[c.0 as usize].jobs.insert(idx);
             }
             self.jobs[idx.0 as usize].set_condition(index, condition, queue_jump);
         }
+        if new_categories {
+            for c in self.job_categories(idx).difference(&categories_before) {
+                self.categories[c.0 as usize].users += 1;
+            }
+        }
+        self.pin_task_dependencies(idx, first);
         self.index_job_rules(idx);
         self.refresh_runnable(idx, was_runnable);
+    }
+
+    /// Counts, on each other job, the task dependencies of this job's tasks from
+    /// `first` on that name one of its tasks: a job is not retired while another
+    /// job's task may still ask how its tasks ended.
+    fn pin_task_dependencies(&mut self, idx: JobIdx, first: u32) {
+        let job = &self.jobs[idx.0 as usize];
+        if job.conditions.is_empty() {
+            return;
+        }
+        let targets: Vec<JobIdx> = job
+            .conditions
+            .range(first..)
+            .flat_map(|(_, condition)| condition.depends_on.iter().map(|dependency| dependency.job))
+            .filter(|&j| j != idx)
+            .collect();
+        for j in targets {
+            self.jobs[j.0 as usize].task_dependents += 1;
+        }
+    }
+
+    /// A job that used the category retired: the category is dropped when no
+    /// held job uses it any more (its slot left vacant, its name forgotten).
+    pub(crate) fn release_category(&mut self, c: CategoryIdx) {
+        let category = &mut self.categories[c.0 as usize];
+        assert!(category.users > 0, "a category in use counts its users");
+        category.users -= 1;
+        if category.users > 0 {
+            return;
+        }
+        assert!(category.jobs.is_empty(), "a category no job uses has no active job");
+        let key = (std::mem::take(&mut category.requirements), category.slots_per_task, category.library.take());
+        let removed = self.category_index.swap_remove(&key);
+        assert_eq!(removed, Some(c), "the category index names the dropped category");
+        self.categories[c.0 as usize] = Category::vacant();
+        self.categories_vacant.push_back(c);
     }
 
     pub(crate) fn job_mut(&mut self, idx: JobIdx) -> &mut Job {
@@ -725,6 +852,7 @@ impl State {
         job.ended_ms = Some(now);
         job.cancel_waiting_tasks();
         self.leave_job(idx, was_runnable);
+        self.queue_retirement(idx);
     }
 
     /// What every ending does once the job's status is set: out of the categories
@@ -740,15 +868,16 @@ impl State {
         self.to_cancel.extend(live);
         self.index_job_rules(idx);
         self.refresh_runnable(idx, was_runnable);
+        let id = self.jobs[idx.0 as usize].id.clone();
         for dependent in self.dependents.remove(&idx).unwrap_or_default() {
-            self.release_dependent(dependent, idx, status);
+            self.release_dependent(dependent, &id, status);
         }
     }
 
     /// A job `dependent` waited for has ended with `status`: it is released, or,
     /// when it fails with its dependencies and this one did not succeed, it awaits
     /// a FailDependent order (and stays held until then).
-    fn release_dependent(&mut self, dependent: JobIdx, dependency: JobIdx, status: JobStatus) {
+    fn release_dependent(&mut self, dependent: JobIdx, dependency: &JobId, status: JobStatus) {
         let job = &mut self.jobs[dependent.0 as usize];
         if job.status != JobStatus::Active {
             return;
@@ -756,7 +885,7 @@ impl State {
         let was_runnable = job.is_runnable();
         if status != JobStatus::Done && job.options.fail_on_dependency_failure {
             if job.failed_dependency.is_none() {
-                job.failed_dependency = Some(dependency);
+                job.failed_dependency = Some(dependency.clone());
                 self.failing_dependents.insert(dependent);
             }
             return;
@@ -786,6 +915,7 @@ impl State {
         job.status = if job.counts.done == job.n_tasks() { JobStatus::Done } else { JobStatus::Failed };
         job.ended_ms = Some(now);
         self.leave_job(idx, was_runnable);
+        self.queue_retirement(idx);
     }
 
     // ---- the attempt lifecycle ----------------------------------------------
@@ -1053,7 +1183,7 @@ impl State {
 
     /// Clears the blacklists and greylists of every job, for one engine or all.
     pub(crate) fn clear_blacklists(&mut self, engine: Option<EngineIdx>) {
-        for job in &mut self.jobs {
+        for job in self.jobs.iter_mut() {
             match engine {
                 Some(e) => {
                     job.blacklist.remove(&e);
@@ -1110,14 +1240,14 @@ impl State {
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         let mut state: State = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
-        for category in &mut state.categories {
+        for category in state.categories.iter_mut().filter(|category| !category.is_vacant()) {
             let expr = super::expr::parse_printed(&category.requirements).map_err(|e| {
                 SnapshotError::Decode(format!("category {:?}: {e}", category.requirements))
             })?;
             category.expr = Some(expr);
         }
         let broken = |what: &str, e: super::expr::ExprError| SnapshotError::Decode(format!("{what}: {e}"));
-        for job in &mut state.jobs {
+        for job in state.jobs.iter_mut() {
             let preferences = job.affinity.iter_mut().chain(job.conditions.values_mut().flat_map(|c| c.affinity.iter_mut()));
             for preference in preferences {
                 preference.rebuild().map_err(|e| broken(&format!("affinity of job {}", job.id), e))?;
@@ -1199,17 +1329,17 @@ impl State {
             let free = engine.status == EngineStatus::LoggedIn && engine.used < engine.slots;
             assert_eq!(free, self.free_engines.contains(EngineIdx(e as u32)), "free index of {}", engine.id);
         }
-        for (j, job) in self.jobs.iter().enumerate() {
+        for (j, job) in self.jobs.iter() {
             job.check_counts();
             let runnable = job.is_runnable();
-            assert_eq!(runnable, self.runnable.contains(&job.rank(JobIdx(j as u32))), "runnable index of {}", job.id);
+            assert_eq!(runnable, self.runnable.contains(&job.rank(j)), "runnable index of {}", job.id);
         }
         assert_eq!(self.dispatched_since.len(), n_unstarted, "the dispatch index holds only unstarted attempts");
         assert_eq!(
             self.engine_silence.len(),
             self.engines.iter().filter(|engine| engine.status == EngineStatus::LoggedIn).count()
         );
-        assert_eq!(self.runnable.len(), self.jobs.iter().filter(|j| j.is_runnable()).count());
+        assert_eq!(self.runnable.len(), self.jobs().filter(|j| j.is_runnable()).count());
         assert_eq!(
             self.free_engines.len(),
             self.engines.iter().filter(|e| e.status == EngineStatus::LoggedIn && e.used < e.slots).count()
@@ -1220,7 +1350,7 @@ impl State {
         }
         for (e, engine) in self.engines.iter().enumerate() {
             assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);
-            for category in &self.categories {
+            for category in self.categories.iter().filter(|category| !category.is_vacant()) {
                 let eligible = category.admits(engine).eligible;
                 assert_eq!(category.is_eligible(EngineIdx(e as u32)), eligible, "eligibility of {}", engine.id);
             }
@@ -1229,6 +1359,7 @@ impl State {
             let job = self.job(j);
             assert!(job.is_active() && job.options.engine_blacklisting && !job.blacklist.contains(&e));
         }
+        self.check_retirement_invariants();
     }
 }
 

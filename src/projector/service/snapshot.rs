@@ -45,8 +45,9 @@ use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
 
 /// The first bytes of every record.
 pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
-/// The record format this build writes and reads.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// The record format this build writes and reads. 2: the state holds jobs in
+/// slots, the retirement queue, retired jobs and usage summaries.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
@@ -457,7 +458,7 @@ mod tests {
         check(&good[..10], "bad header");
         let mut other_version = good.clone();
         other_version[16..20].copy_from_slice(&(SNAPSHOT_FORMAT_VERSION + 1).to_be_bytes());
-        check(&other_version, "format version 2");
+        check(&other_version, &format!("format version {}", SNAPSHOT_FORMAT_VERSION + 1));
         let mut flipped = good.clone();
         let middle = HEADER_BYTES + (good.len() - HEADER_BYTES) / 2;
         flipped[middle] ^= 0x40;
