@@ -492,7 +492,7 @@ fn build_saturated_grid(gridserver: bool) -> (State, LogBuilder, Vec<(TaskRef, u
         state.engines().len(),
         state.engines().iter().map(|engine| u64::from(engine.slots)).sum::<u64>(),
         state.jobs().len(),
-        state.jobs().iter().map(|job| u64::from(job.n_tasks())).sum::<u64>(),
+        state.jobs().map(|job| u64::from(job.n_tasks())).sum::<u64>(),
     );
     let mut running = Vec::new();
     while let Some(batch) = decide(&state, &InFlight::new()) {

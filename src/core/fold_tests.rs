@@ -229,11 +229,8 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
 fn run_history(steps: &[Step]) {
     let mut log = LogBuilder::new();
     let mut state = registered(&log);
-    let mut policy = Policy::default();
-    policy.engine_timeout_ms = 30_000;
-    policy.dispatch_timeout_ms = 60_000;
-    // Short enough that histories retire jobs (and resubmit their ids).
-    policy.job_retention_ms = 30_000;
+    // A retention short enough that histories retire jobs (and resubmit their ids).
+    let policy = Policy { engine_timeout_ms: 30_000, dispatch_timeout_ms: 60_000, job_retention_ms: 30_000, ..Policy::default() };
     log.push(Event::PolicySet(policy));
     for entry in log.entries.clone() {
         fold_checked(&mut state, &entry);

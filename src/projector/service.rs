@@ -121,7 +121,7 @@ use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEF
 use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
-use crate::projector::query::{answer_blacklists, answer_libraries, answer_stat, answer_why};
+use crate::projector::query::{answer_blacklists, answer_libraries, answer_stat, answer_usage, answer_why};
 use crate::projector::record::batch_envelope;
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, ORDERS_SUBJECT, TICK_SUBJECT};
@@ -1295,6 +1295,9 @@ where
             }
             Query::Libraries(request, reply) => {
                 let _ = reply.send(answer_libraries(state, &request));
+            }
+            Query::Usage(request, reply) => {
+                let _ = reply.send(answer_usage(state, &request));
             }
         }
     }
