@@ -58,6 +58,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::client::{block_on, publish};
+
+mod soak;
 use crate::core::event::{
     EngineProps, Entry, Envelope, Event, JobOptions, JobSpec, Order, Origin, Payload, TaskSet,
     TaskTemplate,
@@ -123,6 +125,19 @@ pub struct BenchArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Soak instead: --tasks (say 1000000) as a stream of jobs that end and retire,
+    /// sampling resident memory every --soak-sample-every tasks (see `bench/soak.rs`).
+    #[arg(long)]
+    pub soak: bool,
+    /// Tasks per job in a soak.
+    #[arg(long, default_value_t = 1_000)]
+    pub soak_job_tasks: u32,
+    /// The policy's job retention in a soak, in ms of log time.
+    #[arg(long, default_value_t = 2_000)]
+    pub soak_retention_ms: u64,
+    /// Completed tasks between two samples of a soak.
+    #[arg(long, default_value_t = 100_000)]
+    pub soak_sample_every: u64,
 }
 
 /// The bench's findings; `--json` prints this.
@@ -254,6 +269,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         bail!("--jobs must not exceed --tasks");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.soak {
+        let report = block_on(async {
+            tokio::time::timeout(timeout, run_soak(&args))
+                .await
+                .map_err(|_| anyhow!("the soak did not finish within {} s", timeout.as_secs()))?
+        })?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            soak::print_soak(&report);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = block_on(async {
         tokio::time::timeout(timeout, run_bench(&args))
             .await
@@ -269,6 +297,35 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Runs a soak (`--soak`) on a private nats-server or the one given.
+pub async fn run_soak(args: &BenchArgs) -> anyhow::Result<soak::SoakReport> {
+    let say = |line: String| {
+        if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    let (access, server) = match &args.nats {
+        Some(url) => (args.auth.access(url)?, None),
+        None => {
+            let server = NatsServer::start().context("starting a private nats-server (set --nats to use a broker)")?;
+            (BrokerAccess::anonymous(server.url()), Some(server))
+        }
+    };
+    let broker = BrokerInfo {
+        url: access.url.clone(),
+        private: server.is_some(),
+        nats_server_version: server.as_ref().map(|s| s.version().to_string()),
+        sync: match &server {
+            Some(_) => "default (the server fsyncs every 2 minutes)".to_string(),
+            None => "as the broker is configured".to_string(),
+        },
+    };
+    let state_dir = tempdir_for("projector")?;
+    let result = soak::soak_on(args, &access, &state_dir.0, broker, &say).await;
+    drop(server);
+    result
 }
 
 /// Runs the whole bench: broker, raw publish rate, grid, verification.
