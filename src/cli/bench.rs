@@ -458,6 +458,7 @@ async fn bench_on(
         args.slots,
         args.window,
         u64::from(args.tasks),
+        None,
     )
     .await?;
     handle
@@ -1003,10 +1004,15 @@ impl Simulator {
     }
 
     /// Takes deliveries and reports each `Run` started and completed, until `tasks` runs came.
-    async fn run(mut self, tasks: u64) -> anyhow::Result<SimReport> {
+    /// Duplicate runs are caught among every run seen, or with `seen_kept`, among
+    /// the last `seen_kept` to `2 × seen_kept` (a soak: the engines' own memory
+    /// must not grow with the history either).
+    async fn run(mut self, tasks: u64, seen_kept: Option<usize>) -> anyhow::Result<SimReport> {
         let cpu_started = thread_cpu_us();
         let mut report = SimReport::default();
-        let mut seen: HashMap<(TaskRef, u32), ()> = HashMap::with_capacity(tasks as usize);
+        let capacity = seen_kept.map_or(tasks as usize, |kept| kept.min(tasks as usize));
+        let mut seen: HashMap<(TaskRef, u32), ()> = HashMap::with_capacity(capacity);
+        let mut seen_before: HashMap<(TaskRef, u32), ()> = HashMap::new();
         let mut consumer_seq = 0u64;
         while report.runs_received < tasks {
             let message = self
@@ -1040,9 +1046,13 @@ impl Simulator {
                 report.other_deliveries += 1;
                 continue;
             };
-            if seen.insert((run.task.clone(), run.attempt), ()).is_some() {
+            let key = (run.task.clone(), run.attempt);
+            if seen_before.contains_key(&key) || seen.insert(key, ()).is_some() {
                 report.duplicate_runs += 1;
                 continue;
+            }
+            if seen_kept.is_some_and(|kept| seen.len() >= kept) {
+                seen_before = std::mem::replace(&mut seen, HashMap::with_capacity(capacity));
             }
             report.runs_received += 1;
             self.progress.runs.fetch_add(1, Ordering::Relaxed);
@@ -1082,6 +1092,7 @@ async fn spawn_simulator(
     slots: u32,
     window: usize,
     tasks: u64,
+    seen_kept: Option<usize>,
 ) -> anyhow::Result<SimHandle> {
     let (ready_tx, ready_rx) = oneshot::channel::<anyhow::Result<(u64, Arc<Progress>)>>();
     let (done_tx, done_rx) = oneshot::channel();
@@ -1116,7 +1127,7 @@ async fn spawn_simulator(
                         return;
                     }
                 };
-                let _ = done_tx.send(sim.run(tasks).await);
+                let _ = done_tx.send(sim.run(tasks, seen_kept).await);
             });
         })
         .context("starting the engines' thread")?;

@@ -34,6 +34,8 @@ use crate::projector::service::{Projector, ProjectorConfig};
 
 /// How many jobs are submitted ahead of the completions.
 const JOBS_AHEAD: u64 = 4;
+/// Runs the simulated engines remember for catching a duplicate (1 to 2 times this).
+const SEEN_KEPT: usize = 100_000;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakReport {
@@ -55,6 +57,8 @@ pub struct SoakReport {
     /// Most jobs the projector held at a sample.
     pub jobs_held_max: u64,
     pub jobs_retired: u64,
+    /// Runs delivered twice, among the last 100,000 to 200,000 (must be 0).
+    pub duplicate_runs: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -121,7 +125,7 @@ pub async fn soak_on(
     let policy = Policy { job_retention_ms: args.soak_retention_ms, ..Policy::default() };
     publish(&log, "gridfold-soak", Event::PolicySet(policy)).await?;
 
-    let sim = spawn_simulator(access, &engines, args.slots, args.window, tasks).await?;
+    let sim = spawn_simulator(access, &engines, args.slots, args.window, tasks, Some(SEEN_KEPT)).await?;
     handle
         .wait_for(|status| status.folded_seq >= sim.login_seq && status.leader)
         .await
@@ -186,7 +190,6 @@ pub async fn soak_on(
     let load_after = load_average();
     let _ = stop_projector.send(true);
     projector_task.await.context("the projector panicked")??;
-    let _ = sim_report;
     let warm = samples.get(1).or(samples.first()).map_or(0, |s| s.rss_kib as i64);
     let last = samples.last().map_or(0, |s| s.rss_kib as i64);
     Ok(SoakReport {
@@ -204,6 +207,7 @@ pub async fn soak_on(
         rss_growth_after_warmup_kib: last - warm,
         jobs_held_max: samples.iter().map(|s| s.jobs_held).max().unwrap_or(0),
         jobs_retired: stat.jobs_retired,
+        duplicate_runs: sim_report.duplicate_runs,
         samples,
     })
 }
@@ -226,7 +230,7 @@ pub fn print_soak(report: &SoakReport) {
         println!("{:>10} {:>9.1} {:>12} {:>10} {:>10}", s.tasks_done, s.seconds, s.rss_kib, s.jobs_held, s.jobs_retired);
     }
     println!(
-        "RSS growth after warm-up: {} KiB; most jobs held {}; jobs retired {}",
-        report.rss_growth_after_warmup_kib, report.jobs_held_max, report.jobs_retired
+        "RSS growth after warm-up: {} KiB; most jobs held {}; jobs retired {}; duplicate runs {}",
+        report.rss_growth_after_warmup_kib, report.jobs_held_max, report.jobs_retired, report.duplicate_runs
     );
 }
