@@ -58,6 +58,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::client::{block_on, publish};
+
+mod soak;
 use crate::core::event::{
     EngineProps, Entry, Envelope, Event, JobOptions, JobSpec, Order, Origin, Payload, TaskSet,
     TaskTemplate,
@@ -128,6 +130,19 @@ pub struct BenchArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Soak instead: --tasks (say 1000000) as a stream of jobs that end and retire,
+    /// sampling resident memory every --soak-sample-every tasks (see `bench/soak.rs`).
+    #[arg(long)]
+    pub soak: bool,
+    /// Tasks per job in a soak.
+    #[arg(long, default_value_t = 1_000)]
+    pub soak_job_tasks: u32,
+    /// The policy's job retention in a soak, in ms of log time.
+    #[arg(long, default_value_t = 2_000)]
+    pub soak_retention_ms: u64,
+    /// Completed tasks between two samples of a soak.
+    #[arg(long, default_value_t = 100_000)]
+    pub soak_sample_every: u64,
 }
 
 /// The bench's findings; `--json` prints this.
@@ -259,6 +274,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         bail!("--jobs must not exceed --tasks");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.soak {
+        let report = block_on(async {
+            tokio::time::timeout(timeout, run_soak(&args))
+                .await
+                .map_err(|_| anyhow!("the soak did not finish within {} s", timeout.as_secs()))?
+        })?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            soak::print_soak(&report);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = block_on(async {
         tokio::time::timeout(timeout, run_bench(&args))
             .await
@@ -274,6 +302,35 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Runs a soak (`--soak`) on a private nats-server or the one given.
+pub async fn run_soak(args: &BenchArgs) -> anyhow::Result<soak::SoakReport> {
+    let say = |line: String| {
+        if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    let (access, server) = match &args.nats {
+        Some(url) => (args.auth.access(url)?, None),
+        None => {
+            let server = NatsServer::start().context("starting a private nats-server (set --nats to use a broker)")?;
+            (BrokerAccess::anonymous(server.url()), Some(server))
+        }
+    };
+    let broker = BrokerInfo {
+        url: access.url.clone(),
+        private: server.is_some(),
+        nats_server_version: server.as_ref().map(|s| s.version().to_string()),
+        sync: match &server {
+            Some(_) => "default (the server fsyncs every 2 minutes)".to_string(),
+            None => "as the broker is configured".to_string(),
+        },
+    };
+    let state_dir = tempdir_for("projector")?;
+    let result = soak::soak_on(args, &access, &state_dir.0, broker, &say).await;
+    drop(server);
+    result
 }
 
 /// Runs the whole bench: broker, raw publish rate, grid, verification.
@@ -411,6 +468,7 @@ async fn bench_on(
         args.slots,
         args.window,
         u64::from(args.tasks),
+        None,
     )
     .await?;
     handle
@@ -956,10 +1014,15 @@ impl Simulator {
     }
 
     /// Takes deliveries and reports each `Run` started and completed, until `tasks` runs came.
-    async fn run(mut self, tasks: u64) -> anyhow::Result<SimReport> {
+    /// Duplicate runs are caught among every run seen, or with `seen_kept`, among
+    /// the last `seen_kept` to `2 × seen_kept` (a soak: the engines' own memory
+    /// must not grow with the history either).
+    async fn run(mut self, tasks: u64, seen_kept: Option<usize>) -> anyhow::Result<SimReport> {
         let cpu_started = thread_cpu_us();
         let mut report = SimReport::default();
-        let mut seen: HashMap<(TaskRef, u32), ()> = HashMap::with_capacity(tasks as usize);
+        let capacity = seen_kept.map_or(tasks as usize, |kept| kept.min(tasks as usize));
+        let mut seen: HashMap<(TaskRef, u32), ()> = HashMap::with_capacity(capacity);
+        let mut seen_before: HashMap<(TaskRef, u32), ()> = HashMap::new();
         let mut consumer_seq = 0u64;
         while report.runs_received < tasks {
             let message = self
@@ -993,9 +1056,13 @@ impl Simulator {
                 report.other_deliveries += 1;
                 continue;
             };
-            if seen.insert((run.task.clone(), run.attempt), ()).is_some() {
+            let key = (run.task.clone(), run.attempt);
+            if seen_before.contains_key(&key) || seen.insert(key, ()).is_some() {
                 report.duplicate_runs += 1;
                 continue;
+            }
+            if seen_kept.is_some_and(|kept| seen.len() >= kept) {
+                seen_before = std::mem::replace(&mut seen, HashMap::with_capacity(capacity));
             }
             report.runs_received += 1;
             self.progress.runs.fetch_add(1, Ordering::Relaxed);
@@ -1035,6 +1102,7 @@ async fn spawn_simulator(
     slots: u32,
     window: usize,
     tasks: u64,
+    seen_kept: Option<usize>,
 ) -> anyhow::Result<SimHandle> {
     let (ready_tx, ready_rx) = oneshot::channel::<anyhow::Result<(u64, Arc<Progress>)>>();
     let (done_tx, done_rx) = oneshot::channel();
@@ -1069,7 +1137,7 @@ async fn spawn_simulator(
                         return;
                     }
                 };
-                let _ = done_tx.send(sim.run(tasks).await);
+                let _ = done_tx.send(sim.run(tasks, seen_kept).await);
             });
         })
         .context("starting the engines' thread")?;

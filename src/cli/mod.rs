@@ -45,6 +45,8 @@ pub enum Command {
     Submit(jobs::SubmitArgs),
     /// Jobs with their task counts, throughput and estimated end; engines with their slots.
     Stat(stat::StatArgs),
+    /// What ended jobs added up to per user and per project (jobs by outcome, tasks, attempts), retired ones included.
+    Usage(stat::UsageArgs),
     /// Cancel a job: waiting tasks are dropped, running ones stopped.
     Cancel(jobs::CancelArgs),
     /// Change a job's priority (higher runs first).
@@ -85,6 +87,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Stat(args) => stat::stat(args),
+        Command::Usage(args) => stat::usage(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Priority(args) => jobs::priority(args),
         Command::Policy(args) => jobs::policy(args),

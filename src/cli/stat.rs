@@ -12,7 +12,7 @@ use super::client::{ask, block_on, connect_log, NatsArgs};
 use crate::core::event::Entry;
 use crate::core::ids::Seq;
 use crate::log::{read_to_end, EventLog, RawEntry};
-use crate::projector::query::{JobSummary, StatRequest, StateSummary, STAT_SUBJECT};
+use crate::projector::query::{JobSummary, StatRequest, StateSummary, UsageReply, UsageRequest, STAT_SUBJECT, USAGE_SUBJECT};
 use crate::wire;
 
 #[derive(Debug, Args)]
@@ -24,6 +24,14 @@ pub struct StatArgs {
     /// Ask again every 2 seconds until interrupted.
     #[arg(long)]
     pub watch: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    pub nats: NatsArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -57,7 +65,24 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `gridfold usage`: what ended jobs added up to, per user and per project.
+pub fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let reply: UsageReply = ask(&args.nats, USAGE_SUBJECT, &UsageRequest {}).await?;
+        if args.json {
+            println!("{}", serde_json::to_string(&reply)?);
+        } else {
+            print!("{reply}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 fn print_stat(summary: &StateSummary) {
+    if let Some(retired) = &summary.retired {
+        println!("{retired}");
+        return;
+    }
     println!("{:<24} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}", "JOB", "STATUS", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "TASKS/S", "ETA");
     for job in &summary.jobs {
         let eta = job
@@ -87,6 +112,9 @@ fn print_stat(summary: &StateSummary) {
         );
     }
     println!();
+    if summary.jobs_retired > 0 {
+        println!("{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired);
+    }
     println!("log seq {}, {} rejected, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
 }
 

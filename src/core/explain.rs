@@ -99,9 +99,48 @@ pub enum ExplainError {
     UnknownJob(String),
     #[error("job {job} has {n_tasks} tasks; there is no task {index}")]
     UnknownTask { job: String, index: u32, n_tasks: u32 },
+    /// The job ended and left the state after the policy's retention.
+    #[error("{0}")]
+    RetiredJob(RetiredJobText),
+}
+
+/// How a person is told that a job was retired: what it ended as and when, in
+/// log time before the state's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetiredJobText {
+    pub job: String,
+    pub status: &'static str,
+    pub n_tasks: u32,
+    pub ended_s_ago: u64,
+    pub retired_s_ago: u64,
+}
+
+impl std::fmt::Display for RetiredJobText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {} ended {} ({} task(s)) {} s ago and was retired from the state {} s ago: only its outcome and its usage are kept",
+            self.job, self.status, self.n_tasks, self.ended_s_ago, self.retired_s_ago
+        )
+    }
+}
+
+/// The text for a retired job, if `job` names one the state still remembers.
+pub fn retired_job_text(state: &State, job: &crate::core::ids::JobId) -> Option<RetiredJobText> {
+    let retired = state.retired_job(job)?;
+    Some(RetiredJobText {
+        job: job.to_string(),
+        status: retired.status.as_str(),
+        n_tasks: retired.n_tasks,
+        ended_s_ago: state.now_ms.saturating_sub(retired.ended_ms) / 1000,
+        retired_s_ago: state.now_ms.saturating_sub(retired.retired_ms) / 1000,
+    })
 }
 
 pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainError> {
+    if let Some(text) = retired_job_text(state, &task.job) {
+        return Err(ExplainError::RetiredJob(text));
+    }
     let j = state.job_idx(&task.job).ok_or_else(|| ExplainError::UnknownJob(task.job.to_string()))?;
     let job = state.job(j);
     let key = state.task_key(task).ok_or(ExplainError::UnknownTask {

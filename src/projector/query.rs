@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::explain::{explain, Explanation};
 use crate::core::ids::TaskRef;
-use crate::core::state::{EngineIdx, EngineStatus, JobIdx, JobStatus, State};
+use crate::core::state::{EngineIdx, EngineStatus, JobIdx, JobStatus, State, Usage};
 
 /// `gridfold stat`: a [`StatRequest`] in, a [`StateSummary`] out.
 pub const STAT_SUBJECT: &str = "gridfold.q.stat";
@@ -21,8 +21,6 @@ pub const LIBRARIES_SUBJECT: &str = "gridfold.q.libraries";
 /// The commands that publish (`submit`, `cancel`, ...): a [`VerdictRequest`] in,
 /// a [`Verdict`] out: did the projector accept the entry at that sequence?
 pub const VERDICT_SUBJECT: &str = "gridfold.q.verdict";
-/// Every subject a projector answers on.
-pub const QUERY_SUBJECTS: [&str; 5] = [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT, VERDICT_SUBJECT];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VerdictRequest {
@@ -51,6 +49,82 @@ pub struct Verdict {
     pub verdict: VerdictKind,
     /// Why it was rejected, as the rejection record says.
     pub rejections: Vec<String>,
+}
+
+/// `gridfold usage`: a [`UsageRequest`] in, a [`UsageReply`] out.
+pub const USAGE_SUBJECT: &str = "gridfold.q.usage";
+/// Every subject a projector answers on.
+pub const QUERY_SUBJECTS: [&str; 6] =
+    [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT, VERDICT_SUBJECT, USAGE_SUBJECT];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UsageRequest {}
+
+/// What ended jobs added up to, per user and per project: the retired jobs'
+/// summaries plus the ended jobs still in the state, so a job counts from the
+/// moment it ends, whether or not it has been retired yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReply {
+    pub log_time_ms: u64,
+    /// How long an ended job stays in the state before it is retired (the policy's).
+    pub job_retention_ms: u64,
+    /// Ended jobs retired so far, over the whole history.
+    pub jobs_retired: u64,
+    /// Ended jobs still in the state, waiting out their retention.
+    pub jobs_awaiting_retirement: u64,
+    pub by_user: BTreeMap<String, Usage>,
+    pub by_project: BTreeMap<String, Usage>,
+}
+
+pub fn answer_usage(state: &State, _request: &UsageRequest) -> UsageReply {
+    let mut by_user = state.usage_by_user().clone();
+    let mut by_project = state.usage_by_project().clone();
+    for job in state.jobs().filter(|job| !job.is_active()) {
+        let usage = Usage::of_job(job);
+        by_user.entry(job.owner.clone()).or_default().add(&usage);
+        by_project.entry(job.project.clone()).or_default().add(&usage);
+    }
+    UsageReply {
+        log_time_ms: state.now_ms,
+        job_retention_ms: state.policy.job_retention_ms,
+        jobs_retired: state.totals.jobs_retired,
+        jobs_awaiting_retirement: state.jobs_awaiting_retirement() as u64,
+        by_user,
+        by_project,
+    }
+}
+
+impl std::fmt::Display for UsageReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "ended jobs: {} retired, {} awaiting retirement (retention {} s)",
+            self.jobs_retired,
+            self.jobs_awaiting_retirement,
+            self.job_retention_ms / 1000
+        )?;
+        for (title, table) in [("USER", &self.by_user), ("PROJECT", &self.by_project)] {
+            writeln!(
+                f,
+                "{title:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                "DONE", "FAILED", "CANCELLED", "TASKS DONE", "TASKS FAIL", "TASKS CANC", "ATTEMPTS"
+            )?;
+            for (name, usage) in table {
+                writeln!(
+                    f,
+                    "{name:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                    usage.jobs_done,
+                    usage.jobs_failed,
+                    usage.jobs_cancelled,
+                    usage.tasks_done,
+                    usage.tasks_failed,
+                    usage.tasks_cancelled,
+                    usage.attempts
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -143,6 +217,12 @@ pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
     let mut summary = StateSummary::of(state);
     if let Some(job) = &request.job {
         summary.jobs.retain(|j| &j.id == job);
+        if summary.jobs.is_empty() {
+            summary.retired = crate::core::ids::JobId::new(job)
+                .ok()
+                .and_then(|id| crate::core::explain::retired_job_text(state, &id))
+                .map(|text| text.to_string());
+        }
     }
     summary
 }
@@ -257,6 +337,12 @@ pub struct StateSummary {
     /// Mean and longest wait from a job's submission to an attempt's start, in ms of log time.
     pub wait_ms_mean: u64,
     pub wait_ms_max: u64,
+    /// Ended jobs that left the state after the policy's retention.
+    #[serde(default)]
+    pub jobs_retired: u64,
+    /// When the one job asked for was retired: what became of it, as a person reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -381,6 +467,8 @@ impl StateSummary {
             engines_lost: totals.engines_lost,
             wait_ms_mean: totals.wait_ms_sum.checked_div(totals.waits_counted).unwrap_or(0),
             wait_ms_max: totals.wait_ms_max,
+            jobs_retired: totals.jobs_retired,
+            retired: None,
         }
     }
 }
@@ -396,6 +484,12 @@ impl std::fmt::Display for StateSummary {
             "dispatches {}, tasks done {}, tasks failed {}, attempts failed {}, requeues {}, engines lost {}",
             self.dispatches, self.tasks_done, self.tasks_failed, self.attempts_failed, self.requeues, self.engines_lost
         )?;
+        if self.jobs_retired > 0 {
+            writeln!(f, "jobs retired {}", self.jobs_retired)?;
+        }
+        if let Some(retired) = &self.retired {
+            writeln!(f, "{retired}")?;
+        }
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;
             for job in &self.jobs {
@@ -464,6 +558,46 @@ mod tests {
             let entry = log.orders(batch);
             fold(state, &entry);
         }
+    }
+
+    #[test]
+    fn stat_why_and_usage_speak_of_retired_jobs() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.push(Event::PolicySet(crate::core::event::Policy { job_retention_ms: 60_000, ..Default::default() }));
+        log.login("e1", 2, linux_props("lyon", 8192));
+        log.submit(job_spec("old", 2, ""));
+        let mut other = job_spec("other", 1, "");
+        other.owner = "bob".into();
+        log.submit(other);
+        run(&mut log, &mut state, 0);
+        let n = log.entries.len();
+        log.completed("old", 0, 1, "e1");
+        log.completed("old", 1, 1, "e1");
+        log.push(Event::JobCancelled { job: job_id("other"), reason: "test".into() });
+        run(&mut log, &mut state, n);
+        let n = log.entries.len();
+        log.at(1_000_000 + 90_000).push(Event::Tick);
+        run(&mut log, &mut state, n);
+        assert_eq!(state.job_idx(&job_id("old")), None, "retired");
+
+        let stat = answer_stat(&state, &StatRequest { job: Some("old".into()) });
+        expect_test::expect!["job old ended done (2 task(s)) 90 s ago and was retired from the state 0 s ago: only its outcome and its usage are kept"]
+            .assert_eq(stat.retired.as_deref().unwrap_or("(none)"));
+        let why = answer_why(&state, &WhyRequest { task: "old/1".into() });
+        assert_eq!(why.error, stat.retired);
+        let usage = answer_usage(&state, &UsageRequest {});
+        expect_test::expect![[r#"
+            ended jobs: 2 retired, 0 awaiting retirement (retention 60 s)
+            USER                         DONE   FAILED CANCELLED TASKS DONE TASKS FAIL TASKS CANC   ATTEMPTS
+            alice                           1        0         0          2          0          0          2
+            bob                             0        0         1          0          0          1          0
+            PROJECT                      DONE   FAILED CANCELLED TASKS DONE TASKS FAIL TASKS CANC   ATTEMPTS
+            physics                         1        0         1          2          0          1          2
+        "#]]
+        .assert_eq(&usage.to_string());
+        expect_test::expect![[r#"{"log_time_ms":1090000,"job_retention_ms":60000,"jobs_retired":2,"jobs_awaiting_retirement":0,"by_user":{"alice":{"jobs_done":1,"jobs_failed":0,"jobs_cancelled":0,"tasks_done":2,"tasks_failed":0,"tasks_cancelled":0,"attempts":2},"bob":{"jobs_done":0,"jobs_failed":0,"jobs_cancelled":1,"tasks_done":0,"tasks_failed":0,"tasks_cancelled":1,"attempts":0}},"by_project":{"physics":{"jobs_done":1,"jobs_failed":0,"jobs_cancelled":1,"tasks_done":2,"tasks_failed":0,"tasks_cancelled":1,"attempts":2}}}"#]]
+        .assert_eq(&serde_json::to_string(&usage).unwrap());
     }
 
     #[test]

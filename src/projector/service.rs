@@ -121,7 +121,9 @@ use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEF
 use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
-use crate::projector::query::{answer_blacklists, answer_libraries, answer_stat, answer_verdict, answer_why};
+use crate::projector::query::{
+    answer_blacklists, answer_libraries, answer_stat, answer_usage, answer_verdict, answer_why,
+};
 use crate::projector::record::batch_envelope;
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, ORDERS_SUBJECT, TICK_SUBJECT};
@@ -1314,6 +1316,9 @@ where
             }
             Query::Verdict(request, reply) => {
                 let _ = reply.send(answer_verdict(state, &request));
+            }
+            Query::Usage(request, reply) => {
+                let _ = reply.send(answer_usage(state, &request));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Talking to a running projector: [`ProjectorHandle`] sends queries into its loop
 //! (answered from its current state between two batches, never from a copy) and
 //! watches its status; [`spawn_query_responder`] answers the queries of
-//! `gridfold.q.>` (stat, why, blacklists, libraries, verdicts) on core NATS through the same handle.
+//! `gridfold.q.>` (stat, why, blacklists, libraries, verdicts, usage) on core NATS through the same handle.
 
 use std::time::Duration;
 
@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::projector::query::{
     BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
-    LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, VERDICT_SUBJECT,
-    Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
+    LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
+    UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
 
 /// Most queries waiting for the loop; a sender past this waits.
@@ -26,6 +26,7 @@ pub enum Query {
     Blacklists(BlacklistsRequest, oneshot::Sender<BlacklistsReply>),
     Libraries(LibrariesRequest, oneshot::Sender<LibrariesReply>),
     Verdict(VerdictRequest, oneshot::Sender<Verdict>),
+    Usage(UsageRequest, oneshot::Sender<UsageReply>),
 }
 
 /// How the projector started.
@@ -135,6 +136,11 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Verdict(request, reply)).await
     }
 
+    /// `gridfold usage`, answered from the loop's current state.
+    pub async fn usage(&self, request: UsageRequest) -> Result<UsageReply, ProjectorGone> {
+        self.ask(|reply| Query::Usage(request, reply)).await
+    }
+
     /// The status as of the last input the loop handled.
     pub fn status(&self) -> ProjectorStatus {
         self.status.borrow().clone()
@@ -230,6 +236,10 @@ async fn answer(
         },
         VERDICT_SUBJECT => match parse::<VerdictRequest>(payload) {
             Ok(request) => json(&handle.verdict(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        USAGE_SUBJECT => match parse::<UsageRequest>(payload) {
+            Ok(request) => json(&handle.usage(request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {
