@@ -8,5 +8,6 @@ pub mod fuzzing;
 pub mod library_store;
 pub mod log;
 pub mod projector;
+pub mod replace_file;
 pub mod sim;
 pub mod wire;

@@ -22,7 +22,7 @@
 //! One line, `gridfold-task-group/1 pgid=<pgid> start_ticks=<t> boot_id=<id>
 //! token=<hex>`: the group (the leader's pid), the leader's start time from
 //! `/proc/<pid>/stat`, the boot it ran in, and a random token the task's processes
-//! inherit in their environment ([`TOKEN_ENV`]). Written to `<pgid>.tmp` and renamed,
+//! inherit in their environment ([`TOKEN_ENV`]). Written to `<pgid>.partial` and renamed,
 //! so a reader sees a whole record or none. Not fsynced: records guard against the
 //! engine dying, not the machine, and after a reboot the boot id tells them stale.
 //!
@@ -188,9 +188,7 @@ impl GroupRecords {
             token: token.to_string(),
         };
         let path = self.path(pgid);
-        let temp = path.with_extension("tmp");
-        std::fs::write(&temp, record.to_line())?;
-        std::fs::rename(&temp, &path)
+        crate::replace_file::replace_file(&path, record.to_line().as_bytes(), crate::replace_file::Durability::Cached)
     }
 
     /// Forgets the group of `pgid` (its leader about to be reaped).

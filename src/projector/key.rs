@@ -11,12 +11,12 @@
 //! readable by its owner only), made on first start, or given by the operator
 //! (`--key-file`). A standby has its own directory, so its own key: register each.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 
 use crate::core::event::Envelope;
+use crate::replace_file::{Durability, replace_file_with};
 
 /// The file in a state directory that holds the projector's key seed.
 pub const KEY_FILE: &str = "projector-key";
@@ -70,11 +70,8 @@ impl ProjectorKey {
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
         std::fs::create_dir_all(state_dir).map_err(io)?;
-        let partial = state_dir.join(format!("{KEY_FILE}.partial"));
-        let mut file = owner_only_file(&partial).map_err(io)?;
-        writeln!(file, "{}", hex::encode(seed)).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&partial, &path).map_err(io)?;
+        let text = format!("{}\n", hex::encode(seed));
+        replace_file_with(&path, text.as_bytes(), Durability::Synced, owner_only_file).map_err(io)?;
         Ok(Self::from_seed(seed))
     }
 

@@ -75,7 +75,7 @@
 //!
 //! [`ProjectorConfig::state_dir`] belongs to one projector: `projector-id` (its name
 //! as lease holder, see [`lease::projector_id`]), `projector.lock` (locked while
-//! `gridfold projector` runs, see [`lease::ProjectorIdClaim`]), `snapshots/` (sled,
+//! `gridfold projector` runs, see [`lease::ProjectorIdClaim`]), `snapshots/` (one file,
 //! locked while the projector runs) and, with the embedded sink, `orders/` (the delivery log engines
 //! read, see [`sink`]). Two projectors need two directories.
 //!

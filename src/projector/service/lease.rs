@@ -85,9 +85,7 @@ pub fn projector_id(state_dir: &Path) -> std::io::Result<String> {
     }
     std::fs::create_dir_all(state_dir)?;
     let id = uuid::Uuid::new_v4().to_string();
-    let partial = state_dir.join(format!("{PROJECTOR_ID_FILE}.partial"));
-    std::fs::write(&partial, format!("{id}\n"))?;
-    std::fs::rename(&partial, &path)?;
+    crate::replace_file::replace_file(&path, format!("{id}\n").as_bytes(), crate::replace_file::Durability::Synced)?;
     Ok(id)
 }
 

@@ -1,9 +1,15 @@
-//! The projector's checkpoints: the folded state at one sequence, kept in sled
-//! under `<state dir>/snapshots`, so a restart folds only what came after.
+//! The projector's checkpoints: the folded state at one sequence, kept in one file,
+//! `<state dir>/snapshots/snapshot`, so a restart folds only what came after.
+//!
+//! A plain file replaced whole ([`crate::replace_file`], synced) rather than a
+//! key-value store: there is one record, read once at start and written every
+//! `snapshot_every_entries`, and the database that held it before (sled) grew the
+//! process's memory with every record of a few megabytes written into it (see
+//! docs/reliability.md, "Bounded state").
 //!
 //! # Record format (version [`SNAPSHOT_FORMAT_VERSION`])
 //!
-//! One value under one key, replaced atomically by each snapshot:
+//! One file, replaced atomically by each snapshot:
 //!
 //! | bytes | what |
 //! |---|---|
@@ -28,12 +34,15 @@
 //! - The format version must be bumped whenever `Body` or the serialised form of
 //!   [`State`] changes; postcard carries no field names, so an old record would
 //!   otherwise decode into the wrong fields.
-//! - sled locks the store's directory: one projector per state directory.
+//! - The store holds [`LOCK_FILE`] locked while it is open: one projector per state
+//!   directory, a second store on it is refused at once.
 //!
 //! It does not keep older snapshots: the log is the backup, and a projector that
 //! cannot use the newest snapshot rebuilds from sequence 1.
 
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +50,7 @@ use crate::core::digest::Digest;
 use crate::core::ids::{EngineId, Seq};
 use crate::core::state::State;
 use crate::log::RawEntry;
+use crate::replace_file::{Durability, replace_file};
 use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
 
 /// The first bytes of every record.
@@ -51,7 +61,10 @@ pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
-const KEY_SNAPSHOT: &[u8] = b"snapshot";
+/// The record's file inside the store's directory.
+pub const RECORD_FILE: &str = "snapshot";
+/// The file the open store holds locked.
+pub const LOCK_FILE: &str = "lock";
 const HEADER_BYTES: usize = 16 + 4 + 32;
 
 #[derive(Debug, thiserror::Error)]
@@ -166,11 +179,12 @@ pub enum Loaded {
     Unusable(String),
 }
 
-/// The sled database of one projector's snapshots.
+/// The directory of one projector's snapshots, locked while open.
 #[derive(Debug, Clone)]
 pub struct SnapshotStore {
-    db: sled::Db,
     path: PathBuf,
+    /// Held for its lock, released when the last clone is dropped; never read.
+    _lock: Arc<File>,
 }
 
 impl SnapshotStore {
@@ -182,16 +196,27 @@ impl SnapshotStore {
     /// Opens (creating if missing) the store in `dir`. Fails if another process has it open.
     pub fn open(dir: &Path) -> Result<SnapshotStore, SnapshotStoreError> {
         let path = dir.to_path_buf();
-        let db = sled::Config::new()
-            .path(dir)
-            .open()
-            .map_err(|err| SnapshotStoreError {
-                path: path.clone(),
-                detail: format!(
-                    "cannot open (is another projector using this state directory?): {err}"
-                ),
-            })?;
-        Ok(SnapshotStore { db, path })
+        let error = |detail: String| SnapshotStoreError { path: path.clone(), detail };
+        std::fs::create_dir_all(dir).map_err(|e| error(format!("cannot create it: {e}")))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| error(format!("cannot open {}: {e}", lock_path.display())))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(error(format!(
+                    "it is in use by another projector (its {LOCK_FILE} is locked)"
+                )));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(error(format!("cannot lock {}: {e}", lock_path.display())));
+            }
+        }
+        Ok(SnapshotStore { path, _lock: Arc::new(lock) })
     }
 
     pub fn path(&self) -> &Path {
@@ -271,20 +296,17 @@ impl SnapshotStore {
 
     /// The stored record as it is, for tools and tests.
     pub fn read_raw(&self) -> Result<Option<Vec<u8>>, SnapshotStoreError> {
-        Ok(self
-            .db
-            .get(KEY_SNAPSHOT)
-            .map_err(|e| self.error(e))?
-            .map(|value| value.to_vec()))
+        match std::fs::read(self.path.join(RECORD_FILE)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(self.error(format!("cannot read {RECORD_FILE}: {err}"))),
+        }
     }
 
     /// Replaces the stored record with these bytes, for tools and tests (no checks).
     pub fn write_raw(&self, record: &[u8]) -> Result<(), SnapshotStoreError> {
-        self.db
-            .insert(KEY_SNAPSHOT, record)
-            .map_err(|e| self.error(e))?;
-        self.db.flush().map_err(|e| self.error(e))?;
-        Ok(())
+        replace_file(&self.path.join(RECORD_FILE), record, Durability::Synced)
+            .map_err(|e| self.error(format!("cannot write {RECORD_FILE}: {e}")))
     }
 }
 
@@ -494,5 +516,18 @@ mod tests {
         assert!(
             matches!(store.load().unwrap(), Loaded::Unusable(reason) if reason.contains("checksum"))
         );
+    }
+
+    #[test]
+    fn a_second_store_on_one_directory_is_refused_until_the_first_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = SnapshotStore::open(dir.path()).unwrap();
+        let clone = first.clone();
+        let refused = SnapshotStore::open(dir.path()).unwrap_err();
+        assert!(refused.to_string().contains("in use by another projector"), "{refused}");
+        drop(first);
+        assert!(SnapshotStore::open(dir.path()).is_err(), "a clone still holds it");
+        drop(clone);
+        SnapshotStore::open(dir.path()).unwrap();
     }
 }
