@@ -23,7 +23,8 @@ use crate::wire;
 /// this command is there ([`AuthArgs`]).
 #[derive(Debug, Clone, Args)]
 pub struct NatsArgs {
-    /// The NATS broker, with JetStream enabled (`tls://` to require TLS).
+    /// The NATS broker, with JetStream enabled (`tls://` to require TLS); a cluster's
+    /// servers separated by commas (`nats://a:4222,nats://b:4222`), any of which will do.
     #[arg(long = "nats", env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub url: String,
     #[command(flatten)]

@@ -142,9 +142,17 @@ pub struct Tls {
     pub client_cert: Option<ClientCert>,
 }
 
+/// The servers of a broker URL: one, or several separated by commas
+/// (`nats://a:4222,nats://b:4222,nats://c:4222`), as a cluster's clients are given
+/// them so that they can connect, and reconnect, while any one node is down.
+pub fn server_urls(url: &str) -> Vec<&str> {
+    url.split(',').map(str::trim).filter(|server| !server.is_empty()).collect()
+}
+
 /// Everything needed to connect to the broker. See the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerAccess {
+    /// One server's URL or several, comma-separated ([`server_urls`]).
     pub url: String,
     pub credentials: Credentials,
     pub tls: Tls,
@@ -343,7 +351,7 @@ impl BrokerAccess {
             .map_err(|err| ConnectFailure::Refused(err.to_string()))?
             .connection_timeout(timeout);
         let client = options
-            .connect(&self.url)
+            .connect(server_urls(&self.url))
             .await
             .map_err(|err| self.classify(&err))?;
         Ok((client, refusals))

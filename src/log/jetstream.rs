@@ -171,7 +171,7 @@ impl JetStreamLog {
         let client = options
             .connection_timeout(config.connect_timeout)
             .request_timeout(Some(config.request_timeout))
-            .connect(url)
+            .connect(crate::log::connect::server_urls(url))
             .await
             .map_err(|err| match access.classify(&err) {
                 ConnectFailure::Refused(detail) => LogError::Refused {
