@@ -12,16 +12,14 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gridfold::core::event::{Entry, Event, Order, RequeueReason};
-use gridfold::core::fold::fold;
+use gridfold::core::event::Order;
 use gridfold::core::ids::{Attempt, EngineId, TaskRef};
-use gridfold::core::state::State;
-use gridfold::wire;
-use support::procs::{Cluster, event};
+use support::folded_log::Log;
+use support::procs::Cluster;
 
 const POLICY: &str = "\
 engine_timeout_secs = 3
@@ -33,126 +31,6 @@ const WAIT: Duration = Duration::from_secs(40);
 
 fn engine_id(name: &str) -> EngineId {
     EngineId::new(name).unwrap()
-}
-
-// ---- reading the log back ------------------------------------------------------------
-
-/// The log folded by the test: what each entry was and whether the fold took it.
-struct Log {
-    entries: Vec<Entry>,
-    /// Sequences of entries the fold rejected (wholly or in part).
-    rejected: BTreeSet<u64>,
-}
-
-impl Log {
-    fn of(cluster: &Cluster) -> Log {
-        let entries = cluster.entries();
-        let mut state = State::new();
-        let mut rejected = BTreeSet::new();
-        for entry in &entries {
-            if !fold(&mut state, entry).is_empty() {
-                rejected.insert(entry.seq.0);
-            }
-            state.check_invariants();
-        }
-        Log { entries, rejected }
-    }
-
-    fn events(&self) -> impl Iterator<Item = (u64, &Event)> {
-        self.entries.iter().filter_map(|e| event(e).map(|ev| (e.seq.0, ev)))
-    }
-
-    /// Every order of every batch the projector published, with its batch's sequence.
-    fn orders(&self) -> impl Iterator<Item = (u64, &Order)> {
-        self.entries
-            .iter()
-            .filter(|e| e.subject == wire::ORDERS_SUBJECT)
-            .filter_map(|e| match event(e) {
-                Some(Event::OrderBatch(batch)) => Some((e.seq.0, batch)),
-                _ => None,
-            })
-            .flat_map(|(seq, batch)| batch.orders.iter().map(move |order| (seq, order)))
-    }
-
-    /// The sequences of `engine`'s logins.
-    fn logins(&self, engine: &str) -> Vec<u64> {
-        self.events()
-            .filter(|(_, ev)| matches!(ev, Event::EngineLoggedIn { engine: e, .. } if e.as_str() == engine))
-            .map(|(seq, _)| seq)
-            .collect()
-    }
-
-    /// The attempts dispatched to `engine` in `epoch`.
-    fn dispatched(&self, engine: &str, epoch: u64) -> BTreeSet<(TaskRef, Attempt)> {
-        self.orders()
-            .filter_map(|(_, order)| match order {
-                Order::Dispatch { task, attempt, engine: e, epoch: ep } if e.as_str() == engine && *ep == epoch => {
-                    Some((task.clone(), *attempt))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Engines `task` was dispatched to after attempt `after`.
-    fn dispatched_again(&self, task: &TaskRef, after: Attempt) -> Vec<EngineId> {
-        self.orders()
-            .filter_map(|(_, order)| match order {
-                Order::Dispatch { task: t, attempt, engine, .. } if t == task && *attempt > after => Some(engine.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// `(task, attempt)` reported started by `engine`, accepted or not.
-    fn started_by(&self, engine: &str) -> BTreeSet<(TaskRef, Attempt)> {
-        self.events()
-            .filter_map(|(_, ev)| match ev {
-                Event::TaskStarted { task, attempt, engine: e } if e.as_str() == engine => {
-                    Some((task.clone(), *attempt))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The completions the fold accepted: task -> attempts.
-    fn completions(&self) -> BTreeMap<TaskRef, Vec<Attempt>> {
-        let mut done: BTreeMap<TaskRef, Vec<Attempt>> = BTreeMap::new();
-        for (seq, ev) in self.events() {
-            if let Event::TaskCompleted { task, attempt, .. } = ev
-                && !self.rejected.contains(&seq)
-            {
-                done.entry(task.clone()).or_default().push(*attempt);
-            }
-        }
-        done
-    }
-
-    /// `EngineRestarted` requeues: (batch sequence, task, attempt, engine).
-    fn restarted_requeues(&self) -> Vec<(u64, TaskRef, Attempt, EngineId)> {
-        self.orders()
-            .filter_map(|(seq, order)| match order {
-                Order::Requeue { task, attempt, engine, reason: RequeueReason::EngineRestarted } => {
-                    Some((seq, task.clone(), *attempt, engine.clone()))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn dump(&self) -> String {
-        let lines: Vec<String> = self
-            .entries
-            .iter()
-            .map(|e| {
-                let what = event(e).map_or("undecodable".to_string(), |ev| format!("{ev:?}"));
-                let rejected = if self.rejected.contains(&e.seq.0) { " (rejected)" } else { "" };
-                format!("  {} {what}{rejected}", e.seq.0)
-            })
-            .collect();
-        lines.join("\n")
-    }
 }
 
 /// Every task of job `job` (`tasks` of them) has exactly one accepted completion.

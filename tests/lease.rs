@@ -32,7 +32,7 @@ use gridfold::log::jetstream::{JetStreamLog, LogConfig};
 use gridfold::projector::service::lease::{LEASE_BUCKET, LEASE_KEY};
 use gridfold::projector::service::{KvLease, KvLeaseConfig, Lease, ProjectorIdClaim};
 use support::nats::NatsServer;
-use support::process::Gridfold;
+use support::procs::Proc;
 
 // ---- terms ----------------------------------------------------------------------------
 
@@ -404,7 +404,7 @@ const PROJECTOR_LOG: &str = "warn,gridfold::projector::service=info";
 
 /// A `gridfold projector` run and its state directory.
 struct Run {
-    process: Gridfold,
+    process: Proc,
     state_dir: PathBuf,
 }
 
@@ -583,7 +583,7 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
             "--lease-secs",
             &lease_secs,
         ];
-        let process = Gridfold::spawn(dir.path(), &name, &args, PROJECTOR_LOG);
+        let process = Proc::spawn_logging(dir.path(), &name, &args, PROJECTOR_LOG);
         runs.push(Run { process, state_dir });
         runs.len() - 1
     };

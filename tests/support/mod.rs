@@ -1,7 +1,8 @@
 //! Helpers shared by integration tests: `mod support;` at the top of a test file.
 #![allow(dead_code)]
 
+pub mod cluster3;
+pub mod folded_log;
 pub mod nats;
-pub mod process;
 pub mod procs;
 pub mod secure_nats;

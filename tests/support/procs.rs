@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use gridfold::core::event::{Entry, Envelope, Event, Payload};
 use gridfold::core::ids::Seq;
@@ -22,6 +22,8 @@ use gridfold::log::nats_server::NatsServer;
 use gridfold::log::{Append, EventLog, LogError, read_to_end};
 use gridfold::projector::key::ProjectorKey;
 use gridfold::wire;
+
+use super::cluster3::BrokerCluster;
 
 /// How often [`Cluster::wait_for`] polls.
 const POLL: Duration = Duration::from_millis(100);
@@ -36,15 +38,26 @@ pub struct Proc {
     child: Option<Child>,
     exit: Option<ExitStatus>,
     stderr: PathBuf,
+    /// When [`Proc::kill9`] had reaped it: it was surely dead by then.
+    pub killed_at: Option<SystemTime>,
 }
+
+/// What processes log unless a test asks otherwise.
+const RUST_LOG_DEFAULT: &str = "warn,gridfold::projector::service=info,gridfold::engine=info";
 
 impl Proc {
     fn spawn(dir: &Path, name: &str, args: &[OsString]) -> Proc {
+        Proc::spawn_logging(dir, name, args, RUST_LOG_DEFAULT)
+    }
+
+    /// Starts `gridfold <args>` in `dir` as `name`, logging by `rust_log`, its stderr
+    /// in `<dir>/<name>.stderr`.
+    pub fn spawn_logging(dir: &Path, name: &str, args: &[impl AsRef<std::ffi::OsStr>], rust_log: &str) -> Proc {
         let stderr = dir.join(format!("{name}.stderr"));
         let child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
             .args(args)
             .current_dir(dir)
-            .env("RUST_LOG", "warn,gridfold::projector::service=info,gridfold::engine=info")
+            .env("RUST_LOG", rust_log)
             .env("NO_COLOR", "1")
             .env_remove("NATS_URL")
             .stdin(Stdio::null())
@@ -57,6 +70,7 @@ impl Proc {
             child: Some(child),
             exit: None,
             stderr,
+            killed_at: None,
         }
     }
 
@@ -87,14 +101,17 @@ impl Proc {
         self.exit
     }
 
-    /// SIGKILL, then reap.
-    pub fn kill9(&mut self) {
+    /// SIGKILL, then reap: when it was surely dead.
+    pub fn kill9(&mut self) -> SystemTime {
         self.signal(libc::SIGKILL);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.poll_exit().is_none() {
             assert!(Instant::now() < deadline, "{} did not die of SIGKILL", self.name);
             std::thread::sleep(Duration::from_millis(10));
         }
+        let now = SystemTime::now();
+        self.killed_at = Some(now);
+        now
     }
 }
 
@@ -107,30 +124,58 @@ impl Drop for Proc {
     }
 }
 
-/// A nats-server, a directory and the `gridfold` processes of one test.
+/// The broker of a test: one nats-server, or three in a cluster.
+pub enum Broker {
+    One(NatsServer),
+    Three(BrokerCluster),
+}
+
+impl Broker {
+    /// The URL `--nats` takes: the server's, or the three nodes' comma-separated.
+    pub fn url(&self) -> String {
+        match self {
+            Broker::One(server) => server.url(),
+            Broker::Three(cluster) => cluster.url(),
+        }
+    }
+
+    /// Replicas of the streams a projector makes on it.
+    pub fn replicas(&self) -> u32 {
+        match self {
+            Broker::One(_) => 1,
+            Broker::Three(_) => 3,
+        }
+    }
+}
+
+/// A broker, a directory and the `gridfold` processes of one test.
 pub struct Cluster {
-    /// Declared first: dropped (killed) before the server.
+    /// Declared first: dropped (killed) before the broker.
     pub procs: Vec<Proc>,
-    server: NatsServer,
-    runtime: tokio::runtime::Runtime,
+    pub broker: Broker,
+    pub runtime: tokio::runtime::Runtime,
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// A fresh nats-server with `policy` (a policy file's text) applied.
     pub fn start(policy: &str) -> Cluster {
-        let server = super::nats::start();
-        let mut dir = tempfile::Builder::new()
-            .prefix("gridfold-cluster-")
-            .tempdir()
-            .expect("a temporary directory");
-        if std::env::var_os(KEEP_ENV).is_some() {
-            dir.disable_cleanup(true);
-            eprintln!("{KEEP_ENV}: keeping {}", dir.path().display());
-        }
+        let dir = test_dir();
+        Cluster::start_on(Broker::One(super::nats::start()), dir, policy)
+    }
+
+    /// A fresh cluster of three nats-servers (the log stream made R3 before anything
+    /// else touches it) with `policy` applied.
+    pub fn start_three(policy: &str) -> Cluster {
+        let dir = test_dir();
+        let brokers = BrokerCluster::start(&dir.path().join("brokers"));
+        Cluster::start_on(Broker::Three(brokers), dir, policy)
+    }
+
+    fn start_on(broker: Broker, dir: tempfile::TempDir, policy: &str) -> Cluster {
         let cluster = Cluster {
             procs: Vec::new(),
-            server,
+            broker,
             runtime: tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .enable_all()
@@ -138,6 +183,9 @@ impl Cluster {
                 .expect("a tokio runtime"),
             dir,
         };
+        if let Broker::Three(brokers) = &cluster.broker {
+            brokers.wait_for_jetstream(&cluster.runtime);
+        }
         let policy = cluster.write("policy.toml", policy);
         // No projector runs yet to give a verdict: do not wait for one.
         cluster.command(&["policy".as_ref(), "apply".as_ref(), policy.as_os_str(), "--wait-secs".as_ref(), "0".as_ref()]);
@@ -145,7 +193,7 @@ impl Cluster {
     }
 
     pub fn url(&self) -> String {
-        self.server.url()
+        self.broker.url()
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -162,7 +210,8 @@ impl Cluster {
         &mut self.procs[p]
     }
 
-    fn spawn(&mut self, name: &str, args: &[&str]) -> usize {
+    /// Starts `gridfold <args>` as a process called `name` (unique in the test): its index.
+    pub fn spawn(&mut self, name: &str, args: &[&str]) -> usize {
         assert!(self.procs.iter().all(|proc| proc.name != name), "two processes named {name}");
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
         self.procs.push(Proc::spawn(self.dir.path(), name, &args));
@@ -172,11 +221,21 @@ impl Cluster {
     /// `gridfold projector` with its state in `<dir>/projector`, its key registered
     /// on the log first, as an operator would.
     pub fn projector(&mut self) -> usize {
-        let state_dir = self.path("projector");
-        self.register_projector_key(&state_dir);
+        self.projector_in("projector", "projector")
+    }
+
+    /// A process called `process` running `gridfold projector` with its state in
+    /// `<dir>/<state>` (its key registered on the log first, if it is new), making
+    /// its streams with as many replicas as the broker has nodes.
+    pub fn projector_in(&mut self, process: &str, state: &str) -> usize {
+        let state_dir = self.path(state);
+        if !state_dir.join(gridfold::projector::key::KEY_FILE).exists() {
+            self.register_projector_key(&state_dir);
+        }
         let state = state_dir.display().to_string();
-        let url = self.url();
-        self.spawn("projector", &["projector", "--nats", &url, "--state", &state, "--check-invariants"])
+        let (url, replicas) = (self.url(), self.broker.replicas().to_string());
+        let args = ["projector", "--nats", &url, "--state", &state, "--check-invariants", "--replicas", &replicas];
+        self.spawn(process, &args)
     }
 
     /// Makes the key of a projector with state directory `state_dir` (if it has
@@ -328,9 +387,25 @@ impl Cluster {
             let tail = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n");
             report.push_str(&format!("--- {} ({:?}); last lines of stderr:\n{tail}\n", proc.name, proc.exit));
         }
+        if let Broker::Three(brokers) = &self.broker {
+            report.push_str(&brokers.log_tails(TAIL_LINES));
+        }
         report.push_str(&format!("(set {KEEP_ENV}=1 to keep {})\n", self.dir.path().display()));
         panic!("{report}");
     }
+}
+
+/// The test's directory, kept if [`KEEP_ENV`] is set.
+fn test_dir() -> tempfile::TempDir {
+    let mut dir = tempfile::Builder::new()
+        .prefix("gridfold-cluster-")
+        .tempdir()
+        .expect("a temporary directory");
+    if std::env::var_os(KEEP_ENV).is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("{KEEP_ENV}: keeping {}", dir.path().display());
+    }
+    dir
 }
 
 /// The event of an entry, if it decoded.

@@ -1,0 +1,143 @@
+//! Three nats-servers on loopback, routed to each other as one cluster with
+//! JetStream: `support::cluster3::BrokerCluster::start(dir)`. Each node has its own
+//! client port, cluster port and store under `dir/n<i>`, fixed for its life, so a
+//! node killed with SIGKILL ([`BrokerCluster::kill`]) comes back
+//! ([`BrokerCluster::restart`]) as the same member, with its store, and catches up.
+//!
+//! [`BrokerCluster::url`] names all three servers, comma-separated, as gridfold's
+//! `--nats` takes them. [`BrokerCluster::wait_for_jetstream`] makes the log stream
+//! with three replicas (R3), retrying while the cluster elects its meta leader, so
+//! that no `gridfold` command creates it with one replica first.
+//!
+//! A test that cannot start the cluster FAILS, saying why (never skips).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gridfold::log::jetstream::{JetStreamLog, LogConfig};
+use gridfold::log::nats_server::{NatsServer, NatsServerConfig};
+
+/// The cluster's name in every node's configuration.
+const CLUSTER_NAME: &str = "gridfold-test";
+/// How long the cluster gets to elect a meta leader and take the R3 stream.
+const JETSTREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct BrokerCluster {
+    pub nodes: Vec<NatsServer>,
+    client_ports: Vec<u16>,
+}
+
+impl BrokerCluster {
+    /// Starts three nodes with stores under `dir`, or panics saying why.
+    pub fn start(dir: &Path) -> BrokerCluster {
+        let client_ports: Vec<u16> = (0..3).map(|_| super::nats::unused_port()).collect();
+        let cluster_ports: Vec<u16> = (0..3).map(|_| super::nats::unused_port()).collect();
+        let mut nodes = Vec::new();
+        for node in 0..3 {
+            let node_dir = dir.join(format!("n{}", node + 1));
+            std::fs::create_dir_all(&node_dir).expect("a node's directory");
+            let config_file = node_dir.join("nats-server.conf");
+            std::fs::write(&config_file, node_config(node, &node_dir, &cluster_ports))
+                .expect("writing a node's configuration");
+            let server = NatsServer::start_with(NatsServerConfig {
+                dir: Some(node_dir.clone()),
+                port: Some(client_ports[node]),
+                config_file: Some(config_file),
+                ready_timeout: Duration::from_secs(20),
+                ..NatsServerConfig::default()
+            })
+            .unwrap_or_else(|err| {
+                panic!(
+                    "this test needs three nats-servers >= {} in a cluster and node {} could not be started:\n{err}",
+                    gridfold::log::nats_server::VERSION_MIN,
+                    node + 1
+                )
+            });
+            nodes.push(server);
+        }
+        BrokerCluster { nodes, client_ports }
+    }
+
+    /// Every node's URL, comma-separated.
+    pub fn url(&self) -> String {
+        let urls: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();
+        urls.join(",")
+    }
+
+    /// One node's URL.
+    pub fn node_url(&self, node: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.client_ports[node])
+    }
+
+    /// SIGKILL one node, as a crash would.
+    pub fn kill(&mut self, node: usize) {
+        self.nodes[node].kill();
+    }
+
+    /// Starts a killed node again on its ports and store, or panics with its log.
+    pub fn restart(&mut self, node: usize) {
+        self.nodes[node].start_again().unwrap_or_else(|err| {
+            panic!("could not restart node {} of the broker cluster: {err}", node + 1)
+        });
+    }
+
+    pub fn is_running(&mut self, node: usize) -> bool {
+        self.nodes[node].is_running()
+    }
+
+    /// The last lines of every node's log, for a failing test.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut report = String::new();
+        for (node, server) in self.nodes.iter().enumerate() {
+            report.push_str(&format!("--- nats-server n{} ({}):\n{}\n", node + 1, self.node_url(node), server.log_tail(lines)));
+        }
+        report
+    }
+
+    /// Makes the log stream with three replicas, retrying until the cluster has
+    /// elected its JetStream meta leader and placed the stream; panics after
+    /// [`JETSTREAM_READY_TIMEOUT`] with every node's log.
+    pub fn wait_for_jetstream(&self, runtime: &tokio::runtime::Runtime) {
+        let started = Instant::now();
+        let config = LogConfig {
+            replicas: 3,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            ..LogConfig::default()
+        };
+        loop {
+            let attempt = runtime.block_on(JetStreamLog::connect(&self.url(), config.clone()));
+            match attempt {
+                Ok(_) => return,
+                Err(err) if started.elapsed() < JETSTREAM_READY_TIMEOUT => {
+                    let _ = err;
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(err) => panic!(
+                    "the three-node cluster did not take an R3 log stream within {JETSTREAM_READY_TIMEOUT:?}: {err}\n{}",
+                    self.log_tails(20)
+                ),
+            }
+        }
+    }
+}
+
+/// A node's configuration: its name, its store, and routes to the other two.
+fn node_config(node: usize, node_dir: &Path, cluster_ports: &[u16]) -> String {
+    let store: PathBuf = node_dir.join("store");
+    let routes: Vec<String> = cluster_ports
+        .iter()
+        .enumerate()
+        .filter(|&(other, _)| other != node)
+        .map(|(_, port)| format!("\"nats-route://127.0.0.1:{port}\""))
+        .collect();
+    format!(
+        "server_name: n{name}\n\
+         jetstream {{\n  store_dir: {store:?}\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}}\n\
+         cluster {{\n  name: {CLUSTER_NAME}\n  listen: \"127.0.0.1:{listen}\"\n  routes: [{routes}]\n}}\n",
+        name = node + 1,
+        store = store.display().to_string(),
+        listen = cluster_ports[node],
+        routes = routes.join(", "),
+    )
+}
