@@ -73,3 +73,35 @@ fn the_bench_with_sync_always_runs_on_a_broker_that_fsyncs_every_message_and_say
     let sync = report["broker"]["sync"].as_str().unwrap_or_default();
     assert!(sync.starts_with("always"), "the report says how the broker synced: {sync}");
 }
+
+/// `--soak` streams jobs that end and retire: with a short retention the projector
+/// holds a handful of the 40 jobs at every sample and retires the rest; with a
+/// retention longer than the run it holds every one. (Memory is measured by the
+/// long soak in docs/reliability.md, not here.)
+#[test]
+fn the_soak_retires_ended_jobs_so_the_projector_holds_a_handful_of_forty() {
+    let soak = |retention_ms: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+            .args(["bench", "--soak", "--tasks", "40000", "--engines", "50", "--soak-sample-every", "10000"])
+            .args(["--soak-retention-ms", retention_ms, "--timeout-secs", "120", "--json", "--quiet"])
+            .output()
+            .expect("gridfold runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "gridfold bench --soak failed:\n{stdout}\n{stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap_or_else(|err| panic!("{err}: {stdout}"))
+    };
+    let retiring = soak("200");
+    assert_eq!(retiring["jobs"], 40, "{retiring:#}");
+    assert_eq!(retiring["duplicate_runs"], 0, "{retiring:#}");
+    let held_max = retiring["jobs_held_max"].as_u64().unwrap();
+    assert!(held_max <= 12, "at most a dozen of 40 jobs held at once: {retiring:#}");
+    assert!(retiring["jobs_retired"].as_u64().unwrap() >= 28, "{retiring:#}");
+    let samples = retiring["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 4, "a sample every 10,000 tasks: {retiring:#}");
+    assert_eq!(samples.last().unwrap()["tasks_done"], 40000);
+
+    let keeping = soak("100000000");
+    assert_eq!(keeping["jobs_retired"], 0, "{keeping:#}");
+    assert_eq!(keeping["samples"].as_array().unwrap().last().unwrap()["jobs_held"], 40, "{keeping:#}");
+}
