@@ -11,7 +11,10 @@
 //! What does not fit waits for the next run: a stage stops at the first order
 //! the budget refuses.
 
+use std::collections::BTreeSet;
+
 use crate::core::event::{Order, ORDERS_PER_BATCH_MAX};
+use crate::core::ids::{Attempt, TaskRef};
 
 /// Most bytes the orders of one batch may take, encoded. The broker's default
 /// payload limit is 1 MiB; the rest is left for the envelope (ids, algorithm,
@@ -24,6 +27,9 @@ pub struct Orders {
     orders: Vec<Order>,
     /// The sum of `encoded_len_max` over `orders`.
     bytes: usize,
+    /// The attempts a `Requeue` or `Cancel` among `orders` ends: a later stage
+    /// must not end one again, or the fold refuses the second order.
+    ended: BTreeSet<(TaskRef, Attempt)>,
 }
 
 impl Orders {
@@ -40,8 +46,16 @@ impl Orders {
             return false;
         }
         self.bytes += bytes;
+        if let Order::Requeue { task, attempt, .. } | Order::Cancel { task, attempt, .. } = &order {
+            self.ended.insert((task.clone(), *attempt));
+        }
         self.orders.push(order);
         true
+    }
+
+    /// Whether an order of this run already ends the attempt.
+    pub fn ends(&self, task: &TaskRef, attempt: Attempt) -> bool {
+        !self.ended.is_empty() && self.ended.contains(&(task.clone(), attempt))
     }
 
     /// Orders that still fit, counted in the largest orders there can be: a

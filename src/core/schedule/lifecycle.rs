@@ -74,8 +74,9 @@ pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
 }
 
 /// One order per live attempt, at most [`TIMER_ORDERS_PER_RUN_MAX`], skipping
-/// attempts an order in flight already ends and attempts on engines being lost
-/// (their loss requeues them).
+/// attempts an order in flight or an earlier stage of this run already ends (an
+/// attempt overdue and of a cancelled job is requeued, not also cancelled) and
+/// attempts on engines being lost (their loss requeues them).
 fn end_live_attempts(
     state: &State,
     in_flight: &InFlight,
@@ -93,7 +94,11 @@ fn end_live_attempts(
         if in_flight.is_ending(key, attempt) || in_flight.is_lost(live.engine) || lost.contains(&live.engine) {
             continue;
         }
-        if !orders.push(order_for(state.task_ref(key), live.attempt, state.engine(live.engine).id.clone())) {
+        let task = state.task_ref(key);
+        if orders.ends(&task, live.attempt) {
+            continue;
+        }
+        if !orders.push(order_for(task, live.attempt, state.engine(live.engine).id.clone())) {
             break;
         }
         n_ended += 1;

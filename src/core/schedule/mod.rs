@@ -55,8 +55,11 @@ use super::event::{Order, OrderBatch};
 use super::state::State;
 
 /// Bumped whenever a change alters decisions; recorded in every batch so an
-/// auditor knows which code made it.
-pub const ALGORITHM_VERSION: u32 = 3;
+/// auditor knows which code made it (`replay --verify` re-derives only batches of
+/// this version). 3: the chain digest over stored bytes, epochs, one order budget.
+/// 4: ended jobs retire; a job's walk past 10,000 held tasks goes on over its
+/// fresh ones; an attempt is ended by one order per run.
+pub const ALGORITHM_VERSION: u32 = 4;
 
 /// The next orders, given the state folded so far and the orders in flight.
 /// Every stage is capped, and all draw from one [`Orders`] budget, so the batch
