@@ -118,7 +118,7 @@ enum Step {
     /// badly signed, or with its seal not last.
     Forged { how: u8 },
     /// Anything the schema can carry, from any publisher.
-    Arbitrary { envelope: Envelope, origin: u8 },
+    Arbitrary { envelope: Box<Envelope>, origin: u8 },
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
@@ -139,7 +139,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         2 => prop_oneof![Just(10u64), Just(40_000), Just(120_000)].prop_map(|ms| Step::Time { ms }),
         5 => Just(Step::Decide),
         1 => (0..4u8).prop_map(|how| Step::Forged { how }),
-        2 => (arb_envelope(), 0..5u8).prop_map(|(envelope, origin)| Step::Arbitrary { envelope, origin }),
+        2 => (arb_envelope(), 0..5u8).prop_map(|(envelope, origin)| Step::Arbitrary { envelope: Box::new(envelope), origin }),
     ]
 }
 
@@ -230,7 +230,8 @@ fn run_history(steps: &[Step]) {
     let mut log = LogBuilder::new();
     let mut state = registered(&log);
     // A retention short enough that histories retire jobs (and resubmit their ids).
-    let policy = Policy { engine_timeout_ms: 30_000, dispatch_timeout_ms: 60_000, job_retention_ms: 30_000, ..Policy::default() };
+    let policy =
+        Policy { engine_timeout_ms: 30_000, dispatch_timeout_ms: 60_000, job_retention_ms: 30_000, ..Policy::default() };
     log.push(Event::PolicySet(policy));
     for entry in log.entries.clone() {
         fold_checked(&mut state, &entry);

@@ -33,7 +33,7 @@ impl BrokerCluster {
         let client_ports: Vec<u16> = (0..3).map(|_| super::nats::unused_port()).collect();
         let cluster_ports: Vec<u16> = (0..3).map(|_| super::nats::unused_port()).collect();
         let mut nodes = Vec::new();
-        for node in 0..3 {
+        for (node, &client_port) in client_ports.iter().enumerate() {
             let node_dir = dir.join(format!("n{}", node + 1));
             std::fs::create_dir_all(&node_dir).expect("a node's directory");
             let config_file = node_dir.join("nats-server.conf");
@@ -41,7 +41,7 @@ impl BrokerCluster {
                 .expect("writing a node's configuration");
             let server = NatsServer::start_with(NatsServerConfig {
                 dir: Some(node_dir.clone()),
-                port: Some(client_ports[node]),
+                port: Some(client_port),
                 config_file: Some(config_file),
                 ready_timeout: Duration::from_secs(20),
                 ..NatsServerConfig::default()
