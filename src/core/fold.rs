@@ -114,7 +114,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
         },
         Event::ProjectorKeyRegistered { key, name } => register_key(state, key, name),
         Event::ProjectorKeyRevoked { key } => {
-            if state.projector_keys.remove(key).is_some() { Ok(()) } else { Err(Rejection::UnknownKey { key: hex::encode(key) }) }
+            if state.revoke_projector_key(key) { Ok(()) } else { Err(Rejection::UnknownKey { key: hex::encode(key) }) }
         }
         Event::TasksAdded { job, tasks, conditions } => add_tasks(state, job, tasks, conditions),
         Event::LibraryPublished(info) => publish_library(state, info),
@@ -182,17 +182,12 @@ fn check_publisher(origin: &Origin, event: &Event) -> Result<(), Rejection> {
 /// operator registered on the log before the batch.
 pub fn check_seal(state: &State, entry: &Entry) -> Result<(), Rejection> {
     let Some(seal) = &entry.seal else { return Err(Rejection::UnsealedBatch) };
-    let signer = hex::encode(seal.signer);
-    let Some(signed) = entry.signed_bytes() else {
-        return Err(Rejection::BadSeal { signer, problem: SealProblem::NotLast });
-    };
-    if !state.projector_keys.contains_key(&seal.signer) {
-        return Err(Rejection::BadSeal { signer, problem: SealProblem::UnregisteredKey });
-    }
-    let key = ed25519_dalek::VerifyingKey::from_bytes(&seal.signer)
-        .map_err(|_| Rejection::BadSeal { signer: signer.clone(), problem: SealProblem::NotAKey })?;
+    let refused = |problem| Rejection::BadSeal { signer: hex::encode(seal.signer), problem };
+    let Some(signed) = entry.signed_bytes() else { return Err(refused(SealProblem::NotLast)) };
+    // Registration checked the key is a point: an unregistered one is refused as such.
+    let Some(key) = state.verifying_key(&seal.signer) else { return Err(refused(SealProblem::UnregisteredKey)) };
     let signature = ed25519_dalek::Signature::from_bytes(&seal.signature);
-    key.verify_strict(signed, &signature).map_err(|_| Rejection::BadSeal { signer, problem: SealProblem::BadSignature })
+    key.verify_strict(signed, &signature).map_err(|_| refused(SealProblem::BadSignature))
 }
 
 /// Most projector keys registered at once (a leader and its standbys, with
@@ -204,16 +199,16 @@ fn register_key(state: &mut State, key: &[u8; 32], name: &str) -> Result<(), Rej
     if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
         return Err(refuse("a key's name is 1 to 64 printable characters"));
     }
-    if ed25519_dalek::VerifyingKey::from_bytes(key).is_err() {
+    let Ok(verifying) = ed25519_dalek::VerifyingKey::from_bytes(key) else {
         return Err(refuse("not an ed25519 public key"));
-    }
+    };
     if state.projector_keys.contains_key(key) {
         return Err(refuse("already registered"));
     }
     if state.projector_keys.len() == PROJECTOR_KEYS_MAX {
         return Err(refuse(&format!("{PROJECTOR_KEYS_MAX} keys are registered already; revoke one first")));
     }
-    state.projector_keys.insert(*key, name.to_string());
+    state.register_projector_key(*key, verifying, name.to_string());
     Ok(())
 }
 
