@@ -8,10 +8,8 @@
 //! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`]
 //! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
 //! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
+//! - [`a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_the_fold`]
 //! - [`the_shipped_example_is_what_broker_config_writes_but_for_its_keys`]
-//!
-//! What the fold does with a forged order batch published with the projector's own
-//! credentials is the batch sealing's business, tested with it (`src/core/fold_tests.rs`).
 
 mod support;
 
@@ -22,7 +20,11 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{AckPolicy, pull};
-use gridfold::core::ids::EngineId;
+use gridfold::core::event::{Envelope, Event, Order, OrderBatch};
+use gridfold::core::ids::{EngineId, Seq};
+use gridfold::core::schedule::ALGORITHM_VERSION;
+use gridfold::projector::key::ProjectorKey;
+use gridfold::wire;
 use gridfold::engine::JetStreamOrderFeed;
 use gridfold::engine::feed::consumer_name;
 use gridfold::log::connect::{BrokerAccess, ConnectFailure, Credentials, Secret, Tls};
@@ -615,6 +617,77 @@ fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_
         "nothing a principal does in its role is refused"
     );
     drop((e1, e2, projector));
+}
+
+/// A batch that reaches the log with the projector's broker credentials but is not
+/// sealed by its registered key (a stolen nkey, a second projector nobody
+/// registered): the broker stores it, fenced as the projector fences its own, and
+/// the fold refuses it whole. Here it declares a healthy engine lost while it runs a
+/// task: the engine keeps the task, which completes once, in its first attempt.
+#[test]
+fn a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_the_fold() {
+    let broker = secure_nats::start(&["e1"]);
+    let dir = broker.dir.path().to_path_buf();
+    let path = |name: &str| dir.join(name).display().to_string();
+    std::fs::write(dir.join("policy.toml"), "engine_timeout_secs = 30\n").unwrap();
+    std::fs::write(dir.join("job.toml"), "id = \"long\"\ntasks = 1\n\n[task]\nargv = [\"sleep\", \"3\"]\n").unwrap();
+    run_as(&broker, "operator", &["policy", "apply", &path("policy.toml"), "--wait-secs", "0"]);
+    let key = run_as(&broker, "projector", &["key", "show", "--state", &path("projector")]);
+    run_as(&broker, "operator", &["key", "register", key.trim(), "--name", "the projector"]);
+    let projector = spawn_as(&broker, "projector", "projector", &["projector", "--state", &path("projector")]);
+    let work = path("work-e1");
+    let e1 = spawn_as(
+        &broker,
+        "engine-e1",
+        "e1",
+        &["engine", "--name", "e1", "--slots", "1", "--work-dir", &work, "--heartbeat-secs", "1"],
+    );
+    let running = [&projector, &e1];
+    run_as(&broker, "submitter", &["submit", &path("job.toml")]);
+    wait_for_stat(&broker, &running, "the task to run", |stat| stat["jobs"][0]["running"] == 1);
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stored = runtime.block_on(async {
+        let forger = log_as(&broker, "projector", StreamSetup::Bind).await;
+        let login = whole_log(&broker)
+            .await
+            .iter()
+            .find(|entry| entry.subject == "gridfold.ev.engine.e1.login")
+            .map(|entry| entry.seq)
+            .expect("e1's login is on the log");
+        let batch = OrderBatch {
+            based_on_seq: Seq(forger.last_seq().await.unwrap()),
+            algorithm: "sge-plain".into(),
+            algorithm_version: ALGORITHM_VERSION,
+            orders: vec![Order::EngineLost { engine: EngineId::new("e1").unwrap(), epoch: login, last_seen_ms: 0 }],
+        };
+        let envelope =
+            Envelope { id: *uuid::Uuid::new_v4().as_bytes(), source: "gridfold-projector".into(), event: Event::OrderBatch(batch) };
+        let sealed = ProjectorKey::from_seed([7; 32]).seal(&envelope);
+        // The real projector appends beside it: fence on the orders subject, as it does.
+        for _ in 0..20 {
+            let last = forger.last_seq_for_subject(wire::ORDERS_SUBJECT).await.unwrap();
+            let append = Append::new(wire::ORDERS_SUBJECT, sealed.clone()).with_expected_last_subject_seq(last);
+            if let Ok(appended) = forger.append(append).await {
+                return appended.seq;
+            }
+        }
+        panic!("the forged batch was never stored");
+    });
+
+    let refused = wait_for_stat(&broker, &running, "the fold to refuse the batch", |stat| {
+        stat["rejections_by_kind"]["bad-seal"] == 1
+    });
+    assert!(refused["last_seq"].as_u64().unwrap() >= stored, "{refused}");
+    let done = wait_for_stat(&broker, &running, "the job to complete", |stat| stat["jobs"][0]["status"] == "done");
+    let engines = done["engines"].as_array().unwrap();
+    assert_eq!(engines[0]["status"], "logged-in", "e1 was never lost: {done}");
+    assert_eq!(engines[0]["completed"], 1, "{done}");
+    assert_eq!(done["engines_lost"], 0, "{done}");
+    assert_eq!(done["requeues"], 0, "the task ran once: {done}");
+    let said = std::fs::read_to_string(&e1.stderr).unwrap_or_default();
+    assert!(!said.contains("lost"), "e1 never heard it was lost:\n{said}");
+    drop((e1, projector));
 }
 
 /// `deploy/nats/` is what `gridfold broker-config` writes today, keys aside: a change to
