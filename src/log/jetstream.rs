@@ -258,6 +258,9 @@ impl JetStreamLog {
                     "cannot create or get stream {STREAM_ORDERS}: {err}"
                 ))
             })?;
+        raise_replicas(&self.context, STREAM_ORDERS, self.config.replicas)
+            .await
+            .map_err(|detail| LogError::Misconfigured { location: self.url.clone(), detail })?;
         Ok(())
     }
 
@@ -720,6 +723,28 @@ fn unavailable(url: &str, client: &async_nats::Client, detail: String) -> LogErr
     }
 }
 
+/// Raises the replicas of stream `name` to `wanted` when it has fewer (a command
+/// or an engine started before the projector made it on one node): JetStream
+/// copies it onto the new peers. Never lowers them. The replicas it had, if raised.
+pub async fn raise_replicas(context: &js::Context, name: &str, wanted: usize) -> Result<Option<usize>, String> {
+    let mut stream = context.get_stream(name).await.map_err(|err| format!("cannot get stream {name}: {err}"))?;
+    let info = stream.info().await.map_err(|err| format!("cannot read stream {name}: {err}"))?;
+    let had = info.config.num_replicas;
+    if had >= wanted {
+        return Ok(None);
+    }
+    let config = stream::Config { num_replicas: wanted, ..info.config.clone() };
+    context.update_stream(config).await.map_err(|err| {
+        format!(
+            "stream {name} has {had} replica(s), configured {wanted}, and cannot be given more ({err}); \
+             where the broker refuses stream updates, an operator raises them (`nats stream edit {name} --replicas {wanted}`)"
+        )
+    })?;
+    // Worth a warning: until now the stream would not have survived the loss of its node.
+    tracing::warn!(stream = %name, "raised the stream's replicas from {had} to {wanted}");
+    Ok(Some(had))
+}
+
 /// Gets the log's stream, creating it if missing, and checks its configuration.
 async fn ensure_events_stream(
     url: &str,
@@ -790,6 +815,14 @@ async fn ensure_events_stream(
             }
         },
     };
+    if config.streams == StreamSetup::CreateOrCheck && stream.cached_info().config.num_replicas < config.replicas {
+        raise_replicas(context, &config.stream, config.replicas).await.map_err(misconfigured)?;
+        let stream = context.get_stream(&config.stream).await.map_err(|err| {
+            unavailable(format!("cannot get stream {} again: {err}", config.stream))
+        })?;
+        check_stream_config(&stream.cached_info().config, config).map_err(misconfigured)?;
+        return Ok(stream);
+    }
     check_stream_config(&stream.cached_info().config, config).map_err(misconfigured)?;
     Ok(stream)
 }
@@ -856,8 +889,9 @@ fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<()
             actual.duplicate_window, wanted.duplicate_window
         ));
     }
-    if actual.num_replicas != wanted.replicas {
-        tracing::warn!(stream = %name, "stream has {} replicas, configured {}", actual.num_replicas, wanted.replicas);
+    if actual.num_replicas < wanted.replicas {
+        // Only a process that may not change streams gets here (the projector raises them).
+        tracing::warn!(stream = %name, "stream has {} replica(s), configured {}", actual.num_replicas, wanted.replicas);
     }
     if !actual.deny_delete || !actual.deny_purge {
         tracing::warn!(stream = %name, "stream allows deleting or purging entries; the log relies on nobody doing so");

@@ -94,6 +94,37 @@ impl BrokerCluster {
         report
     }
 
+    /// Waits until the cluster answers JetStream requests (it has elected its meta
+    /// leader), making no stream; panics after [`JETSTREAM_READY_TIMEOUT`].
+    pub fn wait_for_meta_leader(&self, runtime: &tokio::runtime::Runtime) {
+        let started = Instant::now();
+        let servers: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();
+        let client = runtime
+            .block_on(async_nats::connect(servers))
+            .unwrap_or_else(|err| panic!("cannot connect to the three-node cluster: {err}"));
+        let jetstream = runtime.block_on(async { async_nats::jetstream::new(client) });
+        while let Err(err) = runtime.block_on(jetstream.query_account()) {
+            assert!(
+                started.elapsed() < JETSTREAM_READY_TIMEOUT,
+                "the three-node cluster's JetStream did not answer within {JETSTREAM_READY_TIMEOUT:?}: {err}\n{}",
+                self.log_tails(20)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The replicas of stream `name`, as the cluster reports them.
+    pub fn stream_replicas(&self, runtime: &tokio::runtime::Runtime, name: &str) -> Result<usize, String> {
+        let servers: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();
+        runtime.block_on(async {
+            let client = async_nats::connect(servers).await.map_err(|err| err.to_string())?;
+            let jetstream = async_nats::jetstream::new(client);
+            let mut stream = jetstream.get_stream(name).await.map_err(|err| format!("stream {name}: {err}"))?;
+            let info = stream.info().await.map_err(|err| format!("stream {name}: {err}"))?;
+            Ok(info.config.num_replicas)
+        })
+    }
+
     /// Makes the log stream with three replicas, retrying until the cluster has
     /// elected its JetStream meta leader and placed the stream; panics after
     /// [`JETSTREAM_READY_TIMEOUT`] with every node's log.

@@ -169,22 +169,23 @@ impl Cluster {
     pub fn start_three(policy: &str) -> Cluster {
         let dir = test_dir();
         let brokers = BrokerCluster::start(&dir.path().join("brokers"));
+        let runtime = test_runtime();
+        brokers.wait_for_jetstream(&runtime);
+        Cluster::start_on(Broker::Three(brokers), dir, policy)
+    }
+
+    /// Three nats-servers with no stream made beforehand: the policy's `gridfold
+    /// policy apply` makes the log, with the one replica a command asks for.
+    pub fn start_three_bare(policy: &str) -> Cluster {
+        let dir = test_dir();
+        let brokers = BrokerCluster::start(&dir.path().join("brokers"));
         Cluster::start_on(Broker::Three(brokers), dir, policy)
     }
 
     fn start_on(broker: Broker, dir: tempfile::TempDir, policy: &str) -> Cluster {
-        let cluster = Cluster {
-            procs: Vec::new(),
-            broker,
-            runtime: tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a tokio runtime"),
-            dir,
-        };
+        let cluster = Cluster { procs: Vec::new(), broker, runtime: test_runtime(), dir };
         if let Broker::Three(brokers) = &cluster.broker {
-            brokers.wait_for_jetstream(&cluster.runtime);
+            brokers.wait_for_meta_leader(&cluster.runtime);
         }
         let policy = cluster.write("policy.toml", policy);
         // No projector runs yet to give a verdict: do not wait for one.
@@ -393,6 +394,10 @@ impl Cluster {
         report.push_str(&format!("(set {KEEP_ENV}=1 to keep {})\n", self.dir.path().display()));
         panic!("{report}");
     }
+}
+
+fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("a tokio runtime")
 }
 
 /// The test's directory, kept if [`KEEP_ENV`] is set.

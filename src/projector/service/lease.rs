@@ -351,6 +351,10 @@ impl KvLease {
                 }
             }
         };
+        // A bucket made with fewer replicas than configured gets them (its stream is `KV_<bucket>`).
+        crate::log::jetstream::raise_replicas(context, &format!("KV_{}", config.bucket), config.replicas)
+            .await
+            .map_err(|detail| LeaseError::Misconfigured { location: location.clone(), detail })?;
         // The bucket's max age is the lease's real ttl, whoever created the bucket.
         let bucket_ttl = store
             .status()
