@@ -244,14 +244,15 @@ fn now_ms() -> u64 {
 }
 
 /// Runs one fault to its end (the faulty part running again). What it did, and for a
-/// projector kill when it was dead (ms since the epoch).
+/// kill of the leading projector or of a node when it was dead (ms since the epoch).
 fn inject(cluster: &mut Cluster, parts: &mut Parts, fault: Fault) -> (String, Option<u64>) {
     match fault {
         Fault::KillNode { node, down_ms } => {
             brokers(cluster).kill(node);
+            let killed_at = now_ms();
             std::thread::sleep(Duration::from_millis(down_ms));
             brokers(cluster).restart(node);
-            (format!("killed NATS node n{} for {down_ms} ms", node + 1), None)
+            (format!("killed NATS node n{} for {down_ms} ms", node + 1), Some(killed_at))
         }
         Fault::KillLeader { down_ms } => {
             let Some(which) = leader(cluster) else {
@@ -437,8 +438,9 @@ fn endings(log: &Log) -> BTreeMap<(String, Attempt), String> {
     ended
 }
 
+/// The value at `per_cent` of a sorted list (0 for an empty one).
 fn percentile(sorted: &[u64], per_cent: usize) -> u64 {
-    sorted[(sorted.len() - 1) * per_cent / 100]
+    if sorted.is_empty() { 0 } else { sorted[(sorted.len() - 1) * per_cent / 100] }
 }
 
 // ---- the run ---------------------------------------------------------------------------
@@ -474,6 +476,7 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
 
     let mut faults: BTreeMap<&str, u32> = BTreeMap::new();
     let mut leader_kills: Vec<u64> = Vec::new();
+    let mut node_kills: Vec<u64> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for (n, step) in steps.iter().enumerate() {
         std::thread::sleep(Duration::from_millis(step.calm_ms));
@@ -484,7 +487,10 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
         if !what.starts_with("no projector") && !what.contains("not frozen") {
             *faults.entry(step.fault.kind()).or_default() += 1;
         }
-        leader_kills.extend(killed_at);
+        match step.fault {
+            Fault::KillNode { .. } => node_kills.extend(killed_at),
+            _ => leader_kills.extend(killed_at),
+        }
     }
     stop_submitting.store(true, Ordering::Relaxed);
     let (mut jobs, submit_notes) = submitter.join().expect("the submitter thread");
@@ -580,11 +586,24 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
         .filter(|entry| entry.subject == wire::ORDERS_SUBJECT && matches!(event(entry), Some(Event::OrderBatch(_))))
         .map(|entry| entry.time_ms)
         .collect();
-    let mut failovers: Vec<u64> = leader_kills
+    let after = |kills: &[u64], times: &[u64]| -> Vec<u64> {
+        let mut waits: Vec<u64> = kills
+            .iter()
+            .filter_map(|&killed| times.iter().find(|&&time| time > killed).map(|&time| time - killed))
+            .collect();
+        waits.sort_unstable();
+        waits
+    };
+    let failovers = after(&leader_kills, &batch_times);
+    // The pause a node's loss causes: to the next order batch, and to the next completion folded.
+    let completion_times: Vec<u64> = log
+        .entries
         .iter()
-        .filter_map(|&killed| batch_times.iter().find(|&&time| time > killed).map(|&time| time - killed))
+        .filter(|entry| !log.rejected.contains(&entry.seq.0))
+        .filter(|entry| matches!(event(entry), Some(Event::TaskCompleted { .. })))
+        .map(|entry| entry.time_ms)
         .collect();
-    failovers.sort_unstable();
+    let (node_to_batch, node_to_completion) = (after(&node_kills, &batch_times), after(&node_kills, &completion_times));
     assert_eq!(failovers.len(), leader_kills.len(), "an order batch after every kill of the leader: {leader_kills:?}");
 
     let rejections: BTreeMap<String, u64> =
@@ -598,6 +617,14 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
         failovers.len(),
         percentile(&failovers, 50),
         failovers.last().unwrap()
+    );
+    eprintln!(
+        "  NATS node kill -> next order batch: {} kills, p50 {} ms, max {} ms ({node_to_batch:?}); -> next completion: p50 {} ms, max {} ms ({node_to_completion:?})",
+        node_to_batch.len(),
+        percentile(&node_to_batch, 50),
+        node_to_batch.last().copied().unwrap_or(0),
+        percentile(&node_to_completion, 50),
+        node_to_completion.last().copied().unwrap_or(0),
     );
     eprintln!("  log: {} entries, live digest at seq {live_seq} = replay's; rejections {rejections:?}", log.entries.len());
     eprintln!("  replay --verify: {} order batches re-derived", replay["batches_verified"]);
