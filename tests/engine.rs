@@ -1338,26 +1338,84 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
     assert_eq!((report.completed, report.failed, report.logins), (1, 1, 1));
 }
 
-#[tokio::test]
-async fn an_unreachable_broker_is_named_in_the_error() {
+/// An engine started before its broker names the broker it cannot reach and keeps
+/// trying (it does not exit); a signal meanwhile stops it at once, and a broker that
+/// comes up on that address is found: the engine logs in and runs.
+#[test]
+fn an_engine_started_before_its_broker_names_it_waits_and_logs_in_when_it_comes() {
     let port = support::nats::unused_port();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
-        .args([
-            "engine",
-            "--nats",
-            &format!("nats://127.0.0.1:{port}"),
-            "--name",
-            "e-nobroker",
-            "--slots",
-            "1",
-        ])
-        .output()
-        .await
+    let url = format!("nats://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let spawn_engine = |name: &str| {
+        let stderr = dir.path().join(format!("{name}.stderr"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+            .args(["engine", "--nats", &url, "--name", name, "--slots", "1", "--heartbeat-secs", "1"])
+            .env_remove("NATS_URL")
+            .env("RUST_LOG", "warn")
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        (child, stderr)
+    };
+    let wait_for = |what: &str, stderr: &std::path::Path, needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let said = std::fs::read_to_string(stderr).unwrap_or_default();
+            if said.contains(needle) {
+                return said;
+            }
+            assert!(Instant::now() < deadline, "waiting for {what}: {said}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    // A signal while it waits: it stops at once, saying so.
+    let (mut early, early_err) = spawn_engine("e-early");
+    let said = wait_for("the first retry line", &early_err, "trying again in 1 s");
+    assert!(said.contains("cannot reach the NATS broker") && said.contains(&port.to_string()), "{said}");
+    // SAFETY: kill(2) on our unreaped child.
+    assert_eq!(unsafe { libc::kill(early.id() as i32, libc::SIGTERM) }, 0);
+    assert!(early.wait().unwrap().success());
+    wait_for("the stop line", &early_err, "SIGTERM before reaching the broker: stopped");
+
+    // The broker comes later, on the address the engine was given.
+    let (mut engine, engine_err) = spawn_engine("e-late");
+    wait_for("the second retry line", &engine_err, "trying again in 2 s");
+    let server = gridfold::log::nats_server::NatsServer::start_with(gridfold::log::nats_server::NatsServerConfig {
+        port: Some(port),
+        ..Default::default()
+    })
+    .unwrap_or_else(|err| panic!("this test needs a nats-server: {err}"));
+    let state = dir.path().join("projector");
+    let mut projector = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        .args(["projector", "--nats", &server.url(), "--state"])
+        .arg(&state)
+        .arg("--register-key")
+        .env_remove("NATS_URL")
+        .stderr(std::process::Stdio::null())
+        .spawn()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("cannot reach the NATS broker") && stderr.contains(&port.to_string()),
-        "{stderr}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+            .args(["stat", "--json", "--nats", &server.url()])
+            .env_remove("NATS_URL")
+            .output()
+            .unwrap();
+        let stat: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let logged_in = stat["engines"]
+            .as_array()
+            .is_some_and(|engines| engines.iter().any(|e| e["id"] == "e-late" && e["status"] == "logged-in"));
+        if logged_in {
+            break;
+        }
+        let said = std::fs::read_to_string(&engine_err).unwrap_or_default();
+        assert!(Instant::now() < deadline, "the engine never logged in: {stat}\n{said}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(engine.try_wait().unwrap().is_none(), "the engine runs on");
+    let _ = engine.kill();
+    let _ = engine.wait();
+    let _ = projector.kill();
+    let _ = projector.wait();
 }

@@ -49,16 +49,22 @@ pub struct EngineArgs {
 /// How long an engine waits for the projector to create the streams it binds to.
 pub const STREAMS_WAIT_MAX: Duration = Duration::from_secs(60);
 const STREAMS_POLL: Duration = Duration::from_secs(1);
+/// The longest pause between two tries to reach a broker that does not answer.
+pub const BROKER_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Binds to the log and opens this engine's order feed. An engine never creates a
 /// stream (on a broker with permissions it may not): while the projector has not
-/// yet made them, it waits, up to [`STREAMS_WAIT_MAX`], saying so once.
+/// yet made them, it waits, up to [`STREAMS_WAIT_MAX`], saying so once. A broker
+/// that does not answer (not started yet, restarting, electing its leaders) is
+/// tried again and again, each pause twice the last up to [`BROKER_RETRY_MAX`],
+/// with a line each time; one that refuses the engine's credentials is not.
 async fn open_log_and_feed(
     nats: &super::client::NatsArgs,
     name: &EngineId,
 ) -> anyhow::Result<(JetStreamLog, JetStreamOrderFeed)> {
     let started = Instant::now();
     let mut said = false;
+    let mut pause = Duration::from_secs(1);
     loop {
         let opened = async {
             let log = super::client::connect_log(nats).await?;
@@ -76,6 +82,11 @@ async fn open_log_and_feed(
                 }
                 tokio::time::sleep(STREAMS_POLL).await;
             }
+            Err(err) if broker_unavailable(&err) => {
+                tracing::warn!("{err:#}; trying again in {} s", pause.as_secs());
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(BROKER_RETRY_MAX);
+            }
             opened => return opened,
         }
     }
@@ -84,6 +95,16 @@ async fn open_log_and_feed(
 fn stream_missing(err: &anyhow::Error) -> bool {
     err.chain()
         .any(|cause| matches!(cause.downcast_ref::<LogError>(), Some(LogError::StreamMissing { .. })))
+}
+
+fn broker_unavailable(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|cause| matches!(cause.downcast_ref::<LogError>(), Some(LogError::Unavailable { .. })))
+}
+
+fn stopped_before_login(name: &EngineId, signal: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("gridfold engine {name}: {signal} before reaching the broker: stopped, nothing was running");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_engine_id(text: &str) -> Result<EngineId, String> {
@@ -116,7 +137,13 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         ..defaults
     };
-    let (log, feed) = open_log_and_feed(&args.nats, &args.name).await?;
+    // Waiting for the broker may take long: a signal meanwhile ends the engine at once
+    // (it holds no task yet).
+    let (log, feed) = tokio::select! {
+        opened = open_log_and_feed(&args.nats, &args.name) => opened?,
+        _ = sigterm.recv() => return stopped_before_login(&args.name, "SIGTERM"),
+        _ = sigint.recv() => return stopped_before_login(&args.name, "SIGINT"),
+    };
     let config = EngineConfig {
         library_store: Some(LibraryStore::new(log.context().clone())),
         ..config
