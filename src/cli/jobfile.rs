@@ -706,6 +706,7 @@ impl OptionKeys<'_> {
             redundant_rescheduling: self.redundant_rescheduling,
             task_max_time_ms,
             cancel_redundant_on_first_result: is_on(self.cancel_redundant_on_first_result),
+            deadline_ms: None,
         };
         Ok((options, task_conditions))
     }

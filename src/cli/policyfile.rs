@@ -114,6 +114,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         greylist_affinity: file.greylist_affinity.unwrap_or(defaults.greylist_affinity),
         redundancy,
         job_retention_ms: seconds(file_text, "job_retention_secs", &file.job_retention_secs, defaults.job_retention_ms)?,
+        sge: defaults.sge,
     })
 }
 

@@ -230,6 +230,9 @@ pub struct JobSpec {
 /// or lifecycle rule of `schedule`. The default switches every one off.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct JobOptions {
+    /// Grid Engine's initiation deadline (`qsub -dl`), in log time (ms since the
+    /// epoch): in ticket mode the job's urgency grows as it nears.
+    pub deadline_ms: Option<u64>,
     /// No task is dispatched to an engine that has not reported this library synced.
     pub root_library: Option<LibraryRef>,
     /// Preferences that raise (or lower) an engine's score without excluding any.
@@ -436,6 +439,71 @@ pub struct Policy {
     /// retired: only its usage summary and a short record of its outcome stay.
     /// Measured in log time, so every replay retires it at the same entry.
     pub job_retention_ms: u64,
+    /// Grid Engine's job ordering (`user_sort`, and the ticket policies of `sgeee`).
+    pub sge: SgePolicy,
+}
+
+/// Grid Engine's scheduler configuration (sched_conf(5)) for job ordering, by
+/// its own names. Weights Grid Engine writes as fractions are held in
+/// thousandths (`_milli`), so every decision is integer arithmetic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct SgePolicy {
+    /// `sge-plain`: the user with the fewest running tasks first, FCFS between equals.
+    pub user_sort: bool,
+    /// Usage loses half its weight every `halftime` (0: never decays).
+    pub halftime_ms: u64,
+    /// How far short-term entitlements may stray from long-term ones, in
+    /// thousandths (Grid Engine's `compensation_factor`; 0: no limit).
+    pub compensation_factor_milli: u32,
+    /// `weight_priority`, `weight_urgency`, `weight_ticket`: the dispatch priority.
+    pub weight_priority_milli: u32,
+    pub weight_urgency_milli: u32,
+    pub weight_ticket_milli: u32,
+    /// Tickets handed out by the share tree and the functional policy.
+    pub weight_tickets_share: u32,
+    pub weight_tickets_functional: u32,
+    /// Urgency per second waited (thousandths).
+    pub weight_waiting_time_milli: u32,
+    /// Urgency of a job at its deadline (Grid Engine's `weight_deadline`).
+    pub weight_deadline: u32,
+    /// Urgency per slot a task asks for (the `slots` complex's urgency).
+    pub slot_urgency: u32,
+    /// Split of the functional tickets between the four categories (thousandths).
+    pub weight_user_milli: u32,
+    pub weight_project_milli: u32,
+    pub weight_department_milli: u32,
+    pub weight_job_milli: u32,
+    /// The share tree; empty: no share-tree tickets.
+    pub share_tree: Vec<ShareTreeNode>,
+    /// Functional shares (`fshare`) by user, project and department.
+    pub functional_users: BTreeMap<String, u32>,
+    pub functional_projects: BTreeMap<String, u32>,
+    pub functional_departments: BTreeMap<String, u32>,
+    /// Which users belong to which department (Grid Engine's department access lists).
+    pub departments: BTreeMap<String, Vec<String>>,
+    /// Override tickets (`oticket`) by user and project.
+    pub override_users: BTreeMap<String, u32>,
+    pub override_projects: BTreeMap<String, u32>,
+}
+
+/// One node of the share tree: its parent (an index into the list, which
+/// lists parents before children; `None` for the root's children), its shares
+/// among its siblings, and for a leaf whom it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShareTreeNode {
+    pub name: String,
+    pub parent: Option<u32>,
+    pub shares: u32,
+    pub leaf: Option<ShareTreeLeaf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ShareTreeLeaf {
+    User(String),
+    Project(String),
+    /// Grid Engine's `default` leaf: every user the tree does not name gets a
+    /// node of its own with these shares.
+    DefaultUser,
 }
 
 /// The default [`Policy::job_retention_ms`]: an hour. Long enough for a person
@@ -501,6 +569,7 @@ impl Default for Policy {
             greylist_affinity: 5,
             redundancy: RedundancyPolicy::default(),
             job_retention_ms: JOB_RETENTION_MS_DEFAULT,
+            sge: SgePolicy::default(),
         }
     }
 }
@@ -508,20 +577,27 @@ impl Default for Policy {
 /// The scheduling algorithm, chosen by policy as in Grid Engine's `sched_conf(5)` `algorithm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Algorithm {
-    /// Grid Engine's SGE mode: FCFS by submission, overridden by job priority;
-    /// requirements filter engines; the least loaded engine wins, ties by engine id.
+    /// Grid Engine's SGE mode: FCFS by submission (or `user_sort`), overridden
+    /// by job priority; requirements filter engines; the least loaded engine
+    /// wins, ties by engine id.
     SgePlain,
+    /// Grid Engine's ticket mode (SGEEE): jobs ordered by dispatch priority,
+    /// from `-p`, urgency and the tickets of the share tree, functional and
+    /// override policies.
+    Sgeee,
 }
 
 impl Algorithm {
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SgePlain => "sge-plain",
+            Algorithm::Sgeee => "sgeee",
         }
     }
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "sge-plain" => Some(Algorithm::SgePlain),
+            "sgeee" => Some(Algorithm::Sgeee),
             _ => None,
         }
     }

@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 
 use super::ids::{Attempt, EngineId, TaskRef};
-use super::schedule::dispatch::{job_score, jobs_ahead, load_index, task_score};
-use super::schedule::filters::{self, Unfit};
+use super::schedule::dispatch::{job_score, load_index, task_score};
+use super::schedule::families::{self, JobAhead};
+use super::schedule::filters::{self, TaskRules, Unfit};
 use super::state::{EngineIdx, EngineStatus, JobStatus, State, TaskKey, TaskStatus};
 
 /// At most this many engines are ranked in an answer about a dispatched task.
@@ -39,6 +40,13 @@ pub enum Detail {
     Waiting {
         /// How many runnable jobs the scheduler examines before this one.
         jobs_ahead: usize,
+        /// The rule of the policy's family that orders them (`priority-then-submission`,
+        /// `user-sort`, `dispatch-priority`).
+        order_rule: &'static str,
+        /// The first job examined before this one, with the figures the rule compares.
+        first_job_ahead: Option<JobAhead>,
+        /// This job's own figures under the rule.
+        job_figures: Vec<(&'static str, i64)>,
         /// Engines that could take it right now (it waits only for the next scheduling run).
         fit_now: Vec<String>,
         /// rule name -> engines it excluded, sorted by engine id.
@@ -202,8 +210,9 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
     let mut excluded: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let mut could_ever_fit = false;
     let mut passing: Vec<(&EngineId, EngineIdx)> = Vec::new();
+    let rules = TaskRules::new(state, key);
     for (id, e) in engines_by_id(state) {
-        match filters::check(state, key, e, 0) {
+        match filters::check(state, &rules, e, 0) {
             Ok(()) => {
                 could_ever_fit = true;
                 passing.push((id, e));
@@ -234,13 +243,17 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         None => Vec::new(),
     };
     let waits_for_jobs = state.unended_dependencies_of(key.job).into_iter().map(|j| state.job(j).id.to_string()).collect();
+    let position = families::position(state, key.job);
     Detail::Waiting {
-        jobs_ahead: jobs_ahead(state, key.job),
+        jobs_ahead: position.jobs_ahead,
+        order_rule: position.rule,
+        first_job_ahead: position.first_ahead,
+        job_figures: position.figures,
         fit_now,
         excluded,
         could_ever_fit,
         unschedulable: job.unschedulable.map(|u| u.as_str()),
-        avoided_engine: task_state.last_failed_on.get().map(|e| state.engine(e).id.to_string()),
+        avoided_engine: rules.avoided().map(|e| state.engine(e).id.to_string()),
         waits_for_tasks,
         waits_for_jobs,
         queue_jump: task_state.is_queue_jump(),
@@ -253,10 +266,11 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
 fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<EngineRank> {
     let job = state.job(key.job);
     let mut ranks: Vec<(EngineRank, (u32, i64, u64, EngineId))> = Vec::new();
+    let rules = TaskRules::new(state, key);
     for (id, e) in engines_by_id(state) {
         let engine = state.engine(e);
         let allowed = engine.status == EngineStatus::LoggedIn
-            && match filters::check(state, key, e, 0) {
+            && match filters::check(state, &rules, e, 0) {
                 Ok(()) => true,
                 Err(unfit) => !unfit.is_permanent() && unfit != Unfit::NotLoggedIn,
             };
@@ -291,6 +305,9 @@ impl std::fmt::Display for Explanation {
         match &self.detail {
             Detail::Waiting {
                 jobs_ahead,
+                order_rule,
+                first_job_ahead,
+                job_figures,
                 fit_now,
                 excluded,
                 could_ever_fit,
@@ -306,7 +323,7 @@ impl std::fmt::Display for Explanation {
                 if !waits_for_tasks.is_empty() {
                     writeln!(f, "  waits for task(s) to end: {}", waits_for_tasks.join(", "))?;
                 }
-                writeln!(f, "  {jobs_ahead} runnable job(s) are examined before this one")?;
+                write_position(f, *jobs_ahead, order_rule, first_job_ahead.as_ref(), job_figures)?;
                 if *queue_jump {
                     writeln!(f, "  it jumps its job's queue")?;
                 }
@@ -320,7 +337,7 @@ impl std::fmt::Display for Explanation {
                     writeln!(f, "  excluded by {rule}: {}", engines.join(", "))?;
                 }
                 if let Some(engine) = avoided_engine {
-                    writeln!(f, "  avoids {engine}, where its last attempt failed, while another engine fits")?;
+                    writeln!(f, "  avoids {engine}, where its last attempt failed, while another engine could run it")?;
                 }
                 if let Some(reason) = unschedulable {
                     writeln!(f, "  flagged unschedulable: {reason}")?;
@@ -350,6 +367,49 @@ impl std::fmt::Display for Explanation {
             }
         }
         Ok(())
+    }
+}
+
+/// Where the job stands in its family's order, in the family's own terms.
+fn write_position(
+    f: &mut std::fmt::Formatter<'_>,
+    jobs_ahead: usize,
+    rule: &str,
+    first: Option<&JobAhead>,
+    own: &[(&'static str, i64)],
+) -> std::fmt::Result {
+    let figures = |figures: &[(&'static str, i64)]| {
+        figures.iter().map(|(name, value)| format!("{} {value}", name.replace('_', " "))).collect::<Vec<_>>().join(", ")
+    };
+    let Some(first) = first else {
+        return match rule {
+            "user-sort" | "dispatch-priority" => {
+                writeln!(f, "  no runnable job is examined before this one ({})", figures(own))
+            }
+            _ => writeln!(f, "  no runnable job is examined before this one"),
+        };
+    };
+    match rule {
+        "user-sort" => writeln!(
+            f,
+            "  behind {jobs_ahead} runnable job(s) by priority, then the user with the fewest running tasks (user_sort); the first is {} ({}); this job: {}",
+            first.job,
+            figures(&first.figures),
+            figures(own)
+        ),
+        "dispatch-priority" => writeln!(
+            f,
+            "  behind {jobs_ahead} runnable job(s) with a higher dispatch priority; the first is {} ({}); this job: {}",
+            first.job,
+            figures(&first.figures),
+            figures(own)
+        ),
+        _ => writeln!(
+            f,
+            "  behind {jobs_ahead} runnable job(s) by priority, then submission; the first is {} ({})",
+            first.job,
+            figures(&first.figures)
+        ),
     }
 }
 
@@ -393,7 +453,7 @@ mod tests {
         let why = explain(&state, &task("wide", 0)).unwrap();
         expect_test::expect![[r#"
             task wide/0: waiting (job active), attempts 0, failures 0
-              1 runnable job(s) are examined before this one
+              behind 1 runnable job(s) by priority, then submission; the first is blocker (priority 5, submitted seq 4)
               excluded by too-few-slots: full, tiny
               no logged-in engine could ever run it; it waits for one that can
         "#]]

@@ -121,9 +121,9 @@ const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
 /// one is added and not listed here.
-const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain];
+const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee];
 const _: fn(Algorithm) = |algorithm| match algorithm {
-    Algorithm::SgePlain => {}
+    Algorithm::SgePlain | Algorithm::Sgeee => {}
 };
 
 /// Why an engine tier is not `property=value`.
@@ -829,6 +829,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         redundant_rescheduling: m.redundant_rescheduling,
         task_max_time_ms: m.task_max_time_ms,
         cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
+        deadline_ms: None,
     })
 }
 
@@ -954,6 +955,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         greylist_affinity: m.greylist_affinity,
         redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
         job_retention_ms: m.job_retention_ms.unwrap_or(crate::core::event::JOB_RETENTION_MS_DEFAULT),
+        sge: crate::core::event::SgePolicy::default(),
     })
 }
 

@@ -146,6 +146,7 @@ pub fn every_event() -> Vec<Event> {
                 redundant_rescheduling: true,
                 task_max_time_ms: 600_000,
                 cancel_redundant_on_first_result: true,
+                deadline_ms: None,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -247,6 +248,7 @@ pub fn every_event() -> Vec<Event> {
                 copies_per_task_max: 2,
             },
             job_retention_ms: crate::core::event::JOB_RETENTION_MS_DEFAULT,
+            sge: crate::core::event::SgePolicy::default(),
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -453,6 +455,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     redundant_rescheduling,
                     task_max_time_ms,
                     cancel_redundant_on_first_result,
+                    deadline_ms: None,
                 }
             },
         );
@@ -623,6 +626,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     greylist_affinity,
                     redundancy,
                     job_retention_ms,
+                    sge: crate::core::event::SgePolicy::default(),
                 }
             },
         )

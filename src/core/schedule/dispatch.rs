@@ -33,12 +33,15 @@
 //! against that walk.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use super::filters::{self, failed_here_last};
+use super::families::{self, EngineOrder, JobOrder, Ordering};
+use super::filters::{self, TaskRules};
 use super::{InFlight, Orders};
 use crate::core::event::{LoadFormula, Order};
-use crate::core::state::{Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, State, TaskKey};
+use crate::core::state::{
+    Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
+};
 
 /// Grid Engine's load formula, in milli-units: lower is chosen first.
 pub fn load_index(formula: &LoadFormula, engine: &Engine, used_slots: u32) -> u64 {
@@ -74,11 +77,11 @@ pub fn task_score(state: &State, job: &Job, task_index: u32, e: EngineIdx) -> i6
 }
 
 /// A free engine of the run.
-struct Candidate {
-    engine: EngineIdx,
-    slots: u32,
+pub(crate) struct Candidate {
+    pub(crate) engine: EngineIdx,
+    pub(crate) slots: u32,
     /// Slots in use, including what this run and the orders in flight booked.
-    used: u32,
+    pub(crate) used: u32,
 }
 
 /// Up to this many candidates in a run, a pick walks them all (cheaper than
@@ -282,134 +285,296 @@ fn pop_best(
     found
 }
 
+/// Fills free slots in the order the policy's family gives (see [`super::families`]).
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
-    let mut candidates = Candidates::gather(state, in_flight, lost);
-    let budget = state.policy.dispatches_per_run_max as usize;
-    let mut n_dispatched = 0;
-    let mut exhausted = vec![false; state.categories().len()];
-    for rank in state.runnable_jobs() {
-        if candidates.is_empty() || n_dispatched == budget || !orders.has_room() {
-            break;
-        }
-        let j = rank.job;
-        let job = state.job(j);
-        if exhausted[job.category.0 as usize] && job.conditions_are_empty() {
-            continue;
-        }
-        if job.n_wanting_dispatch() <= in_flight.dispatched_of_job(j) {
-            continue;
-        }
-        let job_has_exclusions = !job.blacklist.is_empty() || !job.copies_waiting_is_empty();
-        let scored_job = job.has_scores();
-        let mut n_passed_over = 0;
-        // The first walk, and the fresh task of highest index it saw (the
-        // second walk starts past it, so no task is looked at twice).
-        let cut_short = std::cell::Cell::new(false);
-        let first_walk_fresh_max = std::cell::Cell::new(None::<u32>);
-        let first_walk = job.waiting_tasks().take_while(|_| !cut_short.get()).inspect(|&index| {
-            let task = &job.tasks[index as usize];
-            if task.attempts == 0 && !task.is_queue_jump() {
-                first_walk_fresh_max.set(Some(first_walk_fresh_max.get().map_or(index, |max| max.max(index))));
-            }
-        });
-        let second_walk = std::iter::once(()).filter(|_| cut_short.get()).flat_map(|()| {
-            let from = first_walk_fresh_max.get().map_or(job.fresh_next, |max| max + 1);
-            job.fresh_waiting_rotated(from, resume_point(state, j))
-        });
-        for index in first_walk.chain(second_walk) {
-            let key = TaskKey { job: j, index };
-            if in_flight.is_dispatched(key) {
-                continue;
-            }
-            let task = state.task(key);
-            let condition = job.condition(index);
-            let c = condition.and_then(|condition| condition.category).unwrap_or(job.category);
-            let is_copy = task.is_live();
-            let held = condition.is_some_and(|_| {
-                filters::dependencies_ended(state, key).is_err() || state.failed_dependency_of(key).is_some()
-            });
-            if held || exhausted[c.0 as usize] {
-                n_passed_over += 1;
-                if n_passed_over == PASSED_OVER_PER_JOB_MAX {
-                    if cut_short.replace(true) {
-                        break;
-                    }
-                    n_passed_over = 0;
-                }
-                continue;
-            }
-            let category = state.category(c);
-            assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
-            // A retry does not go back to the engine it just failed on while any
-            // other logged-in engine could run it, even a busy one: it waits for
-            // that one. Only when no other engine could ever take it does it go back.
-            let avoid_strictly = task
-                .last_failed_on
-                .get()
-                .filter(|_| task.status == crate::core::state::TaskStatus::Waiting)
-                .is_some_and(|failed| another_engine_could_run(state, j, category, failed));
-            let running_here = if is_copy { state.live_attempts_of(key) } else { Vec::new() };
-            let excluded = |e: EngineIdx| {
-                job.blacklist.contains(&e)
-                    || state.is_blacklist_pending(j, e)
-                    || running_here.iter().any(|live| live.engine == e)
-                    || (avoid_strictly && failed_here_last(&task, e))
-            };
-            let task_scored = condition.is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
-            let job_part = |e: EngineIdx| job_score(state, job, e);
-            let task_part = |e: EngineIdx| task_score(state, job, index, e);
-            let rules = PickRules {
-                excluded: &excluded,
-                job_score: scored_job.then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
-                task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
-            };
-            let Some(at) = candidates.pick(c, category, &rules) else {
-                // Nothing free may take it. Unless the job's own exclusions were in
-                // the way, nothing free may take any task of the category this run.
-                let job_specific = job_has_exclusions || is_copy || avoid_strictly || state.has_pending_blacklist(j);
-                if !job_specific {
-                    exhausted[c.0 as usize] = true;
-                }
-                if c == job.category && !job_specific && job.conditions_are_empty() {
-                    break;
-                }
-                n_passed_over += 1;
-                if n_passed_over == PASSED_OVER_PER_JOB_MAX {
-                    if cut_short.replace(true) {
-                        break;
-                    }
-                    n_passed_over = 0;
-                }
-                continue;
-            };
-            let e = candidates.book(at, job.slots_per_task);
-            let engine = state.engine(e);
-            let dispatch =
-                Order::Dispatch { task: state.task_ref(key), attempt: task.attempts + 1, engine: engine.id.clone(), epoch: engine.epoch };
-            if !orders.push(dispatch) {
-                break;
-            }
-            n_dispatched += 1;
-            if candidates.is_empty() || n_dispatched == budget || !orders.has_room() {
-                break;
-            }
-        }
+    fill_in_order(state, in_flight, lost, orders, families::ordering(state, in_flight));
+}
+
+/// The dispatch loop, in either shape a family's ordering asks for.
+pub(crate) fn fill_in_order(
+    state: &State,
+    in_flight: &InFlight,
+    lost: &BTreeSet<EngineIdx>,
+    orders: &mut Orders,
+    ordering: Ordering,
+) {
+    let mut run = Run {
+        state,
+        in_flight,
+        candidates: Candidates::gather(state, in_flight, lost),
+        budget: state.policy.dispatches_per_run_max as usize,
+        n_dispatched: 0,
+        exhausted: vec![false; state.categories().len()],
+    };
+    match ordering {
+        Ordering::JobFirst(order) => run.job_first(order, orders),
+        Ordering::ResourceFirst(order) => run.resource_first(order, orders),
     }
 }
 
-/// Whether a logged-in engine other than `failed`, eligible for the category and
-/// not blacklisted by the job (nor about to be), could run the job's task.
-fn another_engine_could_run(state: &State, j: JobIdx, category: &Category, failed: EngineIdx) -> bool {
-    let counted = |e: EngineIdx| {
-        category.is_eligible(e) && state.engine(e).status == crate::core::state::EngineStatus::LoggedIn
-    };
-    // A pair is pending or blacklisted, never both (an invariant of the state).
-    let barred = state.job(j).blacklist.iter().copied().chain(state.pending_blacklists_of(j));
-    let n_barred = barred.filter(|&e| e != failed && counted(e)).count() as u32;
-    category.eligible_logged_in - u32::from(counted(failed)) > n_barred
+/// One run of the dispatch loop: the free engines and what the run has booked.
+struct Run<'s> {
+    state: &'s State,
+    in_flight: &'s InFlight,
+    candidates: Candidates<'s>,
+    budget: usize,
+    n_dispatched: usize,
+    /// Categories no free engine may take a task of, this run.
+    exhausted: Vec<bool>,
 }
 
-/// The job's rank among runnable jobs, for `why`: how many are examined before it.
-pub fn jobs_ahead(state: &State, j: JobIdx) -> usize {
-    state.runnable_jobs().take_while(|rank| rank.job != j).count()
+/// How serving a job ended.
+enum Served {
+    /// It booked as many tasks as its ordering allowed before asking again.
+    Quota,
+    /// It has nothing more it can dispatch this run.
+    Done,
+    /// The run is over: no free slot, no budget or no room in the batch.
+    RunOver,
 }
+
+/// What one waiting task came to.
+enum TaskOutcome {
+    Booked,
+    /// Passed over (held, or nothing free may take it); the walk goes on.
+    PassedOver,
+    /// Nothing free may take any task of the job: its walk ends.
+    JobDone,
+    RunOver,
+}
+
+/// A job's walk through its waiting tasks within one run, resumable: in queue
+/// order from its front, then, if that walk was cut short by
+/// [`PASSED_OVER_PER_JOB_MAX`], over its fresh tasks beyond it from a point
+/// that moves with the log ([`resume_point`]).
+struct JobWalk {
+    first: WaitingCursor,
+    second: Option<RotatedCursor>,
+    cut_short: bool,
+    /// The fresh task of highest index the first walk saw (the second starts
+    /// past it, so no task is looked at twice).
+    first_walk_fresh_max: Option<u32>,
+    n_passed_over: u32,
+}
+
+impl JobWalk {
+    fn new() -> JobWalk {
+        JobWalk { first: WaitingCursor::default(), second: None, cut_short: false, first_walk_fresh_max: None, n_passed_over: 0 }
+    }
+
+    fn next(&mut self, state: &State, j: JobIdx) -> Option<u32> {
+        let job = state.job(j);
+        if self.second.is_none() {
+            if !self.cut_short {
+                let index = job.next_waiting(&mut self.first)?;
+                let task = &job.tasks[index as usize];
+                if task.attempts == 0 && !task.is_queue_jump() {
+                    self.first_walk_fresh_max = Some(self.first_walk_fresh_max.map_or(index, |max| max.max(index)));
+                }
+                return Some(index);
+            }
+            let from = self.first_walk_fresh_max.map_or(job.fresh_next, |max| max + 1);
+            self.second = Some(job.fresh_rotated_cursor(from, resume_point(state, j)));
+        }
+        job.next_fresh_rotated(self.second.as_mut().expect("just set"))
+    }
+
+    /// Counts a task passed over; false when the walk must end.
+    fn pass_over(&mut self) -> bool {
+        self.n_passed_over += 1;
+        if self.n_passed_over == PASSED_OVER_PER_JOB_MAX {
+            if std::mem::replace(&mut self.cut_short, true) {
+                return false;
+            }
+            self.n_passed_over = 0;
+        }
+        true
+    }
+}
+
+impl Run<'_> {
+    fn is_over(&self, orders: &Orders) -> bool {
+        self.candidates.is_empty() || self.n_dispatched == self.budget || !orders.has_room()
+    }
+
+    /// Job-first: the ordering names the next job; the job is served until it
+    /// has nothing more or, for an ordering that moves as slots are booked, for
+    /// one booking before the ordering is asked again.
+    fn job_first(&mut self, mut order: JobOrder, orders: &mut Orders) {
+        let state = self.state;
+        let mut walks: BTreeMap<JobIdx, JobWalk> = BTreeMap::new();
+        let quota = if order.moves_on_booking() { 1 } else { u32::MAX };
+        while let Some(j) = order.next(state) {
+            if self.is_over(orders) {
+                break;
+            }
+            let job = state.job(j);
+            if self.exhausted[job.category.0 as usize] && job.conditions_are_empty() {
+                continue;
+            }
+            if job.n_wanting_dispatch() <= self.in_flight.dispatched_of_job(j) {
+                continue;
+            }
+            let mut walk = walks.remove(&j).unwrap_or_else(JobWalk::new);
+            match self.serve_job(j, &mut walk, quota, orders) {
+                Served::Quota => {
+                    order.booked(state, j);
+                    walks.insert(j, walk);
+                }
+                Served::Done => {}
+                Served::RunOver => break,
+            }
+        }
+    }
+
+    /// Resource-first: the ordering names the next free engine and the jobs
+    /// it would take, best first; the engine takes the first task it may.
+    fn resource_first(&mut self, mut order: EngineOrder, orders: &mut Orders) {
+        let state = self.state;
+        while let Some(at) = order.next_engine(state, &self.candidates.by_id) {
+            if self.is_over(orders) {
+                break;
+            }
+            let e = self.candidates.by_id[at as usize].engine;
+            let mut booked = None;
+            'jobs: for j in order.jobs_for(state, e) {
+                let mut walk = JobWalk::new();
+                while let Some(index) = walk.next(state, j) {
+                    let key = TaskKey { job: j, index };
+                    if self.in_flight.is_dispatched(key) || order.has_booked(key) {
+                        continue;
+                    }
+                    match self.book_on(key, at, orders) {
+                        TaskOutcome::Booked => {
+                            booked = Some(key);
+                            break 'jobs;
+                        }
+                        TaskOutcome::RunOver => return,
+                        TaskOutcome::PassedOver | TaskOutcome::JobDone => {
+                            if !walk.pass_over() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            order.engine_served(at, booked);
+        }
+    }
+
+    /// Books the task on the candidate at `at` if every rule allows it there.
+    fn book_on(&mut self, key: TaskKey, at: u32, orders: &mut Orders) -> TaskOutcome {
+        let state = self.state;
+        let job = state.job(key.job);
+        let candidate = &self.candidates.by_id[at as usize];
+        if self.is_held(key)
+            || candidate.slots - candidate.used < job.slots_per_task
+            || !state.category(task_category(job, key.index)).is_eligible(candidate.engine)
+            || TaskRules::new(state, key).check(candidate.engine).is_err()
+        {
+            return TaskOutcome::PassedOver;
+        }
+        self.dispatch(key, at, orders)
+    }
+
+    /// A task whose dependencies have not ended (or one of which failed) waits.
+    fn is_held(&self, key: TaskKey) -> bool {
+        self.state.job(key.job).condition(key.index).is_some_and(|_| {
+            filters::dependencies_ended(self.state, key).is_err() || self.state.failed_dependency_of(key).is_some()
+        })
+    }
+
+    /// Serves the job's waiting tasks in its walk order, for at most `quota` bookings.
+    fn serve_job(&mut self, j: JobIdx, walk: &mut JobWalk, quota: u32, orders: &mut Orders) -> Served {
+        let mut n_booked = 0;
+        while let Some(index) = walk.next(self.state, j) {
+            let key = TaskKey { job: j, index };
+            if self.in_flight.is_dispatched(key) {
+                continue;
+            }
+            match self.serve_task(key, orders) {
+                TaskOutcome::Booked => {
+                    n_booked += 1;
+                    if self.is_over(orders) {
+                        return Served::RunOver;
+                    }
+                    if n_booked == quota {
+                        return Served::Quota;
+                    }
+                }
+                TaskOutcome::PassedOver => {
+                    if !walk.pass_over() {
+                        return Served::Done;
+                    }
+                }
+                TaskOutcome::JobDone => return Served::Done,
+                TaskOutcome::RunOver => return Served::RunOver,
+            }
+        }
+        Served::Done
+    }
+
+    /// Finds the task the best free engine its rules allow, and books it there.
+    fn serve_task(&mut self, key: TaskKey, orders: &mut Orders) -> TaskOutcome {
+        let state = self.state;
+        let j = key.job;
+        let job = state.job(j);
+        let c = task_category(job, key.index);
+        if self.is_held(key) || self.exhausted[c.0 as usize] {
+            return TaskOutcome::PassedOver;
+        }
+        let category = state.category(c);
+        assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
+        let task_rules = TaskRules::new(state, key);
+        let excluded = |e: EngineIdx| task_rules.check(e).is_err();
+        let task_scored = job
+            .condition(key.index)
+            .is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
+        let job_part = |e: EngineIdx| job_score(state, job, e);
+        let task_part = |e: EngineIdx| task_score(state, job, key.index, e);
+        let rules = PickRules {
+            excluded: &excluded,
+            job_score: job.has_scores().then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
+            task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
+        };
+        let Some(at) = self.candidates.pick(c, category, &rules) else {
+            // Nothing free may take it. Unless the task's own rules were in the
+            // way, nothing free may take any task of the category this run.
+            let job_specific = task_rules.is_job_specific();
+            if !job_specific {
+                self.exhausted[c.0 as usize] = true;
+            }
+            if c == job.category && !job_specific && job.conditions_are_empty() {
+                return TaskOutcome::JobDone;
+            }
+            return TaskOutcome::PassedOver;
+        };
+        self.dispatch(key, at, orders)
+    }
+
+    fn dispatch(&mut self, key: TaskKey, at: u32, orders: &mut Orders) -> TaskOutcome {
+        let state = self.state;
+        let job = state.job(key.job);
+        let e = self.candidates.book(at, job.slots_per_task);
+        let engine = state.engine(e);
+        let task = state.task(key);
+        let dispatch = Order::Dispatch {
+            task: state.task_ref(key),
+            attempt: task.attempts + 1,
+            engine: engine.id.clone(),
+            epoch: engine.epoch,
+        };
+        if !orders.push(dispatch) {
+            return TaskOutcome::RunOver;
+        }
+        self.n_dispatched += 1;
+        TaskOutcome::Booked
+    }
+}
+
+/// The category of one task: its discriminator's, or its job's.
+fn task_category(job: &Job, index: u32) -> CategoryIdx {
+    job.condition(index).and_then(|condition| condition.category).unwrap_or(job.category)
+}
+
+

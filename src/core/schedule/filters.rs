@@ -2,13 +2,18 @@
 //! one reason, in the order a rejection is reported; the first that fails is the
 //! reason `gridfold why` gives.
 //!
-//! The dispatch loop does not call these one by one: the requirement, slot,
-//! discriminator and library rules are precomputed per category as a bitset, the
-//! blacklist and copy rules are closures over the job. The rules here are the
-//! definition those must agree with, and what `explain` evaluates.
+//! Two kinds of rule. The *category rules* (requirements, slots,
+//! discriminator, library) depend only on the task's category and the engine:
+//! the dispatch loop reads them from a bitset precomputed per category (an
+//! invariant of the state checks the bitset against these functions). The
+//! *task rules* (blacklist, a copy not beside its task, a retry not back where
+//! it failed, and the filters a scheduling family adds) depend on the task:
+//! [`TaskRules`] is their one definition, built once per task and asked per
+//! engine, by the dispatch loop and by `why` alike, so `why` cannot list under
+//! "fit now" an engine dispatch would not use.
 
 use crate::core::event::LibraryRef;
-use crate::core::state::{Engine, EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey, TaskState, TaskStatus};
+use crate::core::state::{Category, Engine, EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey, TaskStatus};
 
 /// Why an engine cannot take a task now.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,6 +32,9 @@ pub enum Unfit {
     Blacklisted { failures: u32 },
     /// A redundant copy does not go where the task already runs.
     RunsThisTask,
+    /// A retry does not go back to the engine it last failed on while another
+    /// logged-in engine could run it: it waits for that one.
+    RetryAvoids,
     /// The engine is full for now.
     NoFreeSlot { free: u32, needed: u32 },
     /// The engine could take it, but engines of a higher tier that can are free.
@@ -52,6 +60,7 @@ impl Unfit {
             Unfit::LibraryMissing { .. } => "library-missing",
             Unfit::Blacklisted { .. } => "blacklisted",
             Unfit::RunsThisTask => "runs-this-task",
+            Unfit::RetryAvoids => "retry-avoids-engine",
             Unfit::NoFreeSlot { .. } => "no-free-slot",
             Unfit::TierHeld { .. } => "tier-held",
         }
@@ -93,6 +102,63 @@ pub fn library(job: &Job, engine: &Engine) -> Result<(), Unfit> {
     }
 }
 
+/// The rules that depend on the task, not only on its category: built once per
+/// task, asked per engine. The dispatch loop excludes exactly the engines
+/// [`TaskRules::check`] refuses, and `why` reports the same refusals.
+pub struct TaskRules<'s> {
+    state: &'s State,
+    key: TaskKey,
+    /// A redundant copy's task: the engines already running it.
+    running_here: Vec<crate::core::state::LiveAttempt>,
+    /// A retry's last failed engine, avoided while another could run it.
+    avoided: Option<EngineIdx>,
+}
+
+impl<'s> TaskRules<'s> {
+    pub fn new(state: &'s State, key: TaskKey) -> TaskRules<'s> {
+        let job = state.job(key.job);
+        let task = state.task(key);
+        let running_here = if task.is_live() { state.live_attempts_of(key) } else { Vec::new() };
+        let category = state.category(job.condition(key.index).and_then(|condition| condition.category).unwrap_or(job.category));
+        let avoided = task
+            .last_failed_on
+            .get()
+            .filter(|_| task.status == TaskStatus::Waiting)
+            .filter(|&failed| another_engine_could_run(state, key.job, category, failed));
+        TaskRules { state, key, running_here, avoided }
+    }
+
+    /// Every task rule, in reporting order.
+    pub fn check(&self, e: EngineIdx) -> Result<(), Unfit> {
+        not_blacklisted(self.state, self.key.job, e)?;
+        if self.running_here.iter().any(|live| live.engine == e) {
+            return Err(Unfit::RunsThisTask);
+        }
+        if self.avoided == Some(e) {
+            return Err(Unfit::RetryAvoids);
+        }
+        super::families::filter(self.state, self.key, e)
+    }
+
+    /// Whether the rules depend on this task or job rather than on the
+    /// category alone: then an engine none of them may take says nothing about
+    /// the category's other tasks.
+    pub fn is_job_specific(&self) -> bool {
+        let job = self.state.job(self.key.job);
+        !job.blacklist.is_empty()
+            || !job.copies_waiting_is_empty()
+            || !self.running_here.is_empty()
+            || self.avoided.is_some()
+            || self.state.has_pending_blacklist(self.key.job)
+            || super::families::has_filters(self.state)
+    }
+
+    /// The engine a retry keeps away from, if any.
+    pub fn avoided(&self) -> Option<EngineIdx> {
+        self.avoided
+    }
+}
+
 pub fn not_blacklisted(state: &State, j: JobIdx, e: EngineIdx) -> Result<(), Unfit> {
     let job = state.job(j);
     if job.blacklist.contains(&e) || state.is_blacklist_pending(j, e) {
@@ -102,17 +168,14 @@ pub fn not_blacklisted(state: &State, j: JobIdx, e: EngineIdx) -> Result<(), Unf
     }
 }
 
-pub fn not_running_it(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
-    if state.live_attempts_of(key).iter().any(|live| live.engine == e) { Err(Unfit::RunsThisTask) } else { Ok(()) }
-}
-
 pub fn free_slot(job: &Job, engine: &Engine, booked_in_flight: u32) -> Result<(), Unfit> {
     let free = engine.free_slots().saturating_sub(booked_in_flight);
     if free >= job.slots_per_task { Ok(()) } else { Err(Unfit::NoFreeSlot { free, needed: job.slots_per_task }) }
 }
 
 /// Every per-engine rule but the tier, in reporting order.
-pub fn check(state: &State, key: TaskKey, e: EngineIdx, booked_in_flight: u32) -> Result<(), Unfit> {
+pub fn check(state: &State, rules: &TaskRules, e: EngineIdx, booked_in_flight: u32) -> Result<(), Unfit> {
+    let key = rules.key;
     let job = state.job(key.job);
     let engine = state.engine(e);
     logged_in(engine)?;
@@ -120,9 +183,18 @@ pub fn check(state: &State, key: TaskKey, e: EngineIdx, booked_in_flight: u32) -
     enough_slots(job, engine)?;
     discriminator(state, job, key.index, engine)?;
     library(job, engine)?;
-    not_blacklisted(state, key.job, e)?;
-    not_running_it(state, key, e)?;
+    rules.check(e)?;
     free_slot(job, engine, booked_in_flight)
+}
+
+/// Whether a logged-in engine other than `failed`, eligible for the category and
+/// not blacklisted by the job (nor about to be), could run the job's task.
+fn another_engine_could_run(state: &State, j: JobIdx, category: &Category, failed: EngineIdx) -> bool {
+    let counted = |e: EngineIdx| category.is_eligible(e) && state.engine(e).status == EngineStatus::LoggedIn;
+    // A pair is pending or blacklisted, never both (an invariant of the state).
+    let barred = state.job(j).blacklist.iter().copied().chain(state.pending_blacklists_of(j));
+    let n_barred = barred.filter(|&e| e != failed && counted(e)).count() as u32;
+    category.eligible_logged_in - u32::from(counted(failed)) > n_barred
 }
 
 /// The tier rule over the engines that pass every other rule: all but those of
@@ -139,10 +211,4 @@ pub fn dependencies_ended(state: &State, key: TaskKey) -> Result<(), TaskKey> {
         Some(&pending) => Err(pending),
         None => Ok(()),
     }
-}
-
-/// A task is not retried on the engine it last failed on while another logged-in
-/// engine could run it; the dispatcher waits for that one rather than go back.
-pub fn failed_here_last(task: &TaskState, engine: EngineIdx) -> bool {
-    task.last_failed_on.get() == Some(engine) && task.status == TaskStatus::Waiting
 }

@@ -57,7 +57,7 @@ fn a_job_rooted_on_a_library_runs_only_where_it_is_synced_and_idle_engines_sync_
     "#]]);
     expect![[r#"
         task priced/1: waiting (job active), attempts 0, failures 0
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           excluded by library-missing: lacks-it
           excluded by no-free-slot: has-it
     "#]]
@@ -108,7 +108,7 @@ fn a_higher_tier_is_always_chosen_first_and_an_untiered_engine_last() {
     // Before the run: every engine is free, only the blade may take the first task.
     expect![[r#"
         task tiered/0: waiting (job active), attempts 0, failures 0
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           could run now on: d-blade
           excluded by tier-held: a-none, b-desktop, c-server
     "#]]
@@ -150,7 +150,7 @@ fn an_engine_not_eligible_for_the_next_task_takes_the_first_it_is_eligible_for()
     "#]]);
     expect![[r#"
         task picky/0: waiting (job active), attempts 0, failures 0
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           excluded by discriminator-false: lyon-1
           no logged-in engine could ever run it; it waits for one that can
     "#]]
@@ -256,7 +256,7 @@ fn a_job_waits_for_the_jobs_it_depends_on() {
     expect![[r#"
         task analyse/0: waiting (job active), attempts 0, failures 0
           its job waits for job(s) to end: prepare
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           once they have ended, could run on: e1
     "#]]
     .assert_eq(&why(&state, "analyse", 0));
@@ -316,7 +316,7 @@ fn tasks_wait_for_their_tasks_and_fail_with_them_when_asked() {
     expect![[r#"
         task flow/1: waiting (job active), attempts 0, failures 0
           waits for task(s) to end: flow/0
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           once they have ended, could run on: e1
     "#]]
     .assert_eq(&why(&state, "flow", 1));
@@ -381,10 +381,10 @@ fn an_engine_that_fails_a_job_often_enough_is_blacklisted_for_that_job_only() {
     "#]]);
     expect![[r#"
         task careful/0: waiting (job active), attempts 1, failures 1
-          0 runnable job(s) are examined before this one
+          no runnable job is examined before this one
           excluded by blacklisted: a-bad
           excluded by no-free-slot: b-good
-          avoids a-bad, where its last attempt failed, while another engine fits
+          avoids a-bad, where its last attempt failed, while another engine could run it
     "#]]
     .assert_eq(&why(&state, "careful", 0));
     log.push(Event::BlacklistsCleared { engine: Some(engine_id("a-bad")) });

@@ -102,6 +102,10 @@ impl InFlight {
     pub fn dispatched_of_job(&self, job: JobIdx) -> u32 {
         self.dispatched_per_job.get(&job).copied().unwrap_or(0)
     }
+    /// Dispatches in flight, by job.
+    pub fn dispatched_per_job(&self) -> impl Iterator<Item = (JobIdx, u32)> + '_ {
+        self.dispatched_per_job.iter().map(|(&j, &n)| (j, n))
+    }
     pub fn booked_slots(&self, engine: EngineIdx) -> u32 {
         self.booked.get(&engine).copied().unwrap_or(0)
     }

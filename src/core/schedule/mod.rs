@@ -35,13 +35,19 @@ pub mod blacklist;
 pub mod budget;
 pub mod dependencies;
 pub mod dispatch;
+pub mod families;
+pub mod fastest_first;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
 pub mod redundancy;
+pub mod sge;
+pub mod sgeee;
 
 #[cfg(test)]
 mod busy_grid_tests;
+#[cfg(test)]
+mod fastest_first_tests;
 #[cfg(test)]
 mod gridserver_tests;
 #[cfg(test)]
@@ -74,6 +80,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     blacklist::blacklist_failing_engines(state, in_flight, &mut orders);
     redundancy::reschedule_long_tasks(state, in_flight, &lost, &mut orders);
     libraries::sync_missing_libraries(state, in_flight, &lost, &mut orders);
+    families::lifecycle(state, in_flight, &mut orders);
     dispatch::fill_free_slots(state, in_flight, &lost, &mut orders);
     lifecycle::unschedulable(state, in_flight, &mut orders);
     orders.into_vec()

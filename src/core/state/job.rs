@@ -271,6 +271,9 @@ pub struct Job {
     pub completion_times: CompletionTimes,
     /// Jobs this one depends on that have not ended yet (or failed, when it fails with them).
     pub(crate) blocked_by: u32,
+    /// The owner's account and the project's (see [`super::accounts`]).
+    pub(crate) user_account: super::AccountIdx,
+    pub(crate) project_account: super::AccountIdx,
     /// The dependency that failed, when the job fails with it: it waits for a FailDependent order.
     pub failed_dependency: Option<JobId>,
     /// Task dependencies of other jobs' tasks on this job's tasks: while any
@@ -281,6 +284,44 @@ pub struct Job {
     /// Redundant copies that were still waiting when their task got its result
     /// (or failed, or went back to the queue): rescheduled, never dispatched.
     pub copies_dropped: u64,
+}
+
+/// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WaitingCursor {
+    segment: WaitingSegment,
+    /// Position within the segment: an index into `front`, `retries` or
+    /// `back`, or for fresh tasks the next task index to look at.
+    at: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum WaitingSegment {
+    #[default]
+    Front,
+    Retries,
+    Fresh,
+    Back,
+    Done,
+}
+
+impl WaitingSegment {
+    fn following(self) -> WaitingSegment {
+        match self {
+            WaitingSegment::Front => WaitingSegment::Retries,
+            WaitingSegment::Retries => WaitingSegment::Fresh,
+            WaitingSegment::Fresh => WaitingSegment::Back,
+            WaitingSegment::Back | WaitingSegment::Done => WaitingSegment::Done,
+        }
+    }
+}
+
+/// Where a rotated walk of a job's fresh tasks stands (see [`Job::next_fresh_rotated`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RotatedCursor {
+    first: u32,
+    next: u32,
+    remaining: u32,
 }
 
 impl Job {
@@ -327,6 +368,8 @@ impl Job {
             failures_by_engine: BTreeMap::new(),
             completion_times: CompletionTimes::default(),
             blocked_by: 0,
+            user_account: super::AccountIdx(0),
+            project_account: super::AccountIdx(0),
             failed_dependency: None,
             task_dependents: 0,
             redundant_results: 0,
@@ -380,24 +423,83 @@ impl Job {
     /// back (other copies). A task listed with its status `Dispatched` or `Running`
     /// stands for a redundant copy of it.
     pub fn waiting_tasks(&self) -> impl Iterator<Item = u32> + '_ {
-        let fresh = (self.fresh_next..self.n_tasks()).filter(|&index| {
-            let task = &self.tasks[index as usize];
-            task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
-        });
-        self.front.iter().copied().chain(self.retries.iter().copied()).chain(fresh).chain(self.back.iter().copied())
+        let mut cursor = WaitingCursor::default();
+        std::iter::from_fn(move || self.next_waiting(&mut cursor))
     }
 
     /// The fresh waiting tasks (never tried, not queue jumps) with an index from
     /// `from` on, starting at `from + rotation % span` and wrapping round, so
     /// that a walk cut short by a run's limit goes on somewhere else next run.
     pub fn fresh_waiting_rotated(&self, from: u32, rotation: u64) -> impl Iterator<Item = u32> + '_ {
+        let mut cursor = self.fresh_rotated_cursor(from, rotation);
+        std::iter::from_fn(move || self.next_fresh_rotated(&mut cursor))
+    }
+
+    /// The next task [`Job::waiting_tasks`] would yield after the ones the
+    /// cursor has passed: the same walk, resumable, so a scheduling run can
+    /// leave a job when its ordering moves on and come back to it later in the
+    /// run without walking its tasks again.
+    pub fn next_waiting(&self, cursor: &mut WaitingCursor) -> Option<u32> {
+        loop {
+            let at = cursor.at as usize;
+            let found = match cursor.segment {
+                WaitingSegment::Front => self.front.get(at).copied(),
+                WaitingSegment::Retries => self.retries.get(at).copied(),
+                WaitingSegment::Fresh => {
+                    let from = cursor.at.max(self.fresh_next);
+                    let next = (from..self.n_tasks()).find(|&index| self.is_fresh_waiting(index));
+                    cursor.at = next.map_or(self.n_tasks(), |index| index + 1);
+                    if next.is_some() {
+                        return next;
+                    }
+                    None
+                }
+                WaitingSegment::Back => self.back.get(at).copied(),
+                WaitingSegment::Done => return None,
+            };
+            match found {
+                Some(index) => {
+                    cursor.at += 1;
+                    return Some(index);
+                }
+                None => {
+                    cursor.segment = cursor.segment.following();
+                    cursor.at = 0;
+                }
+            }
+        }
+    }
+
+    /// The next task [`Job::fresh_waiting_rotated`] would yield: the same walk, resumable.
+    pub fn next_fresh_rotated(&self, cursor: &mut RotatedCursor) -> Option<u32> {
+        while cursor.remaining > 0 {
+            let index = cursor.next;
+            cursor.remaining -= 1;
+            cursor.next = if index + 1 == self.n_tasks() { cursor.first } else { index + 1 };
+            if self.is_fresh_waiting(index) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// A cursor for [`Job::next_fresh_rotated`] over the fresh waiting tasks
+    /// from `from` on, starting at `from + rotation % span` and wrapping round.
+    pub fn fresh_rotated_cursor(&self, from: u32, rotation: u64) -> RotatedCursor {
         let first = from.max(self.fresh_next).min(self.n_tasks());
-        let span = u64::from(self.n_tasks() - first);
-        let start = first + if span == 0 { 0 } else { (rotation % span) as u32 };
-        (start..self.n_tasks()).chain(first..start).filter(|&index| {
-            let task = &self.tasks[index as usize];
-            task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
-        })
+        let span = self.n_tasks() - first;
+        let start = first + if span == 0 { 0 } else { (rotation % u64::from(span)) as u32 };
+        RotatedCursor { first, next: start, remaining: span }
+    }
+
+    fn is_fresh_waiting(&self, index: u32) -> bool {
+        let task = &self.tasks[index as usize];
+        task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
+    }
+
+    /// Grid Engine's initiation deadline (`qsub -dl`), in log time.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.options.deadline_ms
     }
 
     /// No task of the job has conditions: every task is of the job's category.

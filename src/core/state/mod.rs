@@ -22,16 +22,18 @@
 mod engine;
 mod index;
 mod job;
+pub mod accounts;
 mod retire;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 
+pub use accounts::{Account, AccountIdx, Accounts};
 pub use engine::{Engine, EngineStatus};
 use index::{EngineSet, LiveAttempts, NameMap, SilenceOrder, SortedDeque};
 pub use job::{
-    isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, TaskCondition,
-    TaskCounts, TaskState, TaskStatus,
+    isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, RotatedCursor,
+    TaskCondition, TaskCounts, TaskState, TaskStatus, WaitingCursor,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
 
@@ -291,6 +293,9 @@ pub struct State {
     /// every batch (a third of the cost of checking one).
     #[serde(skip)]
     pub(crate) verifying_keys: BTreeMap<[u8; 32], ed25519_dalek::VerifyingKey>,
+    /// What each owner and each project holds and has used (see [`accounts`]).
+    pub(crate) users: Accounts,
+    pub(crate) projects: Accounts,
     pub rejections: Rejections,
     pub totals: Totals,
 }
@@ -329,6 +334,18 @@ impl State {
     }
     pub fn job(&self, idx: JobIdx) -> &Job {
         &self.jobs[idx.0 as usize]
+    }
+    /// The job at `idx`, unless its slot is vacant (it retired).
+    pub fn job_if_held(&self, idx: JobIdx) -> Option<&Job> {
+        self.jobs.get(idx)
+    }
+    /// Users' accounts: their live tasks and usage.
+    pub fn users(&self) -> &Accounts {
+        &self.users
+    }
+    /// Projects' accounts.
+    pub fn projects(&self) -> &Accounts {
+        &self.projects
     }
     pub fn engine(&self, idx: EngineIdx) -> &Engine {
         &self.engines[idx.0 as usize]
@@ -409,7 +426,7 @@ impl State {
     pub fn n_redundant_copies(&self) -> usize {
         self.copies.len()
     }
-    pub fn runnable_jobs(&self) -> impl Iterator<Item = &JobRank> {
+    pub fn runnable_jobs(&self) -> std::collections::btree_set::Iter<'_, JobRank> {
         self.runnable.iter()
     }
     pub fn free_engines(&self) -> impl Iterator<Item = EngineIdx> + '_ {
@@ -707,7 +724,9 @@ impl State {
     /// Adds a submitted job. `depends_on` are the jobs it waits for (already resolved).
     /// `retired_dependencies` are the jobs it waits for that have left the state
     /// (they ended, with the status given).
-    pub(crate) fn add_job(&mut self, job: Job, depends_on: &[JobIdx], retired_dependencies: &[(JobId, JobStatus)]) -> JobIdx {
+    pub(crate) fn add_job(&mut self, mut job: Job, depends_on: &[JobIdx], retired_dependencies: &[(JobId, JobStatus)]) -> JobIdx {
+        job.user_account = self.users.intern(&job.owner);
+        job.project_account = self.projects.intern(&job.project);
         let id = job.id.clone();
         let idx = self.jobs.insert(job);
         self.job_index.insert(id, idx);
@@ -972,6 +991,10 @@ impl State {
             assert!(previous.is_none(), "a waiting task has no live attempt");
         }
         self.dispatched_since.insert((now, key, attempt));
+        let job = &self.jobs[key.job.0 as usize];
+        let (user, project) = (job.user_account, job.project_account);
+        self.users.attempt_began(user, slots, now);
+        self.projects.attempt_began(project, slots, now);
         self.totals.dispatches += 1;
         self.refresh_free(e);
         self.refresh_runnable(key.job, was_runnable);
@@ -1021,7 +1044,11 @@ impl State {
             self.dispatched_since.remove(&(live.dispatched_ms, key, attempt));
         }
         self.to_cancel.remove(&(key, attempt));
-        let slots = self.jobs[key.job.0 as usize].slots_per_task;
+        let job = &self.jobs[key.job.0 as usize];
+        let (slots, user, project) = (job.slots_per_task, job.user_account, job.project_account);
+        let (now, halftime_ms) = (self.now_ms, self.policy.sge.halftime_ms);
+        self.users.attempt_ended(user, slots, live.dispatched_ms, now, halftime_ms);
+        self.projects.attempt_ended(project, slots, live.dispatched_ms, now, halftime_ms);
         let engine = &mut self.engines[live.engine.0 as usize];
         engine.used -= slots;
         engine.live -= 1;
@@ -1279,6 +1306,8 @@ impl State {
             }
         }
         state.tier_exprs = compile_tiers(&state.policy.engine_tiers).map_err(|e| broken("engine tiers", e))?;
+        state.users.rebuild_index();
+        state.projects.rebuild_index();
         for key in state.projector_keys.keys() {
             let verifying = ed25519_dalek::VerifyingKey::from_bytes(key)
                 .map_err(|_| SnapshotError::Decode(format!("projector key {} is not an ed25519 key", hex::encode(key))))?;
@@ -1304,6 +1333,8 @@ impl State {
         let mut live_per_engine = vec![0u32; self.engines.len()];
         let mut closed_per_engine = vec![0u32; self.engines.len()];
         let mut n_unstarted = 0;
+        let mut user_live = vec![(0u32, 0u64, 0u128); self.users.len()];
+        let mut project_live = vec![(0u32, 0u64, 0u128); self.projects.len()];
         for (key, live) in self.live_attempts() {
             let engine_epoch = self.engines[live.engine.0 as usize].epoch;
             assert!(live.epoch <= engine_epoch, "an attempt's epoch is its engine's, or an earlier one");
@@ -1318,6 +1349,12 @@ impl State {
             let job = self.job(key.job);
             used[live.engine.0 as usize] += job.slots_per_task;
             live_per_engine[live.engine.0 as usize] += 1;
+            for (figures, account) in [(&mut user_live, job.user_account), (&mut project_live, job.project_account)] {
+                let entry = &mut figures[account.0 as usize];
+                entry.0 += 1;
+                entry.1 += u64::from(job.slots_per_task);
+                entry.2 += u128::from(job.slots_per_task) * u128::from(live.dispatched_ms);
+            }
             let task = job.tasks[key.index as usize];
             let redundant_leftover = task.status == TaskStatus::Done || job.status != JobStatus::Active;
             assert!(
@@ -1328,6 +1365,8 @@ impl State {
             assert!(live.attempt <= task.attempts, "live attempt number of {key:?}");
             assert!(self.live.contains_key(&key), "a task with copies has a first live attempt");
         }
+        assert_eq!(self.users.live_figures(), user_live, "each user's live attempts are counted in its account");
+        assert_eq!(self.projects.live_figures(), project_live, "each project's live attempts are counted in its account");
         for (key, live) in self.live.sorted() {
             let task = self.task(key);
             if task.is_live() {

@@ -57,7 +57,7 @@ use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
 pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// The record format this build writes and reads. 2: the state holds jobs in
 /// slots, the retirement queue, retired jobs and usage summaries.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -1,0 +1,299 @@
+//! **The one place a scheduling family is plugged in.** The policy's
+//! `algorithm` (Grid Engine's sched_conf(5) `algorithm`) selects a family; each
+//! function here matches on it once, so adding a family is a new module beside
+//! this one and one arm in each match below. Nothing else branches on the
+//! algorithm: the dispatch loop ([`super::dispatch`]), the category bitsets,
+//! the shared filters ([`super::filters`]) and `why` stay as they are.
+//!
+//! What a family supplies:
+//! - its **ordering** ([`ordering`]): *job-first* ([`JobOrder`]: which job
+//!   next, the engine found for it by the shared ranking) or *resource-first*
+//!   ([`EngineOrder`]: which free engine next, and which jobs it would take);
+//!   an ordering may move as the run books slots (Grid Engine's access tree
+//!   for `user_sort`, its re-sort of pending jobs after each dispatch in
+//!   ticket mode), and then the loop asks it again after every booking;
+//! - its **filters** ([`filter`]), each an [`Unfit`] with its reason, asked by
+//!   the dispatch loop and by `why` through [`super::filters::TaskRules`];
+//! - its **lifecycle stages** ([`lifecycle`]), each capped, drawing from the
+//!   run's one order budget;
+//! - the **state it folds**: the figures it reads are folded for every family
+//!   (usage per user and project in [`crate::core::state::accounts`]), so a
+//!   switch of `algorithm` is one policy event and replay reproduces it.
+//!
+//! | family | module | shape |
+//! |---|---|---|
+//! | `sge-plain` | [`super::sge`] | job-first: `-p`, then FCFS or `user_sort` |
+//! | `sgeee` | [`super::sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
+//!
+//! Resource-first has only its test family so far ([`super::fastest_first`]);
+//! Techila's fastest free core and ticket draw will be the first real one.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::dispatch::Candidate;
+use super::filters::Unfit;
+use super::{InFlight, Orders};
+use crate::core::event::Algorithm;
+use crate::core::ids::Seq;
+use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
+
+/// How the run's dispatch loop is driven.
+pub enum Ordering<'s> {
+    JobFirst(JobOrder<'s>),
+    ResourceFirst(EngineOrder),
+}
+
+/// The ordering of the policy's family for one run.
+pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
+    match state.policy.algorithm {
+        Algorithm::SgePlain => Ordering::JobFirst(super::sge::job_order(state, in_flight)),
+        Algorithm::Sgeee => Ordering::JobFirst(super::sgeee::job_order(state, in_flight)),
+    }
+}
+
+/// The family's own filters for the task on engine `e`, after the shared ones.
+pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> {
+    match state.policy.algorithm {
+        Algorithm::SgePlain | Algorithm::Sgeee => Ok(()),
+    }
+}
+
+/// Whether the family has filters of its own (the dispatch loop then does not
+/// conclude from one task that no free engine may take its category).
+pub fn has_filters(state: &State) -> bool {
+    match state.policy.algorithm {
+        Algorithm::SgePlain | Algorithm::Sgeee => false,
+    }
+}
+
+/// The family's own lifecycle stages, run after the shared ones and before dispatch.
+pub fn lifecycle(state: &State, _in_flight: &InFlight, _orders: &mut Orders) {
+    match state.policy.algorithm {
+        Algorithm::SgePlain | Algorithm::Sgeee => {}
+    }
+}
+
+/// Where a job stands in its family's ordering, for `why`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobPosition {
+    /// How many runnable jobs come before it.
+    pub jobs_ahead: usize,
+    /// The rule that puts them first.
+    pub rule: &'static str,
+    /// The first job ahead, with what ranks it there.
+    pub first_ahead: Option<JobAhead>,
+    /// The job's own figures under the rule.
+    pub figures: Vec<(&'static str, i64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobAhead {
+    pub job: String,
+    /// The figures the rule compares, by name (`priority`, `running_tasks`,
+    /// `tickets`, `urgency`, `dispatch_priority`), as the family computes them.
+    pub figures: Vec<(&'static str, i64)>,
+}
+
+/// Where runnable job `j` stands in the ordering of a run starting now.
+pub fn position(state: &State, j: JobIdx) -> JobPosition {
+    let in_flight = InFlight::new();
+    let Ordering::JobFirst(mut order) = ordering(state, &in_flight) else {
+        return JobPosition { jobs_ahead: 0, rule: "resource-first", first_ahead: None, figures: Vec::new() };
+    };
+    let mut jobs_ahead = 0;
+    let mut first = None;
+    while let Some(next) = order.next(state) {
+        if next == j {
+            break;
+        }
+        first.get_or_insert(next);
+        jobs_ahead += 1;
+    }
+    let first_ahead = first.map(|ahead| JobAhead { job: state.job(ahead).id.to_string(), figures: order.figures(state, ahead) });
+    let figures = order.figures(state, j);
+    JobPosition { jobs_ahead, rule: order.rule_name(), first_ahead, figures }
+}
+
+/// A job-first ordering.
+pub enum JobOrder<'s> {
+    /// A fixed order for the whole run: `-p`, then first come first served.
+    Fcfs(std::collections::btree_set::Iter<'s, JobRank>),
+    /// An order that moves as the run books tasks.
+    Moving(MovingOrder),
+}
+
+impl JobOrder<'_> {
+    pub fn next(&mut self, state: &State) -> Option<JobIdx> {
+        match self {
+            JobOrder::Fcfs(ranks) => ranks.next().map(|rank| rank.job),
+            JobOrder::Moving(order) => order.next(state),
+        }
+    }
+
+    pub fn moves_on_booking(&self) -> bool {
+        matches!(self, JobOrder::Moving(_))
+    }
+
+    /// The run booked one task of `j` (only asked of an order that moves).
+    pub fn booked(&mut self, state: &State, j: JobIdx) {
+        if let JobOrder::Moving(order) = self {
+            order.booked(state, j);
+        }
+    }
+
+    fn rule_name(&self) -> &'static str {
+        match self {
+            JobOrder::Fcfs(_) => "priority-then-submission",
+            JobOrder::Moving(order) => order.rule.name(),
+        }
+    }
+
+    fn figures(&self, state: &State, j: JobIdx) -> Vec<(&'static str, i64)> {
+        match self {
+            JobOrder::Fcfs(_) => {
+                let job = state.job(j);
+                vec![("priority", i64::from(job.priority)), ("submitted_seq", job.submit_seq.0 as i64)]
+            }
+            JobOrder::Moving(order) => order.figures(state, j),
+        }
+    }
+}
+
+/// What decides a moving order: each family's key.
+pub enum MovingRule {
+    /// `sge-plain` with `user_sort`.
+    UserSort,
+    /// `sgeee`: dispatch priorities.
+    Tickets(Box<super::sgeee::Tickets>),
+}
+
+impl MovingRule {
+    fn name(&self) -> &'static str {
+        match self {
+            MovingRule::UserSort => "user-sort",
+            MovingRule::Tickets(_) => "dispatch-priority",
+        }
+    }
+}
+
+/// How a job ranks in a moving order, greatest first: two figures, each
+/// greater first, then submission (earlier first), then the job index.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub struct OrderKey {
+    pub primary: i64,
+    pub secondary: i64,
+    pub submitted: Reverse<Seq>,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct MovingEntry {
+    key: OrderKey,
+    job: Reverse<JobIdx>,
+    /// The owner's bookings when the key was computed: a key is stale once
+    /// they change (bookings only lower a user's keys, so the first fresh
+    /// entry at the top is the true greatest).
+    owner_booked_then: u32,
+}
+
+/// The runnable jobs in a heap by key, re-keyed lazily as their owners book.
+pub struct MovingOrder {
+    rule: MovingRule,
+    heap: BinaryHeap<MovingEntry>,
+    /// Per user account: tasks booked this run plus dispatches in flight.
+    booked_by_owner: Vec<u32>,
+}
+
+impl MovingOrder {
+    pub fn new(state: &State, in_flight: &InFlight, rule: MovingRule) -> MovingOrder {
+        let mut booked_by_owner = vec![0u32; state.users.len()];
+        for (j, n) in in_flight.dispatched_per_job() {
+            if let Some(job) = state.job_if_held(j) {
+                booked_by_owner[job.user_account.0 as usize] += n;
+            }
+        }
+        let mut order = MovingOrder { rule, heap: BinaryHeap::new(), booked_by_owner };
+        let entries: Vec<MovingEntry> = state.runnable_jobs().map(|rank| order.entry(state, rank.job)).collect();
+        order.heap = BinaryHeap::from(entries);
+        order
+    }
+
+    fn entry(&self, state: &State, j: JobIdx) -> MovingEntry {
+        let owner = state.job(j).user_account;
+        let owner_booked_then = self.booked_by_owner[owner.0 as usize];
+        MovingEntry { key: self.key(state, j, owner_booked_then), job: Reverse(j), owner_booked_then }
+    }
+
+    fn key(&self, state: &State, j: JobIdx, owner_booked: u32) -> OrderKey {
+        match &self.rule {
+            MovingRule::UserSort => super::sge::user_sort_key(state, j, owner_booked),
+            MovingRule::Tickets(tickets) => tickets.key(state, j, owner_booked),
+        }
+    }
+
+    fn next(&mut self, state: &State) -> Option<JobIdx> {
+        loop {
+            let top = self.heap.pop()?;
+            let Reverse(j) = top.job;
+            let owner = state.job(j).user_account;
+            if top.owner_booked_then == self.booked_by_owner[owner.0 as usize] {
+                return Some(j);
+            }
+            self.heap.push(self.entry(state, j));
+        }
+    }
+
+    fn booked(&mut self, state: &State, j: JobIdx) {
+        let owner = state.job(j).user_account;
+        self.booked_by_owner[owner.0 as usize] += 1;
+        self.heap.push(self.entry(state, j));
+    }
+
+    fn figures(&self, state: &State, j: JobIdx) -> Vec<(&'static str, i64)> {
+        let owner_booked = self.booked_by_owner[state.job(j).user_account.0 as usize];
+        match &self.rule {
+            MovingRule::UserSort => {
+                let key = super::sge::user_sort_key(state, j, owner_booked);
+                vec![("priority", key.primary), ("running_tasks", -key.secondary)]
+            }
+            MovingRule::Tickets(tickets) => tickets.figures(state, j, owner_booked),
+        }
+    }
+}
+
+/// A resource-first ordering: which free engine next, and the jobs it would
+/// take, best first. No policy selects one yet; the test family
+/// ([`super::fastest_first`]) shows the loop's shape.
+pub enum EngineOrder {
+    FastestFirst(super::fastest_first::FastestFirst),
+}
+
+impl EngineOrder {
+    /// The next free engine to serve (its position among the run's candidates).
+    pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
+        match self {
+            EngineOrder::FastestFirst(order) => order.next_engine(state, candidates),
+        }
+    }
+
+    /// The jobs engine `e` would take, best first.
+    pub(crate) fn jobs_for(&self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
+        match self {
+            EngineOrder::FastestFirst(order) => order.jobs_for(state, e),
+        }
+    }
+
+    /// Whether the run already booked this task.
+    pub(crate) fn has_booked(&self, key: TaskKey) -> bool {
+        match self {
+            EngineOrder::FastestFirst(order) => order.has_booked(key),
+        }
+    }
+
+    /// The engine at `at` was served (and booked `task`, or nothing).
+    pub(crate) fn engine_served(&mut self, at: u32, booked: Option<TaskKey>) {
+        match self {
+            EngineOrder::FastestFirst(order) => order.engine_served(at, booked),
+        }
+    }
+}
