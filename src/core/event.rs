@@ -486,6 +486,31 @@ pub struct SgePolicy {
     pub override_projects: BTreeMap<String, u32>,
 }
 
+impl SgePolicy {
+    /// What Grid Engine's installer writes into a new cell's scheduler
+    /// configuration (most sites run with these): `weight_priority 1.0`,
+    /// `weight_urgency 0.1`, `weight_ticket 0.01`, `weight_waiting_time 0`,
+    /// `weight_deadline 3600000`, `halftime 168` hours, `compensation_factor 5`,
+    /// `weight_user`…`weight_job` 0.25 each, and the `slots` complex's urgency
+    /// 1000; no tickets until an operator gives some.
+    pub fn grid_engine_defaults() -> SgePolicy {
+        SgePolicy {
+            halftime_ms: 168 * 3_600_000,
+            compensation_factor_milli: 5_000,
+            weight_priority_milli: 1_000,
+            weight_urgency_milli: 100,
+            weight_ticket_milli: 10,
+            weight_deadline: 3_600_000,
+            slot_urgency: 1_000,
+            weight_user_milli: 250,
+            weight_project_milli: 250,
+            weight_department_milli: 250,
+            weight_job_milli: 250,
+            ..SgePolicy::default()
+        }
+    }
+}
+
 /// One node of the share tree: its parent (an index into the list, which
 /// lists parents before children; `None` for the root's children), its shares
 /// among its siblings, and for a leaf whom it stands for.

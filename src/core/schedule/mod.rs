@@ -52,6 +52,8 @@ mod fastest_first_tests;
 mod gridserver_tests;
 #[cfg(test)]
 mod retire_tests;
+#[cfg(test)]
+mod sge_tests;
 pub mod lifecycle;
 
 pub use budget::Orders;

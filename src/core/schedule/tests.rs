@@ -336,3 +336,27 @@ fn snapshots_round_trip_and_digest_alike() {
     assert_eq!(restored.state_digest(), state.state_digest());
     assert_eq!(restored.chain, state.chain);
 }
+
+#[test]
+fn why_lists_the_engine_a_retry_avoids_under_its_rule_not_as_a_fit_and_dispatch_agrees() {
+    let mut log = LogBuilder::new();
+    log.login("e1", 1, linux_props("lyon", 8192));
+    log.login("e2", 1, linux_props("lyon", 8192));
+    log.submit(job_spec("job", 1, ""));
+    let mut state = State::new();
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch job/0 #1 -> e1\n");
+    log.started("job", 0, 1, "e1");
+    log.failed("job", 0, 1, "e1");
+    for entry in &log.entries[state.last_seq.0 as usize..] {
+        fold(&mut state, entry);
+    }
+    let task = crate::core::ids::TaskRef::new(job_id("job"), 0);
+    let crate::core::explain::Detail::Waiting { fit_now, excluded, .. } =
+        crate::core::explain::explain(&state, &task).unwrap().detail
+    else {
+        panic!("the task waits")
+    };
+    assert_eq!(fit_now, vec!["e2".to_string()]);
+    assert_eq!(excluded.get("retry-avoids-engine"), Some(&vec!["e1".to_string()]));
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch job/0 #2 -> e2\n");
+}
