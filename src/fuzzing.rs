@@ -24,7 +24,7 @@
 //!   (`Display`) to a form that `expr::parse_printed` (how a snapshot reads a
 //!   category back) parses to the same expression, and that prints the same; it evaluates on a few engines. A refused one is positioned inside the
 //!   source and renders.
-//! - [`job_file`]: the job-file reader (`cli::jobfile::parse_job`). A refused file
+//! - [`job_file`]: the job-file reader (`files::jobfile::parse_job`). A refused file
 //!   gets a `job.toml:LINE: message` error with LINE a line of the file; an
 //!   accepted one is submitted as `gridfold submit` would (encoded, decoded from
 //!   the log, folded into the fixed history's state, scheduled).
@@ -234,7 +234,7 @@ pub fn job_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match crate::cli::jobfile::parse_job(text, "job.toml", "fuzz") {
+    match crate::files::jobfile::parse_job(text, "job.toml", "fuzz") {
         Err(error) => {
             let n_lines = text.split('\n').count();
             assert_eq!(error.path, "job.toml");

@@ -4,6 +4,7 @@ pub mod broker_config;
 pub mod cli;
 pub mod core;
 pub mod engine;
+pub mod files;
 pub mod fuzzing;
 pub mod library_store;
 pub mod log;

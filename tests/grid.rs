@@ -1114,7 +1114,7 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
     let log = grid.log();
 
     // A submission published twice with the same Nats-Msg-Id: the broker stores it once.
-    let spec = gridfold::cli::jobfile::parse_job(
+    let spec = gridfold::files::jobfile::parse_job(
         "id = \"dup\"\ntasks = 4\n[task]\nargv = [\"true\"]\n",
         "dup.toml",
         "tester",

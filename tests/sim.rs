@@ -9,7 +9,8 @@ use gridfold::core::fold::fold;
 use gridfold::core::ids::{EngineId, Seq, TaskRef};
 use gridfold::core::replay::{replay, ReplayOptions};
 use gridfold::core::state::State;
-use gridfold::sim::{run, Outcome, RunOptions, Scenario, SimReport};
+use gridfold::files::scenario::Scenario;
+use gridfold::sim::{run, Outcome, RunOptions, SimReport};
 
 fn scenario_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(name)

@@ -76,7 +76,7 @@ fn job_id(text: &str) -> Result<JobId, BadInput> {
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let owner = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let spec = match super::jobfile::read_job_file(&args.job_file, &owner) {
+    let spec = match crate::files::jobfile::read_job_file(&args.job_file, &owner) {
         Ok(spec) => spec,
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
     };
@@ -149,7 +149,7 @@ fn publish_for_job(
 
 pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     let PolicyCommand::Apply { file, nats, verdict } = args.command;
-    let policy = match super::policyfile::read_policy_file(&file) {
+    let policy = match crate::files::policyfile::read_policy_file(&file) {
         Ok(policy) => policy,
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
     };

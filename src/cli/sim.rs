@@ -8,7 +8,8 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::core::event::Entry;
-use crate::sim::{run as run_sim, RunOptions, Scenario};
+use crate::files::scenario::Scenario;
+use crate::sim::{run as run_sim, RunOptions};
 use crate::wire;
 
 #[derive(Debug, Args)]

@@ -86,7 +86,7 @@ impl SimEngine {
             props,
             speed_percent: 100,
             fails_jobs: BTreeSet::new(),
-            sync_ms: super::scenario::DEFAULT_SYNC_MS,
+            sync_ms: crate::files::scenario::DEFAULT_SYNC_MS,
             syncing: None,
             alive: false,
             incarnation: 0,

@@ -4,6 +4,8 @@
 //! so the real `fold` and `schedule` — against a log in memory, simulated engines
 //! and injected faults, all in virtual time and all decided by one seed. The same
 //! scenario and seed give the same log, entry for entry, and so the same digests.
+//! The scenario is read, and checked, by [`crate::files::scenario`], which the
+//! command line shares; this module only runs one.
 //!
 //! # What it models
 //! - **The log** (`log.rs`): sequence numbers, log time = virtual time at append,
@@ -54,22 +56,17 @@
 //! The log it returns can be exported and replayed on its own.
 
 mod engine;
-mod gridserver;
 mod log;
 mod projector;
 mod report;
-mod scenario;
 mod world;
 
 pub use log::{DEDUP_WINDOW_MS, EPOCH_MS};
 pub use report::{FaultCounts, GridServerCounts, Outcome, SimReport, TaskCheck};
-pub use scenario::{
-    EngineGroup, Faults, JobPlan, Latency, LibraryPlan, Scenario, ScenarioError, ScenarioInvalid, DEFAULT_SYNC_MS,
-    PER_MILLION, SPEED_PERCENT_RANGE,
-};
 pub use world::TICK_MS;
 
 use crate::core::event::Entry;
+use crate::files::scenario::Scenario;
 
 /// How to run a scenario (what the scenario itself does not say).
 #[derive(Debug, Clone)]

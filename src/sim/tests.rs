@@ -3,6 +3,7 @@
 //! debug builds with invariants checked after every entry.
 
 use super::*;
+use crate::files::scenario::Scenario;
 use crate::core::event::{Event, Order, Origin, Payload};
 
 fn scenario(text: &str) -> Scenario {

@@ -17,13 +17,13 @@ use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::rng::SplitMix64;
 use crate::core::state::{JobStatus, State, TaskStatus};
+use crate::files::scenario::{JobPlan, Scenario, PER_MILLION};
 use crate::wire::delivery::{Delivery, DeliveryKind};
 
 use super::engine::{Run, RunEnd, RunKey, SimEngine};
 use super::log::{Appended, SimLog, EPOCH_MS};
 use super::projector::SimProjector;
 use super::report::{FaultCounts, Outcome, SimReport, TaskCheck};
-use super::scenario::{JobPlan, Scenario, PER_MILLION};
 use super::{RunOptions, SimError, SimProgress};
 
 /// Virtual time between two `Tick` entries.
@@ -224,7 +224,7 @@ impl<'a> World<'a> {
         let window_ms = faults
             .restart_window_ms
             .or(scenario.horizon_ms)
-            .unwrap_or_else(|| scenario.estimated_makespan_ms())
+            .unwrap_or_else(|| estimated_makespan_ms(scenario))
             .max(1);
         for _ in 0..faults.projector_restarts {
             let at = 1 + self.rng.restarts.below(window_ms);
@@ -880,6 +880,20 @@ impl World<'_> {
         check.problems = problems;
         check
     }
+}
+
+/// A rough makespan: the last submission, plus the slot-time of all work spread
+/// over every slot, plus the longest run. Only used to place projector restarts.
+fn estimated_makespan_ms(scenario: &Scenario) -> u64 {
+    let slots: u64 = scenario.engines.iter().map(|g| u64::from(g.count) * u64::from(g.slots)).sum();
+    let work: u64 = scenario
+        .jobs
+        .iter()
+        .map(|j| u64::from(j.tasks) * u64::from(j.slots_per_task) * (j.duration_ms + j.duration_jitter_ms / 2))
+        .sum();
+    let last_submit = scenario.jobs.iter().map(|j| j.submit_at_ms).max().unwrap_or(0);
+    let longest = scenario.jobs.iter().map(|j| j.duration_ms + j.duration_jitter_ms).max().unwrap_or(0);
+    last_submit + work / slots.max(1) + longest
 }
 
 /// The job a scenario's plan submits.

@@ -13,8 +13,9 @@ use crate::core::ids::TaskRef;
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::testkit::{engine_id, job_spec, linux_props};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
-use crate::log::read_to_end;
+use crate::log::{LogReader, read_to_end};
 use crate::projector::query::StatRequest;
+use crate::wire::ORDERS_SUBJECT;
 use crate::wire::delivery::{DeliveryKind, decode_delivery};
 
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -85,11 +85,27 @@
 //! again from the log. It does not know NATS beyond the log, the sink and the lease;
 //! [`spawn_query_responder`] is a separate user of the handle. It does not install
 //! signal handlers: the caller passes the shutdown future.
+//!
+//! # Where things are
+//!
+//! This file holds the configuration, the run loop and the shell's state, and
+//! handles entries, ticks, queries and shutdown. The shell's other duties each
+//! have a file: `start.rs` (where a run starts), `deliveries.rs` (the outbox and
+//! the recent deliveries), `publishing.rs` (deciding, the fence, the key),
+//! `leadership.rs` (the lease's answers), `snapshotting.rs` (taking snapshots)
+//! and `tasks.rs` (the reader task, timers). The parts others use are modules of
+//! their own: [`handle`](ProjectorHandle), [`lease`], [`sink`], [`snapshot`].
 
+mod deliveries;
 mod handle;
+mod leadership;
 pub mod lease;
+mod publishing;
 pub mod sink;
 pub mod snapshot;
+mod snapshotting;
+mod start;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -101,7 +117,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinError, JoinHandle};
-use tokio::time::{Interval, MissedTickBehavior};
 
 pub use handle::{
     ProjectorGone, ProjectorHandle, ProjectorStatus, QUERIES_QUEUED_MAX, Query, StartPoint,
@@ -117,16 +132,21 @@ pub use snapshot::{EncodedDelivery, EntryFingerprint, Loaded, SnapshotStore, Sna
 use crate::core::digest::Digest;
 use crate::core::event::{Envelope, Event, Origin};
 use crate::core::ids::Seq;
-use crate::log::{Append, Appended, EventLog, LogError, LogReader, READ_BATCH_DEFAULT, ReadBatch};
+use crate::log::{Append, EventLog, LogError, READ_BATCH_DEFAULT, ReadBatch};
 use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
 use crate::projector::query::{
     answer_blacklists, answer_libraries, answer_stat, answer_usage, answer_verdict, answer_why,
 };
-use crate::projector::record::batch_envelope;
 use crate::wire::delivery::Delivery;
-use crate::wire::{self, ORDERS_SUBJECT, TICK_SUBJECT};
+use crate::wire::{self, TICK_SUBJECT};
+use deliveries::{DeliveryOutcome, RecentDeliveries};
+use leadership::Leadership;
+use publishing::{Hold, PublishOutcome};
+use snapshotting::SnapshotOutcome;
+use start::{Start, describe_start, load_start};
+use tasks::{AbortOnDrop, interval, next_tick, read_log, task_done};
 
 /// Batches the reader may have read ahead of the fold.
 pub const READ_AHEAD_BATCHES: usize = 2;
@@ -422,172 +442,6 @@ pub fn tick_append(unix_second: u64) -> Append {
         .with_msg_id(format!("tick-{unix_second}"))
 }
 
-// ---- starting -----------------------------------------------------------------
-
-/// Where a run starts: a snapshot's contents, or nothing.
-struct Start {
-    machine: Machine,
-    last_orders_seq: u64,
-    last_entry: Option<EntryFingerprint>,
-    recent: Vec<(u64, Delivery)>,
-    started_from: StartPoint,
-}
-
-impl Start {
-    fn state_seq(&self) -> u64 {
-        self.machine.state().last_seq.0
-    }
-}
-
-async fn load_start<L: EventLog>(log: &L, store: &SnapshotStore) -> Result<Start, ProjectorError> {
-    let reason = match store.load()? {
-        Loaded::Missing => None,
-        Loaded::Unusable(reason) => Some(format!(
-            "the snapshot in {} cannot be used: {reason}",
-            store.path().display()
-        )),
-        Loaded::Snapshot(snapshot) => match check_against_log(log, &snapshot).await? {
-            Ok(()) => {
-                let seq = snapshot.state.last_seq.0;
-                return Ok(Start {
-                    machine: Machine::from_state(snapshot.state),
-                    last_orders_seq: snapshot.last_orders_seq,
-                    last_entry: Some(snapshot.last_entry),
-                    recent: snapshot.recent,
-                    started_from: StartPoint::Snapshot { seq },
-                });
-            }
-            Err(reason) => Some(reason),
-        },
-    };
-    match &reason {
-        Some(reason) => tracing::warn!("rebuilding the state from sequence 1: {reason}"),
-        None => tracing::info!("no snapshot yet: folding the log from sequence 1"),
-    }
-    Ok(Start {
-        machine: Machine::new(),
-        last_orders_seq: 0,
-        last_entry: None,
-        recent: Vec::new(),
-        started_from: StartPoint::Scratch { reason },
-    })
-}
-
-/// Whether the log holds, at the snapshot's sequence, the entry it was taken after.
-async fn check_against_log<L: EventLog>(
-    log: &L,
-    snapshot: &snapshot::Snapshot,
-) -> Result<Result<(), String>, LogError> {
-    let seq = snapshot.state.last_seq.0;
-    let end = log.last_seq().await?;
-    if end < seq {
-        return Ok(Err(format!(
-            "the snapshot was taken after sequence {seq} and the log ends at {end}: it is of another log"
-        )));
-    }
-    let mut reader = log.reader(seq).await?;
-    let batch = reader.next_batch(1, SNAPSHOT_CHECK_WAIT).await?;
-    match batch.entries.first() {
-        Some(entry) if entry.seq == seq && EntryFingerprint::of(entry) == snapshot.last_entry => {
-            Ok(Ok(()))
-        }
-        Some(_) => Ok(Err(format!(
-            "entry {seq} of the log is not the entry the snapshot was taken after: it is of another log"
-        ))),
-        None => Err(LogError::Unavailable {
-            url: log.location(),
-            detail: format!("entry {seq} did not arrive within {SNAPSHOT_CHECK_WAIT:?}"),
-        }),
-    }
-}
-
-fn describe_start(start: &StartPoint) -> String {
-    match start {
-        StartPoint::Starting => "starting".to_string(),
-        StartPoint::Snapshot { seq } => format!("from the snapshot after sequence {seq}"),
-        StartPoint::Scratch { reason: None } => "no snapshot".to_string(),
-        StartPoint::Scratch {
-            reason: Some(reason),
-        } => format!("rebuilding: {reason}"),
-    }
-}
-
-// ---- the loop's state -----------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Leadership {
-    Standby,
-    /// Holds the lease; surely until `valid_until` (`None`: until released).
-    Leader {
-        valid_until: Option<Instant>,
-    },
-}
-
-/// What must be folded before the next publish.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hold {
-    Open,
-    /// Fold through this sequence first.
-    UntilSeq(u64),
-    /// Fold through whatever the log holds now (ask it) first.
-    UntilLogEnd,
-}
-
-/// Deliveries of the recent batches, oldest first, by the log time of their batch;
-/// each also encoded once, as every snapshot that keeps it writes it.
-#[derive(Debug, Default)]
-struct RecentDeliveries {
-    items: VecDeque<(Delivery, EncodedDelivery)>,
-    window_ms: u64,
-    dropped: u64,
-}
-
-impl RecentDeliveries {
-    fn new(window: Duration, items: Vec<(u64, Delivery)>) -> Self {
-        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let mut recent = RecentDeliveries {
-            items: VecDeque::new(),
-            window_ms,
-            dropped: 0,
-        };
-        for (time_ms, delivery) in items {
-            recent.push(time_ms, delivery);
-        }
-        recent
-    }
-
-    fn push(&mut self, time_ms: u64, delivery: Delivery) {
-        let encoded = EncodedDelivery::new(time_ms, &delivery);
-        self.items.push_back((delivery, encoded));
-        if self.items.len() > RECENT_DELIVERIES_MAX {
-            self.items.pop_front();
-            self.dropped += 1;
-        }
-    }
-
-    /// Forgets the deliveries of batches older than the window before `now_ms`.
-    fn prune(&mut self, now_ms: u64) {
-        let oldest_kept_ms = now_ms.saturating_sub(self.window_ms);
-        while self
-            .items
-            .front()
-            .is_some_and(|(_, encoded)| encoded.time_ms < oldest_kept_ms)
-        {
-            self.items.pop_front();
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u64, &Delivery)> {
-        self.items
-            .iter()
-            .map(|(delivery, encoded)| (encoded.time_ms, delivery))
-    }
-
-    fn encoded(&self) -> impl Iterator<Item = &EncodedDelivery> {
-        self.items.iter().map(|(_, encoded)| encoded)
-    }
-}
-
 /// Says "now" at most once per period: for warnings that would repeat every second.
 #[derive(Debug, Default)]
 struct Throttle(Option<Instant>);
@@ -605,13 +459,6 @@ impl Throttle {
         true
     }
 }
-
-/// Deliveries handed to the sink, and what it answered; from the task that sent them.
-type DeliveryOutcome = (Vec<Delivery>, Result<(), LogError>);
-/// The number of orders of a batch published, and what the log answered.
-type PublishOutcome = (usize, Result<Appended, LogError>);
-/// A snapshot written (sequence, chain digest there, why), and what the store answered.
-type SnapshotOutcome = (u64, Digest, &'static str, Result<usize, SnapshotStoreError>);
 
 struct Shell<L, S, A> {
     config: ProjectorConfig,
@@ -804,8 +651,6 @@ where
         }
     }
 
-    // ---- entries ------------------------------------------------------------
-
     async fn handle_entries(
         &mut self,
         read: Result<ReadBatch, LogError>,
@@ -870,413 +715,7 @@ where
         Ok(())
     }
 
-    fn trim_outbox(&mut self) {
-        let excess = self.outbox.len().saturating_sub(RECENT_DELIVERIES_MAX);
-        if excess > 0 {
-            self.outbox.drain(..excess);
-            tracing::error!(
-                "{excess} deliveries dropped: more than {RECENT_DELIVERIES_MAX} waited to be sent"
-            );
-        }
-    }
-
-    /// Starts sending what waits in the outbox (leader only), unless a send is under
-    /// way: then it goes when that one is answered, in one send with whatever came
-    /// meanwhile. The loop does not wait for the sink's answers (see [`Input::Delivered`]).
-    ///
-    /// Past [`OUTBOX_WAIT_AT`] deliveries waiting, it waits for the send under way
-    /// first, so that a sink slower than the fold holds the loop back rather than letting
-    /// the outbox grow to [`RECENT_DELIVERIES_MAX`], where it would drop deliveries.
-    async fn deliver(&mut self) {
-        if !self.is_leader() || self.outbox.is_empty() {
-            return;
-        }
-        if self.sending.is_some() {
-            if self.outbox.len() < OUTBOX_WAIT_AT {
-                return;
-            }
-            let outcome = task_done(&mut self.sending).await;
-            self.delivery_ended(outcome);
-            if !self.is_leader() || self.outbox.is_empty() {
-                return;
-            }
-        }
-        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
-        let sink = Arc::clone(&self.sink);
-        self.sending = Some(tokio::spawn(async move {
-            let result = sink.deliver(&deliveries).await;
-            (deliveries, result)
-        }));
-    }
-
-    /// What a task that ended without answering (it panicked or was aborted) amounts to.
-    fn task_ended(&self, url: String, what: &str, err: JoinError) -> LogError {
-        LogError::Unavailable {
-            url,
-            detail: format!("the {what} task ended: {err}"),
-        }
-    }
-
-    /// Takes the answer of the task that sent deliveries; one that ended without
-    /// answering counts as a failed send.
-    fn delivery_ended(&mut self, outcome: Result<DeliveryOutcome, JoinError>) {
-        let outcome = outcome.unwrap_or_else(|err| {
-            (
-                Vec::new(),
-                Err(self.task_ended(self.sink.location(), "delivery", err)),
-            )
-        });
-        self.delivered(outcome);
-    }
-
-    /// Takes the sink's answer: on failure the deliveries go back to the front of the
-    /// outbox for the next try (their ids make sending them again safe).
-    fn delivered(&mut self, (deliveries, result): DeliveryOutcome) {
-        match result {
-            Ok(()) => {
-                self.status.deliveries_sent += deliveries.len() as u64;
-                tracing::debug!(deliveries = deliveries.len(), "delivered");
-            }
-            Err(err) => {
-                if self.warn_sink.ready() {
-                    tracing::warn!(
-                        "delivering {} orders to engines: {err}; trying again",
-                        deliveries.len()
-                    );
-                }
-                if self.is_leader() {
-                    for delivery in deliveries.into_iter().rev() {
-                        self.outbox.push_front(delivery);
-                    }
-                    self.trim_outbox();
-                }
-            }
-        }
-    }
-
-    /// Stops the send under way, if any (this projector no longer delivers).
-    fn abort_sending(&mut self) {
-        if let Some(task) = self.sending.take() {
-            task.abort();
-        }
-    }
-
-    /// Waits (bounded) for the send under way, then sends what is left: at shutdown.
-    async fn flush_deliveries(&mut self) {
-        if self.sending.is_some() {
-            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, task_done(&mut self.sending)).await {
-                Ok(Ok(outcome)) => self.delivered(outcome),
-                Ok(Err(_)) => {}
-                Err(_) => {
-                    self.abort_sending();
-                    return;
-                }
-            }
-        }
-        if !self.is_leader() || self.outbox.is_empty() {
-            return;
-        }
-        let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
-        let result =
-            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.sink.deliver(&deliveries)).await
-            {
-                Ok(result) => result,
-                Err(_) => Err(LogError::Unavailable {
-                    url: self.sink.location(),
-                    detail: format!("no answer within {SHUTDOWN_STEP_TIMEOUT:?}"),
-                }),
-            };
-        self.delivered((deliveries, result));
-    }
-
-    // ---- deciding and publishing -------------------------------------------------
-
-    /// Decides and starts publishing the batch if there is news, it is time, this
-    /// projector may write and no publish is under way (then the decision waits for its
-    /// answer: see [`Input::Published`]). A decision that produced a batch goes on when
-    /// the publish is answered, as if it had waited for it, up to
-    /// [`BATCHES_PER_DECISION_MAX`] batches.
-    async fn decide_and_publish(&mut self) -> Result<(), ProjectorError> {
-        if self.publishing.is_some() {
-            return Ok(());
-        }
-        let continuing = self.decision_batches > 0;
-        if !continuing {
-            let due =
-                self.caught_up || self.entries_since_decision >= self.config.schedule_every_entries;
-            if !self.dirty || !due {
-                return Ok(());
-            }
-        }
-        if !self.may_publish().await {
-            self.decision_batches = 0;
-            return Ok(());
-        }
-        if !self.key_registered().await {
-            self.decision_batches = 0;
-            return Ok(());
-        }
-        if !continuing {
-            self.dirty = false;
-            self.entries_since_decision = 0;
-        }
-        match self.machine.poll_batch() {
-            Some(batch) => {
-                self.decision_batches += 1;
-                self.start_publish(batch);
-            }
-            None => self.decision_batches = 0,
-        }
-        Ok(())
-    }
-
-    /// Whether the log holds this projector's key, so that its batches will be
-    /// accepted. If not, it decides nothing (a batch the fold refuses would be
-    /// decided again, identically, for ever) and says so, with the remedy; with
-    /// `register_key` it registers the key itself, once, and waits to fold it.
-    async fn key_registered(&mut self) -> bool {
-        if self.machine.state().projector_keys.contains_key(&self.key.public()) {
-            return true;
-        }
-        if !self.config.register_key {
-            if self.warn_key.ready() {
-                tracing::warn!(
-                    key = %self.key.public_hex(),
-                    "this projector's key is not registered on the log, so it publishes no orders: \
-                     register it with `gridfold key register {} --name NAME`",
-                    self.key.public_hex()
-                );
-            }
-            return false;
-        }
-        if !self.registration_sent {
-            let name = format!("projector {}", self.lease.location());
-            let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
-            let event = Event::ProjectorKeyRegistered { key: self.key.public(), name };
-            let id = uuid::Uuid::new_v4();
-            let envelope = Envelope { id: *id.as_bytes(), source: "gridfold-projector".into(), event };
-            let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
-            // Tried once per process: on a broker that gives projectors no right to
-            // the keys subject the publish waits out its timeout, and retrying it
-            // on every loop would stall the projector for good.
-            self.registration_sent = true;
-            self.warn_key = Throttle(Some(Instant::now()));
-            match self.log.append(append).await {
-                Ok(appended) => {
-                    tracing::info!(key = %self.key.public_hex(), seq = appended.seq, "registered this projector's key on the log");
-                }
-                Err(err) => tracing::warn!(
-                    "could not register this projector's key ({err}); an operator registers it with \
-                     `gridfold key register {} --name NAME`",
-                    self.key.public_hex()
-                ),
-            }
-        } else if self.warn_key.ready() {
-            tracing::warn!(
-                key = %self.key.public_hex(),
-                "this projector's key is still not registered on the log, so it publishes no orders: \
-                 register it with `gridfold key register {} --name NAME`",
-                self.key.public_hex()
-            );
-        }
-        false
-    }
-
-    /// Publishes one batch behind the fence, from a task of its own.
-    fn start_publish(&mut self, batch: crate::core::event::OrderBatch) {
-        let orders = batch.orders.len();
-        let envelope = batch_envelope(batch);
-        let append = Append::new(ORDERS_SUBJECT, self.key.seal(&envelope))
-            .with_msg_id(hex::encode(envelope.id))
-            .with_expected_last_subject_seq(self.last_orders_seq);
-        let log = self.log.clone();
-        self.publishing = Some(tokio::spawn(
-            async move { (orders, log.append(append).await) },
-        ));
-    }
-
-    /// Leader, lease still surely ours, and everything the hold asks for folded.
-    async fn may_publish(&mut self) -> bool {
-        match self.leadership {
-            Leadership::Standby => return false,
-            Leadership::Leader {
-                valid_until: Some(until),
-            } if Instant::now() >= until => {
-                self.step_down("its lease was not renewed in time");
-                return false;
-            }
-            Leadership::Leader { .. } => {}
-        }
-        loop {
-            match self.hold {
-                Hold::Open => return true,
-                Hold::UntilSeq(seq) if self.machine.state().last_seq.0 >= seq => {
-                    tracing::debug!("folded through sequence {seq}: publishing again");
-                    self.hold = Hold::Open;
-                }
-                Hold::UntilSeq(_) => return false,
-                Hold::UntilLogEnd => match self.log.last_seq().await {
-                    Ok(end) => self.hold = Hold::UntilSeq(end),
-                    Err(err) => {
-                        if self.warn_log.ready() {
-                            tracing::warn!("asking the log where it ends: {err}");
-                        }
-                        return false;
-                    }
-                },
-            }
-        }
-    }
-
-    /// Takes the log's answer to the publish of a batch. Stored: the decision under way
-    /// goes on; otherwise it ends, and what the answer calls for is done.
-    async fn published(&mut self, (orders, answer): PublishOutcome) -> Result<(), ProjectorError> {
-        let go_on = self.publish_answered(orders, answer).await?;
-        if !go_on || self.decision_batches >= BATCHES_PER_DECISION_MAX {
-            self.decision_batches = 0;
-        }
-        Ok(())
-    }
-
-    /// `Ok(true)`: stored, go on deciding.
-    async fn publish_answered(
-        &mut self,
-        orders: usize,
-        answer: Result<Appended, LogError>,
-    ) -> Result<bool, ProjectorError> {
-        match answer {
-            Ok(Appended {
-                seq,
-                duplicate: false,
-            }) => {
-                // The loop may have folded the batch already, and more after it.
-                self.last_orders_seq = self.last_orders_seq.max(seq);
-                self.published_through = self.published_through.max(seq);
-                self.status.batches_published += 1;
-                tracing::debug!(seq, orders, "published a batch");
-                Ok(true)
-            }
-            Ok(Appended {
-                seq,
-                duplicate: true,
-            }) => {
-                // Stored before (by us, before a restart): the log will give it back.
-                tracing::debug!(seq, "the batch was already on the log");
-                self.resync(Hold::UntilLogEnd);
-                Ok(false)
-            }
-            Err(LogError::WrongLastSequence {
-                actual, expected, ..
-            }) => {
-                self.status.publishes_fenced += 1;
-                tracing::warn!(
-                    expected,
-                    actual = ?actual,
-                    "another writer appended orders first: holding until that is folded and the lease confirmed"
-                );
-                let hold = match actual {
-                    Some(actual) => Hold::UntilSeq(actual.max(self.published_through)),
-                    None => Hold::UntilLogEnd,
-                };
-                self.resync(hold);
-                self.renew_lease().await;
-                Ok(false)
-            }
-            Err(err @ LogError::Unavailable { .. }) => {
-                if self.warn_log.ready() {
-                    tracing::warn!("publishing orders: {err}; deciding again once the log is back");
-                }
-                self.resync(Hold::UntilLogEnd);
-                Ok(false)
-            }
-            Err(err) => Err(err.into()),
-        }
-    }
-
-    /// Forgets what is in flight; publishes again only after folding what `hold` says.
-    fn resync(&mut self, hold: Hold) {
-        self.machine.abandon_pending();
-        self.hold = hold;
-        self.dirty = true;
-    }
-
-    // ---- leadership ------------------------------------------------------------
-
-    async fn renew_lease(&mut self) {
-        let sent_at = Instant::now();
-        let timeout = self.lease.renew_interval().max(Duration::from_secs(1));
-        let answer = match tokio::time::timeout(timeout, self.lease.acquire_or_renew()).await {
-            Ok(answer) => answer,
-            Err(_) => Err(LeaseError::Unavailable {
-                location: self.lease.location(),
-                detail: format!("no answer within {timeout:?}"),
-            }),
-        };
-        let first_answer = !self.lease_answered;
-        self.lease_answered |= answer.is_ok();
-        match answer {
-            Ok(true) => {
-                let valid_until = self.lease.valid_for().map(|valid_for| sent_at + valid_for);
-                match self.leadership {
-                    Leadership::Standby => self.become_leader(valid_until),
-                    Leadership::Leader { .. } => {
-                        self.leadership = Leadership::Leader { valid_until }
-                    }
-                }
-            }
-            Ok(false) => {
-                if self.is_leader() {
-                    self.step_down("another projector holds the lease");
-                } else if first_answer {
-                    tracing::info!(
-                        "standby: another projector holds the lease; folding and answering queries, not publishing"
-                    );
-                }
-            }
-            Err(err) => {
-                if self.warn_lease.ready() {
-                    tracing::warn!("{err}");
-                }
-                if let Leadership::Leader {
-                    valid_until: Some(until),
-                } = self.leadership
-                    && Instant::now() >= until
-                {
-                    self.step_down("its lease could not be renewed in time");
-                }
-            }
-        }
-    }
-
-    fn become_leader(&mut self, valid_until: Option<Instant>) {
-        self.leadership = Leadership::Leader { valid_until };
-        self.status.leader_terms += 1;
-        // Read to the end of the log before deciding, and deliver the recent batches
-        // again: the previous leader may have published some it did not deliver.
-        self.resync(Hold::UntilLogEnd);
-        self.outbox = self
-            .recent
-            .iter()
-            .map(|(_, delivery)| delivery.clone())
-            .collect();
-        tracing::info!(
-            folded_seq = self.machine.state().last_seq.0,
-            "leader: reading to the end of the log before deciding; sending the {} deliveries of recent batches again",
-            self.outbox.len()
-        );
-    }
-
-    fn step_down(&mut self, reason: &str) {
-        self.leadership = Leadership::Standby;
-        self.outbox.clear();
-        self.abort_sending();
-        self.decision_batches = 0;
-        self.machine.abandon_pending();
-        self.hold = Hold::Open;
-        tracing::info!("standby: {reason}; folding and answering queries, not publishing");
-    }
-
-    // ---- ticks, queries, snapshots, shutdown ------------------------------------------
+    // ---- ticks, queries, shutdown ------------------------------------------------
 
     fn tick(&mut self) {
         if self
@@ -1323,70 +762,6 @@ where
         }
     }
 
-    /// Takes a snapshot: encodes it here, between two inputs, and writes it from a
-    /// blocking task, so the loop does not wait for the disk. At most one is written at
-    /// a time: while one is, this does nothing (the next input tries again).
-    fn snapshot(&mut self, why: &'static str) {
-        if self.snapshot_writing.is_some() {
-            return;
-        }
-        let state = self.machine.state();
-        let seq = state.last_seq.0;
-        self.entries_since_snapshot = 0;
-        self.last_snapshot_at = Instant::now();
-        if seq == 0 || seq == self.snapshot_taken_seq {
-            return;
-        }
-        let last_entry = self
-            .last_entry
-            .expect("an entry was folded, so its fingerprint is known");
-        let record = SnapshotStore::encode_record(
-            state,
-            self.folded_orders_seq,
-            last_entry,
-            self.recent.encoded(),
-        );
-        let chain = state.chain;
-        let store = self.snapshots.clone();
-        self.snapshot_taken_seq = seq;
-        self.snapshot_writing = Some(tokio::task::spawn_blocking(move || {
-            (seq, chain, why, store.write_record(&record))
-        }));
-    }
-
-    fn snapshot_written(&mut self, (seq, chain, why, result): SnapshotOutcome) {
-        match result {
-            Ok(bytes) => {
-                self.status.snapshot_seq = seq;
-                self.status.snapshots_written += 1;
-                tracing::info!(seq, bytes, why, digest = %chain, "snapshot written");
-            }
-            Err(err) => {
-                tracing::warn!("writing a snapshot at sequence {seq}: {err}");
-                self.snapshot_taken_seq = self.status.snapshot_seq;
-            }
-        }
-    }
-
-    /// Takes the answer of the task that wrote a snapshot, or that it ended without one.
-    fn snapshot_ended(&mut self, outcome: Result<SnapshotOutcome, JoinError>) {
-        match outcome {
-            Ok(outcome) => self.snapshot_written(outcome),
-            Err(err) => {
-                tracing::warn!("writing a snapshot: the task ended: {err}");
-                self.snapshot_taken_seq = self.status.snapshot_seq;
-            }
-        }
-    }
-
-    /// Waits for the snapshot being written, if any.
-    async fn snapshot_settled(&mut self) {
-        if self.snapshot_writing.is_some() {
-            let outcome = task_done(&mut self.snapshot_writing).await;
-            self.snapshot_ended(outcome);
-        }
-    }
-
     async fn shut_down(&mut self) {
         tracing::info!(
             folded_seq = self.machine.state().last_seq.0,
@@ -1419,77 +794,5 @@ where
         if let Some(task) = self.tick_task.take() {
             let _ = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, task).await;
         }
-    }
-}
-
-// ---- the reader task and timers -------------------------------------------------------
-
-/// Reads the log into `batches` until the receiver goes or the log fails for good.
-/// An unavailable log is reported and tried again (backing off); an empty batch is
-/// sent only to say "caught up" once.
-async fn read_log<R: LogReader>(
-    mut reader: R,
-    batches: mpsc::Sender<Result<ReadBatch, LogError>>,
-    read_batch_max: usize,
-    read_wait: Duration,
-) {
-    let mut said_caught_up = false;
-    let mut backoff = READ_RETRY_MIN;
-    loop {
-        match reader.next_batch(read_batch_max, read_wait).await {
-            Ok(batch) => {
-                backoff = READ_RETRY_MIN;
-                if batch.entries.is_empty() && (said_caught_up || !batch.caught_up) {
-                    continue;
-                }
-                said_caught_up = batch.caught_up;
-                if batches.send(Ok(batch)).await.is_err() {
-                    return;
-                }
-            }
-            Err(err) => {
-                let fatal = !matches!(err, LogError::Unavailable { .. });
-                if batches.send(Err(err)).await.is_err() || fatal {
-                    return;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(READ_RETRY_MAX);
-            }
-        }
-    }
-}
-
-/// Waits for the task in `slot` to end and empties the slot. Cancel-safe (a
-/// `JoinHandle` can be polled again); only polled while the slot holds a task.
-async fn task_done<T>(slot: &mut Option<JoinHandle<T>>) -> Result<T, JoinError> {
-    let task = slot
-        .as_mut()
-        .expect("polled only while a task is under way");
-    let result = task.await;
-    *slot = None;
-    result
-}
-
-fn interval(period: Duration) -> Interval {
-    let mut timer = tokio::time::interval(period);
-    timer.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    timer
-}
-
-async fn next_tick(timer: &mut Option<Interval>) {
-    match timer {
-        Some(timer) => {
-            timer.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Aborts the task when dropped, so a projector that is dropped or aborted leaves no reader behind.
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

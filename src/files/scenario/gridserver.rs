@@ -1,7 +1,7 @@
 //! The GridServer keys of a scenario: engine tiers, greylisting and redundancy in
 //! `[policy]`, job options and `[[jobs.condition]]` ranges in `[[jobs]]`, grid
 //! libraries in `[[libraries]]`. Names mirror the job file and the policy file
-//! (`src/cli/jobfile.rs`, `src/cli/policyfile.rs`), with times in ms because the
+//! (`src/files/jobfile.rs`, `src/files/policyfile.rs`), with times in ms because the
 //! simulator counts in ms: `task_max_time_ms`, `poll_period_ms`.
 //!
 //! Rules beyond the job file's, so a scenario never waits on something that cannot
@@ -21,10 +21,10 @@ use toml::Spanned;
 use crate::core::event::{JobOptions, LibraryRef, RedundancyPolicy, TaskConditions};
 use crate::core::ids::{JobId, TaskRef};
 
-use super::scenario::{JobPlan, LibraryPlan};
-use crate::cli::jobfile::{ConditionKeys, ConditionReader, ConditionsByTask, OptionKeys, ValueProblem, conditions_by_index};
-pub(super) use crate::cli::jobfile::{bounded as bounded_list, expression};
-use crate::cli::policyfile::limit_milli;
+use super::{JobPlan, LibraryPlan};
+use crate::files::jobfile::{ConditionKeys, ConditionReader, ConditionsByTask, OptionKeys, ValueProblem, conditions_by_index};
+pub(super) use crate::files::jobfile::{bounded as bounded_list, expression};
+use crate::files::policyfile::limit_milli;
 
 pub type Problem = (Range<usize>, String);
 
@@ -66,10 +66,10 @@ pub(super) enum RawLibraryRef {
 }
 
 /// `{ when = '...', weight = N }`, read as the job file reads it.
-pub(super) use crate::cli::jobfile::PreferenceTable as RawPreference;
+pub(super) use crate::files::jobfile::PreferenceTable as RawPreference;
 
 /// `tasks = 3 | "3" | "0-9"`, read as the job file reads it.
-pub(super) use crate::cli::jobfile::TaskRange as RawTaskRange;
+pub(super) use crate::files::jobfile::TaskRange as RawTaskRange;
 
 /// A `[[jobs.condition]]` entry: a range of tasks and their conditions.
 #[derive(Deserialize)]

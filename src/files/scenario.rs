@@ -5,14 +5,13 @@
 //! validated into the public [`Scenario`] types, so every error — a syntax error,
 //! a wrong type, an unknown key or a value out of range — names the file and the
 //! line it is on. The public types are plain data: a test or the command line may
-//! build or adjust one directly (`scenario.seed = …`) and [`crate::sim::run`]
-//! validates it again.
+//! build or adjust one directly (`scenario.seed = …`) and the simulator
+//! (`crate::sim::run`) validates it again.
 //!
 //! The whole format, with every default, is documented in `scenarios/faults.toml`;
-//! GridServer's keys (read in `gridserver.rs`) in the scenario of each feature.
+//! GridServer's keys (read in `scenario/gridserver.rs`) in the scenario of each feature.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -21,10 +20,12 @@ use toml::Spanned;
 use crate::core::event::{
     EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX,
 };
-use crate::cli::jobfile::OptionKeys;
 use crate::core::ids::{EngineId, JobId};
 
-use super::gridserver::{self, RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
+mod gridserver;
+
+use super::jobfile::{line_of, OptionKeys};
+use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
 
 /// One million: probabilities are written as integers per million.
 pub const PER_MILLION: u32 = 1_000_000;
@@ -229,12 +230,12 @@ impl Scenario {
     pub fn from_toml(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
             file: file.to_string(),
-            line: e.span().map_or(1, |span| line_of(text, &span)),
+            line: e.span().map_or(1, |span| line_of(text, span.start)),
             message: e.message().trim().to_string(),
         })?;
         raw.into_scenario(text).map_err(|(span, message)| ScenarioError::Invalid {
             file: file.to_string(),
-            line: line_of(text, &span),
+            line: line_of(text, span.start),
             message,
         })
     }
@@ -297,20 +298,6 @@ impl Scenario {
             }
         }
         out
-    }
-
-    /// A rough makespan: the last submission, plus the slot-time of all work spread
-    /// over every slot, plus the longest run. Only used to place projector restarts.
-    pub fn estimated_makespan_ms(&self) -> u64 {
-        let slots: u64 = self.engines.iter().map(|g| u64::from(g.count) * u64::from(g.slots)).sum();
-        let work: u64 = self
-            .jobs
-            .iter()
-            .map(|j| u64::from(j.tasks) * u64::from(j.slots_per_task) * (j.duration_ms + j.duration_jitter_ms / 2))
-            .sum();
-        let last_submit = self.jobs.iter().map(|j| j.submit_at_ms).max().unwrap_or(0);
-        let longest = self.jobs.iter().map(|j| j.duration_ms + j.duration_jitter_ms).max().unwrap_or(0);
-        last_submit + work / slots.max(1) + longest
     }
 }
 
@@ -393,12 +380,6 @@ fn check_per_million(name: &str, value: u32) -> Result<(), String> {
         return Err(format!("{name} is a probability per million: at most {PER_MILLION}, not {value}"));
     }
     Ok(())
-}
-
-/// 1-based line of a byte offset.
-fn line_of(text: &str, span: &Range<usize>) -> usize {
-    let end = span.start.min(text.len());
-    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
 // ---- the raw, spanned form ---------------------------------------------------

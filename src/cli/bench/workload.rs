@@ -1,0 +1,113 @@
+//! The bench's jobs and the messages of a lifecycle: what is submitted, what an
+//! engine logs in with, what it reports, and the mean message size the raw
+//! publish measurement uses.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::core::event::{EngineProps, Envelope, Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
+use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
+use crate::engine::task_report_id;
+use crate::wire;
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, encode_delivery};
+
+pub(super) fn bench_jobs(tasks: u32, jobs: u32) -> Vec<JobSpec> {
+    (0..jobs)
+        .map(|j| {
+            let count = tasks / jobs + u32::from(j < tasks % jobs);
+            JobSpec {
+                id: JobId::new(&format!("bench-{j}")).expect("a valid job id"),
+                owner: "bench".into(),
+                project: "bench".into(),
+                queue: "default".into(),
+                priority: 0,
+                requirements: r#"os == "linux""#.into(),
+                max_attempts: 3,
+                wall_time_limit_ms: 60_000,
+                slots_per_task: 1,
+                template: TaskTemplate {
+                    argv: vec!["render".into(), "--frame={index}".into()],
+                    params: [("scene".to_string(), "bench".to_string())].into(),
+                },
+                tasks: TaskSet::Count(count),
+                options: JobOptions::default(),
+                task_conditions: BTreeMap::new(),
+            }
+        })
+        .collect()
+}
+
+pub(super) fn engine_props() -> EngineProps {
+    EngineProps {
+        os: "linux".into(),
+        arch: "x86_64".into(),
+        cores: 4,
+        memory_mb: 16_384,
+        disk_mb: 100_000,
+        mflops: 1_000,
+        site: "bench".into(),
+        custom: BTreeMap::new(),
+        ..EngineProps::default()
+    }
+}
+
+/// The mean size of the three messages of a lifecycle (delivery, started, completed).
+pub(super) fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
+    let task = TaskRef::new(job.id.clone(), 12_345);
+    let delivery = Delivery {
+        id: Delivery::id_for(Seq(123_456), 1_234),
+        batch_seq: Seq(123_456),
+        engine: engine.clone(),
+        epoch: 123,
+        kind: DeliveryKind::Run(RunTask {
+            task: task.clone(),
+            attempt: 1,
+            argv: vec!["render".into(), "--frame=12345".into()],
+            params: job.template.params.clone(),
+            wall_time_limit_ms: job.wall_time_limit_ms,
+            slots: 1,
+            root_library: job.options.root_library.clone(),
+        }),
+    };
+    let (started, completed) = reports(engine, &task, 1);
+    (encode_delivery(&delivery).len() + started.1.len() + completed.1.len()).div_ceil(3)
+}
+
+/// The two reports of an attempt done at once: (subject, payload, msg id) each.
+pub(super) fn reports(
+    engine: &EngineId,
+    task: &TaskRef,
+    attempt: u32,
+) -> ((String, Bytes, String), (String, Bytes, String)) {
+    let started = Event::TaskStarted {
+        task: task.clone(),
+        attempt,
+        engine: engine.clone(),
+    };
+    let completed = Event::TaskCompleted {
+        task: task.clone(),
+        attempt,
+        engine: engine.clone(),
+        exit_code: 0,
+        cpu_ms: 0,
+        wall_ms: 0,
+        result: Vec::new(),
+    };
+    let source = format!("engine:{engine}");
+    let message = |event: Event| {
+        let id = task_report_id(engine, task, attempt, event.kind_name());
+        let subject = wire::subject_for(&event);
+        let envelope = Envelope {
+            id,
+            source: source.clone(),
+            event,
+        };
+        (
+            subject,
+            Bytes::from(wire::encode(&envelope)),
+            uuid::Uuid::from_bytes(id).hyphenated().to_string(),
+        )
+    };
+    (message(started), message(completed))
+}
