@@ -308,7 +308,7 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
         let first_walk_fresh_max = std::cell::Cell::new(None::<u32>);
         let first_walk = job.waiting_tasks().take_while(|_| !cut_short.get()).inspect(|&index| {
             let task = &job.tasks[index as usize];
-            if task.attempts == 0 && !task.is_queue_jump() {
+            if task.is_fresh() {
                 first_walk_fresh_max.set(Some(first_walk_fresh_max.get().map_or(index, |max| max.max(index))));
             }
         });

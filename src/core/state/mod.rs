@@ -23,6 +23,7 @@ mod engine;
 mod index;
 mod job;
 mod retire;
+mod suspension;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -34,6 +35,7 @@ pub use job::{
     TaskCounts, TaskState, TaskStatus,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
+pub use suspension::{Control, Suspensions};
 
 use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
@@ -293,6 +295,10 @@ pub struct State {
     pub(crate) verifying_keys: BTreeMap<[u8; 32], ed25519_dalek::VerifyingKey>,
     pub rejections: Rejections,
     pub totals: Totals,
+    /// Operators' suspensions and preemptions: in the snapshot after the rest,
+    /// and only when not empty (see `suspension.rs`).
+    #[serde(skip)]
+    pub(crate) suspension: Suspensions,
 }
 
 impl State {
@@ -1021,6 +1027,7 @@ impl State {
             self.dispatched_since.remove(&(live.dispatched_ms, key, attempt));
         }
         self.to_cancel.remove(&(key, attempt));
+        self.forget_controls(key, attempt);
         let slots = self.jobs[key.job.0 as usize].slots_per_task;
         let engine = &mut self.engines[live.engine.0 as usize];
         engine.used -= slots;
@@ -1260,11 +1267,15 @@ impl State {
     /// A snapshot of the whole state (postcard). Category expressions are not
     /// stored; [`State::from_snapshot`] re-parses them.
     pub fn to_snapshot(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("the state always serialises")
+        let mut bytes = postcard::to_stdvec(self).expect("the state always serialises");
+        bytes.extend(self.suspension_trailer());
+        bytes
     }
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
-        let mut state: State = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let (mut state, trailer): (State, _) =
+            postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        state.read_suspension_trailer(trailer).map_err(|e| SnapshotError::Decode(format!("suspensions: {e}")))?;
         for category in state.categories.iter_mut().filter(|category| !category.is_vacant()) {
             let expr = super::expr::parse_printed(&category.requirements).map_err(|e| {
                 SnapshotError::Decode(format!("category {:?}: {e}", category.requirements))
@@ -1394,6 +1405,7 @@ impl State {
             assert!(job.is_active() && job.options.engine_blacklisting && !job.blacklist.contains(&e));
         }
         self.check_retirement_invariants();
+        self.check_suspension_invariants();
     }
 }
 

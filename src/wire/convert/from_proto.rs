@@ -7,7 +7,7 @@ use super::fields::{each, engine_id, job_id, library_ref, task_ref, task_ref_of,
 use super::orders::order_batch;
 use super::tier::check_engine_tier;
 use super::{echo, proto, FieldProblem, WireError, ALGORITHMS, EVENT_KINDS, TASK_SET_KINDS};
-use crate::core::event::{Algorithm, EngineLoad, EngineProps, Envelope, Event, JobOptions, JobSpec, LibraryInfo, LoadFormula, Policy, Preference, RedundancyPolicy, TaskConditions, TaskSet, TaskTemplate};
+use crate::core::event::{Algorithm, EngineLoad, EngineProps, Envelope, Event, JobOptions, JobSpec, LibraryInfo, LoadFormula, Policy, Preference, RedundancyPolicy, TaskConditions, TaskSelector, TaskSet, TaskTemplate};
 
 /// The core envelope a protobuf envelope stands for, or the first field that is wrong.
 pub fn envelope_from_proto(envelope: proto::Envelope) -> Result<Envelope, WireError> {
@@ -70,6 +70,9 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
         P::ProjectorKeyRevoked(m) => {
             ("projector_key_revoked", public_key("key", &m.key).map(|key| Event::ProjectorKeyRevoked { key }))
         }
+        P::SuspendRequested(m) => ("suspend_requested", selection(m).map(Event::SuspendRequested)),
+        P::ResumeRequested(m) => ("resume_requested", selection(m).map(Event::ResumeRequested)),
+        P::RescheduleRequested(m) => ("reschedule_requested", selection(m).map(Event::RescheduleRequested)),
     };
     event.map_err(|e| e.within(kind).within("event"))
 }
@@ -298,6 +301,11 @@ fn library_sync_failed(m: proto::LibrarySyncFailed) -> Result<Event, WireError> 
         library: library_ref("library", m.library)?,
         error: m.error,
     })
+}
+
+/// The job (and task) an operator's request names.
+fn selection(m: proto::TaskSelection) -> Result<TaskSelector, WireError> {
+    Ok(TaskSelector { job: job_id("job", &m.job)?, task: m.task })
 }
 
 /// A 32-byte public key (whether it is a valid ed25519 point is the fold's to say).

@@ -146,9 +146,10 @@ fn echo(text: &str) -> String {
 const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, tasks_added, \
     engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, \
     task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, \
-    library_published";
+    library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, \
+    reschedule_requested";
 const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable, \
-    sync_library, blacklist, reschedule, fail_dependent";
+    sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt";
 const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when

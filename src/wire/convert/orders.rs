@@ -5,7 +5,7 @@ use super::fields::{each, engine_id, job_id, library_ref, task_ref};
 use super::to_proto::{library_to_proto, task_ref_to_proto};
 use super::{proto, FieldProblem, WireError, ORDER_KINDS};
 use crate::core::event::{LibraryRef, Order, OrderBatch};
-use crate::core::ids::{EngineId, Seq};
+use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 
 pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
     use proto::order::Kind as P;
@@ -91,6 +91,9 @@ pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
             task: *task,
             dependency: dependency.clone(),
         }),
+        Order::Suspend { task, attempt, engine } => P::Suspend(attempt_order_to_proto(task, *attempt, engine)),
+        Order::Resume { task, attempt, engine } => P::Resume(attempt_order_to_proto(task, *attempt, engine)),
+        Order::Preempt { task, attempt, engine } => P::Preempt(attempt_order_to_proto(task, *attempt, engine)),
     };
     proto::Order { kind: Some(kind) }
 }
@@ -146,8 +149,20 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
                 dependency: m.dependency,
             }),
         ),
+        P::Suspend(m) => ("suspend", attempt_order(m).map(|(task, attempt, engine)| Order::Suspend { task, attempt, engine })),
+        P::Resume(m) => ("resume", attempt_order(m).map(|(task, attempt, engine)| Order::Resume { task, attempt, engine })),
+        P::Preempt(m) => ("preempt", attempt_order(m).map(|(task, attempt, engine)| Order::Preempt { task, attempt, engine })),
     };
     order.map_err(|e| e.within(name))
+}
+
+/// The task, attempt and engine of a Suspend, Resume or Preempt.
+fn attempt_order(m: proto::AttemptOrder) -> Result<(TaskRef, Attempt, EngineId), WireError> {
+    Ok((task_ref(m.task)?, m.attempt, engine_id("engine", &m.engine)?))
+}
+
+fn attempt_order_to_proto(task: &TaskRef, attempt: Attempt, engine: &EngineId) -> proto::AttemptOrder {
+    proto::AttemptOrder { task: task_ref_to_proto(task), attempt, engine: engine.to_string() }
 }
 
 fn dispatch(m: proto::Dispatch) -> Result<Order, WireError> {

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::enums::failure_kind_to_proto;
 use super::orders::order_to_proto;
 use super::proto;
-use crate::core::event::{Envelope, Event, JobOptions, LibraryInfo, LibraryRef, Preference, RedundancyPolicy, TaskConditions, TaskSet};
+use crate::core::event::{Envelope, Event, JobOptions, LibraryInfo, LibraryRef, Preference, RedundancyPolicy, TaskConditions, TaskSelector, TaskSet};
 use crate::core::ids::{EngineId, JobId, TaskRef};
 
 /// The protobuf form of a core envelope. Total and deterministic.
@@ -259,7 +259,14 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             P::ProjectorKeyRegistered(proto::ProjectorKeyRegistered { key: key.to_vec(), name: name.clone() })
         }
         Event::ProjectorKeyRevoked { key } => P::ProjectorKeyRevoked(proto::ProjectorKeyRevoked { key: key.to_vec() }),
+        Event::SuspendRequested(target) => P::SuspendRequested(selection_to_proto(target)),
+        Event::ResumeRequested(target) => P::ResumeRequested(selection_to_proto(target)),
+        Event::RescheduleRequested(target) => P::RescheduleRequested(selection_to_proto(target)),
     }
+}
+
+fn selection_to_proto(target: &TaskSelector) -> proto::TaskSelection {
+    proto::TaskSelection { job: target.job.to_string(), task: target.task }
 }
 
 pub(in crate::wire) fn library_info_to_proto(info: &LibraryInfo) -> proto::LibraryPublished {
