@@ -1475,3 +1475,87 @@ fn a_submission_the_projector_rejects_fails_the_command_and_one_it_accepts_does_
     assert!(fine.stdout.contains("cancel of twice recorded at seq"), "{}", fine.stdout);
     assert!(fine.stderr.is_empty(), "an accepted event warns of nothing: {}", fine.stderr);
 }
+
+/// The task processes of `pids` (lines `ATTEMPT PID`, one per run, written by the
+/// task itself before it `exec`s into `sleep`).
+fn runs_recorded(pids: &Path) -> Vec<(u32, i32)> {
+    let text = std::fs::read_to_string(pids).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (attempt, pid) = line.split_once(' ')?;
+            Some((attempt.parse().ok()?, pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The state letter of a process (`'T'` stopped, `'S'` sleeping), or `'-'` when gone.
+fn process_state(pid: i32) -> char {
+    gridfold::engine::procfs::read_stat(pid).map_or('-', |stat| stat.state)
+}
+
+/// An operator's hand on a real task of a real engine: `gridfold suspend` stops
+/// it (SIGSTOP: state `T`), `resume` continues it, `reschedule` kills it and runs
+/// it again as the same attempt, no failure counted; refused requests exit 1.
+#[test]
+fn a_running_task_is_suspended_resumed_and_rescheduled_without_using_an_attempt() {
+    let mut grid = Grid::start();
+    let url = grid.url();
+    grid.projector("projector", &[]);
+    grid.engines_logged_in(&["e1"], 1);
+    let pids = grid.path("pids");
+    let script = format!("echo \"$GRIDFOLD_ATTEMPT $$\" >> {}; exec sleep 60", pids.display());
+    grid.submit("sleepy", 1, &["sh", "-c", &script]);
+    let first = grid.wait_for("the task to run", |_| match runs_recorded(&pids).as_slice() {
+        [run] if process_state(run.1) == 'S' => Ok(*run),
+        runs => Err(format!("runs {runs:?}")),
+    });
+    assert_eq!(first.0, 1, "the first attempt");
+
+    let suspend = grid.gridfold(&["suspend", "sleepy/0", "--json", "--nats", &url]);
+    assert!(suspend.status.success(), "{}\n{}", suspend.stdout, suspend.stderr);
+    let answer: serde_json::Value = serde_json::from_str(suspend.stdout.trim()).unwrap();
+    assert_eq!((answer["action"].as_str(), answer["verdict"].as_str()), (Some("suspend"), Some("accepted")), "{answer}");
+    grid.wait_for("the task stopped", |_| match process_state(first.1) {
+        'T' => Ok(()),
+        state => Err(format!("state {state}")),
+    });
+    grid.wait_for("stat to count it suspended", |grid| {
+        let stat = grid.stat()?;
+        let job = job_in(&stat, "sleepy").ok_or("no job")?;
+        if job.suspended == 1 { Ok(()) } else { Err(format!("{} suspended", job.suspended)) }
+    });
+    let again = grid.gridfold(&["suspend", "sleepy", "--nats", &url]);
+    assert_eq!(again.status.code(), Some(1), "{}", again.stderr);
+    assert!(again.stderr.contains("already-suspended"), "{}", again.stderr);
+    // Suspended past the dispatch timeout and the engine timeout: nothing requeues it.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(process_state(first.1), 'T', "still stopped, not requeued");
+
+    grid.gridfold_ok(&["resume", "sleepy/0", "--nats", &url]);
+    grid.wait_for("the task continued", |_| match process_state(first.1) {
+        'S' => Ok(()),
+        state => Err(format!("state {state}")),
+    });
+    let not_suspended = grid.gridfold(&["resume", "sleepy/0", "--nats", &url]);
+    assert_eq!(not_suspended.status.code(), Some(1), "{}", not_suspended.stderr);
+    assert!(not_suspended.stderr.contains("not-suspended"), "{}", not_suspended.stderr);
+
+    grid.gridfold_ok(&["reschedule", "sleepy", "--nats", &url]);
+    let second = grid.wait_for("the task to run again", |_| match runs_recorded(&pids).as_slice() {
+        [_, run] if process_state(run.1) == 'S' => Ok(*run),
+        runs => Err(format!("runs {runs:?}")),
+    });
+    assert_eq!(second.0, 1, "the same attempt number: no attempt used");
+    assert_ne!(second.1, first.1);
+    grid.wait_for("the preempted run gone", |_| match process_state(first.1) {
+        '-' | 'Z' => Ok(()),
+        state => Err(format!("state {state}")),
+    });
+    let failures = grid
+        .raw_log()
+        .iter()
+        .filter(|raw| raw.subject.ends_with(".failed"))
+        .count();
+    assert_eq!(failures, 0, "a preemption is not a failure");
+    grid.gridfold_ok(&["cancel", "sleepy", "--nats", &url]);
+}

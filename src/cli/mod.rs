@@ -8,6 +8,7 @@ pub mod bench;
 pub mod blacklist;
 pub mod broker_config;
 pub mod client;
+pub mod control;
 pub mod demo;
 pub mod engine;
 pub mod jobs;
@@ -49,6 +50,12 @@ pub enum Command {
     Cancel(jobs::CancelArgs),
     /// Change a job's priority (higher runs first).
     Priority(jobs::PriorityArgs),
+    /// Suspend a job's running attempts, or one task's: SIGSTOP, slots kept (Grid Engine's `qmod -sj`).
+    Suspend(control::ControlArgs),
+    /// Resume suspended attempts: SIGCONT (Grid Engine's `qmod -usj`).
+    Resume(control::ControlArgs),
+    /// Stop live attempts and queue their tasks again, at the front, without using an attempt (Grid Engine's `qmod -rj`).
+    Reschedule(control::ControlArgs),
     /// Operator policy.
     Policy(jobs::PolicyArgs),
     /// Write the whole log as a history file.
@@ -88,6 +95,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Usage(args) => stat::usage(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Priority(args) => jobs::priority(args),
+        Command::Suspend(args) => control::run(crate::core::state::Control::Suspend, args),
+        Command::Resume(args) => control::run(crate::core::state::Control::Resume, args),
+        Command::Reschedule(args) => control::run(crate::core::state::Control::Preempt, args),
         Command::Policy(args) => jobs::policy(args),
         Command::Export(args) => stat::export(args),
         Command::Replay(args) => replay::run(args),

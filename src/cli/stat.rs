@@ -133,6 +133,9 @@ fn job_notes(job: &JobSummary) -> String {
     if job.blacklisted_engines > 0 {
         notes.push(format!("{} engine(s) blacklisted", job.blacklisted_engines));
     }
+    if job.suspended > 0 {
+        notes.push(format!("{} attempt(s) suspended", job.suspended));
+    }
     if job.redundant_copies > 0 || job.redundant_results_ignored > 0 {
         notes.push(format!("{} redundant copies running, {} results ignored", job.redundant_copies, job.redundant_results_ignored));
     }

@@ -156,6 +156,31 @@ pub enum Event {
     ProjectorKeyRegistered { key: [u8; 32], name: String },
     /// An operator revoked a projector's key.
     ProjectorKeyRevoked { key: [u8; 32] },
+    /// Someone asked to suspend the live attempts of a job or of one task
+    /// (Grid Engine's `qmod -sj`); the projector answers with `Suspend` orders.
+    SuspendRequested(TaskSelector),
+    /// Someone asked to resume suspended attempts (`qmod -usj`): `Resume` orders.
+    ResumeRequested(TaskSelector),
+    /// Someone asked to stop live attempts and queue their tasks again without
+    /// using an attempt (`qmod -rj`): `Preempt` orders.
+    RescheduleRequested(TaskSelector),
+}
+
+/// A job, or one task of it, that an operator's request names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TaskSelector {
+    pub job: JobId,
+    /// A task index; `None` names every task of the job.
+    pub task: Option<u32>,
+}
+
+impl std::fmt::Display for TaskSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.task {
+            Some(index) => write!(f, "{}/{index}", self.job),
+            None => write!(f, "{}", self.job),
+        }
+    }
 }
 
 impl Event {
@@ -196,6 +221,9 @@ impl Event {
             Event::BlacklistsCleared { .. } => "BlacklistsCleared",
             Event::ProjectorKeyRegistered { .. } => "ProjectorKeyRegistered",
             Event::ProjectorKeyRevoked { .. } => "ProjectorKeyRevoked",
+            Event::SuspendRequested(_) => "SuspendRequested",
+            Event::ResumeRequested(_) => "ResumeRequested",
+            Event::RescheduleRequested(_) => "RescheduleRequested",
         }
     }
 }
@@ -677,6 +705,15 @@ pub enum Order {
     /// A dependency of the job (or of one task, `task` = its index) failed and the
     /// job asked to fail with it.
     FailDependent { job: JobId, task: Option<u32>, dependency: String },
+    /// Stop (SIGSTOP) this live attempt, as an operator asked: it stays booked
+    /// on its engine and is not timed out while suspended.
+    Suspend { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// Continue (SIGCONT) this suspended attempt, as an operator asked.
+    Resume { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// Kill this live attempt and put its task back at the front of its job's
+    /// queue, as an operator asked: not a failure, and the attempt is not used
+    /// (its number goes to the next dispatch).
+    Preempt { task: TaskRef, attempt: Attempt, engine: EngineId },
 }
 
 impl Order {
@@ -692,9 +729,12 @@ impl Order {
     pub fn encoded_len_max(&self) -> usize {
         let text = |s: &str| s.len() + 3;
         let strings = match self {
-            Order::Dispatch { task, engine, .. } | Order::Cancel { task, engine, .. } | Order::Requeue { task, engine, .. } => {
-                text(task.job.as_str()) + text(engine.as_str())
-            }
+            Order::Dispatch { task, engine, .. }
+            | Order::Cancel { task, engine, .. }
+            | Order::Requeue { task, engine, .. }
+            | Order::Suspend { task, engine, .. }
+            | Order::Resume { task, engine, .. }
+            | Order::Preempt { task, engine, .. } => text(task.job.as_str()) + text(engine.as_str()),
             Order::EngineLost { engine, .. } => text(engine.as_str()),
             Order::MarkUnschedulable { job, .. } => text(job.as_str()),
             Order::SyncLibrary { engine, library } => {
@@ -718,14 +758,20 @@ impl Order {
             Order::Blacklist { .. } => "Blacklist",
             Order::Reschedule { .. } => "Reschedule",
             Order::FailDependent { .. } => "FailDependent",
+            Order::Suspend { .. } => "Suspend",
+            Order::Resume { .. } => "Resume",
+            Order::Preempt { .. } => "Preempt",
         }
     }
     /// The engine that must hear of this order, if any.
     pub fn addressee(&self) -> Option<&EngineId> {
         match self {
-            Order::Dispatch { engine, .. } | Order::Cancel { engine, .. } | Order::Requeue { engine, .. } => {
-                Some(engine)
-            }
+            Order::Dispatch { engine, .. }
+            | Order::Cancel { engine, .. }
+            | Order::Requeue { engine, .. }
+            | Order::Suspend { engine, .. }
+            | Order::Resume { engine, .. }
+            | Order::Preempt { engine, .. } => Some(engine),
             Order::EngineLost { engine, .. } | Order::SyncLibrary { engine, .. } => Some(engine),
             _ => None,
         }
@@ -837,6 +883,9 @@ impl std::fmt::Display for Order {
                 write!(f, "fail {job}/{index} (dependency {dependency} failed)")
             }
             Order::FailDependent { job, task: None, dependency } => write!(f, "fail {job} (dependency {dependency} failed)"),
+            Order::Suspend { task, attempt, engine } => write!(f, "suspend {task} #{attempt} on {engine}"),
+            Order::Resume { task, attempt, engine } => write!(f, "resume {task} #{attempt} on {engine}"),
+            Order::Preempt { task, attempt, engine } => write!(f, "preempt {task} #{attempt} on {engine}"),
         }
     }
 }

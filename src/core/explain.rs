@@ -84,6 +84,8 @@ pub struct LiveInfo {
     pub attempt: Attempt,
     pub started: bool,
     pub dispatched_ms: u64,
+    /// Suspended by an operator (`gridfold suspend`): stopped, its slots kept.
+    pub suspended: bool,
 }
 
 /// One engine as the dispatcher ranks it for the task: lower tier, then higher
@@ -171,6 +173,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                         attempt: live.attempt,
                         started: live.started_ms.is_some(),
                         dispatched_ms: live.dispatched_ms,
+                        suspended: state.suspended_since(key, live.attempt).is_some(),
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
@@ -348,7 +351,7 @@ impl std::fmt::Display for Explanation {
             }
             Detail::Live { attempts, copy_waiting, ranking } => {
                 for live in attempts {
-                    let state = if live.started { "running" } else { "dispatched, not yet started" };
+                    let state = if live.suspended { "suspended" } else if live.started { "running" } else { "dispatched, not yet started" };
                     writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?;
                 }
                 if *copy_waiting {

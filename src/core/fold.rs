@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 
 use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
-    Policy, TaskConditions, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
+    Policy, TaskConditions, TaskSelector, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
-use super::reject::{JobProblem, OrderProblem, Rejection, SealProblem};
+use super::reject::{ControlProblem, JobProblem, OrderProblem, Rejection, SealProblem};
 use super::state::{
-    CompiledPreference, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey, TaskStatus,
+    CompiledPreference, Control, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey,
+    TaskStatus,
 };
 
 /// Most preferences (affinity rules) one job or task may carry.
@@ -136,6 +137,9 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
                 })
             }
         }
+        Event::SuspendRequested(target) => request_control(state, target, Control::Suspend),
+        Event::ResumeRequested(target) => request_control(state, target, Control::Resume),
+        Event::RescheduleRequested(target) => request_control(state, target, Control::Preempt),
         Event::BlacklistsCleared { engine: None } => {
             state.clear_blacklists(None);
             Ok(())
@@ -570,6 +574,56 @@ fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// An operator's request to suspend, resume or reschedule (preempt): recorded
+/// against each live attempt of the task, or of every task of the job, that it
+/// applies to, for `schedule` to answer with an order. Refused, with the reason
+/// of the first attempt in task order, when it applies to none.
+fn request_control(state: &mut State, target: &TaskSelector, action: Control) -> Result<(), Rejection> {
+    let j = state.job_idx(&target.job).ok_or_else(|| Rejection::UnknownJob { job: target.job.clone() })?;
+    if !state.job(j).is_active() {
+        return Err(Rejection::JobAlreadyEnded { job: target.job.clone() });
+    }
+    let attempts: Vec<(TaskKey, Attempt)> = match target.task {
+        Some(index) => {
+            let key = resolve_task(state, &TaskRef::new(target.job.clone(), index))?;
+            state.live_attempts_of(key).into_iter().map(|live| (key, live.attempt)).collect()
+        }
+        None => state.live_attempts_of_job_sorted(j).into_iter().map(|(key, live)| (key, live.attempt)).collect(),
+    };
+    let mut first_problem = None;
+    let mut granted = Vec::new();
+    for (key, attempt) in attempts {
+        match control_problem(state, key, attempt, action) {
+            None => granted.push((key, attempt)),
+            Some(problem) => {
+                first_problem.get_or_insert(problem);
+            }
+        }
+    }
+    if granted.is_empty() {
+        let problem = first_problem.unwrap_or(ControlProblem::TaskNotLive);
+        return Err(Rejection::ControlRefused { target: target.clone(), action, problem });
+    }
+    for (key, attempt) in granted {
+        state.request_control(key, attempt, action);
+    }
+    Ok(())
+}
+
+/// Why `action` cannot be asked of this live attempt, if it cannot. A
+/// reschedule takes the place of a suspend or resume still awaiting its order.
+fn control_problem(state: &State, key: TaskKey, attempt: Attempt, action: Control) -> Option<ControlProblem> {
+    let suspended = state.suspended_since(key, attempt).is_some();
+    let requested = state.control_requested(key, attempt);
+    match action {
+        Control::Suspend if suspended => Some(ControlProblem::AlreadySuspended),
+        Control::Resume if !suspended => Some(ControlProblem::NotSuspended),
+        Control::Preempt if requested == Some(Control::Preempt) => Some(ControlProblem::AlreadyRequested),
+        Control::Suspend | Control::Resume if requested.is_some() => Some(ControlProblem::AlreadyRequested),
+        _ => None,
+    }
+}
+
 fn logged_in_engine(state: &State, engine: &EngineId) -> Result<EngineIdx, Rejection> {
     let e = state.engine_idx(engine).ok_or_else(|| Rejection::UnknownEngine { engine: engine.clone() })?;
     if state.engine(e).status != EngineStatus::LoggedIn {
@@ -765,6 +819,24 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             state.mark_engine_lost(e);
             state.requeue_engine_attempts(e);
+        }
+        Order::Suspend { task, attempt, engine } | Order::Resume { task, attempt, engine } | Order::Preempt { task, attempt, engine } => {
+            let key = order_task(state, task, last_job)?;
+            live_order_attempt(state, key, *attempt)?;
+            let action = match order {
+                Order::Suspend { .. } => Control::Suspend,
+                Order::Resume { .. } => Control::Resume,
+                _ => Control::Preempt,
+            };
+            let on_engine = state.live_attempt_numbered(key, *attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
+            if state.control_requested(key, *attempt) != Some(action) || !on_engine {
+                return Err(OrderProblem::NotRequested);
+            }
+            match action {
+                Control::Suspend => state.suspend_attempt(key, *attempt),
+                Control::Resume => state.resume_attempt(key, *attempt),
+                Control::Preempt => state.preempt(key, *attempt),
+            }
         }
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;

@@ -119,6 +119,10 @@ enum Step {
     Forged { how: u8 },
     /// Anything the schema can carry, from any publisher.
     Arbitrary { envelope: Box<Envelope>, origin: u8 },
+    /// An operator's request to suspend (0), resume (1) or reschedule (2).
+    Control { job: usize, task: Option<u32>, kind: u8 },
+    /// A sealed Suspend (0), Resume (1) or Preempt (2) that may answer no request.
+    ControlOrder { job: usize, index: u32, attempt: u32, engine: usize, kind: u8 },
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
@@ -140,6 +144,9 @@ fn arb_step() -> impl Strategy<Value = Step> {
         5 => Just(Step::Decide),
         1 => (0..4u8).prop_map(|how| Step::Forged { how }),
         2 => (arb_envelope(), 0..5u8).prop_map(|(envelope, origin)| Step::Arbitrary { envelope: Box::new(envelope), origin }),
+        3 => (0..3usize, prop::option::of(0..5u32), 0..3u8).prop_map(|(job, task, kind)| Step::Control { job, task, kind }),
+        1 => (0..3usize, 0..5u32, 0..4u32, 0..3usize, 0..3u8)
+            .prop_map(|(job, index, attempt, engine, kind)| Step::ControlOrder { job, index, attempt, engine, kind }),
     ]
 }
 
@@ -223,6 +230,31 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
             };
             vec![log.push_from(origin, envelope.event.clone())]
         }
+        Step::Control { job, task, kind } => vec![log.push(control_request(JOBS[*job], *task, *kind))],
+        Step::ControlOrder { job, index, attempt, engine, kind } => {
+            let (task, attempt, engine) = (task(JOBS[*job], *index), *attempt, engine_id(ENGINES[*engine]));
+            let order = match kind {
+                0 => Order::Suspend { task, attempt, engine },
+                1 => Order::Resume { task, attempt, engine },
+                _ => Order::Preempt { task, attempt, engine },
+            };
+            vec![log.orders(batch_of(state, order))]
+        }
+    }
+}
+
+/// A batch of one order, as if the projector had decided it now.
+fn batch_of(state: &State, order: Order) -> OrderBatch {
+    OrderBatch { based_on_seq: state.last_seq, algorithm: "sge-plain".into(), algorithm_version: 4, orders: vec![order] }
+}
+
+/// `SuspendRequested` (0), `ResumeRequested` (1) or `RescheduleRequested` (2) of `job[/task]`.
+fn control_request(job: &str, task: Option<u32>, kind: u8) -> Event {
+    let target = crate::core::event::TaskSelector { job: job_id(job), task };
+    match kind {
+        0 => Event::SuspendRequested(target),
+        1 => Event::ResumeRequested(target),
+        _ => Event::RescheduleRequested(target),
     }
 }
 
@@ -408,4 +440,123 @@ fn attempts_of_an_earlier_login_are_requeued_by_an_order_with_its_reason() {
     assert_eq!(state.engine(e1).closed_epoch_live, 0);
     let batch = decide(&state, &InFlight::new()).unwrap();
     assert_eq!(batch.orders.iter().map(ToString::to_string).collect::<Vec<_>>(), ["dispatch j/0 #2 -> e1"]);
+}
+
+/// Folds the projector's next batch (which must exist) and returns its orders as text.
+fn decide_and_fold(log: &mut LogBuilder, state: &mut State) -> Vec<String> {
+    let batch = decide(state, &InFlight::new()).expect("something to decide");
+    let rendered = batch.orders.iter().map(ToString::to_string).collect();
+    let rejections = fold_checked(state, &log.orders(batch));
+    assert!(rejections.is_empty(), "{rejections:?}");
+    rendered
+}
+
+fn kinds(rejections: &[Rejection]) -> Vec<String> {
+    rejections.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_suspended_attempt_keeps_its_slot_is_not_timed_out_and_is_resumed_then_preempted_without_using_an_attempt() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    let mut spec = job_spec("j", 2, "");
+    spec.max_attempts = 1;
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(spec)] {
+        fold_checked(&mut state, &entry);
+    }
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["dispatch j/0 #1 -> e1"]);
+    let key = state.task_key(&task("j", 0)).unwrap();
+    // Suspended before it starts: the dispatch timeout passes it by.
+    fold_checked(&mut state, &log.push(control_request("j", Some(0), 0)));
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["suspend j/0 #1 on e1"]);
+    assert!(state.suspended_since(key, 1).is_some());
+    let again = fold_checked(&mut state, &log.push(control_request("j", None, 0)));
+    assert_eq!(kinds(&again), ["suspend j refused: already-suspended"]);
+    log.time_ms += 120_000;
+    fold_checked(&mut state, &log.push(Event::Tick));
+    fold_checked(&mut state, &log.push(Event::EngineHeartbeat { engine: engine_id("e1"), load: Default::default() }));
+    assert!(decide(&state, &InFlight::new()).is_none(), "no requeue of a suspended dispatch, nothing else to run");
+    let e1 = state.engine_idx(&engine_id("e1")).unwrap();
+    assert_eq!(state.engine(e1).free_slots(), 0, "a suspended attempt keeps its slot");
+    fold_checked(&mut state, &log.started("j", 0, 1, "e1"));
+    // Resumed.
+    fold_checked(&mut state, &log.push(control_request("j", Some(0), 1)));
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["resume j/0 #1 on e1"]);
+    assert!(state.suspended_since(key, 1).is_none());
+    let again = fold_checked(&mut state, &log.push(control_request("j", Some(0), 1)));
+    assert_eq!(kinds(&again), ["resume j/0 refused: not-suspended"]);
+    // Preempted: back to the queue, first, its attempt not used and no failure counted.
+    fold_checked(&mut state, &log.push(control_request("j", Some(0), 2)));
+    let again = fold_checked(&mut state, &log.push(control_request("j", Some(0), 2)));
+    assert_eq!(kinds(&again), ["reschedule j/0 refused: already-requested"]);
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["preempt j/0 #1 on e1", ]);
+    let preempted = state.task(key);
+    assert_eq!((preempted.status, preempted.attempts, preempted.failures), (TaskStatus::Waiting, 0, 0));
+    assert_eq!(state.n_preempted(), 1);
+    // A late report of the preempted attempt is stale, as after a cancel.
+    let late = fold_checked(&mut state, &log.failed("j", 0, 1, "e1"));
+    assert_eq!(late.iter().map(Rejection::kind_name).collect::<Vec<_>>(), ["stale-attempt"]);
+    // It runs again first, as attempt 1 again; the job has not failed.
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["dispatch j/0 #1 -> e1"]);
+    fold_checked(&mut state, &log.completed("j", 0, 1, "e1"));
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["dispatch j/1 #1 -> e1"]);
+}
+
+#[test]
+fn requests_naming_nothing_they_can_act_on_are_refused_with_their_reason() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 2, ""))] {
+        fold_checked(&mut state, &entry);
+    }
+    decide_and_fold(&mut log, &mut state);
+    let refused = [
+        control_request("nope", None, 0),
+        control_request("j", Some(7), 0),
+        control_request("j", Some(1), 0),
+        control_request("j", Some(0), 1),
+    ]
+    .map(|event| kinds(&fold_checked(&mut state, &log.push(event))));
+    assert_eq!(
+        refused,
+        [
+            ["no job nope"],
+            ["no task j/7"],
+            ["suspend j/1 refused: task-not-live"],
+            ["resume j/0 refused: not-suspended"],
+        ]
+    );
+    // An order no request awaits does not apply.
+    let batch = batch_of(&state, Order::Preempt { task: task("j", 0), attempt: 1, engine: engine_id("e1") });
+    let forged = fold_checked(&mut state, &log.orders(batch));
+    assert_eq!(kinds(&forged), ["order 0 of the batch does not apply: not-requested"]);
+    // Nor one for an engine that does not hold the attempt.
+    fold_checked(&mut state, &log.push(control_request("j", None, 0)));
+    let batch = batch_of(&state, Order::Suspend { task: task("j", 0), attempt: 1, engine: engine_id("e2") });
+    let wrong_engine = fold_checked(&mut state, &log.orders(batch));
+    assert_eq!(kinds(&wrong_engine), ["order 0 of the batch does not apply: not-requested"]);
+    fold_checked(&mut state, &log.push(Event::JobCancelled { job: job_id("j"), reason: "test".into() }));
+    let ended = fold_checked(&mut state, &log.push(control_request("j", None, 2)));
+    assert_eq!(kinds(&ended), ["job j has already ended"]);
+    // The cancel ends the attempt, and its request with it.
+    assert_eq!(decide_and_fold(&mut log, &mut state), ["cancel j/0 #1 on e1 (job-cancelled)"]);
+    assert_eq!(state.control_requests().count(), 0);
+}
+
+#[test]
+fn suspensions_are_in_the_snapshot_and_absent_from_it_when_unused() {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
+        fold_checked(&mut state, &entry);
+    }
+    decide_and_fold(&mut log, &mut state);
+    assert_eq!(state.to_snapshot(), postcard::to_stdvec(&state).unwrap(), "nothing suspended: the snapshot of before");
+    fold_checked(&mut state, &log.push(control_request("j", None, 0)));
+    decide_and_fold(&mut log, &mut state);
+    let key = state.task_key(&task("j", 0)).unwrap();
+    let restored = State::from_snapshot(&state.to_snapshot()).unwrap();
+    assert!(restored.suspended_since(key, 1).is_some());
+    assert_eq!(restored.state_digest(), state.state_digest());
+    assert_ne!(state.to_snapshot(), postcard::to_stdvec(&state).unwrap(), "the suspension is in the snapshot and its digest");
 }

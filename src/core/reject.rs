@@ -4,7 +4,9 @@
 
 use std::fmt;
 
+use super::event::TaskSelector;
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
+use super::state::Control;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Rejection {
@@ -52,6 +54,33 @@ pub enum Rejection {
     /// A library synced or published that the state cannot take (unknown, or
     /// published again with other contents).
     InvalidLibrary { library: String, problem: String },
+    /// An operator's request to suspend, resume or reschedule that names nothing
+    /// it can act on. Added last, so earlier rejections keep their encoding.
+    ControlRefused { target: TaskSelector, action: Control, problem: ControlProblem },
+}
+
+/// Why a request to suspend, resume or reschedule (preempt) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ControlProblem {
+    /// The task (or every task of the job) has no live attempt.
+    TaskNotLive,
+    /// A resume of attempts none of which is suspended.
+    NotSuspended,
+    /// A suspend of attempts that are all suspended already.
+    AlreadySuspended,
+    /// Every attempt named already awaits the order such a request asks for.
+    AlreadyRequested,
+}
+
+impl ControlProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlProblem::TaskNotLive => "task-not-live",
+            ControlProblem::NotSuspended => "not-suspended",
+            ControlProblem::AlreadySuspended => "already-suspended",
+            ControlProblem::AlreadyRequested => "already-requested",
+        }
+    }
 }
 
 /// Why a batch's seal was refused.
@@ -140,6 +169,8 @@ pub enum OrderProblem {
     DependencyNotFailed,
     /// A library sync ordered of an engine that holds it or is syncing something.
     SyncNotNeeded,
+    /// A Suspend, Resume or Preempt that no operator's request awaits.
+    NotRequested,
 }
 
 impl fmt::Display for OrderProblem {
@@ -178,6 +209,7 @@ impl OrderProblem {
             OrderProblem::EngineRunsTask => "engine-runs-task",
             OrderProblem::DependencyNotFailed => "dependency-not-failed",
             OrderProblem::SyncNotNeeded => "sync-not-needed",
+            OrderProblem::NotRequested => "not-requested",
         }
     }
 }
@@ -211,6 +243,7 @@ impl Rejection {
             Rejection::UnknownKey { .. } => "unknown-key",
             Rejection::EpochClosed { .. } => "epoch-closed",
             Rejection::InvalidLibrary { .. } => "invalid-library",
+            Rejection::ControlRefused { .. } => "control-refused",
         }
     }
 }
@@ -266,6 +299,9 @@ impl fmt::Display for Rejection {
                 write!(f, "attempt {attempt} of {task} belongs to an earlier login of engine {engine}")
             }
             Rejection::InvalidLibrary { library, problem } => write!(f, "library {library}: {problem}"),
+            Rejection::ControlRefused { target, action, problem } => {
+                write!(f, "{} {target} refused: {}", action.as_str(), problem.as_str())
+            }
         }
     }
 }

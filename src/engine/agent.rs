@@ -105,6 +105,7 @@ where
             login_ask,
             login_newest,
             running: BTreeMap::new(),
+            runs_after_preemption: BTreeMap::new(),
             slots_used: 0,
             outbox,
             done_tx,
@@ -204,6 +205,9 @@ enum StopReason {
     Lost,
     /// The drain timeout ran out: report `EngineShutdown`.
     Shutdown,
+    /// The projector preempted the attempt (an operator's reschedule): say
+    /// nothing, and let the attempt's number run again when it is dispatched again.
+    Preempt,
 }
 
 #[derive(Debug)]
@@ -238,6 +242,9 @@ struct Agent {
     login_ask: mpsc::Sender<()>,
     login_newest: mpsc::Receiver<u64>,
     running: BTreeMap<AttemptKey, Running>,
+    /// Runs of an attempt number whose preempted run is still being stopped:
+    /// started when it has stopped.
+    runs_after_preemption: BTreeMap<AttemptKey, RunTask>,
     slots_used: u32,
     seen_deliveries: Seen<String>,
     seen_attempts: Seen<AttemptKey>,
@@ -533,6 +540,7 @@ impl Agent {
                 let key = (task, attempt);
                 // An attempt cancelled before it came is never started.
                 self.seen_attempts.insert(key.clone());
+                self.runs_after_preemption.remove(&key);
                 if let Some(running) = self.running.get_mut(&key) {
                     tracing::info!(task = %key.0, attempt, ?reason, "stopping a cancelled attempt");
                     running.stop.get_or_insert(StopReason::Cancel);
@@ -554,6 +562,11 @@ impl Agent {
                 self.report.deliveries += 1;
                 self.sync_library(&delivery.id, library, published).await
             }
+            DeliveryKind::Control(order) if order.addressee() == Some(self.engine()) => {
+                self.report.deliveries += 1;
+                self.control(&order);
+                Ok(())
+            }
             other => {
                 tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine or of an unknown shape: {other:?}");
                 Ok(())
@@ -561,9 +574,40 @@ impl Agent {
         }
     }
 
+    /// Suspends (SIGSTOP), resumes (SIGCONT) or preempts (kills, reporting
+    /// nothing) an attempt this engine runs; an order for any other is ignored.
+    fn control(&mut self, order: &Order) {
+        let (Order::Suspend { task, attempt, .. } | Order::Resume { task, attempt, .. } | Order::Preempt { task, attempt, .. }) =
+            order
+        else {
+            return;
+        };
+        let key = (task.clone(), *attempt);
+        let Some(running) = self.running.get_mut(&key).filter(|running| running.stop.is_none()) else {
+            tracing::info!(%task, attempt, %order, "ignoring an order for an attempt this engine does not run");
+            return;
+        };
+        tracing::info!(%task, attempt, pgid = running.killer.pgid(), "{}", order.kind_name());
+        match order {
+            Order::Suspend { .. } => running.killer.suspend(),
+            Order::Resume { .. } => running.killer.resume(),
+            _ => {
+                running.stop = Some(StopReason::Preempt);
+                running.killer.stop();
+            }
+        }
+    }
+
     /// Starts a `Run`, or reports why it cannot.
     async fn start(&mut self, run: RunTask) -> Result<(), EngineError> {
         let key = (run.task.clone(), run.attempt);
+        if self.running.get(&key).is_some_and(|running| running.stop == Some(StopReason::Preempt)) {
+            // The attempt's number runs again after a preemption, while the
+            // preempted run is still stopping: it starts once that has stopped.
+            tracing::info!(task = %run.task, attempt = run.attempt, "waiting for the preempted run to stop");
+            self.runs_after_preemption.insert(key, run);
+            return Ok(());
+        }
         if !self.seen_attempts.insert(key.clone()) {
             self.report.duplicates_ignored += 1;
             tracing::debug!(task = %run.task, attempt = run.attempt, "ignoring an attempt already started");
@@ -742,6 +786,17 @@ impl Agent {
             error_tail: outcome.stderr_tail.clone(),
         };
         let event = match (running.stop, outcome.end) {
+            (Some(StopReason::Preempt), end) => {
+                tracing::info!(%task, attempt, ?end, "preempted on the projector's order");
+                self.report.stopped_on_order += 1;
+                // The number was given back: its next run is a run, not a duplicate.
+                let key = (task, attempt);
+                self.seen_attempts.forget(&key);
+                return match self.runs_after_preemption.remove(&key) {
+                    Some(run) => Box::pin(self.start(run)).await,
+                    None => Ok(()),
+                };
+            }
             (Some(StopReason::Cancel | StopReason::Lost), end) => {
                 tracing::info!(%task, attempt, ?end, "stopped on the projector's order");
                 self.report.stopped_on_order += 1;
@@ -786,6 +841,7 @@ impl Agent {
             running = self.running.len(),
             "declared lost by the projector: stopping everything and logging in again"
         );
+        self.runs_after_preemption.clear();
         self.stop_all(StopReason::Lost);
         self.wait_for_stopped().await?;
         self.log_in().await
@@ -1032,6 +1088,13 @@ impl<T: Hash + Eq + Clone> Seen<T> {
         self.order.push_back(value);
         debug_assert_eq!(self.set.len(), self.order.len());
         true
+    }
+
+    /// Forgets `value`, if remembered.
+    fn forget(&mut self, value: &T) {
+        if self.set.remove(value) {
+            self.order.retain(|remembered| remembered != value);
+        }
     }
 }
 

@@ -32,6 +32,10 @@
 //!   that died during the fork leaves nothing running. The signal covers the leader
 //!   only (the kernel clears it in the leader's children); the group records cover
 //!   the rest.
+//! - Suspending ([`Killer::suspend`]) sends SIGSTOP to the whole group, resuming
+//!   ([`Killer::resume`]) SIGCONT; the wall-time limit does not run while the
+//!   group is suspended. Stopping a suspended group sends SIGCONT after SIGTERM,
+//!   so the signal is not left pending.
 //! - An outcome of [`RunEnd::WallTimeExceeded`] or [`RunEnd::Killed`] is final
 //!   whatever the process did after being told to stop (it may trap SIGTERM and
 //!   exit 0): it was stopped, not finished.
@@ -168,6 +172,8 @@ impl Group {
 pub struct Killer {
     group: Arc<Group>,
     stop: watch::Sender<bool>,
+    /// `true` while the run is to be suspended.
+    pause: watch::Sender<bool>,
 }
 
 impl Killer {
@@ -175,6 +181,17 @@ impl Killer {
     /// the grace period. Returns at once; the outcome comes on the channel.
     pub fn stop(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// SIGSTOP to the group (by the supervisor, which also stops the wall-time
+    /// clock). Returns at once.
+    pub fn suspend(&self) {
+        self.pause.send_replace(true);
+    }
+
+    /// SIGCONT to a suspended group; the wall-time clock runs again.
+    pub fn resume(&self) {
+        self.pause.send_replace(false);
     }
 
     /// SIGKILL to the group now, without waiting for anything (for an engine on its
@@ -249,6 +266,7 @@ pub fn start<T: Send + 'static>(
         });
     }
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (pause_tx, pause_rx) = watch::channel(false);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let supervisor = Supervisor {
@@ -256,6 +274,7 @@ pub fn start<T: Send + 'static>(
         group: Arc::clone(&group),
         records: spec.group_records,
         stop: stop_rx,
+        pause: pause_rx,
         started,
         wall_time_limit: spec.wall_time_limit,
         kill_grace: spec.kill_grace,
@@ -268,6 +287,7 @@ pub fn start<T: Send + 'static>(
     Ok(Killer {
         group,
         stop: stop_tx,
+        pause: pause_tx,
     })
 }
 
@@ -276,6 +296,7 @@ struct Supervisor {
     group: Arc<Group>,
     records: Option<GroupRecords>,
     stop: watch::Receiver<bool>,
+    pause: watch::Receiver<bool>,
     started: Instant,
     wall_time_limit: Option<Duration>,
     kill_grace: Duration,
@@ -296,7 +317,9 @@ impl Supervisor {
         let pid = self.group.pgid;
         let exited = wait_for_exit_without_reaping(pid);
         tokio::pin!(exited);
-        let deadline = self.wall_time_limit.map(|limit| self.started + limit);
+        let mut deadline = self.wall_time_limit.map(|limit| self.started + limit);
+        // While suspended: the wall time the limit still allows (the clock stops).
+        let mut suspended_with: Option<Option<Duration>> = None;
         let mut stopping: Option<RunEnd> = None;
         let mut kill_at: Option<Instant> = None;
         let exit_seen = loop {
@@ -312,7 +335,21 @@ impl Supervisor {
                 _ = self.stop.changed(), if stopping.is_none() => {
                     stopping = Some(RunEnd::Killed);
                     self.group.signal(libc::SIGTERM);
+                    if suspended_with.take().is_some() {
+                        self.group.signal(libc::SIGCONT);
+                    }
                     kill_at = Some(Instant::now() + self.kill_grace);
+                }
+                Ok(()) = self.pause.changed(), if stopping.is_none() => {
+                    let pause = *self.pause.borrow_and_update();
+                    if pause && suspended_with.is_none() {
+                        self.group.signal(libc::SIGSTOP);
+                        suspended_with = Some(deadline.map(|at| at.saturating_duration_since(Instant::now())));
+                        deadline = None;
+                    } else if !pause && let Some(left) = suspended_with.take() {
+                        self.group.signal(libc::SIGCONT);
+                        deadline = left.map(|left| Instant::now() + left);
+                    }
                 }
                 () = sleep_until(kill_at), if kill_at.is_some() => {
                     self.group.signal(libc::SIGKILL);
@@ -625,6 +662,74 @@ mod tests {
         let (tag, outcome) = rx.recv().await.unwrap();
         assert_eq!(tag, 7);
         (outcome, dir)
+    }
+
+    /// The state letter of process `pid` once it is `wanted`, within five seconds.
+    async fn state_becomes(pid: i32, wanted: char) -> char {
+        let mut state = '?';
+        for _ in 0..500 {
+            state = procfs::read_stat(pid).map_or('?', |stat| stat.state);
+            if state == wanted {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        state
+    }
+
+    #[tokio::test]
+    async fn a_suspended_run_is_stopped_and_its_wall_time_clock_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: vec!["sleep".into(), "0.6".into()],
+            work_dir: dir.path().join("w"),
+            env: Vec::new(),
+            wall_time_limit: Some(Duration::from_millis(900)),
+            kill_grace: Duration::from_millis(200),
+            group_records: None,
+        };
+        let killer = start(spec, 1u32, tx).unwrap();
+        killer.suspend();
+        assert_eq!(state_becomes(killer.pgid(), 'T').await, 'T', "SIGSTOP reached the group");
+        // Suspended past the wall-time limit: the clock does not run meanwhile.
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        killer.resume();
+        // Sleeping again, or already done: its sleep's timer ran on while it was stopped.
+        let mut state = 'T';
+        for _ in 0..500 {
+            state = procfs::read_stat(killer.pgid()).map_or('-', |stat| stat.state);
+            if state != 'T' {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_ne!(state, 'T', "SIGCONT reached the group");
+        let (_, outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0), "finished within its limit of running time");
+        assert!(outcome.wall_ms >= 1_000, "suspended a second, past its 900 ms limit: {} ms", outcome.wall_ms);
+    }
+
+    #[tokio::test]
+    async fn a_suspended_run_can_be_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 30 & wait".into()],
+            work_dir: dir.path().join("w"),
+            env: Vec::new(),
+            wall_time_limit: None,
+            kill_grace: Duration::from_secs(20),
+            group_records: None,
+        };
+        let killer = start(spec, 1u32, tx).unwrap();
+        killer.suspend();
+        assert_eq!(state_becomes(killer.pgid(), 'T').await, 'T');
+        let stopped_at = Instant::now();
+        killer.stop();
+        let (_, outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Killed);
+        assert!(stopped_at.elapsed() < Duration::from_secs(10), "SIGTERM was not left pending: the grace did not run out");
     }
 
     #[tokio::test]

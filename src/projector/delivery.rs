@@ -4,7 +4,8 @@
 //! Every `Cancel` is delivered whatever its reason (a cancelled job, a redundant
 //! copy); a `Requeue` is delivered as a cancel of the attempt it gives up on; a
 //! `SyncLibrary` to the engine that is to sync, with the size and blake3 the log
-//! says the library was published with. Orders no engine acts on
+//! says the library was published with; `Suspend`, `Resume` and `Preempt` to
+//! the engine holding the attempt. Orders no engine acts on
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
@@ -83,6 +84,9 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             Order::SyncLibrary { engine, library } => {
                 let published = state.library(library).cloned();
                 (engine.clone(), DeliveryKind::SyncLibrary { library: library.clone(), published })
+            }
+            Order::Suspend { engine, .. } | Order::Resume { engine, .. } | Order::Preempt { engine, .. } => {
+                (engine.clone(), DeliveryKind::Control(order.clone()))
             }
             Order::MarkUnschedulable { .. }
             | Order::Blacklist { .. }

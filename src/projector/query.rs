@@ -375,6 +375,9 @@ pub struct JobSummary {
     /// Engines that get no more of this job's tasks.
     #[serde(default)]
     pub blacklisted_engines: u32,
+    /// Live attempts an operator suspended (`gridfold suspend`).
+    #[serde(default)]
+    pub suspended: u32,
     /// While active: its root library, when no logged-in engine that could run it holds it yet.
     #[serde(default)]
     pub waits_for_library: Option<String>,
@@ -416,6 +419,7 @@ impl StateSummary {
                 redundant_results_ignored: job.redundant_results,
                 redundant_copies_dropped: job.copies_dropped,
                 blacklisted_engines: job.blacklist.len() as u32,
+                suspended: state.n_suspended_of_job(j),
                 waits_for_library: job
                     .options
                     .root_library

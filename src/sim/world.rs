@@ -456,6 +456,8 @@ impl<'a> World<'a> {
                 self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
             }
             DeliveryKind::Lost(_) => unreachable!("the news of a loss is not delivered to simulated engines"),
+            // Simulated engines have no processes to stop, and scenarios ask no suspensions.
+            DeliveryKind::Control(_) => {}
             // The simulated engines are one process per name: no one to fence out.
             DeliveryKind::LoggedIn => {}
         }

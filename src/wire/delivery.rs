@@ -3,8 +3,9 @@
 //! They are not log entries: the log already holds the batch they came from.
 //!
 //! Only orders an engine must act on become deliveries: runs, cancels (a
-//! cancelled job, a requeue, a redundant copy no longer needed), library syncs
-//! and the news that the engine was declared lost. Orders with no engine to
+//! cancelled job, a requeue, a redundant copy no longer needed), suspends,
+//! resumes and preemptions, library syncs and the news that the engine was
+//! declared lost. Orders with no engine to
 //! tell (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are
 //! not delivered.
 
@@ -52,6 +53,8 @@ pub enum DeliveryKind {
     SyncLibrary { library: LibraryRef, published: Option<LibraryInfo> },
     /// A login of this engine was folded; it opened the delivery's epoch.
     LoggedIn,
+    /// An `Order::Suspend`, `Order::Resume` or `Order::Preempt` for this engine.
+    Control(Order),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -86,11 +89,16 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             slots: run.slots,
             root_library: run.root_library.as_ref().map(library_to_proto),
         }),
-        DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) => match order_to_proto(order).kind {
-            Some(proto::order::Kind::Cancel(cancel)) => Kind::Cancel(cancel),
-            Some(proto::order::Kind::EngineLost(lost)) => Kind::Lost(lost),
-            _ => unreachable!("deliveries carry only Cancel and EngineLost orders"),
-        },
+        DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) | DeliveryKind::Control(order) => {
+            match order_to_proto(order).kind {
+                Some(proto::order::Kind::Cancel(cancel)) => Kind::Cancel(cancel),
+                Some(proto::order::Kind::EngineLost(lost)) => Kind::Lost(lost),
+                Some(proto::order::Kind::Suspend(suspend)) => Kind::Suspend(suspend),
+                Some(proto::order::Kind::Resume(resume)) => Kind::Resume(resume),
+                Some(proto::order::Kind::Preempt(preempt)) => Kind::Preempt(preempt),
+                _ => unreachable!("deliveries carry only Cancel, EngineLost, Suspend, Resume and Preempt orders"),
+            }
+        }
         DeliveryKind::LoggedIn => Kind::LoggedIn(proto::LoggedIn {}),
         DeliveryKind::SyncLibrary { library, published } => {
             published_library = published.as_ref().map(library_info_to_proto);
@@ -146,10 +154,13 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
             DeliveryKind::SyncLibrary { library, published }
         }
         Some(Kind::LoggedIn(_)) => DeliveryKind::LoggedIn,
+        Some(Kind::Suspend(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Suspend(m)) })?),
+        Some(Kind::Resume(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Resume(m)) })?),
+        Some(Kind::Preempt(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Preempt(m)) })?),
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
-                problem: super::FieldProblem::MissingOneof { expected: "run, cancel, lost, sync_library or logged_in" },
+                problem: super::FieldProblem::MissingOneof { expected: "run, cancel, lost, sync_library, logged_in, suspend, resume or preempt" },
             })
         }
     };
@@ -187,6 +198,9 @@ mod tests {
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),
             DeliveryKind::Lost(Order::EngineLost { engine: e1.clone(), epoch: 4, last_seen_ms: 99 }),
+            DeliveryKind::Control(Order::Suspend { task: task("render", 3), attempt: 2, engine: e1.clone() }),
+            DeliveryKind::Control(Order::Resume { task: task("render", 3), attempt: 2, engine: e1.clone() }),
+            DeliveryKind::Control(Order::Preempt { task: task("render", 3), attempt: 2, engine: e1.clone() }),
             DeliveryKind::SyncLibrary { library: LibraryRef::new("render-lib", "2.1.0"), published: None },
             DeliveryKind::SyncLibrary {
                 library: LibraryRef::new("render-lib", "2.1.0"),

@@ -51,6 +51,9 @@ pub fn subject_for(event: &Event) -> String {
         Event::BlacklistsCleared { .. } => "gridfold.ev.blacklists.cleared".to_string(),
         Event::ProjectorKeyRegistered { .. } => KEYS_REGISTERED_SUBJECT.to_string(),
         Event::ProjectorKeyRevoked { .. } => "gridfold.ev.keys.revoked".to_string(),
+        Event::SuspendRequested(_) => "gridfold.ev.job.suspend".to_string(),
+        Event::ResumeRequested(_) => "gridfold.ev.job.resume".to_string(),
+        Event::RescheduleRequested(_) => "gridfold.ev.job.reschedule".to_string(),
     }
 }
 

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use crate::core::event::{
     Algorithm, CancelReason, EngineLoad, EngineProps, Envelope, Event, FailureKind, JobOptions,
     JobSpec, LibraryInfo, LibraryRef, LoadFormula, Order, OrderBatch, Policy, Preference,
-    RedundancyPolicy, RequeueReason, RescheduleReason, TaskConditions, TaskSet, TaskTemplate,
+    RedundancyPolicy, RequeueReason, RescheduleReason, TaskConditions, TaskSelector, TaskSet, TaskTemplate,
     Unschedulable,
 };
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
@@ -56,9 +56,12 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::BlacklistsCleared { .. } => 16,
         Event::ProjectorKeyRegistered { .. } => 17,
         Event::ProjectorKeyRevoked { .. } => 18,
+        Event::SuspendRequested(_) => 19,
+        Event::ResumeRequested(_) => 20,
+        Event::RescheduleRequested(_) => 21,
     }
 }
-pub const EVENT_VARIANTS: usize = 19;
+pub const EVENT_VARIANTS: usize = 22;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -72,9 +75,12 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::Blacklist { .. } => 6,
         Order::Reschedule { .. } => 7,
         Order::FailDependent { .. } => 8,
+        Order::Suspend { .. } => 9,
+        Order::Resume { .. } => 10,
+        Order::Preempt { .. } => 11,
     }
 }
-pub const ORDER_VARIANTS: usize = 9;
+pub const ORDER_VARIANTS: usize = 12;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -355,6 +361,19 @@ pub fn every_event() -> Vec<Event> {
         Event::BlacklistsCleared { engine: None },
         Event::ProjectorKeyRegistered { key: [3; 32], name: "projector on node-a".to_string() },
         Event::ProjectorKeyRevoked { key: [3; 32] },
+        Event::SuspendRequested(TaskSelector { job: job("render-1"), task: Some(7) }),
+        Event::ResumeRequested(TaskSelector { job: job("render-1"), task: None }),
+        Event::RescheduleRequested(TaskSelector { job: job("render-1"), task: Some(0) }),
+        Event::OrderBatch(OrderBatch {
+            based_on_seq: Seq(44),
+            algorithm: "sge-plain".to_string(),
+            algorithm_version: 4,
+            orders: vec![
+                Order::Suspend { task: task("render-1", 7), attempt: 1, engine: engine("e1") },
+                Order::Resume { task: task("render-1", 7), attempt: 1, engine: engine("e1") },
+                Order::Preempt { task: task("render-1", 0), attempt: 2, engine: engine("e3") },
+            ],
+        }),
     ]
 }
 
@@ -707,6 +726,11 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 dependency,
             }
         }),
+        (arb_task(), any::<u32>(), arb_engine(), 0..3u8).prop_map(|(task, attempt, engine, kind)| match kind {
+            0 => Order::Suspend { task, attempt, engine },
+            1 => Order::Resume { task, attempt, engine },
+            _ => Order::Preempt { task, attempt, engine },
+        }),
     ]
 }
 
@@ -820,6 +844,14 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         prop::option::of(arb_engine()).prop_map(|engine| Event::BlacklistsCleared { engine }),
         (any::<[u8; 32]>(), arb_text()).prop_map(|(key, name)| Event::ProjectorKeyRegistered { key, name }),
         any::<[u8; 32]>().prop_map(|key| Event::ProjectorKeyRevoked { key }),
+        (arb_job(), any::<Option<u32>>(), 0..3u8).prop_map(|(job, task, kind)| {
+            let target = TaskSelector { job, task };
+            match kind {
+                0 => Event::SuspendRequested(target),
+                1 => Event::ResumeRequested(target),
+                _ => Event::RescheduleRequested(target),
+            }
+        }),
     ]
 }
 

@@ -190,7 +190,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published"],
+        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested"],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
@@ -251,7 +251,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent"],
+        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt"],
     );
     check_error(
         &format!(
@@ -398,7 +398,7 @@ fn bytes_that_are_not_an_envelope_say_so() {
     );
     check(
         b"{\"json\": 1}",
-        expect!["not a gridfold.v1.Envelope: failed to decode Protobuf message: buffer underflow"],
+        expect!["not a gridfold.v1.Envelope: failed to decode Protobuf message: Envelope.event: invalid wire type: StartGroup (expected LengthDelimited)"],
     );
     check(
         b"",
@@ -467,6 +467,10 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
         ProjectorKeyRegistered gridfold.ev.keys.registered          Operator
         ProjectorKeyRevoked  gridfold.ev.keys.revoked             Operator
+        SuspendRequested     gridfold.ev.job.suspend              Client
+        ResumeRequested      gridfold.ev.job.resume               Client
+        RescheduleRequested  gridfold.ev.job.reschedule           Client
+        OrderBatch           gridfold.ev.orders                   Projector
     "#]]
     .assert_eq(&shown);
 }

@@ -27,7 +27,7 @@ pub struct Orders {
     orders: Vec<Order>,
     /// The sum of `encoded_len_max` over `orders`.
     bytes: usize,
-    /// The attempts a `Requeue` or `Cancel` among `orders` ends: a later stage
+    /// The attempts a `Requeue`, `Cancel` or `Preempt` among `orders` ends: a later stage
     /// must not end one again, or the fold refuses the second order.
     ended: BTreeSet<(TaskRef, Attempt)>,
 }
@@ -46,7 +46,9 @@ impl Orders {
             return false;
         }
         self.bytes += bytes;
-        if let Order::Requeue { task, attempt, .. } | Order::Cancel { task, attempt, .. } = &order {
+        if let Order::Requeue { task, attempt, .. } | Order::Cancel { task, attempt, .. } | Order::Preempt { task, attempt, .. } =
+            &order
+        {
             self.ended.insert((task.clone(), *attempt));
         }
         self.orders.push(order);

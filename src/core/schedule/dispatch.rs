@@ -368,7 +368,7 @@ impl JobWalk {
             if !self.cut_short {
                 let index = job.next_waiting(&mut self.first)?;
                 let task = &job.tasks[index as usize];
-                if task.attempts == 0 && !task.is_queue_jump() {
+                if task.is_fresh() {
                     self.first_walk_fresh_max = Some(self.first_walk_fresh_max.map_or(index, |max| max.max(index)));
                 }
                 return Some(index);

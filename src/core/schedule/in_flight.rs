@@ -13,8 +13,10 @@ pub struct InFlight {
     dispatched_per_job: BTreeMap<JobIdx, u32>,
     booked: BTreeMap<EngineIdx, u32>,
     lost: BTreeSet<EngineIdx>,
-    /// Attempts a Requeue or Cancel in flight will end.
+    /// Attempts a Requeue, Cancel or Preempt in flight will end.
     ending: BTreeSet<(TaskKey, Attempt)>,
+    /// Attempts a Suspend, Resume or Preempt in flight answers a request of.
+    controlled: BTreeSet<(TaskKey, Attempt)>,
     flagged: BTreeSet<JobIdx>,
     syncing: BTreeSet<EngineIdx>,
     blacklisted: BTreeSet<(JobIdx, EngineIdx)>,
@@ -50,6 +52,17 @@ impl InFlight {
                 Order::Cancel { task, attempt, .. } | Order::Requeue { task, attempt, .. } => {
                     if let Some(key) = state.task_key(task) {
                         self.ending.insert((key, *attempt));
+                    }
+                }
+                Order::Suspend { task, attempt, .. } | Order::Resume { task, attempt, .. } => {
+                    if let Some(key) = state.task_key(task) {
+                        self.controlled.insert((key, *attempt));
+                    }
+                }
+                Order::Preempt { task, attempt, .. } => {
+                    if let Some(key) = state.task_key(task) {
+                        self.ending.insert((key, *attempt));
+                        self.controlled.insert((key, *attempt));
                     }
                 }
                 Order::EngineLost { engine, .. } => {
@@ -90,6 +103,7 @@ impl InFlight {
         self.dispatched.is_empty()
             && self.lost.is_empty()
             && self.ending.is_empty()
+            && self.controlled.is_empty()
             && self.flagged.is_empty()
             && self.syncing.is_empty()
             && self.blacklisted.is_empty()
@@ -114,6 +128,9 @@ impl InFlight {
     }
     pub fn is_ending(&self, key: TaskKey, attempt: Attempt) -> bool {
         self.ending.contains(&(key, attempt))
+    }
+    pub fn is_controlled(&self, key: TaskKey, attempt: Attempt) -> bool {
+        self.controlled.contains(&(key, attempt))
     }
     pub fn is_flagged(&self, job: JobIdx) -> bool {
         self.flagged.contains(&job)

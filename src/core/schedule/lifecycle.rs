@@ -45,13 +45,15 @@ pub fn requeue_closed_epochs(state: &State, in_flight: &InFlight, lost: &BTreeSe
 }
 
 /// Dispatches not reported started within `dispatch_timeout_ms` go back to the
-/// queue, and their engine is told to drop them.
+/// queue, and their engine is told to drop them. A suspended attempt is not
+/// timed out: an operator stopped it on purpose.
 pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let timeout = state.policy.dispatch_timeout_ms;
     let overdue = state
         .dispatched_by_age()
         .take_while(|&&(dispatched_ms, ..)| dispatched_ms.saturating_add(timeout) < state.now_ms)
-        .map(|&(_, key, attempt)| (key, attempt));
+        .map(|&(_, key, attempt)| (key, attempt))
+        .filter(|&(key, attempt)| state.suspended_since(key, attempt).is_none());
     end_live_attempts(state, in_flight, lost, overdue, orders, |task, attempt, engine| Order::Requeue {
         task,
         attempt,

@@ -5,6 +5,8 @@
 //!    attempts of an engine's earlier login epoch are requeued (`EngineRestarted`);
 //!    dispatches not started within `dispatch_timeout` are requeued; live attempts
 //!    of ended jobs (and redundant copies a job cancels at once) are cancelled.
+//!    [`suspension`]: operators' requests to suspend, resume or reschedule live
+//!    attempts are answered with `Suspend`, `Resume` and `Preempt` orders.
 //! 2. [`dependencies`]: jobs and tasks whose dependency failed fail with it, when
 //!    they asked to.
 //! 3. [`blacklist`]: engines that reached a job's failure count are blacklisted for it.
@@ -43,6 +45,7 @@ pub mod libraries;
 pub mod redundancy;
 pub mod sge;
 pub mod sgeee;
+pub mod suspension;
 
 #[cfg(test)]
 mod busy_grid_tests;
@@ -78,6 +81,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     lifecycle::requeue_closed_epochs(state, in_flight, &lost, &mut orders);
     lifecycle::requeue_unstarted(state, in_flight, &lost, &mut orders);
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
+    suspension::answer_control_requests(state, in_flight, &lost, &mut orders);
     dependencies::fail_dependents(state, in_flight, &mut orders);
     blacklist::blacklist_failing_engines(state, in_flight, &mut orders);
     redundancy::reschedule_long_tasks(state, in_flight, &lost, &mut orders);

@@ -100,12 +100,22 @@ impl TaskState {
     pub const QUEUE_JUMP: u8 = 1;
     /// Has an entry in `Job::conditions`.
     pub const CONDITIONAL: u8 = 2;
+    /// Waiting in the retry queue after a Preempt, its attempt number given
+    /// back (so `attempts` may be 0 though it ran): not a fresh task.
+    pub const PREEMPTED: u8 = 4;
 
     pub fn is_queue_jump(&self) -> bool {
         self.flags & Self::QUEUE_JUMP != 0
     }
     pub fn is_conditional(&self) -> bool {
         self.flags & Self::CONDITIONAL != 0
+    }
+    pub fn is_preempted(&self) -> bool {
+        self.flags & Self::PREEMPTED != 0
+    }
+    /// Never dispatched and served in index order: not a queue jump, not back from a preemption.
+    pub fn is_fresh(&self) -> bool {
+        self.attempts == 0 && self.flags & (Self::QUEUE_JUMP | Self::PREEMPTED) == 0
     }
     pub fn is_live(&self) -> bool {
         matches!(self.status, TaskStatus::Dispatched | TaskStatus::Running)
@@ -494,7 +504,7 @@ impl Job {
 
     fn is_fresh_waiting(&self, index: u32) -> bool {
         let task = &self.tasks[index as usize];
-        task.status == TaskStatus::Waiting && task.attempts == 0 && !task.is_queue_jump()
+        task.status == TaskStatus::Waiting && task.is_fresh()
     }
 
     /// Grid Engine's initiation deadline (`qsub -dl`), in log time.
@@ -541,7 +551,11 @@ impl Job {
     pub(super) fn take_waiting(&mut self, index: u32, attempt: Attempt) {
         let task = self.tasks[index as usize];
         assert_eq!(task.status, TaskStatus::Waiting);
-        if task.is_queue_jump() && task.attempts == 0 {
+        if task.is_preempted() {
+            let removed = remove_first(&mut self.retries, index);
+            assert!(removed, "a preempted task waits in the retry queue");
+            self.tasks[index as usize].flags &= !TaskState::PREEMPTED;
+        } else if task.is_queue_jump() && task.attempts == 0 {
             remove_first(&mut self.front, index);
         } else if task.attempts == 0 {
             if index == self.fresh_next {
@@ -630,11 +644,26 @@ impl Job {
         self.retries.push_back(index);
     }
 
+    /// A Preempt ended the task's last live attempt: it waits at the front of
+    /// the retry queue, and when the attempt was its newest, the attempt's
+    /// number is given back, so the next dispatch takes it again (an older
+    /// number is not: a newer one was used since).
+    pub(super) fn requeue_preempted(&mut self, index: u32, attempt: Attempt) {
+        self.set_status(index, TaskStatus::Waiting);
+        self.retries.push_front(index);
+        let task = &mut self.tasks[index as usize];
+        if task.attempts == attempt {
+            task.attempts = attempt - 1;
+        }
+        task.flags |= TaskState::PREEMPTED;
+    }
+
     /// A waiting task fails without running (a dependency of it failed).
     pub(super) fn fail_waiting(&mut self, index: u32) {
         assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting);
         remove_first(&mut self.front, index);
         remove_first(&mut self.retries, index);
+        self.tasks[index as usize].flags &= !TaskState::PREEMPTED;
         self.set_status(index, TaskStatus::Failed);
     }
 
@@ -666,6 +695,7 @@ impl Job {
     pub(super) fn cancel_waiting_tasks(&mut self) {
         for index in 0..self.n_tasks() {
             if self.tasks[index as usize].status == TaskStatus::Waiting {
+                self.tasks[index as usize].flags &= !TaskState::PREEMPTED;
                 self.set_status(index, TaskStatus::Cancelled);
             }
         }
@@ -685,6 +715,13 @@ impl Job {
         assert_eq!(counts.total(), self.n_tasks());
         for &index in &self.retries {
             assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting, "retry queue of {}", self.id);
+        }
+        for (index, task) in self.tasks.iter().enumerate().filter(|(_, task)| task.is_preempted()) {
+            assert!(
+                task.status == TaskStatus::Waiting && self.retries.contains(&(index as u32)),
+                "a preempted task of {} waits in the retry queue",
+                self.id
+            );
         }
         let mut copies_queued = 0;
         for &index in self.front.iter().chain(&self.back) {

@@ -24,6 +24,7 @@ mod index;
 mod job;
 pub mod accounts;
 mod retire;
+mod suspension;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -36,6 +37,7 @@ pub use job::{
     TaskCondition, TaskCounts, TaskState, TaskStatus, WaitingCursor,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
+pub use suspension::{Control, Suspensions};
 
 use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
@@ -298,6 +300,10 @@ pub struct State {
     pub(crate) projects: Accounts,
     pub rejections: Rejections,
     pub totals: Totals,
+    /// Operators' suspensions and preemptions: in the snapshot after the rest,
+    /// and only when not empty (see `suspension.rs`).
+    #[serde(skip)]
+    pub(crate) suspension: Suspensions,
 }
 
 impl State {
@@ -1044,6 +1050,7 @@ impl State {
             self.dispatched_since.remove(&(live.dispatched_ms, key, attempt));
         }
         self.to_cancel.remove(&(key, attempt));
+        self.forget_controls(key, attempt);
         let job = &self.jobs[key.job.0 as usize];
         let (slots, user, project) = (job.slots_per_task, job.user_account, job.project_account);
         let (now, halftime_ms) = (self.now_ms, self.policy.sge.halftime_ms);
@@ -1287,11 +1294,15 @@ impl State {
     /// A snapshot of the whole state (postcard). Category expressions are not
     /// stored; [`State::from_snapshot`] re-parses them.
     pub fn to_snapshot(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("the state always serialises")
+        let mut bytes = postcard::to_stdvec(self).expect("the state always serialises");
+        bytes.extend(self.suspension_trailer());
+        bytes
     }
 
     pub fn from_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
-        let mut state: State = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let (mut state, trailer): (State, _) =
+            postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        state.read_suspension_trailer(trailer).map_err(|e| SnapshotError::Decode(format!("suspensions: {e}")))?;
         for category in state.categories.iter_mut().filter(|category| !category.is_vacant()) {
             let expr = super::expr::parse_printed(&category.requirements).map_err(|e| {
                 SnapshotError::Decode(format!("category {:?}: {e}", category.requirements))
@@ -1433,6 +1444,7 @@ impl State {
             assert!(job.is_active() && job.options.engine_blacklisting && !job.blacklist.contains(&e));
         }
         self.check_retirement_invariants();
+        self.check_suspension_invariants();
     }
 }
 

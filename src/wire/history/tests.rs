@@ -124,6 +124,10 @@ fn export_writes_every_variant_readably() {
         {"seq":22,"time_ms":1700000000022,"subject":"gridfold.ev.blacklists.cleared","envelope":{"id":"15151515-1515-1515-1515-151515151515","source":"test","event":{"blacklists_cleared":{}}}}
         {"seq":23,"time_ms":1700000000023,"subject":"gridfold.ev.keys.registered","envelope":{"id":"16161616-1616-1616-1616-161616161616","source":"test","event":{"projector_key_registered":{"key":"\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003","name":"projector on node-a"}}}}
         {"seq":24,"time_ms":1700000000024,"subject":"gridfold.ev.keys.revoked","envelope":{"id":"17171717-1717-1717-1717-171717171717","source":"test","event":{"projector_key_revoked":{"key":"\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003\u0003"}}}}
+        {"seq":25,"time_ms":1700000000025,"subject":"gridfold.ev.job.suspend","envelope":{"id":"18181818-1818-1818-1818-181818181818","source":"test","event":{"suspend_requested":{"job":"render-1","task":7}}}}
+        {"seq":26,"time_ms":1700000000026,"subject":"gridfold.ev.job.resume","envelope":{"id":"19191919-1919-1919-1919-191919191919","source":"test","event":{"resume_requested":{"job":"render-1"}}}}
+        {"seq":27,"time_ms":1700000000027,"subject":"gridfold.ev.job.reschedule","envelope":{"id":"1a1a1a1a-1a1a-1a1a-1a1a-1a1a1a1a1a1a","source":"test","event":{"reschedule_requested":{"job":"render-1","task":0}}}}
+        {"seq":28,"time_ms":1700000000028,"subject":"gridfold.ev.orders","envelope":{"id":"1b1b1b1b-1b1b-1b1b-1b1b-1b1b1b1b1b1b","source":"test","event":{"order_batch":{"based_on_seq":44,"algorithm":"sge-plain","algorithm_version":4,"orders":[{"suspend":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1"}},{"resume":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1"}},{"preempt":{"task":{"job":"render-1","index":0},"attempt":2,"engine":"e3"}}]}}}}
         {"seq":99,"time_ms":1700000009999,"subject":"gridfold.ev.job.submitted","raw_base64":"CgNhYmM=","undecodable":"id: not a UUID in its 36-character hyphenated form: \"abc\" has 3 bytes"}
     "#]].assert_eq(&written);
 }
@@ -264,7 +268,7 @@ fn errors_say_the_line_and_what_is_wrong() {
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_complete": {}}}}"#,
         expect![
-            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `tick`, `order_batch`, `library_published`"
+            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `suspend_requested`, `resume_requested`, `reschedule_requested`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `tick`, `order_batch`, `library_published`"
         ],
     );
     check_error(
@@ -344,7 +348,7 @@ fn reading_a_file_names_it_in_errors() {
     .unwrap();
     let error = read_history_file(&path).unwrap_err().to_string();
     let shown = error.replace(&dir.path().display().to_string(), "DIR");
-    expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published"].assert_eq(&shown);
+    expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested"].assert_eq(&shown);
 
     std::fs::write(&path, EXAMPLES).unwrap();
     assert_eq!(read_history_file(&path).unwrap().len(), 4);
