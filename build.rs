@@ -47,6 +47,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.PolicySet.engine_tiers",
     ".gridfold.v1.PolicySet.greylist_affinity",
     ".gridfold.v1.PolicySet.redundancy",
+    ".gridfold.v1.PolicySet.sge",
     ".gridfold.v1.EngineProperties.libraries",
     ".gridfold.v1.RunTask.root_library",
     ".gridfold.v1.BlacklistsCleared.engine",

@@ -550,7 +550,7 @@ pub struct ShareTreeNode {
     pub leaf: Option<ShareTreeLeaf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum ShareTreeLeaf {
     User(String),
     Project(String),

@@ -81,6 +81,8 @@ struct JobFile {
     redundant_rescheduling: bool,
     task_max_time_secs: Option<Spanned<u64>>,
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
+    /// Grid Engine's initiation deadline (`qsub -dl`): a TOML date-time with its offset.
+    deadline: Option<Spanned<toml::value::Datetime>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -349,7 +351,10 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         TaskSet::List(list) => list.len() as u32,
     };
     let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
-    let (options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
+    let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
+    if let Some(deadline) = &file.deadline {
+        options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
+    }
     Ok(JobSpec {
         id,
         owner: file.owner.unwrap_or_else(|| owner_default.to_string()),
@@ -365,6 +370,29 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         options,
         task_conditions,
     })
+}
+
+/// A TOML date-time with its offset, in ms since the Unix epoch (the log's time).
+fn epoch_ms(datetime: &toml::value::Datetime) -> Result<u64, String> {
+    let (Some(date), Some(time), Some(offset)) = (datetime.date, datetime.time, datetime.offset) else {
+        return Err(format!("{datetime} needs a date, a time and its offset, such as 2026-11-24T18:00:00Z"));
+    };
+    // Days from 1970-01-01 to the civil date (the proleptic Gregorian calendar).
+    let (year, month, day) = (i64::from(date.year), i64::from(date.month), i64::from(date.day));
+    let shifted_year = if month <= 2 { year - 1 } else { year };
+    let era = shifted_year.div_euclid(400);
+    let year_of_era = shifted_year - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let offset_minutes = match offset {
+        toml::value::Offset::Z => 0,
+        toml::value::Offset::Custom { minutes } => i64::from(minutes),
+    };
+    let seconds = days * 86_400 + i64::from(time.hour) * 3_600 + i64::from(time.minute) * 60 + i64::from(time.second)
+        - offset_minutes * 60;
+    let ms = seconds * 1_000 + i64::from(time.nanosecond / 1_000_000);
+    u64::try_from(ms).map_err(|_| format!("{datetime} is before 1970"))
 }
 
 /// The tasks, from `tasks` or from `[[task_list]]`.

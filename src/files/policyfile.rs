@@ -2,10 +2,13 @@
 //! publishes one `PolicySet` event; fields it leaves out take their defaults,
 //! so the file alone says what the policy is. See the README's policy reference.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+mod sge;
 
 use super::jobfile::{FileText, JobFileError as FileError};
 use crate::core::event::{Algorithm, LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
@@ -25,6 +28,26 @@ struct PolicyFile {
     redundancy: Option<RedundancySection>,
     /// How long an ended job stays in the state before it is retired.
     job_retention_secs: Option<Spanned<u64>>,
+    // Grid Engine's job ordering keys, by its own names (read in [`sge`]).
+    user_sort: Option<bool>,
+    halftime: Option<Spanned<toml::Value>>,
+    compensation_factor: Option<Spanned<toml::Value>>,
+    weight_priority: Option<Spanned<toml::Value>>,
+    weight_urgency: Option<Spanned<toml::Value>>,
+    weight_ticket: Option<Spanned<toml::Value>>,
+    weight_waiting_time: Option<Spanned<toml::Value>>,
+    weight_user: Option<Spanned<toml::Value>>,
+    weight_project: Option<Spanned<toml::Value>>,
+    weight_department: Option<Spanned<toml::Value>>,
+    weight_job: Option<Spanned<toml::Value>>,
+    weight_tickets_share: Option<u32>,
+    weight_tickets_functional: Option<u32>,
+    weight_deadline: Option<u32>,
+    slot_urgency: Option<u32>,
+    share_tree: Option<Spanned<toml::Table>>,
+    fshare: Option<sge::NamedTables>,
+    oticket: Option<sge::NamedTables>,
+    departments: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,7 +97,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
     let defaults = Policy::default();
     let algorithm = match &file.algorithm {
         Some(name) => Algorithm::from_name(name.get_ref())
-            .ok_or_else(|| file_text.at(name, format!("unknown algorithm {:?}; known: sge-plain", name.get_ref())))?,
+            .ok_or_else(|| file_text.at(name, format!("unknown algorithm {:?}; known: sge-plain, sgeee", name.get_ref())))?,
         None => defaults.algorithm,
     };
     let dispatches_per_run_max = match &file.dispatches_per_run_max {
@@ -100,6 +123,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         Some(section) => redundancy(file_text, section)?,
         None => defaults.redundancy,
     };
+    let sge = file.sge(file_text)?;
     Ok(Policy {
         algorithm,
         engine_timeout_ms: seconds(file_text, "engine_timeout_secs", &file.engine_timeout_secs, defaults.engine_timeout_ms)?,
@@ -114,7 +138,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         greylist_affinity: file.greylist_affinity.unwrap_or(defaults.greylist_affinity),
         redundancy,
         job_retention_ms: seconds(file_text, "job_retention_secs", &file.job_retention_secs, defaults.job_retention_ms)?,
-        sge: defaults.sge,
+        sge,
     })
 }
 
@@ -167,7 +191,7 @@ pub(crate) fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u3
     let bad = || format!("{literal:?} is not a decimal such as 3.0 or 2.5");
     let digits = literal.strip_prefix('+').unwrap_or(&literal);
     if digits.starts_with('-') {
-        return Err(format!("{literal} is negative; a limit is a multiple, 0 or more"));
+        return Err(format!("{literal} is negative; it must be 0 or more"));
     }
     let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
     let all_digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
@@ -259,7 +283,7 @@ copies_per_task_max = 3
             1_000.5    1000500
             "2.5"      2500
             0.1234     p.toml:2: redundancy.std_dev_limit: 0.1234 has 4 decimals; at most 3 are kept
-            -1.0       p.toml:2: redundancy.std_dev_limit: -1.0 is negative; a limit is a multiple, 0 or more
+            -1.0       p.toml:2: redundancy.std_dev_limit: -1.0 is negative; it must be 0 or more
             1e3        p.toml:2: redundancy.std_dev_limit: "1e3" is not a decimal such as 3.0 or 2.5
             "2."       p.toml:2: redundancy.std_dev_limit: "2." is not a decimal such as 3.0 or 2.5
             true       p.toml:2: redundancy.std_dev_limit: expected a decimal such as 3.0, found a boolean
@@ -268,9 +292,9 @@ copies_per_task_max = 3
 
     #[test]
     fn bad_policies_name_the_line() {
-        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain"#]]);
+        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
@@ -278,7 +302,7 @@ copies_per_task_max = 3
         check_error("[redundancy]\n\nremaining_task_percent = 150\n", expect!["p.toml:3: redundancy.remaining_task_percent is a percentage: 0 to 100, not 150"]);
         check_error("[redundancy]\npoll_period_secs = 0\n", expect!["p.toml:2: redundancy.poll_period_secs must be at least 1 second"]);
         check_error("[redundancy]\naverage_limit = 2.0001\n", expect!["p.toml:2: redundancy.average_limit: 2.0001 has 4 decimals; at most 3 are kept"]);
-        check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; a limit is a multiple, 0 or more"]);
+        check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; it must be 0 or more"]);
         check_error("[redundancy]\ncopies = 2\n", expect!["p.toml:2: unknown field `copies`, expected one of `strategy_effective_percent`, `poll_period_secs`, `percent_completed_strategy`, `remaining_task_percent`, `average_strategy`, `average_limit`, `std_dev_strategy`, `std_dev_limit`, `reschedule_first`, `copies_per_task_max`"]);
     }
 }

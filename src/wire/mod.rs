@@ -33,8 +33,8 @@ mod subject;
 use prost::Message as _;
 
 pub use convert::{
-    EngineTierError, FieldProblem, WireError, check_engine_tier, envelope_from_proto,
-    envelope_to_proto,
+    EngineTierError, FieldProblem, NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX, WireError,
+    check_engine_tier, envelope_from_proto, envelope_to_proto,
 };
 pub use subject::{
     KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT,

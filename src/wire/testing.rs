@@ -447,12 +447,12 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
         ),
-        (any::<u32>(), any::<u64>()),
+        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>())),
     )
         .prop_map(
             |(
                 (root_library, affinity, depends_on_jobs, flags),
-                (failures_before_blacklist, task_max_time_ms),
+                (failures_before_blacklist, task_max_time_ms, deadline_ms),
             )| {
                 let [
                     fail_on_dependency_failure,
@@ -474,7 +474,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     redundant_rescheduling,
                     task_max_time_ms,
                     cancel_redundant_on_first_result,
-                    deadline_ms: None,
+                    deadline_ms,
                 }
             },
         );
@@ -606,6 +606,61 @@ fn arb_props() -> impl Strategy<Value = EngineProps> {
         )
 }
 
+/// Grid Engine's ordering policy within its wire limits: a share tree whose
+/// parents come first and whose leaves are distinct, and small tables.
+fn arb_sge_policy() -> impl Strategy<Value = crate::core::event::SgePolicy> {
+    use crate::core::event::{SgePolicy, ShareTreeLeaf, ShareTreeNode};
+    let name = "[a-z]{1,8}";
+    let table = || prop::collection::btree_map(name, any::<u32>(), 0..3);
+    let nodes = prop::collection::vec((name, any::<u32>(), 0..1_000_001u32, 0..4u8), 0..6);
+    (
+        (any::<bool>(), any::<u64>(), any::<[u32; 13]>()),
+        nodes,
+        (table(), table(), table(), table(), table()),
+        prop::collection::btree_map(name, prop::collection::vec(name, 0..3), 0..3),
+    )
+        .prop_map(|((user_sort, halftime_ms, w), nodes, (fu, fp, fd, ou, op), departments)| {
+            let mut share_tree: Vec<ShareTreeNode> = Vec::new();
+            let mut leaves = std::collections::BTreeSet::new();
+            for (at, (name, parent, shares, kind)) in nodes.into_iter().enumerate() {
+                // Only an inner node (no leaf) may be a parent.
+                let parent = (at > 0).then(|| parent % at as u32).filter(|&p| share_tree[p as usize].leaf.is_none());
+                let leaf = match kind {
+                    0 => None,
+                    1 => Some(ShareTreeLeaf::User(format!("u{name}"))),
+                    2 => Some(ShareTreeLeaf::Project(format!("p{name}"))),
+                    _ => Some(ShareTreeLeaf::DefaultUser),
+                }
+                .filter(|leaf| leaves.insert(leaf.clone()));
+                share_tree.push(ShareTreeNode { name, parent, shares, leaf });
+            }
+            SgePolicy {
+                user_sort,
+                halftime_ms,
+                compensation_factor_milli: w[0],
+                weight_priority_milli: w[1],
+                weight_urgency_milli: w[2],
+                weight_ticket_milli: w[3],
+                weight_tickets_share: w[4],
+                weight_tickets_functional: w[5],
+                weight_waiting_time_milli: w[6],
+                weight_deadline: w[7],
+                slot_urgency: w[8],
+                weight_user_milli: w[9],
+                weight_project_milli: w[10],
+                weight_department_milli: w[11],
+                weight_job_milli: w[12],
+                share_tree,
+                functional_users: fu,
+                functional_projects: fp,
+                functional_departments: fd,
+                departments,
+                override_users: ou,
+                override_projects: op,
+            }
+        })
+}
+
 fn arb_policy() -> impl Strategy<Value = Policy> {
     (
         any::<u64>(),
@@ -620,6 +675,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             arb_redundancy(),
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
+        (prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee)], arb_sge_policy()),
     )
         .prop_map(
             |(
@@ -630,9 +686,10 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 per_run,
                 seed,
                 (engine_tiers, greylist_affinity, redundancy, job_retention_ms),
+                (algorithm, sge),
             )| {
                 Policy {
-                    algorithm: Algorithm::SgePlain,
+                    algorithm,
                     engine_timeout_ms,
                     dispatch_timeout_ms,
                     load_formula: LoadFormula {
@@ -645,7 +702,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     greylist_affinity,
                     redundancy,
                     job_retention_ms,
-                    sge: crate::core::event::SgePolicy::default(),
+                    sge,
                 }
             },
         )

@@ -474,3 +474,37 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
     "#]]
     .assert_eq(&shown);
 }
+
+#[test]
+fn a_grid_engine_policy_over_its_limits_does_not_decode_and_says_where() {
+    let policy = |sge: &str| format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sgeee", "sge": {sge}}}}}}}"#);
+    check_error(
+        &policy(r#"{"share_tree": [{"name": "a", "shares": 1}, {"name": "b", "parent": 1, "shares": 1}]}"#),
+        expect![[r#"event.policy_set.sge.share_tree[1].parent: parent 1 is not an earlier node"#]],
+    );
+    check_error(
+        &policy(r#"{"share_tree": [{"name": "a", "shares": 1, "leaf": {"user": "ann"}}, {"name": "b", "parent": 0, "shares": 1}]}"#),
+        expect![[r#"event.policy_set.sge.share_tree[1].parent: parent 0 is a leaf"#]],
+    );
+    check_error(
+        &policy(r#"{"share_tree": [{"name": "a", "shares": 1000001}]}"#),
+        expect![[r#"event.policy_set.sge.share_tree[0].shares: 1000001 shares, more than 1000000"#]],
+    );
+    check_error(
+        &policy(r#"{"share_tree": [{"name": "a", "shares": 1, "leaf": {"user": "ann"}}, {"name": "b", "shares": 1, "leaf": {"user": "ann"}}]}"#),
+        expect![[r#"event.policy_set.sge.share_tree[1].leaf: names a user or project another leaf names"#]],
+    );
+    check_error(
+        &policy(r#"{"functional_users": [{"name": "ann", "amount": 1}, {"name": "ann", "amount": 2}]}"#),
+        expect![[r#"event.policy_set.sge.functional_users[1].name: a name listed twice"#]],
+    );
+    check_error(
+        &policy(&format!(r#"{{"override_users": [{{"name": "{}", "amount": 1}}]}}"#, "x".repeat(257))),
+        expect![[r#"event.policy_set.sge.override_users[0].name: a name of 1 to 256 bytes, not 257"#]],
+    );
+    let too_many: Vec<String> = (0..10_001).map(|n| format!(r#"{{"name": "n{n}", "shares": 1}}"#)).collect();
+    check_error(
+        &policy(&format!(r#"{{"share_tree": [{}]}}"#, too_many.join(", "))),
+        expect![[r#"event.policy_set.sge.share_tree: 10001 entries, more than 10000"#]],
+    );
+}

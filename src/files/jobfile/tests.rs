@@ -231,3 +231,16 @@ fn task_condition_errors_name_the_line() {
         expect!["job.toml:5: condition[0]: 10001 tasks with conditions, more than 10000"],
     );
 }
+
+#[test]
+fn a_deadline_is_a_date_time_with_its_offset_in_log_time() {
+    let spec = parse(&with_task("deadline = 2026-11-24T18:30:00+01:00"));
+    // 2026-11-24T17:30:00Z.
+    assert_eq!(spec.options.deadline_ms, Some(1_795_541_400_000));
+    let spec = parse(&with_task("deadline = 1970-01-02T00:00:00.250Z"));
+    assert_eq!(spec.options.deadline_ms, Some(86_400_250));
+    check_error(
+        &with_task("deadline = 2026-11-24T18:30:00"),
+        expect!["job.toml:2: deadline: 2026-11-24T18:30:00 needs a date, a time and its offset, such as 2026-11-24T18:00:00Z"],
+    );
+}

@@ -143,7 +143,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         redundant_rescheduling: m.redundant_rescheduling,
         task_max_time_ms: m.task_max_time_ms,
         cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
-        deadline_ms: None,
+        deadline_ms: m.deadline_ms,
     })
 }
 
@@ -269,7 +269,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         greylist_affinity: m.greylist_affinity,
         redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
         job_retention_ms: m.job_retention_ms.unwrap_or(crate::core::event::JOB_RETENTION_MS_DEFAULT),
-        sge: crate::core::event::SgePolicy::default(),
+        sge: super::sge::sge(m.sge).map_err(|e| e.within("sge"))?,
     })
 }
 

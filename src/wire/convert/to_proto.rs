@@ -89,6 +89,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         redundant_rescheduling: options.redundant_rescheduling,
         task_max_time_ms: options.task_max_time_ms,
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
+        deadline_ms: options.deadline_ms,
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -221,6 +222,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             redundancy: redundancy_to_proto(&policy.redundancy),
             job_retention_ms: (policy.job_retention_ms != crate::core::event::JOB_RETENTION_MS_DEFAULT)
                 .then_some(policy.job_retention_ms),
+            sge: super::sge::sge_to_proto(&policy.sge),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
