@@ -13,6 +13,12 @@
 //!   on every third job, so the GridServer ranking stages do their work.
 //! - `schedule/steady_one_completion`: one run on the same saturated grid after a
 //!   single completion (the case the projector meets most).
+//! - `schedule/fill_5000_sgeee`: the fill of `fill_5000_freed_slots` under Grid
+//!   Engine's ticket mode (`Algorithm::Sgeee`): the 1,000 jobs belong to 200
+//!   users, leaves of a three-level share tree (4 divisions, 20 groups), with
+//!   functional shares, departments and a usage history (50 earlier jobs that
+//!   ran for hours and ended a day before), so every run computes the tickets
+//!   (`Tickets::for_run`) and re-keys the owners' jobs after each booking.
 //!
 //! Every input is built before the timed section from fixed seeds
 //! (`SplitMix64`), so two runs measure the same work; the builders print progress
@@ -29,7 +35,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 
 use gridfold::core::digest::Digest;
 use gridfold::core::event::{
-    Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy, Preference,
+    Algorithm, Entry, EngineLoad, EngineProps, Event, FailureKind, Order, Origin, Payload, Policy, Preference,
+    SgePolicy, ShareTreeLeaf, ShareTreeNode,
 };
 use gridfold::core::fold::fold;
 use gridfold::core::ids::{EngineId, TaskRef};
@@ -494,27 +501,7 @@ fn build_saturated_grid(gridserver: bool) -> (State, LogBuilder, Vec<(TaskRef, u
         state.jobs().len(),
         state.jobs().map(|job| u64::from(job.n_tasks())).sum::<u64>(),
     );
-    let mut running = Vec::new();
-    while let Some(batch) = decide(&state, &InFlight::new()) {
-        let dispatches: Vec<(TaskRef, u32, String)> = batch
-            .orders
-            .iter()
-            .filter_map(|order| match order {
-                Order::Dispatch { task, attempt, engine, .. } => Some((task.clone(), *attempt, engine.as_str().to_string())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(dispatches.len(), batch.orders.len(), "saturating only dispatches");
-        let entry = append(&mut log, Event::OrderBatch(batch));
-        fold(&mut state, &entry);
-        eprintln!("  saturating: {} dispatched ({:.1} s)", dispatches.len(), started.elapsed().as_secs_f64());
-        running.extend(dispatches);
-    }
-    log.at(log.time_ms + 500);
-    for (task, attempt, engine) in &running {
-        let entry = append(&mut log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
-        fold(&mut state, &entry);
-    }
+    let running = saturate(&mut state, &mut log, started);
     assert!(state.free_engines().next().is_none(), "the grid is saturated");
     eprintln!("saturated grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
     (state, log, running)
@@ -590,6 +577,192 @@ fn build_grids() -> Grids {
     Grids { many_freed, n_dispatches: n, one_freed, many_freed_gridserver }
 }
 
+// ---- (c) the same grid under Grid Engine's ticket mode ------------------------------
+
+const N_USERS: usize = 200;
+const N_DIVISIONS: usize = 4;
+const GROUPS_PER_DIVISION: usize = 5;
+const USERS_PER_GROUP: usize = N_USERS / (N_DIVISIONS * GROUPS_PER_DIVISION);
+const N_HISTORY_JOBS: usize = 50;
+const HOUR_MS: u64 = 3_600_000;
+
+fn user_name(u: usize) -> String {
+    format!("user{u:03}")
+}
+
+/// Grid Engine's defaults, a million share-tree tickets over a three-level tree
+/// (4 divisions → 20 groups → 200 user leaves, shares drawn from a fixed seed),
+/// 200,000 functional tickets over a quarter of the users, the 8 projects and
+/// the 4 divisions as departments, waiting time counted. Engines never time
+/// out: the history spans a day of log time without heartbeats.
+fn sgeee_policy() -> Policy {
+    let mut rng = SplitMix64::new(0x5_6E_EE);
+    let mut sge = SgePolicy {
+        weight_tickets_share: 1_000_000,
+        weight_tickets_functional: 200_000,
+        weight_waiting_time_milli: 278,
+        ..SgePolicy::grid_engine_defaults()
+    };
+    let division_shares = [40, 30, 20, 10];
+    for (d, shares) in division_shares.into_iter().enumerate() {
+        sge.share_tree.push(ShareTreeNode { name: format!("div{d}"), parent: None, shares, leaf: None });
+    }
+    for g in 0..N_DIVISIONS * GROUPS_PER_DIVISION {
+        let parent = Some((g / GROUPS_PER_DIVISION) as u32);
+        let shares = 10 + rng.below(90) as u32;
+        sge.share_tree.push(ShareTreeNode { name: format!("group{g:02}"), parent, shares, leaf: None });
+    }
+    for u in 0..N_USERS {
+        let parent = Some((N_DIVISIONS + u / USERS_PER_GROUP) as u32);
+        let shares = weighted(&mut rng, &[(100, 60), (200, 25), (500, 10), (1_000, 5)]);
+        let leaf = Some(ShareTreeLeaf::User(user_name(u)));
+        sge.share_tree.push(ShareTreeNode { name: user_name(u), parent, shares, leaf });
+    }
+    for u in (0..N_USERS).step_by(4) {
+        sge.functional_users.insert(user_name(u), 1 + rng.below(100) as u32);
+    }
+    for p in 0..8 {
+        sge.functional_projects.insert(format!("proj{p}"), 10 * (p + 1));
+    }
+    for (d, shares) in division_shares.into_iter().enumerate() {
+        let users_per_division = N_USERS / N_DIVISIONS;
+        let members = (d * users_per_division..(d + 1) * users_per_division).map(user_name).collect();
+        sge.departments.insert(format!("div{d}"), members);
+        sge.functional_departments.insert(format!("div{d}"), shares);
+    }
+    Policy {
+        algorithm: Algorithm::Sgeee,
+        engine_timeout_ms: 30 * 24 * HOUR_MS,
+        dispatches_per_run_max: 8_192,
+        seed: 2026,
+        sge,
+        ..Policy::default()
+    }
+}
+
+/// Dispatches until a run decides nothing, folds each batch and, half a second
+/// later, every start. Returns the attempts started.
+fn saturate(state: &mut State, log: &mut LogBuilder, started: Instant) -> Vec<(TaskRef, u32, String)> {
+    let mut running = Vec::new();
+    while let Some(batch) = decide(state, &InFlight::new()) {
+        let dispatches: Vec<(TaskRef, u32, String)> = batch
+            .orders
+            .iter()
+            .filter_map(|order| match order {
+                Order::Dispatch { task, attempt, engine, .. } => Some((task.clone(), *attempt, engine.as_str().to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dispatches.len(), batch.orders.len(), "saturating only dispatches");
+        let entry = append(log, Event::OrderBatch(batch));
+        fold(state, &entry);
+        eprintln!("  saturating: {} dispatched ({:.1} s)", dispatches.len(), started.elapsed().as_secs_f64());
+        running.extend(dispatches);
+    }
+    log.at(log.time_ms + 500);
+    for (task, attempt, engine) in &running {
+        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
+        fold(state, &entry);
+    }
+    running
+}
+
+/// The grid of [`build_saturated_grid`] under [`sgeee_policy`], after a usage
+/// history: 50 jobs of users spread over the tree (every fourth user, 100 to 400
+/// tasks each) ran on it for 1 to 6 hours and ended; a day later the 1,000 jobs
+/// of the 200 users (5 each, the same 50 categories, every 7th with `-p 5`,
+/// every 50th with a deadline) saturate it and run for ten minutes.
+fn build_sgeee_grid() -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0x5EED_0B0B);
+    let mut log = LogBuilder::new();
+    grid_opening(&mut log, 8_192, &mut rng);
+    append(&mut log, Event::PolicySet(sgeee_policy()));
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    // The history: every fourth user's job runs for (1 + h % 6) hours.
+    for h in 0..N_HISTORY_JOBS {
+        let mut spec = job_spec(&format!("hist-{h:02}"), 100 * (1 + (h % 4) as u32), "");
+        spec.owner = user_name(h * 4);
+        spec.project = format!("proj{}", h % 8);
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    let history_start = log.time_ms;
+    let history = saturate(&mut state, &mut log, started);
+    let mut by_end: Vec<(u64, TaskRef, u32, String)> = history
+        .into_iter()
+        .map(|(task, attempt, engine)| {
+            let h: u64 = task.job.as_str()[5..].parse().expect("hist-NN");
+            (history_start + (1 + h % 6) * HOUR_MS, task, attempt, engine)
+        })
+        .collect();
+    by_end.sort_by_key(|(end, ..)| *end);
+    for (end, task, attempt, engine) in by_end {
+        log.at(end);
+        let wall_ms = end - history_start;
+        let entry = append(&mut log, completed(task, attempt, engine_id(&engine), wall_ms));
+        let rejections = fold(&mut state, &entry);
+        assert!(rejections.is_empty(), "{rejections:?}");
+    }
+    assert!(state.runnable_jobs().next().is_none(), "the history ran to its end");
+    log.at(history_start + 24 * HOUR_MS);
+    let main_start = log.time_ms;
+    for j in 0..N_JOBS {
+        let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+        spec.owner = user_name(j % N_USERS);
+        spec.project = format!("proj{}", j % 8);
+        spec.priority = if j.is_multiple_of(7) { 5 } else { 0 };
+        if j % 50 == 3 {
+            spec.options.deadline_ms = Some(main_start + 2 * HOUR_MS);
+        }
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    eprintln!(
+        "  grid: {} engines, {} slots, {} jobs ({} runnable), {} users, {} share-tree nodes",
+        state.engines().len(),
+        state.engines().iter().map(|engine| u64::from(engine.slots)).sum::<u64>(),
+        state.jobs().len(),
+        state.runnable_jobs().count(),
+        state.users().len(),
+        state.policy.sge.share_tree.len(),
+    );
+    let running = saturate(&mut state, &mut log, started);
+    assert!(state.free_engines().next().is_none(), "the grid is saturated");
+    log.at(log.time_ms + 10 * 60_000);
+    eprintln!("saturated sgeee grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
+    (state, log, running)
+}
+
+/// The ticket-mode grid with ~5,000 slots freed, and the run's dispatch count.
+struct SgeeeGrid {
+    many_freed: State,
+    n_dispatches: usize,
+}
+
+fn build_sgeee() -> SgeeeGrid {
+    eprintln!(
+        "building a saturated sgeee grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks of {N_USERS} users, \
+         share tree of {N_DIVISIONS} divisions and {} groups",
+        N_DIVISIONS * GROUPS_PER_DIVISION
+    );
+    let (state, log, running) = build_sgeee_grid();
+    let with_history = state.users().iter().filter(|(_, account)| account.decayed_usage > 0).count();
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 11);
+    let orders = schedule(&many_freed, &InFlight::new());
+    let n = n_dispatches(&orders);
+    eprintln!(
+        "sgeee fill after {N_COMPLETIONS} completions: {n} dispatches, {} orders, {with_history} users with a usage history, digest {}",
+        orders.len(),
+        orders_digest(&orders).to_hex()
+    );
+    assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
+    SgeeeGrid { many_freed, n_dispatches: n }
+}
+
 fn bench_schedule(c: &mut Criterion) {
     let mut grids: Option<Grids> = None;
     let in_flight = InFlight::new();
@@ -605,6 +778,12 @@ fn bench_schedule(c: &mut Criterion) {
     group.bench_function("fill_5000_tiers_and_affinity", |b| {
         let grids = grids.get_or_insert_with(build_grids);
         b.iter(|| schedule(black_box(&grids.many_freed_gridserver), &in_flight))
+    });
+    let mut sgeee: Option<SgeeeGrid> = None;
+    group.bench_function("fill_5000_sgeee", |b| {
+        let grid = sgeee.get_or_insert_with(build_sgeee);
+        assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
     });
     group.throughput(Throughput::Elements(1));
     group.bench_function("steady_one_completion", |b| {

@@ -50,6 +50,7 @@ use std::collections::BTreeMap;
 use super::families::{JobOrder, MovingOrder, MovingRule, OrderKey};
 use super::InFlight;
 use crate::core::event::SgePolicy;
+use crate::core::ids::Seq;
 use crate::core::state::{AccountIdx, Accounts, JobIdx, State};
 use share_tree::{LeafOwner, ONE};
 
@@ -60,35 +61,75 @@ pub fn job_order<'s>(state: &'s State, in_flight: &InFlight) -> JobOrder<'s> {
     JobOrder::Moving(MovingOrder::new(state, in_flight, MovingRule::Tickets(Box::new(Tickets::for_run(state)))))
 }
 
-/// One entity's tickets (thousandths) and the tasks it already runs.
+/// One entity's tickets (thousandths) and the tasks it already runs. Tickets
+/// fit 64 bits: every pool is at most a `u32` weight times 1000.
 #[derive(Clone, Copy, Default, Debug)]
 struct Pool {
-    tickets_milli: u128,
+    tickets_milli: u64,
     running: u32,
 }
 
 impl Pool {
+    fn new(tickets_milli: u128, running: u32) -> Pool {
+        let tickets_milli = u64::try_from(tickets_milli).expect("a pool is at most a u32 weight × 1000 tickets");
+        Pool { tickets_milli, running }
+    }
+
     /// What the entity's next task gets, `booked` tasks later in the run.
-    fn next_task(&self, booked: u32) -> u128 {
-        self.tickets_milli / u128::from(self.running + booked + 1)
+    fn next_task(&self, booked: u32) -> u64 {
+        self.tickets_milli / u64::from(self.running + booked + 1)
     }
 }
 
+/// What `pool` gives the next task, nothing without a pool.
+fn next_task(pool: Option<Pool>, booked: u32) -> u64 {
+    pool.map_or(0, |pool| pool.next_task(booked))
+}
+
+/// A user's pools: its share-tree leaf, functional share, its department's
+/// functional pool (the first department naming it) and override tickets.
+#[derive(Clone, Copy, Default, Debug)]
+struct UserPools {
+    share: Option<Pool>,
+    functional: Option<Pool>,
+    department: Option<Pool>,
+    overrides: Option<Pool>,
+}
+
+/// A project's pools. A project's share-tree leaf, when the tree has one,
+/// stands for its jobs instead of their users' leaves.
+#[derive(Clone, Copy, Default, Debug)]
+struct ProjectPools {
+    share: Option<Pool>,
+    functional: Option<Pool>,
+    overrides: Option<Pool>,
+}
+
+/// What a run keeps of each runnable job, so that re-keying it after a
+/// booking reads one small record instead of the job: its accounts, its
+/// submission, and the part of its dispatch priority that does not move
+/// within a run (`weight_priority × npprio + weight_urgency × nurg`).
+#[derive(Clone, Copy, Debug)]
+struct JobFixed {
+    user: AccountIdx,
+    project: AccountIdx,
+    submitted: Seq,
+    dispatch_fixed: i64,
+}
+
 /// Everything a run needs to key a job: computed once per run, in O(users +
-/// projects + share-tree nodes + runnable jobs).
+/// projects + share-tree nodes + runnable jobs). Pools are dense tables by
+/// account, so keying a job is a few array reads and divisions.
 pub struct Tickets {
     now_ms: u64,
-    share_by_user: BTreeMap<AccountIdx, Pool>,
-    share_by_project: BTreeMap<AccountIdx, Pool>,
-    functional_by_user: BTreeMap<AccountIdx, Pool>,
-    functional_by_project: BTreeMap<AccountIdx, Pool>,
-    /// Per user in a department: the department's pool.
-    functional_by_department: BTreeMap<AccountIdx, Pool>,
-    override_by_user: BTreeMap<AccountIdx, Pool>,
-    override_by_project: BTreeMap<AccountIdx, Pool>,
+    by_user: Vec<UserPools>,
+    by_project: Vec<ProjectPools>,
+    /// By job index, for the jobs runnable when the run began.
+    fixed: Vec<Option<JobFixed>>,
+    weight_ticket_milli: i64,
     urgency_min: i64,
     urgency_max: i64,
-    tickets_max: u128,
+    tickets_max: u64,
 }
 
 /// A job's figures, as `why` and the tests read them.
@@ -135,100 +176,138 @@ impl Tickets {
         let running_user = |a: AccountIdx| state.users().get(a).live_tasks;
         let running_project = |a: AccountIdx| state.projects().get(a).live_tasks;
 
-        let mut share_by_user = BTreeMap::new();
-        let mut share_by_project = BTreeMap::new();
+        let mut by_user = vec![UserPools::default(); state.users().len()];
+        let mut by_project = vec![ProjectPools::default(); state.projects().len()];
         if sge.weight_tickets_share > 0 && !sge.share_tree.is_empty() {
             let entitlements = share_tree::entitlements(state, &sge.share_tree, &is_active, &usage_of);
             for (owner, entitlement) in entitlements {
                 let tickets_milli = share_tree::mul_div(entitlement, u128::from(sge.weight_tickets_share) * 1000, ONE);
                 match owner {
-                    LeafOwner::User(a) => share_by_user.insert(a, Pool { tickets_milli, running: running_user(a) }),
+                    LeafOwner::User(a) => by_user[a.0 as usize].share = Some(Pool::new(tickets_milli, running_user(a))),
                     LeafOwner::Project(a) => {
-                        share_by_project.insert(a, Pool { tickets_milli, running: running_project(a) })
+                        by_project[a.0 as usize].share = Some(Pool::new(tickets_milli, running_project(a)))
                     }
-                };
+                }
             }
         }
 
-        let (functional_by_user, functional_by_project, functional_by_department) =
-            functional(state, sge, &users_active, &projects_active);
-        let mut override_by_user = BTreeMap::new();
-        let mut override_by_project = BTreeMap::new();
+        functional(state, sge, &users_active, &projects_active, &mut by_user, &mut by_project);
         for (name, &tickets) in &sge.override_users {
             if let Some(a) = state.users().find(name) {
-                override_by_user.insert(a, Pool { tickets_milli: u128::from(tickets) * 1000, running: running_user(a) });
+                by_user[a.0 as usize].overrides = Some(Pool::new(u128::from(tickets) * 1000, running_user(a)));
             }
         }
         for (name, &tickets) in &sge.override_projects {
             if let Some(a) = state.projects().find(name) {
-                override_by_project
-                    .insert(a, Pool { tickets_milli: u128::from(tickets) * 1000, running: running_project(a) });
+                by_project[a.0 as usize].overrides = Some(Pool::new(u128::from(tickets) * 1000, running_project(a)));
             }
         }
         let mut tickets = Tickets {
             now_ms,
-            share_by_user,
-            share_by_project,
-            functional_by_user,
-            functional_by_project,
-            functional_by_department,
-            override_by_user,
-            override_by_project,
+            by_user,
+            by_project,
+            fixed: Vec::new(),
+            weight_ticket_milli: i64::from(sge.weight_ticket_milli),
             urgency_min: i64::MAX,
             urgency_max: i64::MIN,
             tickets_max: 0,
         };
+        let mut runnable: Vec<(JobIdx, i64)> = Vec::new();
         for rank in state.runnable_jobs() {
-            let urgency = urgency::of_job(sge, state.job(rank.job), now_ms);
+            let job = state.job(rank.job);
+            let urgency = urgency::of_job(sge, job, now_ms);
             tickets.urgency_min = tickets.urgency_min.min(urgency);
             tickets.urgency_max = tickets.urgency_max.max(urgency);
-            tickets.tickets_max = tickets.tickets_max.max(tickets.of_job(state, rank.job, 0).total_milli());
+            let total = tickets.tickets_of(job.user_account, job.project_account, 0).total();
+            tickets.tickets_max = tickets.tickets_max.max(total);
+            runnable.push((rank.job, urgency));
+        }
+        let len = runnable.iter().map(|&(j, _)| j.0 as usize + 1).max().unwrap_or(0);
+        tickets.fixed = vec![None; len];
+        for (j, urgency) in runnable {
+            let job = state.job(j);
+            let dispatch_fixed = i64::from(sge.weight_priority_milli) * npprio(job.priority)
+                + i64::from(sge.weight_urgency_milli) * tickets.nurg(urgency);
+            tickets.fixed[j.0 as usize] = Some(JobFixed {
+                user: job.user_account,
+                project: job.project_account,
+                submitted: job.submit_seq,
+                dispatch_fixed,
+            });
         }
         tickets
+    }
+
+    /// The tickets of the next task of a job of user `u` in project `p`,
+    /// `owner_booked` tasks of its owner later in the run.
+    fn tickets_of(&self, u: AccountIdx, p: AccountIdx, owner_booked: u32) -> TicketParts {
+        let user = &self.by_user[u.0 as usize];
+        let project = &self.by_project[p.0 as usize];
+        // A job's share-tree leaf: its project's, if the tree has one, else its user's.
+        let share = next_task(project.share.or(user.share), owner_booked);
+        let functional = next_task(user.functional, owner_booked)
+            + next_task(project.functional, owner_booked)
+            + next_task(user.department, owner_booked);
+        let overrides = next_task(user.overrides, owner_booked) + next_task(project.overrides, owner_booked);
+        TicketParts { share, functional, overrides }
     }
 
     /// The job's next task's tickets, `owner_booked` tasks of its owner later in the run.
     pub fn of_job(&self, state: &State, j: JobIdx, owner_booked: u32) -> JobTickets {
         let job = state.job(j);
-        let (u, p) = (job.user_account, job.project_account);
-        let next = |pools: &BTreeMap<AccountIdx, Pool>, a: AccountIdx| pools.get(&a).map_or(0, |pool| pool.next_task(owner_booked));
-        // A job's share-tree leaf: its project's, if the tree has one, else its user's.
-        let share_milli = match self.share_by_project.get(&p) {
-            Some(pool) => pool.next_task(owner_booked),
-            None => next(&self.share_by_user, u),
-        };
-        let functional_milli = next(&self.functional_by_user, u)
-            + next(&self.functional_by_project, p)
-            + next(&self.functional_by_department, u);
-        let override_milli = next(&self.override_by_user, u) + next(&self.override_by_project, p);
-        JobTickets { share_milli, functional_milli, override_milli }
+        let parts = self.tickets_of(job.user_account, job.project_account, owner_booked);
+        JobTickets {
+            share_milli: u128::from(parts.share),
+            functional_milli: u128::from(parts.functional),
+            override_milli: u128::from(parts.overrides),
+        }
+    }
+
+    /// Urgency normalised over the runnable jobs (millionths).
+    fn nurg(&self, urgency: i64) -> i64 {
+        if self.urgency_max > self.urgency_min {
+            ((i128::from(urgency - self.urgency_min) * i128::from(NORM_ONE)) / i128::from(self.urgency_max - self.urgency_min))
+                as i64
+        } else {
+            NORM_ONE / 2
+        }
+    }
+
+    /// Tickets normalised by the most any runnable job has (millionths).
+    fn ntckts(&self, total_milli: u64) -> i64 {
+        if self.tickets_max == 0 {
+            return NORM_ONE / 2;
+        }
+        (u128::from(total_milli.min(self.tickets_max)) * NORM_ONE as u128 / u128::from(self.tickets_max)) as i64
     }
 
     /// The job's dispatch priority and its parts (normalised, millionths).
     pub fn priority(&self, state: &State, j: JobIdx, owner_booked: u32) -> Priority {
         let sge = &state.policy.sge;
         let job = state.job(j);
-        let npprio = (i64::from(job.priority.clamp(-1023, 1024)) + 1024) * NORM_ONE / 2048;
+        let npprio = npprio(job.priority);
         let urgency = urgency::of_job(sge, job, self.now_ms);
-        let nurg = if self.urgency_max > self.urgency_min {
-            ((i128::from(urgency - self.urgency_min) * i128::from(NORM_ONE))
-                / i128::from(self.urgency_max - self.urgency_min)) as i64
-        } else {
-            NORM_ONE / 2
-        };
+        let nurg = self.nurg(urgency);
         let tickets = self.of_job(state, j, owner_booked);
-        let ntckts = (tickets.total_milli().min(self.tickets_max) * NORM_ONE as u128)
-            .checked_div(self.tickets_max)
-            .map_or(NORM_ONE / 2, |n| n as i64);
+        let ntckts = self.ntckts(u64::try_from(tickets.total_milli()).expect("pools fit 64 bits"));
         let dispatch = i64::from(sge.weight_priority_milli) * npprio
             + i64::from(sge.weight_urgency_milli) * nurg
             + i64::from(sge.weight_ticket_milli) * ntckts;
         Priority { dispatch, npprio, urgency, nurg, tickets, ntckts }
     }
 
+    /// The job's key in the run's order: from its [`JobFixed`] record when it
+    /// was runnable at the start of the run (every job the order holds), the
+    /// same figure [`Tickets::priority`] computes from the job.
     pub fn key(&self, state: &State, j: JobIdx, owner_booked: u32) -> OrderKey {
-        let priority = self.priority(state, j, owner_booked);
-        OrderKey { primary: priority.dispatch, secondary: 0, submitted: Reverse(state.job(j).submit_seq) }
+        let Some(Some(fixed)) = self.fixed.get(j.0 as usize) else {
+            let priority = self.priority(state, j, owner_booked);
+            return OrderKey { primary: priority.dispatch, secondary: 0, submitted: Reverse(state.job(j).submit_seq) };
+        };
+        let total = self.tickets_of(fixed.user, fixed.project, owner_booked).total();
+        let dispatch = fixed.dispatch_fixed + self.weight_ticket_milli * self.ntckts(total);
+        debug_assert_eq!(dispatch, self.priority(state, j, owner_booked).dispatch, "the fixed part is the job's");
+        OrderKey { primary: dispatch, secondary: 0, submitted: Reverse(fixed.submitted) }
     }
 
     pub fn figures(&self, state: &State, j: JobIdx, owner_booked: u32) -> Vec<(&'static str, i64)> {
@@ -246,6 +325,25 @@ impl Tickets {
     }
 }
 
+/// A job's tickets by policy (thousandths).
+#[derive(Clone, Copy, Debug)]
+struct TicketParts {
+    share: u64,
+    functional: u64,
+    overrides: u64,
+}
+
+impl TicketParts {
+    fn total(&self) -> u64 {
+        self.share + self.functional + self.overrides
+    }
+}
+
+/// `-p` (−1023..1024) on a fixed scale, millionths: `(p + 1024) / 2048`.
+fn npprio(priority: i32) -> i64 {
+    (i64::from(priority.clamp(-1023, 1024)) + 1024) * NORM_ONE / 2048
+}
+
 /// A job's dispatch priority and what it is made of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Priority {
@@ -259,37 +357,39 @@ pub struct Priority {
     pub ntckts: i64,
 }
 
-type Pools = BTreeMap<AccountIdx, Pool>;
-
 /// The functional policy's pools: `weight_tickets_functional` split between
 /// the four categories by their weights (over the sum of all four, as Grid
 /// Engine does for pending jobs), and within a category among the active
 /// entities by `fshare`.
-fn functional(state: &State, sge: &SgePolicy, users_active: &[bool], projects_active: &[bool]) -> (Pools, Pools, Pools) {
-    let mut by_user = Pools::new();
-    let mut by_project = Pools::new();
-    let mut by_department = Pools::new();
+fn functional(
+    state: &State,
+    sge: &SgePolicy,
+    users_active: &[bool],
+    projects_active: &[bool],
+    by_user: &mut [UserPools],
+    by_project: &mut [ProjectPools],
+) {
     let weights_sum = u128::from(sge.weight_user_milli)
         + u128::from(sge.weight_project_milli)
         + u128::from(sge.weight_department_milli)
         + u128::from(sge.weight_job_milli);
     if sge.weight_tickets_functional == 0 || weights_sum == 0 {
-        return (by_user, by_project, by_department);
+        return;
     }
     let total_milli = u128::from(sge.weight_tickets_functional) * 1000;
     let category_milli = |weight: u32| total_milli * u128::from(weight) / weights_sum;
 
-    split(&mut by_user, state.users(), &sge.functional_users, users_active, category_milli(sge.weight_user_milli));
-    split(
-        &mut by_project,
-        state.projects(),
-        &sge.functional_projects,
-        projects_active,
-        category_milli(sge.weight_project_milli),
-    );
+    for (a, pool) in split(state.users(), &sge.functional_users, users_active, category_milli(sge.weight_user_milli)) {
+        by_user[a.0 as usize].functional = Some(pool);
+    }
+    let projects_milli = category_milli(sge.weight_project_milli);
+    for (a, pool) in split(state.projects(), &sge.functional_projects, projects_active, projects_milli) {
+        by_project[a.0 as usize].functional = Some(pool);
+    }
 
     // Departments: each is active when one of its users is; its pool is shared
-    // by its users' tasks (keyed by user, counting the department's running tasks).
+    // by its users' tasks (keyed by user, counting the department's running
+    // tasks); a user named by several departments takes the first's.
     let mut departments: Vec<(u128, Vec<AccountIdx>)> = Vec::new();
     for (name, &share) in &sge.functional_departments {
         let members: Vec<AccountIdx> = sge
@@ -309,22 +409,29 @@ fn functional(state: &State, sge: &SgePolicy, users_active: &[bool], projects_ac
         let running = members.iter().map(|&a| state.users().get(a).live_tasks).sum();
         let tickets_milli = (pool_milli * share).checked_div(shares_sum).unwrap_or(0);
         for &a in members {
-            by_department.entry(a).or_insert(Pool { tickets_milli, running });
+            by_user[a.0 as usize].department.get_or_insert(Pool::new(tickets_milli, running));
         }
     }
-    (by_user, by_project, by_department)
 }
 
 /// Divides `pool_milli` among the active accounts with a share, by share.
-fn split(pools: &mut Pools, accounts: &Accounts, shares: &BTreeMap<String, u32>, active: &[bool], pool_milli: u128) {
+fn split(
+    accounts: &Accounts,
+    shares: &BTreeMap<String, u32>,
+    active: &[bool],
+    pool_milli: u128,
+) -> Vec<(AccountIdx, Pool)> {
     let entities: Vec<(AccountIdx, u128)> = shares
         .iter()
         .filter_map(|(name, &share)| accounts.find(name).map(|a| (a, u128::from(share))))
         .filter(|&(a, share)| share > 0 && active[a.0 as usize])
         .collect();
     let shares_sum: u128 = entities.iter().map(|&(_, share)| share).sum();
-    for (a, share) in entities {
-        let tickets_milli = (pool_milli * share).checked_div(shares_sum).unwrap_or(0);
-        pools.insert(a, Pool { tickets_milli, running: accounts.get(a).live_tasks });
-    }
+    entities
+        .into_iter()
+        .map(|(a, share)| {
+            let tickets_milli = (pool_milli * share).checked_div(shares_sum).unwrap_or(0);
+            (a, Pool::new(tickets_milli, accounts.get(a).live_tasks))
+        })
+        .collect()
 }
