@@ -1559,3 +1559,35 @@ fn a_running_task_is_suspended_resumed_and_rescheduled_without_using_an_attempt(
     assert_eq!(failures, 0, "a preemption is not a failure");
     grid.gridfold_ok(&["cancel", "sleepy", "--nats", &url]);
 }
+
+#[test]
+fn grid_engines_ticket_mode_splits_a_real_engines_slots_by_the_share_tree() {
+    let mut grid = Grid::start();
+    let url = grid.url();
+    grid.projector("projector", &[]);
+    let policy = grid.write(
+        "sgeee.toml",
+        "algorithm = \"sgeee\"\nweight_tickets_share = 10000\n\
+         [share_tree.ann]\nshares = 1\n[share_tree.bob]\nshares = 3\n[share_tree.cy]\nshares = 4\n",
+    );
+    let applied = grid.gridfold(&["policy".as_ref(), "apply".as_ref(), policy.as_os_str(), "--nats".as_ref(), url.as_ref()]);
+    assert!(applied.status.success(), "{}", applied.stderr);
+    for owner in ["ann", "bob"] {
+        let file = grid.write(
+            &format!("{owner}.toml"),
+            &format!("id = \"{owner}-job\"\nowner = \"{owner}\"\ntasks = 8\n\n[task]\nargv = [\"sleep\", \"60\"]\n"),
+        );
+        grid.gridfold_ok(&["submit".as_ref(), file.as_os_str(), "--nats".as_ref(), url.as_ref()]);
+    }
+    // One engine of four slots: cy is idle, so ann and bob split its slots 1:3.
+    grid.engines_logged_in(&["e1"], 4);
+    let live = grid.wait_for("four tasks dispatched", |grid| {
+        let stat = grid.stat()?;
+        let live = |id: &str| job_in(&stat, id).map_or(0, |job| job.dispatched + job.running);
+        let (ann, bob) = (live("ann-job"), live("bob-job"));
+        if ann + bob == 4 { Ok((ann, bob)) } else { Err(format!("ann {ann}, bob {bob} live")) }
+    });
+    assert_eq!(live, (1, 3), "ann and bob's live tasks");
+    let why = grid.gridfold_ok(&["why", "ann-job/1", "--nats", &url]);
+    assert!(why.contains("with a higher dispatch priority; the first is bob-job"), "{why}");
+}
