@@ -155,6 +155,7 @@ fn the_share_tree_splits_a_saturated_grid_by_shares() {
          utilisation {utilisation:.3} in the second half",
         busy.starts
     );
+    print_windows("share tree 30/60/10: u1's share of u1+u2", &windows(&busy, "u1", &["u1", "u2"], 0, RUN_S, 60), 60);
     assert!(busy.starts > 5_000, "{}", busy.starts);
     assert!(utilisation > 0.95, "the grid stays saturated: {utilisation:.3}");
     assert!((late - 100.0 / 3.0).abs() <= 3.0, "u1 has {late:.1}% of the busy slot-time, not 33.3 ± 3");
