@@ -111,6 +111,10 @@ impl EngineGroup {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobPlan {
     pub id: JobId,
+    /// The user and project the job runs for (`sim` unless the scenario says):
+    /// what Grid Engine's ordering policies count usage and tickets by.
+    pub owner: String,
+    pub project: String,
     pub submit_at_ms: u64,
     pub tasks: u32,
     pub priority: i32,
@@ -459,6 +463,8 @@ struct RawEngineGroup {
 #[serde(deny_unknown_fields)]
 struct RawJob {
     id: Spanned<String>,
+    owner: Option<Spanned<String>>,
+    project: Option<Spanned<String>>,
     #[serde(default)]
     submit_at_ms: u64,
     tasks: Spanned<u32>,
@@ -542,6 +548,16 @@ fn per_million(name: &str, value: &Option<Spanned<u32>>, default: u32) -> Result
         Some(value) => require(value, |v| v <= PER_MILLION, || {
             format!("{name} is a probability per million: at most {PER_MILLION}, not {}", value.get_ref())
         }),
+    }
+}
+
+/// A job's owner or project: `sim` when not given, else a non-empty name of at
+/// most 255 bytes.
+fn account_name(key: &str, value: &Option<Spanned<String>>) -> Result<String, Problem> {
+    match value {
+        None => Ok("sim".into()),
+        Some(name) if !name.get_ref().is_empty() && name.get_ref().len() <= 255 => Ok(name.get_ref().clone()),
+        Some(name) => Err((name.span(), format!("{key} must be a non-empty name of at most 255 bytes"))),
     }
 }
 
@@ -661,8 +677,12 @@ impl RawScenario {
             };
             let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
             ids.insert(id.clone(), tasks);
+            let owner = account_name("owner", &raw.owner)?;
+            let project = account_name("project", &raw.project)?;
             jobs.push(JobPlan {
                 id,
+                owner,
+                project,
                 submit_at_ms: raw.submit_at_ms,
                 tasks,
                 priority: raw.priority,
@@ -794,6 +814,7 @@ projector_restarts = 2
         assert_eq!(scenario.engines[0].engine_name(11), "lyon-12");
         let job = &scenario.jobs[0];
         assert_eq!((job.max_attempts, job.slots_per_task, job.failure_per_million), (3, 1, 0));
+        assert_eq!((job.owner.as_str(), job.project.as_str()), ("sim", "sim"));
         assert_eq!(scenario.faults.snapshot_every_entries, 1000);
         assert_eq!(scenario.faults.late_start_delay_ms, 65_000);
         assert_eq!(scenario.faults.projector_restarts, 2);
@@ -802,6 +823,15 @@ projector_restarts = 2
 
     fn error_of(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_job_names_its_owner_and_project() {
+        let job = "seed = 1\n[[jobs]]\nid = \"a\"\ntasks = 1\nduration_ms = 1\n";
+        let scenario = parse(&format!("{job}owner = \"alice\"\nproject = \"p1\"\n")).unwrap();
+        assert_eq!((scenario.jobs[0].owner.as_str(), scenario.jobs[0].project.as_str()), ("alice", "p1"));
+        let empty = error_of(&format!("{job}owner = \"\"\n"));
+        assert!(empty.starts_with("test.toml:6: owner must be a non-empty name"), "{empty}");
     }
 
     #[test]

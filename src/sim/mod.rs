@@ -156,3 +156,5 @@ pub fn run(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod sge_tests;

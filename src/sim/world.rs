@@ -902,8 +902,8 @@ fn estimated_makespan_ms(scenario: &Scenario) -> u64 {
 fn job_spec(plan: &JobPlan) -> JobSpec {
     JobSpec {
         id: plan.id.clone(),
-        owner: "sim".into(),
-        project: "sim".into(),
+        owner: plan.owner.clone(),
+        project: plan.project.clone(),
         queue: "default".into(),
         priority: plan.priority,
         requirements: plan.requirements.clone(),
