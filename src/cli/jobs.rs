@@ -53,6 +53,17 @@ pub struct PriorityArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct OverrideTicketsArgs {
+    pub job: String,
+    /// The job's override tickets (0 takes them away).
+    pub tickets: u32,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct PolicyArgs {
     #[command(subcommand)]
     pub command: PolicyCommand,
@@ -115,6 +126,13 @@ pub fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+pub fn override_tickets(args: OverrideTicketsArgs) -> anyhow::Result<ExitCode> {
+    let tickets = args.tickets;
+    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobOverrideTicketsSet { job, tickets }, |job, seq| {
+        format!("override tickets of {job} set to {tickets} at seq {seq}")
+    })
+}
+
 /// Publishes an event about one job, named on the command line, and waits for
 /// the projector's verdict on it.
 fn publish_for_job(
@@ -132,6 +150,7 @@ fn publish_for_job(
     let what = match &event {
         Event::JobCancelled { .. } => format!("the cancel of {job}"),
         Event::JobPriorityChanged { .. } => format!("the priority change of {job}"),
+        Event::JobOverrideTicketsSet { .. } => format!("the override tickets of {job}"),
         _ => format!("the event about {job}"),
     };
     let wait = Duration::from_secs(verdict.wait_secs);

@@ -50,6 +50,8 @@ pub enum Command {
     Cancel(jobs::CancelArgs),
     /// Change a job's priority (higher runs first).
     Priority(jobs::PriorityArgs),
+    /// Give a job override tickets, replacing its earlier ones; counted in ticket mode (Grid Engine's `qalter -ot`).
+    OverrideTickets(jobs::OverrideTicketsArgs),
     /// Suspend a job's running attempts, or one task's: SIGSTOP, slots kept (Grid Engine's `qmod -sj`).
     Suspend(control::ControlArgs),
     /// Resume suspended attempts: SIGCONT (Grid Engine's `qmod -usj`).
@@ -95,6 +97,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Usage(args) => stat::usage(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Priority(args) => jobs::priority(args),
+        Command::OverrideTickets(args) => jobs::override_tickets(args),
         Command::Suspend(args) => control::run(crate::core::state::Control::Suspend, args),
         Command::Resume(args) => control::run(crate::core::state::Control::Resume, args),
         Command::Reschedule(args) => control::run(crate::core::state::Control::Preempt, args),

@@ -113,6 +113,8 @@ pub enum Event {
     JobSubmitted(JobSpec),
     JobCancelled { job: JobId, reason: String },
     JobPriorityChanged { job: JobId, priority: i32 },
+    /// An operator gave a job override tickets (Grid Engine's `qalter -ot`).
+    JobOverrideTicketsSet { job: JobId, tickets: u32 },
     EngineLoggedIn { engine: EngineId, slots: u32, props: EngineProps },
     EngineLoggedOut { engine: EngineId },
     EngineHeartbeat { engine: EngineId, load: EngineLoad },
@@ -205,6 +207,7 @@ impl Event {
             Event::JobSubmitted(_) => "JobSubmitted",
             Event::JobCancelled { .. } => "JobCancelled",
             Event::JobPriorityChanged { .. } => "JobPriorityChanged",
+            Event::JobOverrideTicketsSet { .. } => "JobOverrideTicketsSet",
             Event::EngineLoggedIn { .. } => "EngineLoggedIn",
             Event::EngineLoggedOut { .. } => "EngineLoggedOut",
             Event::EngineHeartbeat { .. } => "EngineHeartbeat",

@@ -64,6 +64,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
         Event::JobSubmitted(spec) => submit_job(state, seq, spec),
         Event::JobCancelled { job, .. } => cancel_job(state, job),
         Event::JobPriorityChanged { job, priority } => change_priority(state, job, *priority),
+        Event::JobOverrideTicketsSet { job, tickets } => set_override_tickets(state, job, *tickets),
         Event::EngineLoggedIn { engine, slots, props } => {
             if *slots == 0 {
                 Err(Rejection::InvalidEngine { engine: engine.clone(), problem: "an engine needs at least one slot".into() })
@@ -538,12 +539,24 @@ fn cancel_job(state: &mut State, id: &super::ids::JobId) -> Result<(), Rejection
     Ok(())
 }
 
-fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> Result<(), Rejection> {
+/// The held job of that id, if it is still active.
+fn active_job(state: &State, id: &super::ids::JobId) -> Result<JobIdx, Rejection> {
     let job = state.job_idx(id).ok_or_else(|| Rejection::UnknownJob { job: id.clone() })?;
     if !state.job(job).is_active() {
         return Err(Rejection::JobAlreadyEnded { job: id.clone() });
     }
+    Ok(job)
+}
+
+fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> Result<(), Rejection> {
+    let job = active_job(state, id)?;
     state.set_priority(job, priority);
+    Ok(())
+}
+
+fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32) -> Result<(), Rejection> {
+    let job = active_job(state, id)?;
+    state.set_override_tickets(job, tickets);
     Ok(())
 }
 

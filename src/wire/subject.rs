@@ -35,6 +35,7 @@ pub fn subject_for(event: &Event) -> String {
         Event::JobSubmitted(_) => "gridfold.ev.job.submitted".to_string(),
         Event::JobCancelled { .. } => "gridfold.ev.job.cancelled".to_string(),
         Event::JobPriorityChanged { .. } => "gridfold.ev.job.priority".to_string(),
+        Event::JobOverrideTicketsSet { .. } => "gridfold.ev.override.job".to_string(),
         Event::EngineLoggedIn { engine: id, .. } => engine_login_subject(id),
         Event::EngineLoggedOut { engine: id } => engine(id, "logout"),
         Event::EngineHeartbeat { engine: id, .. } => engine(id, "heartbeat"),

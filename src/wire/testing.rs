@@ -59,9 +59,10 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::SuspendRequested(_) => 19,
         Event::ResumeRequested(_) => 20,
         Event::RescheduleRequested(_) => 21,
+        Event::JobOverrideTicketsSet { .. } => 22,
     }
 }
-pub const EVENT_VARIANTS: usize = 22;
+pub const EVENT_VARIANTS: usize = 23;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -165,6 +166,7 @@ pub fn every_event() -> Vec<Event> {
             job: job("render-1"),
             priority: 10,
         },
+        Event::JobOverrideTicketsSet { job: job("render-1"), tickets: 500 },
         Event::EngineLoggedIn {
             engine: engine("e1"),
             slots: 8,
@@ -797,6 +799,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         (arb_job(), arb_text()).prop_map(|(job, reason)| Event::JobCancelled { job, reason }),
         (arb_job(), any::<i32>())
             .prop_map(|(job, priority)| Event::JobPriorityChanged { job, priority }),
+        (arb_job(), any::<u32>()).prop_map(|(job, tickets)| Event::JobOverrideTicketsSet { job, tickets }),
         (arb_engine(), any::<u32>(), arb_props()).prop_map(|(engine, slots, props)| {
             Event::EngineLoggedIn {
                 engine,

@@ -190,7 +190,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested"],
+        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set"],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
@@ -447,6 +447,7 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         JobSubmitted         gridfold.ev.job.submitted            Client
         JobCancelled         gridfold.ev.job.cancelled            Client
         JobPriorityChanged   gridfold.ev.job.priority             Client
+        JobOverrideTicketsSet gridfold.ev.override.job             Client
         EngineLoggedIn       gridfold.ev.engine.e1.login          Engine(EngineId("e1"))
         EngineLoggedOut      gridfold.ev.engine.e1.logout         Engine(EngineId("e1"))
         EngineHeartbeat      gridfold.ev.engine.e1.heartbeat      Engine(EngineId("e1"))

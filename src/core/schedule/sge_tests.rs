@@ -184,3 +184,17 @@ fn a_nearing_deadline_raises_a_jobs_urgency_above_the_others() {
     let mut state = State::new();
     assert_eq!(decide_once(&mut log, &mut state), "dispatch late/0 #1 -> e00\n");
 }
+
+#[test]
+fn a_jobs_own_override_tickets_put_it_before_earlier_jobs_and_an_unknown_job_is_rejected() {
+    let mut log = LogBuilder::new();
+    log.push(tickets(SgePolicy::grid_engine_defaults()));
+    engines(&mut log, 1);
+    log.submit(job_of("first", "a", 1));
+    log.submit(job_of("boosted", "b", 1));
+    log.push(Event::JobOverrideTicketsSet { job: job_id("boosted"), tickets: 100 });
+    log.push(Event::JobOverrideTicketsSet { job: job_id("nosuch"), tickets: 100 });
+    let mut state = State::new();
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch boosted/0 #1 -> e00\n");
+    assert_eq!(state.rejections.total, 1, "the unknown job's tickets are rejected");
+}

@@ -282,6 +282,8 @@ pub struct Job {
     /// Jobs this one depends on that have not ended yet (or failed, when it fails with them).
     pub(crate) blocked_by: u32,
     /// The owner's account and the project's (see [`super::accounts`]).
+    /// Override tickets an operator gave the job (Grid Engine's `qalter -ot`).
+    pub override_tickets: u32,
     pub(crate) user_account: super::AccountIdx,
     pub(crate) project_account: super::AccountIdx,
     /// The dependency that failed, when the job fails with it: it waits for a FailDependent order.
@@ -378,6 +380,7 @@ impl Job {
             failures_by_engine: BTreeMap::new(),
             completion_times: CompletionTimes::default(),
             blocked_by: 0,
+            override_tickets: 0,
             user_account: super::AccountIdx(0),
             project_account: super::AccountIdx(0),
             failed_dependency: None,

@@ -864,6 +864,10 @@ impl State {
     }
 
     /// Changes a job's priority, moving it in the examination order.
+    pub(crate) fn set_override_tickets(&mut self, idx: JobIdx, tickets: u32) {
+        self.jobs[idx.0 as usize].override_tickets = tickets;
+    }
+
     pub(crate) fn set_priority(&mut self, idx: JobIdx, priority: i32) {
         let job = &self.jobs[idx.0 as usize];
         self.runnable.remove(&job.rank(idx));

@@ -46,6 +46,10 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
                 priority: m.priority,
             }),
         ),
+        P::JobOverrideTicketsSet(m) => (
+            "job_override_tickets_set",
+            job_id("job", &m.job).map(|job| Event::JobOverrideTicketsSet { job, tickets: m.tickets }),
+        ),
         P::EngineLoggedIn(m) => ("engine_logged_in", engine_logged_in(m)),
         P::EngineLoggedOut(m) => (
             "engine_logged_out",

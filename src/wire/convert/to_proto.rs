@@ -137,6 +137,9 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 priority: *priority,
             })
         }
+        Event::JobOverrideTicketsSet { job, tickets } => {
+            P::JobOverrideTicketsSet(proto::JobOverrideTicketsSet { job: job.to_string(), tickets: *tickets })
+        }
         Event::EngineLoggedIn {
             engine,
             slots,

@@ -20,7 +20,8 @@
 //!   - *functional*: `weight_tickets_functional`, split between users,
 //!     projects, departments and jobs by `weight_user` … `weight_job`, and
 //!     within each by static `fshare` among the entities with work; no history;
-//!   - *override*: fixed tickets an operator gives a user or project.
+//!   - *override*: fixed tickets an operator gives a user or project (by
+//!     policy) or a job (`gridfold override-tickets`, Grid Engine's `qalter -ot`).
 //!
 //!   A user's or project's tickets are divided among its tasks as Grid Engine
 //!   divides them among pending jobs (`share_functional_shares`,
@@ -113,6 +114,7 @@ struct ProjectPools {
 struct JobFixed {
     user: AccountIdx,
     project: AccountIdx,
+    job_override: u32,
     submitted: Seq,
     dispatch_fixed: i64,
 }
@@ -218,7 +220,7 @@ impl Tickets {
             let urgency = urgency::of_job(sge, job, now_ms);
             tickets.urgency_min = tickets.urgency_min.min(urgency);
             tickets.urgency_max = tickets.urgency_max.max(urgency);
-            let total = tickets.tickets_of(job.user_account, job.project_account, 0).total();
+            let total = tickets.tickets_of(job.user_account, job.project_account, job.override_tickets, 0).total();
             tickets.tickets_max = tickets.tickets_max.max(total);
             runnable.push((rank.job, urgency));
         }
@@ -231,6 +233,7 @@ impl Tickets {
             tickets.fixed[j.0 as usize] = Some(JobFixed {
                 user: job.user_account,
                 project: job.project_account,
+                job_override: job.override_tickets,
                 submitted: job.submit_seq,
                 dispatch_fixed,
             });
@@ -238,9 +241,10 @@ impl Tickets {
         tickets
     }
 
-    /// The tickets of the next task of a job of user `u` in project `p`,
-    /// `owner_booked` tasks of its owner later in the run.
-    fn tickets_of(&self, u: AccountIdx, p: AccountIdx, owner_booked: u32) -> TicketParts {
+    /// The tickets of the next task of a job of user `u` in project `p` with
+    /// its own override tickets, `owner_booked` tasks of its owner later in
+    /// the run. A job's own override tickets are never divided (as in Grid Engine).
+    fn tickets_of(&self, u: AccountIdx, p: AccountIdx, job_override: u32, owner_booked: u32) -> TicketParts {
         let user = &self.by_user[u.0 as usize];
         let project = &self.by_project[p.0 as usize];
         // A job's share-tree leaf: its project's, if the tree has one, else its user's.
@@ -248,14 +252,16 @@ impl Tickets {
         let functional = next_task(user.functional, owner_booked)
             + next_task(project.functional, owner_booked)
             + next_task(user.department, owner_booked);
-        let overrides = next_task(user.overrides, owner_booked) + next_task(project.overrides, owner_booked);
+        let overrides = next_task(user.overrides, owner_booked)
+            + next_task(project.overrides, owner_booked)
+            + u64::from(job_override) * 1000;
         TicketParts { share, functional, overrides }
     }
 
     /// The job's next task's tickets, `owner_booked` tasks of its owner later in the run.
     pub fn of_job(&self, state: &State, j: JobIdx, owner_booked: u32) -> JobTickets {
         let job = state.job(j);
-        let parts = self.tickets_of(job.user_account, job.project_account, owner_booked);
+        let parts = self.tickets_of(job.user_account, job.project_account, job.override_tickets, owner_booked);
         JobTickets {
             share_milli: u128::from(parts.share),
             functional_milli: u128::from(parts.functional),
@@ -304,7 +310,7 @@ impl Tickets {
             let priority = self.priority(state, j, owner_booked);
             return OrderKey { primary: priority.dispatch, secondary: 0, submitted: Reverse(state.job(j).submit_seq) };
         };
-        let total = self.tickets_of(fixed.user, fixed.project, owner_booked).total();
+        let total = self.tickets_of(fixed.user, fixed.project, fixed.job_override, owner_booked).total();
         let dispatch = fixed.dispatch_fixed + self.weight_ticket_milli * self.ntckts(total);
         debug_assert_eq!(dispatch, self.priority(state, j, owner_booked).dispatch, "the fixed part is the job's");
         OrderKey { primary: dispatch, secondary: 0, submitted: Reverse(fixed.submitted) }
