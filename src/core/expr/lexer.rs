@@ -49,10 +49,9 @@ impl<'s> Lexer<'s> {
     }
 
     fn char_at(&self, at: usize) -> char {
-        self.source[at..]
-            .chars()
-            .next()
-            .expect("a position inside the source")
+        // Only called at a char boundary inside the source; should that ever not
+        // hold, the error names a replacement character rather than panic.
+        self.source.get(at..).and_then(|rest| rest.chars().next()).unwrap_or(char::REPLACEMENT_CHARACTER)
     }
 
     pub(super) fn next_token(&mut self) -> Result<Token, ExprError> {
@@ -134,7 +133,7 @@ impl<'s> Lexer<'s> {
             end += 1;
         }
         self.pos = end;
-        let tok = match &self.source[start..end] {
+        let tok = match self.source.get(start..end).unwrap_or_default() {
             "and" => Tok::And,
             "or" => Tok::Or,
             "not" => Tok::Not,

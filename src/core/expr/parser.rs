@@ -302,10 +302,11 @@ impl<'s> Parser<'s> {
                 Ok(Value::Int(value))
             }
             Tok::Str(_) => {
-                let Tok::Str(text) = self.bump()?.tok else {
-                    unreachable!("peeked a string")
-                };
-                Ok(Value::Str(text))
+                let token = self.bump()?;
+                match token.tok {
+                    Tok::Str(text) => Ok(Value::Str(text)),
+                    _ => Err(ExprError::new(token.start, "expected a quoted string")),
+                }
             }
             Tok::Ident => {
                 let name = self.text(&self.peeked);
