@@ -408,3 +408,66 @@ fn every_gridserver_scenario_survives_every_fault() {
     }
     assert!(crashes > 0);
 }
+
+/// Runs one of Grid Engine's ordering scenarios to its horizon (each keeps the
+/// grid saturated, so no job ends), replays its log with verification, and
+/// returns each owner's share of the busy slot-time in permille.
+fn grid_engine_split(name: &str) -> (SimReport, BTreeMap<String, u64>) {
+    let scenario = Scenario::from_file(&scenario_file(name)).unwrap_or_else(|e| panic!("{e}"));
+    // Thousands of starts: the invariants are checked once, by the replay below.
+    let options = RunOptions { check_invariants: false, ..RunOptions::default() };
+    let (report, entries) = run(&scenario, &options, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    println!("{name}:\n{report}");
+    assert_eq!(report.outcome, Outcome::Horizon, "{report}");
+    assert!(report.task_check.holds(), "{report}");
+    assert_eq!(report.rejected_entries, 0, "{report}");
+    assert!(report.utilisation_permille > 950, "the grid stays saturated: {report}");
+    let options = ReplayOptions { verify: true, stop_at: None, check_invariants: false };
+    let (state, replayed) = replay(State::new(), &entries, &options, &mut |_| {});
+    assert_eq!(replayed.first_divergence, None);
+    assert_eq!(state.state_digest().to_hex(), report.state_digest);
+    state.check_invariants();
+    let split = report.busy_share_by_owner_permille.clone();
+    (report, split)
+}
+
+/// Asserts `owner` had `target` permille of the busy slot-time, within `tolerance`.
+fn assert_share(split: &BTreeMap<String, u64>, owner: &str, target: u64, tolerance: u64) {
+    let share = split.get(owner).copied().unwrap_or(0);
+    assert!(share.abs_diff(target) <= tolerance, "{owner} had {share}‰ of the busy slot-time, not {target} ± {tolerance}: {split:?}");
+}
+
+#[test]
+fn share_tree_scenario_splits_the_grid_40_20_40() {
+    let (report, split) = grid_engine_split("share-tree.toml");
+    assert!(report.dispatches > 2_500, "{report}");
+    assert_share(&split, "alice", 400, 40);
+    assert_share(&split, "bob", 200, 40);
+    assert_share(&split, "carol", 400, 40);
+}
+
+#[test]
+fn functional_and_override_scenario_splits_the_grid_12_37_50() {
+    let (report, split) = grid_engine_split("functional-and-override.toml");
+    assert!(report.dispatches > 2_500, "{report}");
+    // Targets 125/375/500; each user's next task gets 1/(n + 1) of its
+    // tickets with n running, which on 20 slots takes most from the smallest.
+    assert_share(&split, "alice", 125, 35);
+    assert_share(&split, "bob", 375, 35);
+    assert_share(&split, "carol", 500, 35);
+}
+
+#[test]
+fn user_sort_scenario_shares_the_grid_half_and_half_where_fcfs_gives_it_all_to_the_first() {
+    let (report, split) = grid_engine_split("user-sort.toml");
+    assert!(report.dispatches > 1_000, "{report}");
+    assert_share(&split, "alice", 500, 30);
+    assert_share(&split, "bob", 500, 30);
+
+    let mut fcfs = Scenario::from_file(&scenario_file("user-sort.toml")).unwrap_or_else(|e| panic!("{e}"));
+    fcfs.policy.sge.user_sort = false;
+    let options = RunOptions { check_invariants: false, ..RunOptions::default() };
+    let (report, _) = run(&fcfs, &options, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let alice = report.busy_share_by_owner_permille.get("alice").copied().unwrap_or(0);
+    assert!(alice > 990, "without user_sort alice's earlier job takes every slot: {report}");
+}

@@ -15,7 +15,8 @@ use crate::wire;
 #[derive(Debug, Args)]
 pub struct SimArgs {
     /// The scenario (TOML; see scenarios/faults.toml for every key, and the other
-    /// files of scenarios/ for GridServer's: libraries, tiers, conditions, blacklisting, redundancy).
+    /// files of scenarios/ for GridServer's: libraries, tiers, conditions, blacklisting, redundancy;
+    /// and Grid Engine's: user-sort, share-tree, functional-and-override).
     pub scenario: PathBuf,
     /// Run with this seed instead of the scenario's.
     #[arg(long)]

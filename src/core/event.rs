@@ -615,7 +615,7 @@ impl Default for RedundancyPolicy {
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            algorithm: Algorithm::SgePlain,
+            algorithm: Algorithm::default(),
             engine_timeout_ms: 30_000,
             dispatch_timeout_ms: 60_000,
             load_formula: LoadFormula::default(),
@@ -631,11 +631,12 @@ impl Default for Policy {
 }
 
 /// The scheduling algorithm, chosen by policy as in Grid Engine's `sched_conf(5)` `algorithm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Algorithm {
     /// Grid Engine's SGE mode: FCFS by submission (or `user_sort`), overridden
     /// by job priority; requirements filter engines; the least loaded engine
     /// wins, ties by engine id.
+    #[default]
     SgePlain,
     /// Grid Engine's ticket mode (SGEEE): jobs ordered by dispatch priority,
     /// from `-p`, urgency and the tickets of the share tree, functional and
@@ -644,6 +645,9 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, as policy files name them.
+    pub const NAMES: [&'static str; 2] = ["sge-plain", "sgeee"];
+
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SgePlain => "sge-plain",

@@ -209,9 +209,17 @@ pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
+/// The byte offset where a 1-based line starts (the end of the text past its last line).
+pub fn line_start(text: &str, line: usize) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    text.bytes().enumerate().filter(|&(_, b)| b == b'\n').nth(line - 2).map_or(text.len(), |(at, _)| at + 1)
+}
+
 /// The text of a TOML file being read and its name, to turn offsets into `path:line: message` errors.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct FileText<'a> {
+pub(crate) struct FileText<'a> {
     pub text: &'a str,
     pub path: &'a str,
 }

@@ -2,52 +2,32 @@
 //! publishes one `PolicySet` event; fields it leaves out take their defaults,
 //! so the file alone says what the policy is. See the README's policy reference.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 use toml::Spanned;
 
-mod sge;
+pub(crate) mod sge;
 
 use super::jobfile::{FileText, JobFileError as FileError};
-use crate::core::event::{Algorithm, LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
+use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
 use crate::wire::check_engine_tier;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
-    algorithm: Option<Spanned<String>>,
-    engine_timeout_secs: Option<Spanned<u64>>,
-    dispatch_timeout_secs: Option<Spanned<u64>>,
-    dispatches_per_run_max: Option<Spanned<u32>>,
-    seed: Option<u64>,
-    load_formula: Option<LoadFormulaSection>,
-    engine_tiers: Option<Vec<Spanned<String>>>,
-    greylist_affinity: Option<u32>,
-    redundancy: Option<RedundancySection>,
-    /// How long an ended job stays in the state before it is retired.
-    job_retention_secs: Option<Spanned<u64>>,
-    // Grid Engine's job ordering keys, by its own names (read in [`sge`]).
-    user_sort: Option<bool>,
-    halftime: Option<Spanned<toml::Value>>,
-    compensation_factor: Option<Spanned<toml::Value>>,
-    weight_priority: Option<Spanned<toml::Value>>,
-    weight_urgency: Option<Spanned<toml::Value>>,
-    weight_ticket: Option<Spanned<toml::Value>>,
-    weight_waiting_time: Option<Spanned<toml::Value>>,
-    weight_user: Option<Spanned<toml::Value>>,
-    weight_project: Option<Spanned<toml::Value>>,
-    weight_department: Option<Spanned<toml::Value>>,
-    weight_job: Option<Spanned<toml::Value>>,
-    weight_tickets_share: Option<u32>,
-    weight_tickets_functional: Option<u32>,
-    weight_deadline: Option<u32>,
-    slot_urgency: Option<u32>,
-    share_tree: Option<Spanned<toml::Table>>,
-    fshare: Option<sge::NamedTables>,
-    oticket: Option<sge::NamedTables>,
-    departments: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+sge::with_grid_engine_keys! {
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct PolicyFile {
+        engine_timeout_secs: Option<Spanned<u64>>,
+        dispatch_timeout_secs: Option<Spanned<u64>>,
+        dispatches_per_run_max: Option<Spanned<u32>>,
+        seed: Option<u64>,
+        load_formula: Option<LoadFormulaSection>,
+        engine_tiers: Option<Vec<Spanned<String>>>,
+        greylist_affinity: Option<u32>,
+        redundancy: Option<RedundancySection>,
+        /// How long an ended job stays in the state before it is retired.
+        job_retention_secs: Option<Spanned<u64>>,
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,11 +75,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
     let file_text = FileText { text, path };
     let file: PolicyFile = file_text.parse()?;
     let defaults = Policy::default();
-    let algorithm = match &file.algorithm {
-        Some(name) => Algorithm::from_name(name.get_ref())
-            .ok_or_else(|| file_text.at(name, format!("unknown algorithm {:?}; known: sge-plain, sgeee", name.get_ref())))?,
-        None => defaults.algorithm,
-    };
+    let (algorithm, sge) = file.grid_engine(file_text)?;
     let dispatches_per_run_max = match &file.dispatches_per_run_max {
         Some(n) if *n.get_ref() == 0 || *n.get_ref() as usize > ORDERS_PER_BATCH_MAX => {
             return Err(file_text.at(n, format!("dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}")));
@@ -123,7 +99,6 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         Some(section) => redundancy(file_text, section)?,
         None => defaults.redundancy,
     };
-    let sge = file.sge(file_text)?;
     Ok(Policy {
         algorithm,
         engine_timeout_ms: seconds(file_text, "engine_timeout_secs", &file.engine_timeout_secs, defaults.engine_timeout_ms)?,
@@ -294,7 +269,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `algorithm`, `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);

@@ -24,7 +24,7 @@ use crate::core::ids::{EngineId, JobId};
 
 mod gridserver;
 
-use super::jobfile::{line_of, OptionKeys};
+use super::jobfile::{line_of, line_start, FileText, OptionKeys};
 use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
 
 /// One million: probabilities are written as integers per million.
@@ -406,16 +406,20 @@ struct RawScenario {
     faults: Option<Spanned<RawFaults>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    engine_timeout_ms: Option<u64>,
-    dispatch_timeout_ms: Option<u64>,
-    dispatches_per_run_max: Option<u32>,
-    #[serde(default)]
-    engine_tiers: Vec<Spanned<String>>,
-    greylist_affinity: Option<u32>,
-    redundancy: Option<RawRedundancy>,
+crate::files::policyfile::sge::with_grid_engine_keys! {
+    /// `[policy]`: the simulator's own keys (times in ms), and `algorithm`
+    /// with Grid Engine's keys named and read exactly as in a policy file.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RawPolicy {
+        engine_timeout_ms: Option<u64>,
+        dispatch_timeout_ms: Option<u64>,
+        dispatches_per_run_max: Option<u32>,
+        #[serde(default)]
+        engine_tiers: Vec<Spanned<String>>,
+        greylist_affinity: Option<u32>,
+        redundancy: Option<RawRedundancy>,
+    }
 }
 
 #[derive(Deserialize)]
@@ -573,7 +577,12 @@ impl RawScenario {
                     Some(section) => gridserver::redundancy(text, section)?,
                     None => defaults.redundancy.clone(),
                 };
+                let (algorithm, sge) = raw
+                    .grid_engine(FileText { text, path: "" })
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
+                    algorithm,
+                    sge,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -832,6 +841,30 @@ projector_restarts = 2
         assert_eq!((scenario.jobs[0].owner.as_str(), scenario.jobs[0].project.as_str()), ("alice", "p1"));
         let empty = error_of(&format!("{job}owner = \"\"\n"));
         assert!(empty.starts_with("test.toml:6: owner must be a non-empty name"), "{empty}");
+    }
+
+    #[test]
+    fn the_policy_takes_the_algorithm_and_grid_engines_keys_as_a_policy_file_does() {
+        let base = "seed = 1\n[policy]\nalgorithm = \"sgeee\"\nuser_sort = true\nhalftime = 0.5\n";
+        let scenario = parse(&format!("{base}[policy.share_tree.physics]\nshares = 60\n[policy.share_tree.physics.alice]\nshares = 2\n")).unwrap();
+        assert_eq!(scenario.policy.algorithm, crate::core::event::Algorithm::Sgeee);
+        assert!(scenario.policy.sge.user_sort);
+        assert_eq!(scenario.policy.sge.halftime_ms, 1_800_000);
+        assert_eq!(scenario.policy.sge.share_tree.len(), 2);
+        assert_eq!(
+            error_of("seed = 1\n[policy]\nalgorithm = \"fifo\"\n"),
+            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee"
+        );
+        assert_eq!(
+            error_of(&format!("{base}\n[policy.share_tree.a]\nshares = -1\n")),
+            "test.toml:7: share_tree.a: shares must be a whole number from 0 to 1000000, not -1"
+        );
+        assert_eq!(
+            error_of(&format!("{base}\n\n[policy.oticket.departments]\nstaff = 1\n")),
+            "test.toml:8: oticket.departments: override tickets go to users and projects"
+        );
+        let unknown = error_of("seed = 1\n[policy]\nweight_tickets_shares = 1\n");
+        assert!(unknown.starts_with("test.toml:3: unknown field `weight_tickets_shares`"), "{unknown}");
     }
 
     #[test]

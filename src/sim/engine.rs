@@ -30,6 +30,16 @@ use crate::core::ids::{Attempt, EngineId, JobId, TaskRef};
 /// The attempt a run carries out.
 pub type RunKey = (TaskRef, Attempt);
 
+/// A run that held its slots from `start_ms` to `end_ms`, for utilisation and
+/// each owner's share of the busy slot-time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusyRun {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub slots: u32,
+    pub job: crate::core::ids::JobId,
+}
+
 /// How a run ends, drawn when the dispatch arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEnd {
@@ -116,8 +126,8 @@ impl SimEngine {
     }
 
     /// The engine dies: its runs stop. Returns the busy intervals of the runs
-    /// that had started, as (start, end, slots).
-    pub fn crash(&mut self, now_ms: u64) -> Vec<(u64, u64, u32)> {
+    /// that had started.
+    pub fn crash(&mut self, now_ms: u64) -> Vec<BusyRun> {
         assert!(self.alive, "only a live engine crashes");
         self.alive = false;
         self.incarnation += 1;
@@ -125,7 +135,11 @@ impl SimEngine {
         let since = self.alive_since_ms.take().expect("a live engine has come up");
         self.alive_intervals.push((since, now_ms));
         let runs = std::mem::take(&mut self.runs);
-        runs.values().filter_map(|run| run.started_ms.map(|start| (start, now_ms, run.slots))).collect()
+        runs.iter()
+            .filter_map(|((task, _), run)| {
+                run.started_ms.map(|start| BusyRun { start_ms: start, end_ms: now_ms, slots: run.slots, job: task.job.clone() })
+            })
+            .collect()
     }
 
     /// The intervals the engine was up, with the current one closed at `now_ms`.
@@ -170,7 +184,7 @@ mod tests {
             Run { slots: 1, started_ms: Some(10), duration_ms: 50, end: RunEnd::Complete, end_after_ms: 50 },
         );
         let before = engine.incarnation;
-        assert_eq!(engine.crash(30), vec![(10, 30, 1)]);
+        assert_eq!(engine.crash(30), vec![BusyRun { start_ms: 10, end_ms: 30, slots: 1, job: task("j", 0).job }]);
         assert!(!engine.is_current(before));
         engine.come_up(100);
         assert!(!engine.first_sight("9-0"));

@@ -138,6 +138,9 @@ pub struct SimReport {
     /// Busy slot-time over the slot-time of engines up during the makespan, in permille.
     /// Above 1000 when late runs kept going on slots the projector had freed.
     pub utilisation_permille: u64,
+    /// Each job owner's share of the busy slot-time of the makespan, in
+    /// permille: what Grid Engine's share tree and functional policy divide.
+    pub busy_share_by_owner_permille: BTreeMap<String, u64>,
     pub tasks_done: u64,
     pub tasks_failed: u64,
     pub attempts_failed: u64,
@@ -190,6 +193,14 @@ impl fmt::Display for SimReport {
             "  tasks        {} done, {} failed; {} attempts failed, {} requeues, {} dispatches, {} engines lost",
             self.tasks_done, self.tasks_failed, self.attempts_failed, self.requeues, self.dispatches, self.engines_lost
         )?;
+        if self.busy_share_by_owner_permille.len() > 1 {
+            let shares: Vec<String> = self
+                .busy_share_by_owner_permille
+                .iter()
+                .map(|(owner, permille)| format!("{owner} {}.{}%", permille / 10, permille % 10))
+                .collect();
+            writeln!(f, "  owners       busy slot-time {}", shares.join(", "))?;
+        }
         writeln!(f, "  wait         mean {}, max {}", seconds(self.wait_ms_mean), seconds(self.wait_ms_max))?;
         let kinds: Vec<String> = self.rejections_by_kind.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
         writeln!(

@@ -20,7 +20,7 @@ use crate::core::state::{JobStatus, State, TaskStatus};
 use crate::files::scenario::{JobPlan, Scenario, PER_MILLION};
 use crate::wire::delivery::{Delivery, DeliveryKind};
 
-use super::engine::{Run, RunEnd, RunKey, SimEngine};
+use super::engine::{BusyRun, Run, RunEnd, RunKey, SimEngine};
 use super::log::{Appended, SimLog, EPOCH_MS};
 use super::projector::SimProjector;
 use super::report::{FaultCounts, Outcome, SimReport, TaskCheck};
@@ -144,7 +144,7 @@ pub(super) struct World<'a> {
     rng: Streams,
     counts: FaultCounts,
     /// Runs that ended: (start, end, slots), for utilisation.
-    busy: Vec<(u64, u64, u32)>,
+    busy: Vec<BusyRun>,
     /// Tasks some engine reported completed (whether or not the fold took it).
     completions_reported: BTreeSet<TaskRef>,
     lost_publishes: BTreeSet<u64>,
@@ -435,13 +435,13 @@ impl<'a> World<'a> {
                 let crate::core::event::Order::Cancel { task, attempt, reason, .. } = order else {
                     unreachable!("a cancel delivery carries a Cancel")
                 };
-                if let Some(run) = sim.runs.remove(&(task, attempt)) {
+                if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
                     self.counts.runs_cancelled += 1;
                     if reason == crate::core::event::CancelReason::RedundantCopy {
                         self.counts.redundant_runs_stopped += 1;
                     }
                     if let Some(start) = run.started_ms {
-                        self.busy.push((start, self.now_ms, run.slots));
+                        self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
                     }
                 }
             }
@@ -527,7 +527,7 @@ impl<'a> World<'a> {
         let (task, attempt) = key;
         match run.end {
             RunEnd::Complete => {
-                self.busy.push((start, now, run.slots));
+                self.busy.push(BusyRun { start_ms: start, end_ms: now, slots: run.slots, job: task.job.clone() });
                 self.completions_reported.insert(task.clone());
                 let event = Event::TaskCompleted {
                     task,
@@ -541,7 +541,7 @@ impl<'a> World<'a> {
                 self.report(engine, event, true);
             }
             RunEnd::Fail | RunEnd::FailByRule => {
-                self.busy.push((start, now, run.slots));
+                self.busy.push(BusyRun { start_ms: start, end_ms: now, slots: run.slots, job: task.job.clone() });
                 if run.end == RunEnd::Fail {
                     self.counts.task_failures += 1;
                 } else {
@@ -758,19 +758,34 @@ impl<'a> World<'a> {
         let window = first_submit.map(|start| (start, last_end.max(start)));
         let makespan_ms = window.map_or(0, |(start, end)| end - start);
         let overlap = |(a, b): (u64, u64)| window.map_or(0, |(start, end)| b.min(end).saturating_sub(a.max(start)));
-        let mut busy: u128 = self.busy.iter().map(|&(a, b, slots)| overlap((a, b)) as u128 * u128::from(slots)).sum();
+        let owners: BTreeMap<&JobId, &str> = scenario.jobs.iter().map(|plan| (&plan.id, plan.owner.as_str())).collect();
+        let mut busy: u128 = 0;
+        let mut busy_by_owner: BTreeMap<String, u128> = BTreeMap::new();
+        let mut count_busy = |job: &JobId, start: u64, end: u64, slots: u32| {
+            let slot_ms = overlap((start, end)) as u128 * u128::from(slots);
+            busy += slot_ms;
+            let owner = owners.get(job).copied().unwrap_or("sim");
+            *busy_by_owner.entry(owner.to_string()).or_default() += slot_ms;
+        };
+        for run in &self.busy {
+            count_busy(&run.job, run.start_ms, run.end_ms, run.slots);
+        }
         let mut capacity: u128 = 0;
         for engine in &self.engines {
             for interval in engine.alive_intervals(stop) {
                 capacity += overlap(interval) as u128 * u128::from(engine.slots);
             }
-            for run in engine.runs.values() {
+            for ((task, _), run) in &engine.runs {
                 if let Some(start) = run.started_ms {
-                    busy += overlap((start, stop)) as u128 * u128::from(run.slots);
+                    count_busy(&task.job, start, stop, run.slots);
                 }
             }
         }
         let utilisation_permille = (busy * 1000).checked_div(capacity).map_or(0, |permille| permille as u64);
+        let busy_share_by_owner_permille = busy_by_owner
+            .into_iter()
+            .map(|(owner, slot_ms)| (owner, (slot_ms * 1000).checked_div(busy).map_or(0, |permille| permille as u64)))
+            .collect();
         let totals = &state.totals;
         let wait = self.projector.wait;
         let mut gridserver = self.projector.gridserver.clone();
@@ -789,6 +804,7 @@ impl<'a> World<'a> {
             jobs_unfinished: unfinished,
             makespan_ms,
             utilisation_permille,
+            busy_share_by_owner_permille,
             tasks_done: totals.tasks_done,
             tasks_failed: totals.tasks_failed,
             attempts_failed: totals.attempts_failed,

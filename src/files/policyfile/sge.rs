@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{limit_milli, PolicyFile};
-use crate::core::event::{SgePolicy, ShareTreeLeaf, ShareTreeNode};
+use super::limit_milli;
+use crate::core::event::{Algorithm, ShareTreeLeaf, ShareTreeNode};
 use crate::core::schedule::sgeee::share_tree::SHARES_MAX;
 use crate::files::jobfile::{FileText, JobFileError as FileError};
 use crate::wire::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
@@ -19,77 +19,162 @@ use crate::wire::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
 /// `[fshare]` and `[oticket]`: amounts by user, project (and department).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct NamedTables {
+pub(crate) struct NamedTables {
     users: Option<Spanned<BTreeMap<String, u32>>>,
     projects: Option<Spanned<BTreeMap<String, u32>>>,
     departments: Option<Spanned<BTreeMap<String, u32>>>,
 }
 
-impl PolicyFile {
-    /// The Grid Engine keys, with Grid Engine's defaults for those left out.
-    pub(super) fn sge(&self, file_text: FileText<'_>) -> Result<SgePolicy, FileError> {
-        let defaults = SgePolicy::grid_engine_defaults();
-        let milli = |name: &str, value: &Option<Spanned<toml::Value>>, default: u32| match value {
-            Some(value) => limit_milli(file_text.text, value).map_err(|problem| file_text.at(value, format!("{name}: {problem}"))),
-            None => Ok(default),
-        };
-        let halftime_ms = match &self.halftime {
-            Some(hours) => {
-                let milli_hours = limit_milli(file_text.text, hours)
-                    .map_err(|problem| file_text.at(hours, format!("halftime (hours): {problem}")))?;
-                u64::from(milli_hours) * 3_600
-            }
-            None => defaults.halftime_ms,
-        };
-        let fshare = self.fshare.as_ref();
-        let oticket = self.oticket.as_ref();
-        if let Some(departments) = oticket.and_then(|o| o.departments.as_ref()) {
-            return Err(file_text.at(departments, "oticket.departments: override tickets go to users and projects"));
+/// Declares a struct read from a TOML table that holds `algorithm` and Grid
+/// Engine's keys beside its own: the policy file's top level, and a
+/// scenario's `[policy]`. The keys are listed once, here, and read by the
+/// one method it adds, `grid_engine`, so the two files never differ on them.
+/// (serde's `flatten` would say this in one line, but it drops the spans
+/// every error needs, and it cannot refuse unknown keys.)
+macro_rules! with_grid_engine_keys {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($(#[$field_meta])* $field: $ty,)*
+            algorithm: Option<toml::Spanned<String>>,
+            user_sort: Option<bool>,
+            halftime: Option<toml::Spanned<toml::Value>>,
+            compensation_factor: Option<toml::Spanned<toml::Value>>,
+            weight_priority: Option<toml::Spanned<toml::Value>>,
+            weight_urgency: Option<toml::Spanned<toml::Value>>,
+            weight_ticket: Option<toml::Spanned<toml::Value>>,
+            weight_waiting_time: Option<toml::Spanned<toml::Value>>,
+            weight_user: Option<toml::Spanned<toml::Value>>,
+            weight_project: Option<toml::Spanned<toml::Value>>,
+            weight_department: Option<toml::Spanned<toml::Value>>,
+            weight_job: Option<toml::Spanned<toml::Value>>,
+            weight_tickets_share: Option<u32>,
+            weight_tickets_functional: Option<u32>,
+            weight_deadline: Option<u32>,
+            slot_urgency: Option<u32>,
+            share_tree: Option<toml::Spanned<toml::Table>>,
+            fshare: Option<$crate::files::policyfile::sge::NamedTables>,
+            oticket: Option<$crate::files::policyfile::sge::NamedTables>,
+            departments: Option<toml::Spanned<std::collections::BTreeMap<String, Vec<String>>>>,
         }
-        let table = |name: &str, table: Option<&Spanned<BTreeMap<String, u32>>>| -> Result<BTreeMap<String, u32>, FileError> {
-            let Some(table) = table else { return Ok(BTreeMap::new()) };
-            check_names(file_text, name, table, table.get_ref().keys())?;
-            Ok(table.get_ref().clone())
-        };
-        let departments = match &self.departments {
-            Some(departments) => {
-                let n_users: usize = departments.get_ref().values().map(|users| users.len().max(1)).sum();
-                if n_users > NAMED_AMOUNTS_MAX {
-                    return Err(file_text.at(departments, format!("departments: {n_users} users, more than {NAMED_AMOUNTS_MAX}")));
-                }
-                check_names(file_text, "departments", departments, departments.get_ref().keys().chain(departments.get_ref().values().flatten()))?;
-                departments.get_ref().clone()
+
+        impl $name {
+            /// The algorithm and the Grid Engine keys, with Grid Engine's
+            /// defaults for those left out.
+            pub(crate) fn grid_engine(
+                &self,
+                file_text: $crate::files::jobfile::FileText<'_>,
+            ) -> Result<($crate::core::event::Algorithm, $crate::core::event::SgePolicy), $crate::files::jobfile::JobFileError> {
+                use $crate::files::policyfile::sge;
+                let algorithm = sge::algorithm(file_text, &self.algorithm)?;
+                let defaults = $crate::core::event::SgePolicy::grid_engine_defaults();
+                let milli = |name: &str, value: &Option<toml::Spanned<toml::Value>>, default: u32| sge::milli(file_text, name, value, default);
+                let fshare = self.fshare.as_ref();
+                let oticket = self.oticket.as_ref();
+                let sge = $crate::core::event::SgePolicy {
+                    user_sort: self.user_sort.unwrap_or(defaults.user_sort),
+                    halftime_ms: sge::halftime_ms(file_text, &self.halftime, defaults.halftime_ms)?,
+                    compensation_factor_milli: milli("compensation_factor", &self.compensation_factor, defaults.compensation_factor_milli)?,
+                    weight_priority_milli: milli("weight_priority", &self.weight_priority, defaults.weight_priority_milli)?,
+                    weight_urgency_milli: milli("weight_urgency", &self.weight_urgency, defaults.weight_urgency_milli)?,
+                    weight_ticket_milli: milli("weight_ticket", &self.weight_ticket, defaults.weight_ticket_milli)?,
+                    weight_tickets_share: self.weight_tickets_share.unwrap_or(defaults.weight_tickets_share),
+                    weight_tickets_functional: self.weight_tickets_functional.unwrap_or(defaults.weight_tickets_functional),
+                    weight_waiting_time_milli: milli("weight_waiting_time", &self.weight_waiting_time, defaults.weight_waiting_time_milli)?,
+                    weight_deadline: self.weight_deadline.unwrap_or(defaults.weight_deadline),
+                    slot_urgency: self.slot_urgency.unwrap_or(defaults.slot_urgency),
+                    weight_user_milli: milli("weight_user", &self.weight_user, defaults.weight_user_milli)?,
+                    weight_project_milli: milli("weight_project", &self.weight_project, defaults.weight_project_milli)?,
+                    weight_department_milli: milli("weight_department", &self.weight_department, defaults.weight_department_milli)?,
+                    weight_job_milli: milli("weight_job", &self.weight_job, defaults.weight_job_milli)?,
+                    share_tree: match &self.share_tree {
+                        Some(tree) => sge::share_tree(file_text, tree)?,
+                        None => Vec::new(),
+                    },
+                    functional_users: sge::named_table(file_text, "fshare.users", fshare.and_then(|f| f.users()))?,
+                    functional_projects: sge::named_table(file_text, "fshare.projects", fshare.and_then(|f| f.projects()))?,
+                    functional_departments: sge::named_table(file_text, "fshare.departments", fshare.and_then(|f| f.departments()))?,
+                    departments: sge::departments(file_text, &self.departments)?,
+                    override_users: sge::named_table(file_text, "oticket.users", oticket.and_then(|o| o.users()))?,
+                    override_projects: sge::override_projects(file_text, oticket)?,
+                };
+                Ok((algorithm, sge))
             }
-            None => BTreeMap::new(),
-        };
-        Ok(SgePolicy {
-            user_sort: self.user_sort.unwrap_or(defaults.user_sort),
-            halftime_ms,
-            compensation_factor_milli: milli("compensation_factor", &self.compensation_factor, defaults.compensation_factor_milli)?,
-            weight_priority_milli: milli("weight_priority", &self.weight_priority, defaults.weight_priority_milli)?,
-            weight_urgency_milli: milli("weight_urgency", &self.weight_urgency, defaults.weight_urgency_milli)?,
-            weight_ticket_milli: milli("weight_ticket", &self.weight_ticket, defaults.weight_ticket_milli)?,
-            weight_tickets_share: self.weight_tickets_share.unwrap_or(defaults.weight_tickets_share),
-            weight_tickets_functional: self.weight_tickets_functional.unwrap_or(defaults.weight_tickets_functional),
-            weight_waiting_time_milli: milli("weight_waiting_time", &self.weight_waiting_time, defaults.weight_waiting_time_milli)?,
-            weight_deadline: self.weight_deadline.unwrap_or(defaults.weight_deadline),
-            slot_urgency: self.slot_urgency.unwrap_or(defaults.slot_urgency),
-            weight_user_milli: milli("weight_user", &self.weight_user, defaults.weight_user_milli)?,
-            weight_project_milli: milli("weight_project", &self.weight_project, defaults.weight_project_milli)?,
-            weight_department_milli: milli("weight_department", &self.weight_department, defaults.weight_department_milli)?,
-            weight_job_milli: milli("weight_job", &self.weight_job, defaults.weight_job_milli)?,
-            share_tree: match &self.share_tree {
-                Some(tree) => share_tree(file_text, tree)?,
-                None => Vec::new(),
-            },
-            functional_users: table("fshare.users", fshare.and_then(|f| f.users.as_ref()))?,
-            functional_projects: table("fshare.projects", fshare.and_then(|f| f.projects.as_ref()))?,
-            functional_departments: table("fshare.departments", fshare.and_then(|f| f.departments.as_ref()))?,
-            departments,
-            override_users: table("oticket.users", oticket.and_then(|o| o.users.as_ref()))?,
-            override_projects: table("oticket.projects", oticket.and_then(|o| o.projects.as_ref()))?,
-        })
+        }
+    };
+}
+pub(crate) use with_grid_engine_keys;
+
+type NamedTable = Spanned<BTreeMap<String, u32>>;
+
+impl NamedTables {
+    pub(crate) fn users(&self) -> Option<&NamedTable> {
+        self.users.as_ref()
     }
+    pub(crate) fn projects(&self) -> Option<&NamedTable> {
+        self.projects.as_ref()
+    }
+    pub(crate) fn departments(&self) -> Option<&NamedTable> {
+        self.departments.as_ref()
+    }
+}
+
+/// `algorithm`, by the names [`Algorithm::from_name`] knows.
+pub(crate) fn algorithm(file_text: FileText<'_>, name: &Option<Spanned<String>>) -> Result<Algorithm, FileError> {
+    match name {
+        Some(name) => Algorithm::from_name(name.get_ref()).ok_or_else(|| {
+            file_text.at(name, format!("unknown algorithm {:?}; known: {}", name.get_ref(), Algorithm::NAMES.join(", ")))
+        }),
+        None => Ok(Algorithm::default()),
+    }
+}
+
+pub(crate) fn milli(file_text: FileText<'_>, name: &str, value: &Option<Spanned<toml::Value>>, default: u32) -> Result<u32, FileError> {
+    match value {
+        Some(value) => limit_milli(file_text.text, value).map_err(|problem| file_text.at(value, format!("{name}: {problem}"))),
+        None => Ok(default),
+    }
+}
+
+/// `halftime`, in hours as in sched_conf(5), to ms.
+pub(crate) fn halftime_ms(file_text: FileText<'_>, hours: &Option<Spanned<toml::Value>>, default_ms: u64) -> Result<u64, FileError> {
+    match hours {
+        Some(hours) => {
+            let milli_hours = limit_milli(file_text.text, hours)
+                .map_err(|problem| file_text.at(hours, format!("halftime (hours): {problem}")))?;
+            Ok(u64::from(milli_hours) * 3_600)
+        }
+        None => Ok(default_ms),
+    }
+}
+
+pub(crate) fn named_table(file_text: FileText<'_>, name: &str, table: Option<&NamedTable>) -> Result<BTreeMap<String, u32>, FileError> {
+    let Some(table) = table else { return Ok(BTreeMap::new()) };
+    check_names(file_text, name, table, table.get_ref().keys())?;
+    Ok(table.get_ref().clone())
+}
+
+/// `[oticket.projects]`; `[oticket.departments]` is refused, as Grid Engine
+/// gives override tickets to users, projects and jobs only.
+pub(crate) fn override_projects(file_text: FileText<'_>, oticket: Option<&NamedTables>) -> Result<BTreeMap<String, u32>, FileError> {
+    if let Some(departments) = oticket.and_then(NamedTables::departments) {
+        return Err(file_text.at(departments, "oticket.departments: override tickets go to users and projects"));
+    }
+    named_table(file_text, "oticket.projects", oticket.and_then(NamedTables::projects))
+}
+
+/// `[departments]`: each department's users.
+pub(crate) fn departments(
+    file_text: FileText<'_>,
+    departments: &Option<Spanned<BTreeMap<String, Vec<String>>>>,
+) -> Result<BTreeMap<String, Vec<String>>, FileError> {
+    let Some(departments) = departments else { return Ok(BTreeMap::new()) };
+    let n_users: usize = departments.get_ref().values().map(|users| users.len().max(1)).sum();
+    if n_users > NAMED_AMOUNTS_MAX {
+        return Err(file_text.at(departments, format!("departments: {n_users} users, more than {NAMED_AMOUNTS_MAX}")));
+    }
+    check_names(file_text, "departments", departments, departments.get_ref().keys().chain(departments.get_ref().values().flatten()))?;
+    Ok(departments.get_ref().clone())
 }
 
 fn check_names<'a, T>(
@@ -115,7 +200,7 @@ fn check_names<'a, T>(
 /// its children as sub-tables; a node without children is a leaf standing for
 /// the user of its name (`project = true`: the project of its name; named
 /// `default`: every user the tree does not name). Listed parents first.
-fn share_tree(file_text: FileText<'_>, tree: &Spanned<toml::Table>) -> Result<Vec<ShareTreeNode>, FileError> {
+pub(crate) fn share_tree(file_text: FileText<'_>, tree: &Spanned<toml::Table>) -> Result<Vec<ShareTreeNode>, FileError> {
     let mut nodes = Vec::new();
     let mut leaves = std::collections::BTreeSet::new();
     let mut pending: Vec<(Option<u32>, String, &toml::Table)> = Vec::new();
