@@ -264,6 +264,10 @@ pub struct JobOptions {
     /// Grid Engine's initiation deadline (`qsub -dl`), in log time (ms since the
     /// epoch): in ticket mode the job's urgency grows as it nears.
     pub deadline_ms: Option<u64>,
+    /// Grid Engine's job share (`qsub -js`): the job's functional shares, which
+    /// divide the functional policy's job category (`weight_job`) among the
+    /// runnable jobs that have some. 0 (the default) takes none.
+    pub job_share: u32,
     /// No task is dispatched to an engine that has not reported this library synced.
     pub root_library: Option<LibraryRef>,
     /// Preferences that raise (or lower) an engine's score without excluding any.

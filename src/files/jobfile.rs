@@ -83,6 +83,8 @@ struct JobFile {
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
     /// Grid Engine's initiation deadline (`qsub -dl`): a TOML date-time with its offset.
     deadline: Option<Spanned<toml::value::Datetime>>,
+    /// Grid Engine's job share (`qsub -js`): functional shares in ticket mode.
+    job_share: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -647,6 +649,7 @@ fn job_options(
         redundant_rescheduling: file.redundant_rescheduling,
         task_max_time: ("task_max_time_secs", &file.task_max_time_secs, 1000),
         cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
+        job_share: &file.job_share,
     };
     let depends_on_job = |what: &str, job: &Spanned<String>| {
         let job_id = JobId::new(job.get_ref()).map_err(|problem| problem_at(job, format!("{what}: {problem}")))?;
@@ -673,6 +676,8 @@ pub(crate) struct OptionKeys<'a> {
     /// the key, its value and how many ms one unit is.
     pub task_max_time: (&'static str, &'a Option<Spanned<u64>>, u64),
     pub cancel_redundant_on_first_result: &'a Option<Spanned<bool>>,
+    /// Grid Engine's `qsub -js`: the job's functional shares in ticket mode.
+    pub job_share: &'a Option<Spanned<u32>>,
 }
 
 impl OptionKeys<'_> {
@@ -730,7 +735,16 @@ impl OptionKeys<'_> {
             Some(time) => time.get_ref().saturating_mul(max_time_unit_ms),
             None => 0,
         };
+        let shares_max = crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+        let job_share = match self.job_share {
+            Some(n) if *n.get_ref() > shares_max => {
+                return Err(problem_at(n, format!("job_share must be within 0..={shares_max}")));
+            }
+            Some(n) => *n.get_ref(),
+            None => 0,
+        };
         let options = JobOptions {
+            job_share,
             root_library,
             affinity,
             depends_on_jobs,

@@ -500,6 +500,8 @@ struct RawJob {
     redundant_rescheduling: bool,
     task_max_time_ms: Option<Spanned<u64>>,
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
+    /// Grid Engine's job share (`qsub -js`), as in the job file.
+    job_share: Option<Spanned<u32>>,
     #[serde(default)]
     condition: Vec<Spanned<RawCondition>>,
 }
@@ -519,6 +521,7 @@ impl RawJob {
                 redundant_rescheduling: self.redundant_rescheduling,
                 task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
                 cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
+                job_share: &self.job_share,
             },
             condition: &self.condition,
         }

@@ -154,6 +154,7 @@ pub fn every_event() -> Vec<Event> {
                 task_max_time_ms: 600_000,
                 cancel_redundant_on_first_result: true,
                 deadline_ms: None,
+                job_share: 250,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -449,12 +450,12 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
         ),
-        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>())),
+        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32),
     )
         .prop_map(
             |(
                 (root_library, affinity, depends_on_jobs, flags),
-                (failures_before_blacklist, task_max_time_ms, deadline_ms),
+                (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share),
             )| {
                 let [
                     fail_on_dependency_failure,
@@ -477,6 +478,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     task_max_time_ms,
                     cancel_redundant_on_first_result,
                     deadline_ms,
+                    job_share,
                 }
             },
         );

@@ -503,6 +503,10 @@ fn a_grid_engine_policy_over_its_limits_does_not_decode_and_says_where() {
         &policy(&format!(r#"{{"override_users": [{{"name": "{}", "amount": 1}}]}}"#, "x".repeat(257))),
         expect![[r#"event.policy_set.sge.override_users[0].name: a name of 1 to 256 bytes, not 257"#]],
     );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"job_share": 4294967295}}}}}}}}"#),
+        expect![[r#"event.job_submitted.options.job_share: 4294967295 shares, more than 1000000"#]],
+    );
     let too_many: Vec<String> = (0..10_001).map(|n| format!(r#"{{"name": "n{n}", "shares": 1}}"#)).collect();
     check_error(
         &policy(&format!(r#"{{"share_tree": [{}]}}"#, too_many.join(", "))),

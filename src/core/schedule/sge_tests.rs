@@ -198,3 +198,40 @@ fn a_jobs_own_override_tickets_put_it_before_earlier_jobs_and_an_unknown_job_is_
     assert_eq!(decide_once(&mut log, &mut state), "dispatch boosted/0 #1 -> e00\n");
     assert_eq!(state.rejections.total, 1, "the unknown job's tickets are rejected");
 }
+
+#[test]
+fn a_jobs_functional_shares_put_it_before_an_earlier_job_of_the_same_user_and_none_keeps_fcfs() {
+    // Functional tickets for jobs only: weight_job takes the whole pool.
+    let sge = SgePolicy {
+        weight_tickets_functional: 10_000,
+        weight_user_milli: 0,
+        weight_project_milli: 0,
+        weight_department_milli: 0,
+        weight_job_milli: 1_000,
+        ..SgePolicy::grid_engine_defaults()
+    };
+    let run = |shares: [u32; 2]| {
+        let mut log = LogBuilder::new();
+        log.push(tickets(sge.clone()));
+        engines(&mut log, 3);
+        for (id, share) in ["first", "second"].into_iter().zip(shares) {
+            let mut job = job_of(id, "a", 3);
+            job.options.job_share = share;
+            log.submit(job);
+        }
+        let mut state = State::new();
+        let orders = decide_once(&mut log, &mut state);
+        let second = state.job_idx(&job_id("second")).expect("held");
+        (orders, state.job(second).job_share())
+    };
+    let (orders, share) = run([1, 3]);
+    assert_eq!(share, 3);
+    // Its own tickets are not divided among its tasks: all three slots go to it.
+    assert_eq!(
+        orders,
+        "dispatch second/0 #1 -> e00\ndispatch second/1 #1 -> e01\ndispatch second/2 #1 -> e02\n",
+        "the job with 3 shares (7,500 tickets) goes before the one with 1 (2,500)"
+    );
+    let (orders, _) = run([0, 0]);
+    assert!(orders.starts_with("dispatch first/0 #1 -> e00\n"), "without shares the earlier job goes first: {orders}");
+}

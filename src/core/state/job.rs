@@ -515,6 +515,11 @@ impl Job {
         self.options.deadline_ms
     }
 
+    /// The job's functional shares (Grid Engine's `qsub -js`), in ticket mode.
+    pub fn job_share(&self) -> u32 {
+        self.options.job_share
+    }
+
     /// No task of the job has conditions: every task is of the job's category.
     pub fn conditions_are_empty(&self) -> bool {
         self.conditions.is_empty()

@@ -56,8 +56,9 @@ use crate::wire::delivery::{Delivery, decode_delivery, encode_delivery};
 /// The first bytes of every record.
 pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// The record format this build writes and reads. 2: the state holds jobs in
-/// slots, the retirement queue, retired jobs and usage summaries.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
+/// slots, the retirement queue, retired jobs and usage summaries. 3: accounts
+/// per user and project. 4: a job's options hold its `job_share`.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 4;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

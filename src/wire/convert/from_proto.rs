@@ -132,6 +132,11 @@ fn preferences(list: Vec<proto::Preference>) -> Vec<Preference> {
 /// An absent message is every option off.
 fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     let m = m.unwrap_or_default();
+    let shares_max = crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+    let job_share = m.job_share.unwrap_or(0);
+    if job_share > shares_max {
+        return Err(WireError::at("job_share", FieldProblem::Inconsistent(format!("{job_share} shares, more than {shares_max}"))));
+    }
     Ok(JobOptions {
         root_library: m
             .root_library
@@ -148,6 +153,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         task_max_time_ms: m.task_max_time_ms,
         cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
         deadline_ms: m.deadline_ms,
+        job_share,
     })
 }
 

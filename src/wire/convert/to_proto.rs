@@ -90,6 +90,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         task_max_time_ms: options.task_max_time_ms,
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
         deadline_ms: options.deadline_ms,
+        job_share: (options.job_share != 0).then_some(options.job_share),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }

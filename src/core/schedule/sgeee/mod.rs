@@ -19,7 +19,8 @@
 //!     `weight_tickets_share`;
 //!   - *functional*: `weight_tickets_functional`, split between users,
 //!     projects, departments and jobs by `weight_user` … `weight_job`, and
-//!     within each by static `fshare` among the entities with work; no history;
+//!     within each by static `fshare` among the entities with work (for jobs,
+//!     each runnable job's `job_share`, Grid Engine's `qsub -js`); no history;
 //!   - *override*: fixed tickets an operator gives a user or project (by
 //!     policy) or a job (`gridfold override-tickets`, Grid Engine's `qalter -ot`).
 //!
@@ -36,8 +37,8 @@
 //! booking dilutes every job of its owner at once (Grid Engine's sequential
 //! precomputation reaches the same per-user dilution across jobs); the
 //! share-tree dilution counts running tasks, not also decayed finished jobs;
-//! per-job functional shares (`qsub -js`) are not modelled, so `weight_job`
-//! only takes part in the split.
+//! a job's functional tickets from its `job_share` are counted over runnable
+//! jobs only and, like its own override tickets, never divided among its tasks.
 //!
 //! Everything is integer arithmetic: tickets in thousandths, normalised
 //! values in millionths, weights in thousandths.
@@ -114,9 +115,24 @@ struct ProjectPools {
 struct JobFixed {
     user: AccountIdx,
     project: AccountIdx,
-    job_override: u32,
+    own: OwnTickets,
     submitted: Seq,
     dispatch_fixed: i64,
+}
+
+/// What a job holds by itself, never divided with its owner's other jobs nor
+/// among its own tasks (as in Grid Engine): override tickets an operator gave
+/// it (`qalter -ot`) and its functional shares (`qsub -js`).
+#[derive(Clone, Copy, Debug, Default)]
+struct OwnTickets {
+    override_tickets: u32,
+    functional_share: u32,
+}
+
+impl OwnTickets {
+    fn of(job: &crate::core::state::Job) -> OwnTickets {
+        OwnTickets { override_tickets: job.override_tickets, functional_share: job.job_share() }
+    }
 }
 
 /// Everything a run needs to key a job: computed once per run, in O(users +
@@ -129,6 +145,10 @@ pub struct Tickets {
     /// By job index, for the jobs runnable when the run began.
     fixed: Vec<Option<JobFixed>>,
     weight_ticket_milli: i64,
+    /// The functional policy's job category: its tickets, and the functional
+    /// shares of the runnable jobs, which divide it.
+    job_pool_milli: u128,
+    job_shares_sum: u128,
     urgency_min: i64,
     urgency_max: i64,
     tickets_max: u64,
@@ -210,6 +230,8 @@ impl Tickets {
             by_project,
             fixed: Vec::new(),
             weight_ticket_milli: i64::from(sge.weight_ticket_milli),
+            job_pool_milli: functional_category_milli(sge, sge.weight_job_milli),
+            job_shares_sum: state.runnable_jobs().map(|rank| u128::from(state.job(rank.job).job_share())).sum(),
             urgency_min: i64::MAX,
             urgency_max: i64::MIN,
             tickets_max: 0,
@@ -220,7 +242,7 @@ impl Tickets {
             let urgency = urgency::of_job(sge, job, now_ms);
             tickets.urgency_min = tickets.urgency_min.min(urgency);
             tickets.urgency_max = tickets.urgency_max.max(urgency);
-            let total = tickets.tickets_of(job.user_account, job.project_account, job.override_tickets, 0).total();
+            let total = tickets.tickets_of(job.user_account, job.project_account, OwnTickets::of(job), 0).total();
             tickets.tickets_max = tickets.tickets_max.max(total);
             runnable.push((rank.job, urgency));
         }
@@ -233,7 +255,7 @@ impl Tickets {
             tickets.fixed[j.0 as usize] = Some(JobFixed {
                 user: job.user_account,
                 project: job.project_account,
-                job_override: job.override_tickets,
+                own: OwnTickets::of(job),
                 submitted: job.submit_seq,
                 dispatch_fixed,
             });
@@ -242,26 +264,27 @@ impl Tickets {
     }
 
     /// The tickets of the next task of a job of user `u` in project `p` with
-    /// its own override tickets, `owner_booked` tasks of its owner later in
-    /// the run. A job's own override tickets are never divided (as in Grid Engine).
-    fn tickets_of(&self, u: AccountIdx, p: AccountIdx, job_override: u32, owner_booked: u32) -> TicketParts {
+    /// its own tickets, `owner_booked` tasks of its owner later in the run.
+    fn tickets_of(&self, u: AccountIdx, p: AccountIdx, own: OwnTickets, owner_booked: u32) -> TicketParts {
         let user = &self.by_user[u.0 as usize];
         let project = &self.by_project[p.0 as usize];
         // A job's share-tree leaf: its project's, if the tree has one, else its user's.
         let share = next_task(project.share.or(user.share), owner_booked);
         let functional = next_task(user.functional, owner_booked)
             + next_task(project.functional, owner_booked)
-            + next_task(user.department, owner_booked);
+            + next_task(user.department, owner_booked)
+            + u64::try_from((self.job_pool_milli * u128::from(own.functional_share)).checked_div(self.job_shares_sum).unwrap_or(0))
+                .expect("a pool is at most a u32 weight x 1000");
         let overrides = next_task(user.overrides, owner_booked)
             + next_task(project.overrides, owner_booked)
-            + u64::from(job_override) * 1000;
+            + u64::from(own.override_tickets) * 1000;
         TicketParts { share, functional, overrides }
     }
 
     /// The job's next task's tickets, `owner_booked` tasks of its owner later in the run.
     pub fn of_job(&self, state: &State, j: JobIdx, owner_booked: u32) -> JobTickets {
         let job = state.job(j);
-        let parts = self.tickets_of(job.user_account, job.project_account, job.override_tickets, owner_booked);
+        let parts = self.tickets_of(job.user_account, job.project_account, OwnTickets::of(job), owner_booked);
         JobTickets {
             share_milli: u128::from(parts.share),
             functional_milli: u128::from(parts.functional),
@@ -310,7 +333,7 @@ impl Tickets {
             let priority = self.priority(state, j, owner_booked);
             return OrderKey { primary: priority.dispatch, secondary: 0, submitted: Reverse(state.job(j).submit_seq) };
         };
-        let total = self.tickets_of(fixed.user, fixed.project, fixed.job_override, owner_booked).total();
+        let total = self.tickets_of(fixed.user, fixed.project, fixed.own, owner_booked).total();
         let dispatch = fixed.dispatch_fixed + self.weight_ticket_milli * self.ntckts(total);
         debug_assert_eq!(dispatch, self.priority(state, j, owner_booked).dispatch, "the fixed part is the job's");
         OrderKey { primary: dispatch, secondary: 0, submitted: Reverse(fixed.submitted) }
@@ -375,15 +398,10 @@ fn functional(
     by_user: &mut [UserPools],
     by_project: &mut [ProjectPools],
 ) {
-    let weights_sum = u128::from(sge.weight_user_milli)
-        + u128::from(sge.weight_project_milli)
-        + u128::from(sge.weight_department_milli)
-        + u128::from(sge.weight_job_milli);
-    if sge.weight_tickets_functional == 0 || weights_sum == 0 {
+    if sge.weight_tickets_functional == 0 || functional_weights_sum(sge) == 0 {
         return;
     }
-    let total_milli = u128::from(sge.weight_tickets_functional) * 1000;
-    let category_milli = |weight: u32| total_milli * u128::from(weight) / weights_sum;
+    let category_milli = |weight: u32| functional_category_milli(sge, weight);
 
     for (a, pool) in split(state.users(), &sge.functional_users, users_active, category_milli(sge.weight_user_milli)) {
         by_user[a.0 as usize].functional = Some(pool);
@@ -418,6 +436,20 @@ fn functional(
             by_user[a.0 as usize].department.get_or_insert(Pool::new(tickets_milli, running));
         }
     }
+}
+
+/// The functional tickets of a category of weight `weight` (one of
+/// `weight_user`, `weight_project`, `weight_department`, `weight_job`): its
+/// part of `weight_tickets_functional`, over the sum of the four weights.
+fn functional_category_milli(sge: &SgePolicy, weight: u32) -> u128 {
+    (u128::from(sge.weight_tickets_functional) * 1000 * u128::from(weight)).checked_div(functional_weights_sum(sge)).unwrap_or(0)
+}
+
+fn functional_weights_sum(sge: &SgePolicy) -> u128 {
+    u128::from(sge.weight_user_milli)
+        + u128::from(sge.weight_project_milli)
+        + u128::from(sge.weight_department_milli)
+        + u128::from(sge.weight_job_milli)
 }
 
 /// Divides `pool_milli` among the active accounts with a share, by share.
