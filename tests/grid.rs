@@ -1197,6 +1197,28 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
     assert_eq!(job_in(&stat, "main").unwrap().priority, 7, "{stat}");
     assert_eq!(stat.jobs.len(), 2, "{stat}");
 
+    // `gridfold rejections` lists them: sequence, kind, subject, declared sender, reason.
+    let url = grid.url();
+    let listed: serde_json::Value =
+        serde_json::from_str(&grid.gridfold_ok(&["rejections", "--json", "--nats", &url])).unwrap();
+    assert_eq!(listed["total"], 3, "{listed}");
+    let records = listed["rejections"].as_array().unwrap();
+    let record = |kind: &str| records.iter().find(|r| r["kind"] == kind).unwrap_or_else(|| panic!("no {kind}: {listed}"));
+    assert_eq!(record("duplicate-job")["seq"], late.seq);
+    assert_eq!(record("duplicate-job")["subject"], "gridfold.ev.job.submitted");
+    assert_eq!(record("duplicate-job")["source"], "test");
+    assert_eq!(record("forged-engine")["seq"], forged_at.seq);
+    assert_eq!(record("forged-engine")["source"], "engine:e1");
+    assert_eq!(record("undecodable")["source"], "");
+    let table = grid.gridfold_ok(&["rejections", "--kind", "forged-engine", "--nats", &url]);
+    let rows: Vec<&str> = table.lines().filter(|line| line.contains("gridfold.ev.engine.e1.heartbeat")).collect();
+    assert_eq!(rows.len(), 1, "one forged-engine row:\n{table}");
+    assert!(rows[0].contains("engine:e1") && rows[0].contains(&forged_at.seq.to_string()), "{table}");
+    assert_eq!(table.lines().filter(|line| line.contains(" gridfold.ev.")).count(), 1, "only the kind asked for:\n{table}");
+    let none = grid.gridfold(&["rejections", "--kind", "unknown-job", "--nats", &url]);
+    assert_eq!(none.status.code(), Some(1), "{}{}", none.stdout, none.stderr);
+    assert!(none.stderr.contains("kinds seen: duplicate-job, forged-engine, undecodable"), "{}", none.stderr);
+
     let audit = Audit::of(&grid.raw_log());
     let with_id = |id: [u8; 16]| {
         audit

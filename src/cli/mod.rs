@@ -46,6 +46,8 @@ pub enum Command {
     Stat(stat::StatArgs),
     /// What ended jobs added up to per user and per project (jobs by outcome, tasks, attempts), retired ones included.
     Usage(stat::UsageArgs),
+    /// What the projector refused: the recent rejections with sequence, kind, subject, sender and reason (exit 1 when --kind finds none).
+    Rejections(stat::RejectionsArgs),
     /// Cancel a job: waiting tasks are dropped, running ones stopped.
     Cancel(jobs::CancelArgs),
     /// Change a job's priority (higher runs first).
@@ -95,6 +97,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Submit(args) => jobs::submit(args),
         Command::Stat(args) => stat::stat(args),
         Command::Usage(args) => stat::usage(args),
+        Command::Rejections(args) => stat::rejections(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Priority(args) => jobs::priority(args),
         Command::OverrideTickets(args) => jobs::override_tickets(args),

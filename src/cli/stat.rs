@@ -12,7 +12,10 @@ use super::client::{ask, block_on, connect_log, NatsArgs};
 use crate::core::event::Entry;
 use crate::core::ids::Seq;
 use crate::log::{read_to_end, EventLog, RawEntry};
-use crate::projector::query::{JobSummary, StatRequest, StateSummary, UsageReply, UsageRequest, STAT_SUBJECT, USAGE_SUBJECT};
+use crate::projector::query::{
+    JobSummary, RejectionsReply, RejectionsRequest, StatRequest, StateSummary, UsageReply, UsageRequest, REJECTIONS_SUBJECT,
+    STAT_SUBJECT, USAGE_SUBJECT,
+};
 use crate::wire;
 
 #[derive(Debug, Args)]
@@ -30,6 +33,17 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct UsageArgs {
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RejectionsArgs {
+    /// Only this kind (as `stat` counts them: duplicate-job, unknown-job, forged-engine, ...).
+    #[arg(long)]
+    pub kind: Option<String>,
     #[command(flatten)]
     pub nats: NatsArgs,
     #[arg(long)]
@@ -76,6 +90,48 @@ pub fn usage(args: UsageArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `gridfold rejections`: what the projector refused, with who sent it and why.
+pub fn rejections(args: RejectionsArgs) -> anyhow::Result<ExitCode> {
+    let request = RejectionsRequest { kind: args.kind.clone() };
+    let reply: RejectionsReply = block_on(ask(&args.nats, REJECTIONS_SUBJECT, &request))?;
+    if let Some(kind) = args.kind.as_ref().filter(|kind| !reply.by_kind.contains_key(*kind)) {
+        let known: Vec<&str> = reply.by_kind.keys().map(String::as_str).collect();
+        eprintln!(
+            "no rejection of kind {kind} on this log (kinds seen: {})",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&reply)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let counted: Vec<String> = reply.by_kind.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    println!(
+        "{} rejected over the whole log{}; the last {} are kept in detail",
+        reply.total,
+        if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
+        reply.kept_max
+    );
+    if reply.rejections.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>8} {:>9} {:<22} {:<36} {:<16} REASON", "SEQ", "AGO", "KIND", "SUBJECT", "SOURCE");
+    for record in &reply.rejections {
+        let ago = reply.log_time_ms.saturating_sub(record.time_ms) / 1000;
+        println!(
+            "{:>8} {:>9} {:<22} {:<36} {:<16} {}",
+            record.seq,
+            format!("{ago} s"),
+            record.kind,
+            record.subject,
+            if record.source.is_empty() { "-" } else { &record.source },
+            record.reason
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_stat(summary: &StateSummary) {

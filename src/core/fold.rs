@@ -47,8 +47,14 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
         Payload::Undecodable { detail } => rejections.push(Rejection::Undecodable { detail: detail.clone() }),
         Payload::Event(envelope) => apply(state, entry, envelope, &mut rejections),
     }
-    for rejection in &rejections {
-        state.record_rejection(entry.seq, rejection.clone());
+    if !rejections.is_empty() {
+        let source = match &entry.payload {
+            Payload::Event(envelope) => envelope.source.as_str(),
+            Payload::Undecodable { .. } => "",
+        };
+        for rejection in &rejections {
+            state.record_rejection(entry, source, rejection.clone());
+        }
     }
     rejections
 }

@@ -340,9 +340,31 @@ impl fmt::Display for JobProblem {
     }
 }
 
-/// A rejection as the state keeps it: where it happened and why.
+/// A rejection as the state keeps it: where it happened, who sent it and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rejected {
     pub seq: Seq,
+    /// The log time of the rejected entry.
+    pub time_ms: u64,
+    /// The subject it was published on, which says who could publish it; at
+    /// most [`REJECTED_TEXT_BYTES_MAX`] bytes.
+    pub subject: String,
+    /// The sender the envelope names (its `source`), as declared, not
+    /// authenticated; empty when the entry did not decode. At most
+    /// [`REJECTED_TEXT_BYTES_MAX`] bytes.
+    pub source: String,
     pub rejection: Rejection,
+}
+
+/// The most bytes of a subject or a source a kept rejection holds, so the
+/// recent rejections stay bounded whatever a client publishes.
+pub const REJECTED_TEXT_BYTES_MAX: usize = 256;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }

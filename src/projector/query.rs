@@ -53,9 +53,75 @@ pub struct Verdict {
 
 /// `gridfold usage`: a [`UsageRequest`] in, a [`UsageReply`] out.
 pub const USAGE_SUBJECT: &str = "gridfold.q.usage";
+/// `gridfold rejections`: a [`RejectionsRequest`] in, a [`RejectionsReply`] out.
+pub const REJECTIONS_SUBJECT: &str = "gridfold.q.rejections";
 /// Every subject a projector answers on.
-pub const QUERY_SUBJECTS: [&str; 6] =
-    [STAT_SUBJECT, WHY_SUBJECT, BLACKLISTS_SUBJECT, LIBRARIES_SUBJECT, VERDICT_SUBJECT, USAGE_SUBJECT];
+pub const QUERY_SUBJECTS: [&str; 7] = [
+    STAT_SUBJECT,
+    WHY_SUBJECT,
+    BLACKLISTS_SUBJECT,
+    LIBRARIES_SUBJECT,
+    VERDICT_SUBJECT,
+    USAGE_SUBJECT,
+    REJECTIONS_SUBJECT,
+];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RejectionsRequest {
+    /// Only rejections of this kind (`duplicate-job`, `unknown-job`, ...).
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// Every rejection over the whole log counted, by kind; the most recent ones
+/// ([`crate::core::state::RECENT_REJECTIONS_MAX`]) in detail, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectionsReply {
+    /// The projector's log time, which the records' times are on.
+    pub log_time_ms: u64,
+    pub total: u64,
+    pub by_kind: BTreeMap<String, u64>,
+    /// How many the state keeps in detail.
+    pub kept_max: usize,
+    pub rejections: Vec<RejectionRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectionRecord {
+    pub seq: u64,
+    pub time_ms: u64,
+    pub kind: String,
+    /// Why, as a person reads it.
+    pub reason: String,
+    /// The subject it came on, which says who could publish it.
+    pub subject: String,
+    /// The sender the envelope names (declared, not authenticated).
+    pub source: String,
+}
+
+pub fn answer_rejections(state: &State, request: &RejectionsRequest) -> RejectionsReply {
+    let rejections = state
+        .rejections
+        .recent
+        .iter()
+        .filter(|rejected| request.kind.as_deref().is_none_or(|kind| rejected.rejection.kind_name() == kind))
+        .map(|rejected| RejectionRecord {
+            seq: rejected.seq.0,
+            time_ms: rejected.time_ms,
+            kind: rejected.rejection.kind_name().to_string(),
+            reason: rejected.rejection.to_string(),
+            subject: rejected.subject.clone(),
+            source: rejected.source.clone(),
+        })
+        .collect();
+    RejectionsReply {
+        log_time_ms: state.now_ms,
+        total: state.rejections.total,
+        by_kind: state.rejections.by_kind.clone(),
+        kept_max: crate::core::state::RECENT_REJECTIONS_MAX,
+        rejections,
+    }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct UsageRequest {}
@@ -562,6 +628,38 @@ mod tests {
             let entry = log.orders(batch);
             fold(state, &entry);
         }
+    }
+
+    #[test]
+    fn rejections_name_subject_and_sender_bounded_and_filter_by_kind() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.push(Event::JobCancelled { job: job_id("nosuch"), reason: String::new() });
+        log.submit(job_spec("j", 1, ""));
+        log.submit(job_spec("j", 1, ""));
+        // A sender's name and a subject far longer than any kept: cut at a character boundary.
+        let long_source = format!("x{}", "é".repeat(5_000));
+        let long_subject = format!("gridfold.ev.job.{}", "s".repeat(1_000));
+        for entry in &mut log.entries {
+            entry.subject = long_subject.clone();
+            if let crate::core::event::Payload::Event(envelope) = &mut entry.payload {
+                envelope.source = long_source.clone();
+            }
+        }
+        let duplicate_seq = log.entries.last().expect("entries").seq.0;
+        run(&mut log, &mut state, 0);
+        let all = answer_rejections(&state, &RejectionsRequest::default());
+        assert_eq!(all.total, 2);
+        let kinds: Vec<&str> = all.rejections.iter().map(|r| r.kind.as_str()).collect();
+        assert_eq!(kinds, ["unknown-job", "duplicate-job"]);
+        let duplicate = &all.rejections[1];
+        assert_eq!(duplicate.seq, duplicate_seq);
+        assert_eq!(duplicate.subject, long_subject[..256]);
+        assert!(duplicate.reason.contains('j'), "{}", duplicate.reason);
+        assert_eq!(duplicate.source.len(), 255, "one byte, then 127 two-byte characters: at most 256 bytes");
+        assert!(long_source.starts_with(&duplicate.source));
+        let only = answer_rejections(&state, &RejectionsRequest { kind: Some("duplicate-job".into()) });
+        assert_eq!((only.total, only.rejections.len()), (2, 1));
     }
 
     #[test]

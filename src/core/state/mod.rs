@@ -43,7 +43,7 @@ use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
 use super::expr::Expr;
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
-use super::reject::{Rejected, Rejection};
+use super::reject::{truncated, Rejected, Rejection, REJECTED_TEXT_BYTES_MAX};
 
 /// Dense index of a job in `State::jobs` (submission order).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]
@@ -1283,14 +1283,20 @@ impl State {
         }
     }
 
-    pub(crate) fn record_rejection(&mut self, seq: Seq, rejection: Rejection) {
+    pub(crate) fn record_rejection(&mut self, entry: &crate::core::event::Entry, source: &str, rejection: Rejection) {
         let rejections = &mut self.rejections;
         rejections.total += 1;
         *rejections.by_kind.entry(rejection.kind_name().to_string()).or_default() += 1;
         if rejections.recent.len() == RECENT_REJECTIONS_MAX {
             rejections.recent.pop_front();
         }
-        rejections.recent.push_back(Rejected { seq, rejection });
+        rejections.recent.push_back(Rejected {
+            seq: entry.seq,
+            time_ms: entry.time_ms,
+            subject: truncated(&entry.subject, REJECTED_TEXT_BYTES_MAX),
+            source: truncated(source, REJECTED_TEXT_BYTES_MAX),
+            rejection,
+        });
     }
 
     // ---- snapshots and digests -----------------------------------------------

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::projector::query::{
     BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
     LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
-    UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
+    RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
 
 /// Most queries waiting for the loop; a sender past this waits.
@@ -27,6 +27,7 @@ pub enum Query {
     Libraries(LibrariesRequest, oneshot::Sender<LibrariesReply>),
     Verdict(VerdictRequest, oneshot::Sender<Verdict>),
     Usage(UsageRequest, oneshot::Sender<UsageReply>),
+    Rejections(RejectionsRequest, oneshot::Sender<RejectionsReply>),
 }
 
 /// How the projector started.
@@ -141,6 +142,10 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Usage(request, reply)).await
     }
 
+    pub async fn rejections(&self, request: RejectionsRequest) -> Result<RejectionsReply, ProjectorGone> {
+        self.ask(|reply| Query::Rejections(request, reply)).await
+    }
+
     /// The status as of the last input the loop handled.
     pub fn status(&self) -> ProjectorStatus {
         self.status.borrow().clone()
@@ -240,6 +245,10 @@ async fn answer(
         },
         USAGE_SUBJECT => match parse::<UsageRequest>(payload) {
             Ok(request) => json(&handle.usage(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        REJECTIONS_SUBJECT => match parse::<RejectionsRequest>(payload) {
+            Ok(request) => json(&handle.rejections(request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {

@@ -137,7 +137,7 @@ use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
 use crate::projector::query::{
-    answer_blacklists, answer_libraries, answer_stat, answer_usage, answer_verdict, answer_why,
+    answer_blacklists, answer_libraries, answer_rejections, answer_stat, answer_usage, answer_verdict, answer_why,
 };
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, TICK_SUBJECT};
@@ -758,6 +758,9 @@ where
             }
             Query::Usage(request, reply) => {
                 let _ = reply.send(answer_usage(state, &request));
+            }
+            Query::Rejections(request, reply) => {
+                let _ = reply.send(answer_rejections(state, &request));
             }
         }
     }
