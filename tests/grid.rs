@@ -1620,3 +1620,48 @@ fn grid_engines_ticket_mode_splits_a_real_engines_slots_by_the_share_tree() {
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
     assert!(refused.stderr.contains("the projector rejected the override tickets of nosuchjob"), "{}", refused.stderr);
 }
+
+/// `gridfold stat` adds up: every state column (cancelled included), owner,
+/// priority and age; engines with load, last seen and properties; filters by
+/// owner and state; an unknown job exits 1; `--until-done` stops when the jobs
+/// shown have ended, writing plain reports (no screen codes) into a pipe.
+#[test]
+fn stat_adds_up_filters_exits_1_for_an_unknown_job_and_stops_when_the_jobs_shown_end() {
+    let mut grid = Grid::start();
+    let url = grid.url();
+    grid.projector("projector", &[]);
+    grid.engines_logged_in(&["e1"], 2);
+    grid.submit("parked", 3, &["sleep", "60"]);
+    grid.wait_for("parked to run on both slots", |grid| {
+        let stat = grid.stat()?;
+        let job = job_in(&stat, "parked").ok_or("no job")?;
+        if job.running == 2 { Ok(()) } else { Err(format!("{job:?}")) }
+    });
+    grid.gridfold_ok(&["cancel", "parked", "--nats", &url]);
+    let other = grid.write("other.toml", "id = \"other\"\nowner = \"someone\"\ntasks = 2\n[task]\nargv = [\"sleep\", \"1\"]\n");
+    grid.gridfold_ok(&["submit".as_ref(), other.as_os_str(), "--nats".as_ref(), url.as_ref()]);
+
+    // Into a pipe: plain reports, one after another, until `other` has ended.
+    let watched = grid.gridfold_ok(&["stat", "other", "--until-done", "--nats", &url]);
+    assert!(!watched.contains('\x1b'), "no screen codes into a pipe:\n{watched}");
+    let last = watched.rsplit("---").next().unwrap_or_default();
+    let row = last.lines().find(|line| line.starts_with("other ")).unwrap_or_else(|| panic!("{watched}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // JOB OWNER STATUS PRIO TASKS WAITING RUNNING DONE FAILED CANCELLED AGE(2) TASKS/S ETA
+    assert_eq!(&cells[..10], ["other", "someone", "done", "0", "2", "0", "0", "2", "0", "0"], "{row}");
+
+    let cancelled = grid.gridfold_ok(&["stat", "--state", "cancelled", "--long", "--nats", &url]);
+    let rows: Vec<&str> = cancelled.lines().filter(|line| line.starts_with("parked ") || line.starts_with("other ")).collect();
+    assert_eq!(rows.len(), 1, "only the cancelled job:\n{cancelled}");
+    let cells: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(&cells[..10], ["parked", "tester", "cancelled", "0", "3", "0", "0", "0", "0", "3"], "{cancelled}");
+    let engine = cancelled.lines().find(|line| line.starts_with("e1 ")).unwrap_or_else(|| panic!("{cancelled}"));
+    assert!(engine.contains("logged-in") && engine.contains(" ago") && engine.contains("cores="), "{engine}");
+
+    let by_owner = grid.gridfold_ok(&["stat", "--owner", "someone", "--nats", &url]);
+    assert!(by_owner.lines().any(|l| l.starts_with("other ")) && !by_owner.lines().any(|l| l.starts_with("parked ")), "{by_owner}");
+
+    let unknown = grid.gridfold(&["stat", "no-such-job", "--nats", &url]);
+    assert_eq!(unknown.status.code(), Some(1), "{}{}", unknown.stdout, unknown.stderr);
+    assert_eq!(unknown.stderr.trim(), "no job no-such-job");
+}

@@ -148,3 +148,29 @@ fn every_recorded_history_replays_to_its_digest_and_orders() {
     let failures: Vec<String> = paths.iter().filter_map(|path| check_history(path, update).err()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// `replay --at` and `why --at` past the end of a history are errors (exit 2,
+/// naming the last sequence), not the final state shown as if it were then.
+#[test]
+fn replay_and_why_at_a_sequence_past_the_end_are_refused_with_the_last_sequence() {
+    let history = Path::new(env!("CARGO_MANIFEST_DIR")).join("replay").join("01-bag-of-tasks.jsonl");
+    let entries = std::fs::read_to_string(&history).unwrap().lines().filter(|line| !line.starts_with('#')).count();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+            .args(args)
+            .arg("--file")
+            .arg(&history)
+            .env_remove("NATS_URL")
+            .output()
+            .expect("run gridfold")
+    };
+    let last = entries.to_string();
+    let fine = run(&["replay", "--at", &last]);
+    assert!(fine.status.success(), "{}", String::from_utf8_lossy(&fine.stderr));
+    for args in [["replay", "--at", "99999"].as_slice(), ["why", "job-1/0", "--at", "99999"].as_slice()] {
+        let past = run(args);
+        let stderr = String::from_utf8_lossy(&past.stderr);
+        assert_eq!(past.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&format!("--at 99999 is past the end of {}, which ends at seq {entries}", history.display())), "{stderr}");
+    }
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{ask, block_on, connect_log_creating, publish, NatsArgs};
+use super::client::{ask, await_verdict, block_on, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::core::ids::EngineId;
@@ -37,13 +37,15 @@ pub enum BlacklistCommand {
         engine: Option<String>,
         #[command(flatten)]
         nats: NatsArgs,
+        #[command(flatten)]
+        verdict: VerdictArgs,
     },
 }
 
 pub fn run(args: BlacklistArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         BlacklistCommand::Ls { job, all, nats, json } => ls(job, all, &nats, json),
-        BlacklistCommand::Clear { engine, nats } => clear(engine, &nats),
+        BlacklistCommand::Clear { engine, nats, verdict } => clear(engine, &nats, &verdict),
     }
 }
 
@@ -82,17 +84,22 @@ fn ls(job: Option<String>, all: bool, nats: &NatsArgs, json: bool) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-fn clear(engine: Option<String>, nats: &NatsArgs) -> anyhow::Result<ExitCode> {
+fn clear(engine: Option<String>, nats: &NatsArgs, verdict: &VerdictArgs) -> anyhow::Result<ExitCode> {
     let engine = match engine.map(|text| EngineId::new(&text).map_err(|e| BadInput(format!("engine id {text:?}: {e}")))) {
         Some(Err(bad)) => return Ok(bad_input(bad)),
         Some(Ok(engine)) => Some(engine),
         None => None,
     };
     let whom = engine.as_ref().map(|e| format!("engine {e}")).unwrap_or_else(|| "every engine".to_string());
-    let seq = block_on(async {
+    let wait = std::time::Duration::from_secs(verdict.wait_secs);
+    let (seq, settled) = block_on(async {
         let log = connect_log_creating(nats).await?;
-        publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await
+        let seq = publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await?;
+        anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
-    println!("blacklists and greylists of {whom} cleared at seq {seq}");
-    Ok(ExitCode::SUCCESS)
+    let code = report_verdict(&format!("the clearing of {whom}'s blacklists"), seq, &settled);
+    if code == ExitCode::SUCCESS {
+        println!("blacklists and greylists of {whom} cleared at seq {seq}");
+    }
+    Ok(code)
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use super::client::{ask, block_on, connect_log_creating, publish, NatsArgs};
+use super::client::{ask, await_verdict, block_on, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::{Event, LibraryRef};
 use crate::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
@@ -32,6 +32,8 @@ pub enum LibraryCommand {
         file: PathBuf,
         #[command(flatten)]
         nats: NatsArgs,
+        #[command(flatten)]
+        verdict: VerdictArgs,
         #[arg(long)]
         json: bool,
     },
@@ -46,7 +48,9 @@ pub enum LibraryCommand {
 
 pub fn run(args: LibraryArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        LibraryCommand::Put { name, version, file, nats, json } => put(LibraryRef::new(&name, &version), &file, &nats, json),
+        LibraryCommand::Put { name, version, file, nats, verdict, json } => {
+            put(LibraryRef::new(&name, &version), &file, &nats, &verdict, json)
+        }
         LibraryCommand::Ls { nats, json } => ls(&nats, json),
     }
 }
@@ -100,7 +104,7 @@ fn pack_directory(dir: &Path, out: &Path) -> std::io::Result<()> {
     tar.into_inner()?.finish()?.sync_all()
 }
 
-fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, json: bool) -> anyhow::Result<ExitCode> {
+fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, verdict: &VerdictArgs, json: bool) -> anyhow::Result<ExitCode> {
     if let Err(problem) = library_store::check_storable(&library) {
         return Ok(bad_input(BadInput(problem.to_string())));
     }
@@ -108,15 +112,17 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, json: bool) -> anyhow:
         Ok(upload) => upload,
         Err(bad) => return Ok(bad_input(bad)),
     };
-    let (info, seq) = block_on(async {
+    let wait = std::time::Duration::from_secs(verdict.wait_secs);
+    let (info, seq, settled) = block_on(async {
         let log = connect_log_creating(nats).await?;
         let store = LibraryStore::new(log.context().clone());
         let info = store.put(&library, &upload.path, upload.layout.clone()).await?;
         let seq = publish(&log, "gridfold-cli", Event::LibraryPublished(info.clone()))
             .await
             .with_context(|| format!("{library} is stored; publishing it failed (run the same command again)"))?;
-        anyhow::Ok((info, seq))
+        anyhow::Ok((info, seq, await_verdict(nats, seq, wait).await))
     })?;
+    let code = report_verdict(&format!("the publication of {library}"), seq, &settled);
     if json {
         let output = serde_json::json!({
             "library": library.to_string(),
@@ -129,9 +135,11 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, json: bool) -> anyhow:
             "format": upload.layout.format,
             "file_name": upload.layout.file_name,
             "seq": seq,
+            "verdict": settled.as_json().0,
+            "rejections": settled.as_json().1,
         });
         println!("{output}");
-    } else {
+    } else if code == ExitCode::SUCCESS {
         println!(
             "stored {library} ({} bytes, {}, blake3 {}) as {BUCKET}/{}; published at seq {seq}",
             info.size_bytes,
@@ -140,7 +148,7 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, json: bool) -> anyhow:
             library.key()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
 fn ls(nats: &NatsArgs, json: bool) -> anyhow::Result<ExitCode> {

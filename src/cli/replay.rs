@@ -69,6 +69,19 @@ fn fold_file(file: &PathBuf, options: &ReplayOptions) -> Result<(State, ReplayRe
     Ok(fold_entries(&entries, options))
 }
 
+/// `--at N` names an entry the log has, or it is an error: past the end, the
+/// state shown would silently be the final one.
+fn check_at(at: Option<u64>, state: &State, source: &str) -> Result<(), super::BadInput> {
+    match at {
+        Some(at) if at > state.last_seq.0 => Err(super::BadInput(format!(
+            "--at {at} is past the end of {source}, which ends at seq {}",
+            state.last_seq.0
+        ))),
+        Some(0) => Err(super::BadInput("--at 0 names no entry: sequences start at 1".into())),
+        _ => Ok(()),
+    }
+}
+
 fn fold_entries(entries: &[crate::core::event::Entry], options: &ReplayOptions) -> (State, ReplayReport) {
     let bar = super::progress_bar(entries.len() as u64, "replay");
     let (state, report) = replay(State::new(), entries, options, &mut |n| bar.set_position(n));
@@ -91,6 +104,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             (args.nats.url.clone(), fold_entries(&super::stat::to_entries(&raw), &options))
         }
     };
+    if let Err(bad) = check_at(args.at, &state, &source) {
+        return Ok(super::bad_input(bad));
+    }
     let divergence = report.first_divergence.as_ref().map(|d| {
         format!(
             "batch at seq {} (based on seq {}) differs at order {}: recorded {:?}, re-derived {:?}",
@@ -151,9 +167,9 @@ struct WhyAnswer {
 
 pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions { verify: false, stop_at: args.at.map(Seq), check_invariants: false };
-    let state = match (&args.file, args.at) {
+    let (source, state) = match (&args.file, args.at) {
         (Some(file), _) => match fold_file(file, &options) {
-            Ok((state, _)) => state,
+            Ok((state, _)) => (file.display().to_string(), state),
             Err(bad) => return Ok(super::bad_input(bad)),
         },
         (None, Some(_)) => {
@@ -161,10 +177,13 @@ pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
                 let log = super::client::connect_log(&args.nats).await?;
                 super::stat::read_whole_log(&log).await
             })?;
-            fold_entries(&super::stat::to_entries(&raw), &options).0
+            (args.nats.url.clone(), fold_entries(&super::stat::to_entries(&raw), &options).0)
         }
         (None, None) => return why_from_projector(&args),
     };
+    if let Err(bad) = check_at(args.at, &state, &source) {
+        return Ok(super::bad_input(bad));
+    }
     let explanation = explain(&state, &args.task)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&explanation)?);

@@ -20,13 +20,26 @@ use crate::wire;
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// Only this job.
+    /// Only this job (exit 1 when the projector knows no such job).
     pub job: Option<String>,
+    /// Only the jobs of this owner (the user who submitted them; `--user` is the broker login).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Only the jobs in this state.
+    #[arg(long, value_parser = ["active", "done", "failed", "cancelled"])]
+    pub state: Option<String>,
+    /// Engines with their properties.
+    #[arg(long)]
+    pub long: bool,
     #[command(flatten)]
     pub nats: NatsArgs,
-    /// Ask again every 2 seconds until interrupted.
+    /// Ask again every 2 seconds until interrupted: the screen is redrawn on a
+    /// terminal; into a pipe or a file each report follows the last.
     #[arg(long)]
     pub watch: bool,
+    /// Ask again every 2 seconds until every job shown has ended (implies --watch).
+    #[arg(long)]
+    pub until_done: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -60,23 +73,50 @@ pub struct ExportArgs {
 }
 
 pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+    let repeat = args.watch || args.until_done;
+    let redraw = repeat && std::io::stdout().is_terminal();
     block_on(async {
+        let mut reports = 0u64;
         loop {
-            let summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone() }).await?;
+            let mut summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone() }).await?;
+            if let Some(job) = args.job.as_ref().filter(|_| summary.jobs.is_empty() && summary.retired.is_none()) {
+                eprintln!("no job {job}");
+                return Ok(ExitCode::FAILURE);
+            }
+            summary.jobs.retain(|job| {
+                args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
+                    && args.state.as_ref().is_none_or(|state| &job.status == state)
+            });
             if args.json {
                 println!("{}", serde_json::to_string(&summary)?);
             } else {
-                if args.watch {
+                if redraw {
                     print!("\x1b[2J\x1b[H");
+                } else if reports > 0 {
+                    println!("---");
                 }
-                print_stat(&summary);
+                print_stat(&summary, args.long);
             }
-            if !args.watch {
+            reports += 1;
+            let all_ended = summary.jobs.iter().all(|job| job.status != "active");
+            if !repeat || (args.until_done && all_ended) {
                 return Ok(ExitCode::SUCCESS);
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     })
+}
+
+/// A span of log time as a person reads it: `42 s`, `7 min`, `3 h`, `2 d`.
+fn span(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..120 => format!("{secs} s"),
+        120..7_200 => format!("{} min", secs / 60),
+        7_200..172_800 => format!("{} h", secs / 3_600),
+        _ => format!("{} d", secs / 86_400),
+    }
 }
 
 /// `gridfold usage`: what ended jobs added up to, per user and per project.
@@ -134,44 +174,62 @@ pub fn rejections(args: RejectionsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_stat(summary: &StateSummary) {
+fn print_stat(summary: &StateSummary, long: bool) {
     if let Some(retired) = &summary.retired {
         println!("{retired}");
         return;
     }
-    println!("{:<24} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}", "JOB", "STATUS", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "TASKS/S", "ETA");
+    let now = summary.log_time_ms;
+    println!(
+        "{:<24} {:<12} {:>9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}",
+        "JOB", "OWNER", "STATUS", "PRIO", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "CANCELLED", "AGE", "TASKS/S", "ETA"
+    );
     for job in &summary.jobs {
-        let eta = job
-            .estimated_end_ms
-            .map(|end| format!("{:.0} s", end.saturating_sub(summary.log_time_ms) as f64 / 1000.0))
-            .unwrap_or_else(|| "-".into());
+        let eta = job.estimated_end_ms.map(|end| span(end.saturating_sub(now))).unwrap_or_else(|| "-".into());
         println!(
-            "{:<24} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10.1} {:>12}{}",
+            "{:<24} {:<12} {:>9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8.1} {:>7}{}",
             job.id,
+            job.owner,
             job.status,
+            job.priority,
             job.tasks,
             job.waiting,
             job.running + job.dispatched,
             job.done,
             job.failed,
+            job.cancelled,
+            span(now.saturating_sub(job.submitted_ms)),
             job.throughput_per_s,
             eta,
             job_notes(job)
         );
     }
     println!();
-    println!("{:<24} {:>10} {:>6} {:>6} {:>6} {:>10}", "ENGINE", "STATUS", "SLOTS", "USED", "FREE", "COMPLETED");
+    println!(
+        "{:<24} {:>10} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10} {:>8}{}",
+        "ENGINE", "STATUS", "SLOTS", "USED", "FREE", "LOAD", "LAST SEEN", "COMPLETED", "FAILED", if long { "  PROPERTIES" } else { "" }
+    );
     for engine in &summary.engines {
         println!(
-            "{:<24} {:>10} {:>6} {:>6} {:>6} {:>10}",
-            engine.id, engine.status, engine.slots, engine.used, engine.slots - engine.used, engine.completed
+            "{:<24} {:>10} {:>6} {:>6} {:>6} {:>6.2} {:>10} {:>10} {:>8}{}",
+            engine.id,
+            engine.status,
+            engine.slots,
+            engine.used,
+            engine.slots.saturating_sub(engine.used),
+            f64::from(engine.load_per_core_milli) / 1000.0,
+            format!("{} ago", span(now.saturating_sub(engine.last_seen_ms))),
+            engine.completed,
+            engine.failed,
+            if long { format!("  {}", engine.properties) } else { String::new() }
         );
     }
     println!();
     if summary.jobs_retired > 0 {
         println!("{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired);
     }
-    println!("log seq {}, {} rejected, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
+    let rejected = if summary.rejections > 0 { " (gridfold rejections lists them)" } else { "" };
+    println!("log seq {}, {} rejected{rejected}, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
 }
 
 /// What else a person should know of a job, after its columns: `  unschedulable: …, waits for library …`.

@@ -414,6 +414,10 @@ pub struct StateSummary {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
     pub id: String,
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub project: String,
     pub status: String,
     pub priority: i32,
     pub tasks: u32,
@@ -429,6 +433,9 @@ pub struct JobSummary {
     /// Log time at which the job should end at that rate; absent when unknown or ended.
     pub estimated_end_ms: Option<u64>,
     pub submitted_ms: u64,
+    /// Log time the job ended, once it has.
+    #[serde(default)]
+    pub ended_ms: Option<u64>,
     /// Redundant copies alive beside their tasks' first attempts.
     #[serde(default)]
     pub redundant_copies: u32,
@@ -460,6 +467,32 @@ pub struct EngineSummary {
     pub used: u32,
     pub completed: u64,
     pub failed: u64,
+    /// Log time of the engine's last report (login, heartbeat, task report).
+    #[serde(default)]
+    pub last_seen_ms: u64,
+    /// Its last reported one-minute load per core, in thousandths.
+    #[serde(default)]
+    pub load_per_core_milli: u32,
+    /// Its properties as requirements name them: `os=linux arch=x86_64 cores=8 …`.
+    #[serde(default)]
+    pub properties: String,
+}
+
+/// An engine's properties as requirements expressions name them.
+fn properties_text(props: &crate::core::event::EngineProps) -> String {
+    let mut parts = Vec::new();
+    for (name, value) in [("os", &props.os), ("arch", &props.arch), ("site", &props.site)] {
+        if !value.is_empty() {
+            parts.push(format!("{name}={value}"));
+        }
+    }
+    for (name, value) in [("cores", u64::from(props.cores)), ("memory_mb", props.memory_mb), ("disk_mb", props.disk_mb), ("mflops", props.mflops)] {
+        if value > 0 {
+            parts.push(format!("{name}={value}"));
+        }
+    }
+    parts.extend(props.custom.iter().map(|(name, value)| format!("{name}={value}")));
+    parts.join(" ")
 }
 
 impl StateSummary {
@@ -468,6 +501,8 @@ impl StateSummary {
             .jobs_indexed()
             .map(|(j, job)| JobSummary {
                 id: job.id.to_string(),
+                owner: job.owner.clone(),
+                project: job.project.clone(),
                 status: job.status.as_str().to_string(),
                 priority: job.priority,
                 tasks: job.n_tasks(),
@@ -481,6 +516,7 @@ impl StateSummary {
                 throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
                 estimated_end_ms: estimated_end_ms(state.now_ms, job),
                 submitted_ms: job.submitted_ms,
+                ended_ms: job.ended_ms,
                 redundant_copies: redundant_copies(state, j),
                 redundant_results_ignored: job.redundant_results,
                 redundant_copies_dropped: job.copies_dropped,
@@ -514,6 +550,9 @@ impl StateSummary {
                 used: engine.used,
                 completed: engine.completed,
                 failed: engine.failed,
+                last_seen_ms: engine.last_seen_ms,
+                load_per_core_milli: engine.load.load_per_core_milli,
+                properties: properties_text(&engine.props),
             })
             .collect();
         engines.sort_by(|a, b| a.id.cmp(&b.id));
