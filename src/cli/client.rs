@@ -146,7 +146,11 @@ pub async fn ask<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
             anyhow::bail!("asking on {subject}: {}", refusals.latest().unwrap_or_default())
         }
         Err(_) => anyhow::bail!("no projector answered on {subject} within 10 s: is `gridfold projector` running against {}?", nats.url),
-        Ok(Err(e)) => anyhow::bail!("no projector answered on {subject}: {e}; is `gridfold projector` running against {}?", nats.url),
+        Ok(Err(e)) => anyhow::bail!(
+            "no projector answered on {subject}: {}; is `gridfold projector` running against {}?",
+            super::said_once(&e.to_string()),
+            nats.url
+        ),
     };
     serde_json::from_slice(&reply.payload).with_context(|| format!("the projector's answer on {subject} does not decode"))
 }

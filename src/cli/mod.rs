@@ -157,8 +157,35 @@ pub fn read_history(path: &PathBuf) -> Result<Vec<crate::core::event::Entry>, Ba
 #[error("{0}")]
 pub struct BadInput(pub String);
 
+/// `text` with a clause repeated right after itself said once: library errors
+/// often print their kind and then a source that says the same
+/// (`no responders: no responders`, `Connection refused (os error 111):
+/// Connection refused (os error 111)`).
+pub fn said_once(text: &str) -> String {
+    let mut clauses: Vec<&str> = Vec::new();
+    for clause in text.split(": ") {
+        if clauses.last() != Some(&clause) {
+            clauses.push(clause);
+        }
+    }
+    clauses.join(": ")
+}
+
 /// Prints a bad-input error the way every command does, returning exit code 2.
 pub fn bad_input(error: BadInput) -> ExitCode {
     eprintln!("gridfold: {error}");
     ExitCode::from(EXIT_BAD_INPUT)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_clause_repeated_right_after_itself_is_said_once() {
+        assert_eq!(super::said_once("no responders: no responders"), "no responders");
+        assert_eq!(
+            super::said_once("cannot connect: Connection refused (os error 111): Connection refused (os error 111)"),
+            "cannot connect: Connection refused (os error 111)"
+        );
+        assert_eq!(super::said_once("a: b: a"), "a: b: a", "only a repetition in a row is dropped");
+    }
 }

@@ -107,12 +107,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Err(bad) = check_at(args.at, &state, &source) {
         return Ok(super::bad_input(bad));
     }
-    let divergence = report.first_divergence.as_ref().map(|d| {
-        format!(
-            "batch at seq {} (based on seq {}) differs at order {}: recorded {:?}, re-derived {:?}",
-            d.batch_seq, d.based_on_seq, d.order_index, d.recorded, d.rederived
-        )
-    });
+    let divergence = report.first_divergence.as_ref().map(ToString::to_string);
     let summary = StateSummary::of(&state);
     let digest_mismatch = args
         .expect_digest

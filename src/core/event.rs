@@ -413,6 +413,23 @@ pub struct EngineProps {
     pub libraries: Vec<LibraryRef>,
 }
 
+impl std::fmt::Display for EngineProps {
+    /// The properties as requirements expressions name them, those set only:
+    /// `os=linux arch=x86_64 site=lyon cores=8 memory_mb=16384 … rack=r12`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        for (name, value) in [("os", &self.os), ("arch", &self.arch), ("site", &self.site)] {
+            if !value.is_empty() {
+                parts.push(format!("{name}={value}"));
+            }
+        }
+        let numbers = [("cores", u64::from(self.cores)), ("memory_mb", self.memory_mb), ("disk_mb", self.disk_mb), ("mflops", self.mflops)];
+        parts.extend(numbers.iter().filter(|(_, value)| *value > 0).map(|(name, value)| format!("{name}={value}")));
+        parts.extend(self.custom.iter().map(|(name, value)| format!("{name}={value}")));
+        f.write_str(&parts.join(" "))
+    }
+}
+
 /// Load figures an engine reports with each heartbeat, as integers so that the
 /// load formula is exact on every replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -48,6 +48,22 @@ pub struct Divergence {
     pub rederived: Option<Order>,
 }
 
+impl std::fmt::Display for Divergence {
+    /// `batch at seq 12 (based on seq 11) differs at order 0: recorded dispatch j/0 #1 -> e1, re-derived none`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let order = |order: &Option<Order>| order.as_ref().map_or_else(|| "none".to_string(), Order::to_string);
+        write!(
+            f,
+            "batch at seq {} (based on seq {}) differs at order {}: recorded {}, re-derived {}",
+            self.batch_seq.0,
+            self.based_on_seq.0,
+            self.order_index,
+            order(&self.recorded),
+            order(&self.rederived)
+        )
+    }
+}
+
 fn projector_batch(entry: &Entry) -> Option<&OrderBatch> {
     match (&entry.origin, &entry.payload) {
         (Origin::Projector, Payload::Event(envelope)) => match &envelope.event {

@@ -363,7 +363,7 @@ impl Agent {
         self.alive_at = Instant::now();
         self.report.logins += 1;
         self.report.props = self.props.clone();
-        tracing::info!(seq = stored.seq, epoch = stored.seq, slots = self.config.slots, props = ?self.props, "logged in");
+        tracing::info!(seq = stored.seq, epoch = stored.seq, slots = self.config.slots, props = %self.props, "logged in");
         Ok(())
     }
 
@@ -568,7 +568,7 @@ impl Agent {
                 Ok(())
             }
             other => {
-                tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine or of an unknown shape: {other:?}");
+                tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine: {other}");
                 Ok(())
             }
         }

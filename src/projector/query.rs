@@ -478,23 +478,6 @@ pub struct EngineSummary {
     pub properties: String,
 }
 
-/// An engine's properties as requirements expressions name them.
-fn properties_text(props: &crate::core::event::EngineProps) -> String {
-    let mut parts = Vec::new();
-    for (name, value) in [("os", &props.os), ("arch", &props.arch), ("site", &props.site)] {
-        if !value.is_empty() {
-            parts.push(format!("{name}={value}"));
-        }
-    }
-    for (name, value) in [("cores", u64::from(props.cores)), ("memory_mb", props.memory_mb), ("disk_mb", props.disk_mb), ("mflops", props.mflops)] {
-        if value > 0 {
-            parts.push(format!("{name}={value}"));
-        }
-    }
-    parts.extend(props.custom.iter().map(|(name, value)| format!("{name}={value}")));
-    parts.join(" ")
-}
-
 impl StateSummary {
     pub fn of(state: &State) -> StateSummary {
         let jobs = state
@@ -552,7 +535,7 @@ impl StateSummary {
                 failed: engine.failed,
                 last_seen_ms: engine.last_seen_ms,
                 load_per_core_milli: engine.load.load_per_core_milli,
-                properties: properties_text(&engine.props),
+                properties: engine.props.to_string(),
             })
             .collect();
         engines.sort_by(|a, b| a.id.cmp(&b.id));

@@ -40,6 +40,18 @@ pub struct Delivery {
     pub kind: DeliveryKind,
 }
 
+impl std::fmt::Display for DeliveryKind {
+    /// One line a person can read: `run job/3 #2`, `cancel job/3 #2 on e1 (…)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeliveryKind::Run(run) => write!(f, "run {} #{}", run.task, run.attempt),
+            DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) | DeliveryKind::Control(order) => write!(f, "{order}"),
+            DeliveryKind::SyncLibrary { library, .. } => write!(f, "sync {library}"),
+            DeliveryKind::LoggedIn => f.write_str("login"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeliveryKind {
     Run(RunTask),

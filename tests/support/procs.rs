@@ -349,12 +349,20 @@ impl Cluster {
         });
     }
 
-    /// Every entry of the log as it is now, decoded.
+    /// Every entry of the log as it is now, decoded. Right after a node comes
+    /// back the stream may have no leader for a few seconds (`no responders`):
+    /// the read is tried again for up to 30 s before the test fails.
     pub fn entries(&self) -> Vec<Entry> {
-        let raw = self
-            .runtime
-            .block_on(async { read_to_end(&self.connect().await?, 1).await?.collect().await })
-            .unwrap_or_else(|err| self.fail(&format!("reading the whole log: {err}")));
+        let started = Instant::now();
+        let raw = loop {
+            match self.runtime.block_on(async { read_to_end(&self.connect().await?, 1).await?.collect().await }) {
+                Ok(raw) => break raw,
+                Err(err) if started.elapsed() >= Duration::from_secs(30) => {
+                    self.fail(&format!("reading the whole log: {err} (tried for {:?})", started.elapsed()))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        };
         raw.iter()
             .map(|raw| wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload))
             .collect()

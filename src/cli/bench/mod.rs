@@ -451,12 +451,7 @@ async fn bench_on(
     let every_task_completed_once = analysis.completed_once(&state, &jobs)
         && sim_report.duplicate_runs == 0
         && sim_report.runs_received == u64::from(args.tasks);
-    let divergence = replay_report.first_divergence.as_ref().map(|d| {
-        format!(
-            "batch at seq {} (based on {}), order {}: recorded {:?}, re-derived {:?}",
-            d.batch_seq.0, d.based_on_seq.0, d.order_index, d.recorded, d.rederived
-        )
-    });
+    let divergence = replay_report.first_divergence.as_ref().map(ToString::to_string);
     let ok = every_task_completed_once
         && divergence.is_none()
         && projector_digest_matches
