@@ -235,3 +235,35 @@ fn a_jobs_functional_shares_put_it_before_an_earlier_job_of_the_same_user_and_no
     let (orders, _) = run([0, 0]);
     assert!(orders.starts_with("dispatch first/0 #1 -> e00\n"), "without shares the earlier job goes first: {orders}");
 }
+
+#[test]
+fn a_huge_job_share_on_a_job_not_runnable_is_capped_at_the_pool_and_why_answers() {
+    // The largest functional pool, all of it for jobs; a job waiting on
+    // another holds the largest share a client may set and is asked about.
+    let sge = SgePolicy {
+        weight_tickets_functional: u32::MAX,
+        weight_user_milli: 0,
+        weight_project_milli: 0,
+        weight_department_milli: 0,
+        weight_job_milli: 1_000,
+        ..SgePolicy::grid_engine_defaults()
+    };
+    let mut log = LogBuilder::new();
+    log.push(tickets(sge));
+    engines(&mut log, 1);
+    let mut first = job_of("first", "a", 2);
+    first.options.job_share = 1;
+    log.submit(first);
+    let mut waiting = job_of("waiting", "b", 1);
+    waiting.options.job_share = 1_000_000;
+    waiting.options.depends_on_jobs = vec![job_id("first")];
+    log.submit(waiting);
+    let mut state = State::new();
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch first/0 #1 -> e00\n");
+    let explanation = explain(&state, &TaskRef { job: job_id("waiting"), index: 0 }).expect("why answers");
+    assert!(!explanation.to_string().is_empty());
+    let tickets = crate::core::schedule::sgeee::Tickets::for_run(&state);
+    let j = state.job_idx(&job_id("waiting")).expect("the job is held");
+    let figures = tickets.of_job(&state, j, 0);
+    assert_eq!(figures.functional_milli, u128::from(u32::MAX) * 1000, "capped at the whole job category");
+}

@@ -273,12 +273,20 @@ impl Tickets {
         let functional = next_task(user.functional, owner_booked)
             + next_task(project.functional, owner_booked)
             + next_task(user.department, owner_booked)
-            + u64::try_from((self.job_pool_milli * u128::from(own.functional_share)).checked_div(self.job_shares_sum).unwrap_or(0))
-                .expect("a pool is at most a u32 weight x 1000");
+            + self.job_functional_milli(own.functional_share);
         let overrides = next_task(user.overrides, owner_booked)
             + next_task(project.overrides, owner_booked)
             + u64::from(own.override_tickets) * 1000;
         TicketParts { share, functional, overrides }
+    }
+
+    /// A job's part of the functional job category by its `job_share`. A job
+    /// not runnable at the start of the run (asked about by `why`) is not in
+    /// the shares' sum: its part is capped at the whole category, so no share
+    /// a client sets can take it past what the pool holds.
+    fn job_functional_milli(&self, share: u32) -> u64 {
+        let part = (self.job_pool_milli * u128::from(share)).checked_div(self.job_shares_sum).unwrap_or(0);
+        u64::try_from(part.min(self.job_pool_milli)).unwrap_or(u64::MAX)
     }
 
     /// The job's next task's tickets, `owner_booked` tasks of its owner later in the run.
