@@ -14,8 +14,8 @@
 //! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
 //!
 //! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS` and
-//! the lease bucket; the operator may create `GRIDFOLD_EVENTS` (`policy apply`
-//! before the first projector) and creates the library bucket (`library put`). Nobody
+//! the lease bucket; so may the operator (`gridfold setup`, before the first
+//! projector), who also creates the library bucket (`library put`). Nobody
 //! may delete or purge the log or the orders, or update a stream's configuration.
 //!
 //! JetStream is driven by requests on `$JS.API.>`, so each role gets the API
@@ -199,6 +199,9 @@ pub fn permissions(principal: &Principal) -> Permissions {
                 api("INFO"),
             ]);
             publish.extend(create(STREAM_EVENTS));
+            // `gridfold setup`: the streams and the lease bucket before any projector.
+            publish.extend(create(STREAM_ORDERS));
+            publish.extend(create(&lease));
             publish.extend(create(&libraries));
             publish.extend(read(STREAM_EVENTS));
             publish.extend(read(STREAM_ORDERS));
@@ -465,7 +468,7 @@ mod tests {
             ("gridfold.ev.engine.e1.heartbeat", &[&e1]),
             ("gridfold.ev.engine.e2.completed", &[&e2]),
             ("gridfold.q.stat", &[&operator, &submitter, &auditor]),
-            ("$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS", &[&projector]),
+            ("$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS", &[&projector, &operator]),
         ];
         for (subject, allowed) in cases {
             for who in all {

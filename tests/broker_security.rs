@@ -497,7 +497,8 @@ fn a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_
     )
     .unwrap();
 
-    // The operator sets the policy (making the log's stream) and stores a library.
+    // The operator makes the streams (`gridfold setup`), sets the policy and stores a library.
+    run_as(&broker, "operator", &["setup"]);
     run_as(
         &broker,
         "operator",
@@ -631,6 +632,7 @@ fn a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_
     let path = |name: &str| dir.join(name).display().to_string();
     std::fs::write(dir.join("policy.toml"), "engine_timeout_secs = 30\n").unwrap();
     std::fs::write(dir.join("job.toml"), "id = \"long\"\ntasks = 1\n\n[task]\nargv = [\"sleep\", \"3\"]\n").unwrap();
+    run_as(&broker, "operator", &["setup"]);
     run_as(&broker, "operator", &["policy", "apply", &path("policy.toml"), "--wait-secs", "0"]);
     let key = run_as(&broker, "projector", &["key", "show", "--state", &path("projector")]);
     run_as(&broker, "operator", &["key", "register", key.trim(), "--name", "the projector"]);

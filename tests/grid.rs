@@ -217,6 +217,8 @@ impl Grid {
             commands_run: Cell::new(0),
             dir,
         };
+        // Only the projector or `gridfold setup` makes the streams: an operator's first step.
+        grid.gridfold_ok(&["setup", "--nats", &grid.url()]);
         let policy = grid.write("policy.toml", POLICY);
         grid.gridfold_ok(&[
             "policy".as_ref(),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{ask, await_verdict, block_on, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs};
+use super::client::{ask, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::core::ids::EngineId;
@@ -93,7 +93,7 @@ fn clear(engine: Option<String>, nats: &NatsArgs, verdict: &VerdictArgs) -> anyh
     let whom = engine.as_ref().map(|e| format!("engine {e}")).unwrap_or_else(|| "every engine".to_string());
     let wait = std::time::Duration::from_secs(verdict.wait_secs);
     let (seq, settled) = block_on(async {
-        let log = connect_log_creating(nats).await?;
+        let log = connect_log(nats).await?;
         let seq = publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await?;
         anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;

@@ -27,6 +27,10 @@ pub struct NatsArgs {
     /// servers separated by commas (`nats://a:4222,nats://b:4222`), any of which will do.
     #[arg(long = "nats", env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub url: String,
+    /// Seconds to wait for the streams when they are not there yet (the projector or
+    /// `gridfold setup` makes them; nothing else does).
+    #[arg(long, env = "GRIDFOLD_WAIT_STREAMS_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub wait_streams_secs: u64,
     #[command(flatten)]
     pub auth: AuthArgs,
 }
@@ -93,15 +97,116 @@ fn unreachable_hint(url: &str) -> String {
     format!("cannot reach the NATS broker at {url}: is nats-server (2.11 or later, with -js) running there? Set --nats or NATS_URL")
 }
 
-/// Opens the log for a command that only uses existing streams (submitters,
-/// readers, engines): it never creates a stream, and says so when one is missing.
+/// Opens the log for a command: it never creates a stream (only the projector and
+/// `gridfold setup` do); while the log's stream is not there yet it waits, up to
+/// `--wait-streams-secs`, saying so. A broker that does not answer is an error at once.
 pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
-    connect_log_with(nats, LogConfig { streams: StreamSetup::Bind, ..LogConfig::default() }).await
+    let patience = Patience::command(nats);
+    open_patiently(nats, patience, || connect_log_with(nats, LogConfig { streams: StreamSetup::Bind, ..LogConfig::default() }))
+        .await
 }
 
-/// Opens the log for an operator command: the log's stream is created if missing.
-pub async fn connect_log_creating(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
-    connect_log_with(nats, LogConfig::default()).await
+/// How long a process waits for what it needs and does not make itself: the
+/// streams (made by the projector or `gridfold setup`) and the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    /// How long to wait for a stream nobody has made yet.
+    pub streams_wait: Duration,
+    /// How long to keep trying a broker that does not answer (not started yet,
+    /// restarting, electing its leaders); zero: not at all.
+    pub broker_wait: Duration,
+}
+
+/// The first pause before trying an unanswering broker again; each next one is twice the last.
+pub const BROKER_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest pause between two tries to reach a broker that does not answer.
+pub const BROKER_RETRY_MAX: Duration = Duration::from_secs(10);
+/// How often a missing stream is looked for again.
+const STREAMS_POLL: Duration = Duration::from_secs(1);
+/// Tries of one opening at most (a bound on the loop besides its deadlines: a try takes
+/// at least [`STREAMS_POLL`] or [`BROKER_RETRY_FIRST`]).
+const OPEN_TRIES_MAX: u64 = 1_000_000;
+
+impl Patience {
+    /// A command: waits for the streams as `--wait-streams-secs` says; a broker away is an error.
+    pub fn command(nats: &NatsArgs) -> Patience {
+        Patience { streams_wait: Duration::from_secs(nats.wait_streams_secs), broker_wait: Duration::ZERO }
+    }
+
+    /// A service (the projector, an engine): the streams as `--wait-streams-secs`
+    /// says, the broker for as long as it takes.
+    pub fn service(nats: &NatsArgs) -> Patience {
+        Patience { streams_wait: Duration::from_secs(nats.wait_streams_secs), broker_wait: Duration::MAX }
+    }
+}
+
+/// Runs `open` until it succeeds, or fails otherwise than by a missing stream (for
+/// up to `patience.streams_wait`) or an unanswering broker (for up to
+/// `patience.broker_wait`, pausing [`BROKER_RETRY_FIRST`], then twice as long each
+/// time up to [`BROKER_RETRY_MAX`]). It says once that it waits for a stream and
+/// each time it will try the broker again; refusals (credentials, TLS, permissions)
+/// and misconfigurations are not tried again.
+pub async fn open_patiently<T, F, Fut>(nats: &NatsArgs, patience: Patience, mut open: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut said_waiting = false;
+    let mut pause = BROKER_RETRY_FIRST;
+    for _ in 0..OPEN_TRIES_MAX {
+        let err = match open().await {
+            Ok(opened) => {
+                if said_waiting {
+                    tracing::info!("the streams are there after {} s", started.elapsed().as_secs());
+                }
+                return Ok(opened);
+            }
+            Err(err) => err,
+        };
+        let waited = started.elapsed();
+        if let Some(missing) = stream_missing(&err) {
+            if waited >= patience.streams_wait {
+                return Err(err.context(format!(
+                    "waited {} s for it (--wait-streams-secs) at {}",
+                    waited.as_secs(),
+                    nats.url
+                )));
+            }
+            if !said_waiting {
+                tracing::warn!(
+                    "{missing}; waiting up to {} s for the projector or `gridfold setup` to make it",
+                    patience.streams_wait.as_secs()
+                );
+                said_waiting = true;
+            }
+            tokio::time::sleep(STREAMS_POLL).await;
+        } else if broker_unavailable(&err) && waited < patience.broker_wait {
+            tracing::warn!("{err:#}; trying again in {} s", pause.as_secs());
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(BROKER_RETRY_MAX);
+        } else {
+            return Err(err);
+        }
+    }
+    anyhow::bail!("gave up opening the log at {} after {OPEN_TRIES_MAX} tries", nats.url)
+}
+
+/// The stream an error says is missing, if that is what it says.
+fn stream_missing(err: &anyhow::Error) -> Option<&LogError> {
+    err.chain().find_map(|cause| match cause.downcast_ref::<LogError>() {
+        Some(missing @ LogError::StreamMissing { .. }) => Some(missing),
+        _ => None,
+    })
+}
+
+/// Whether an error is of a broker that did not answer (rather than one that refused).
+fn broker_unavailable(err: &anyhow::Error) -> bool {
+    use crate::projector::service::LeaseError;
+    err.chain().any(|cause| {
+        matches!(cause.downcast_ref::<LogError>(), Some(LogError::Unavailable { .. }))
+            || matches!(cause.downcast_ref::<LeaseError>(), Some(LeaseError::Unavailable { .. }))
+    })
 }
 
 /// Opens the log with `config`, each failure explained for a person: a broker away,
@@ -261,6 +366,79 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .build()
         .expect("a tokio runtime starts")
         .block_on(future)
+}
+
+#[cfg(test)]
+mod patience_tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::{AuthArgs, NatsArgs, Patience, open_patiently};
+    use crate::log::LogError;
+
+    fn nats() -> NatsArgs {
+        NatsArgs { url: "nats://127.0.0.1:1,nats://127.0.0.1:2".into(), wait_streams_secs: 60, auth: AuthArgs::default() }
+    }
+
+    fn missing() -> anyhow::Error {
+        LogError::StreamMissing { url: "u".into(), stream: "GRIDFOLD_EVENTS".into(), hint: "h".into() }.into()
+    }
+
+    fn away() -> anyhow::Error {
+        anyhow::Error::new(LogError::Unavailable { url: "u".into(), detail: "connection refused".into() })
+            .context("cannot reach the NATS broker")
+    }
+
+    /// Runs `open_patiently` over answers given in turn (the last one repeated): its
+    /// outcome and how many tries it made.
+    fn run(patience: Patience, answers: Vec<fn() -> anyhow::Result<u32>>) -> (anyhow::Result<u32>, u32) {
+        let tries = AtomicU32::new(0);
+        let outcome = super::block_on(open_patiently(&nats(), patience, || {
+            let n = tries.fetch_add(1, Ordering::SeqCst) as usize;
+            let answer = answers[n.min(answers.len() - 1)];
+            async move { answer() }
+        }));
+        (outcome, tries.load(Ordering::SeqCst))
+    }
+
+    const SERVICE: Patience = Patience { streams_wait: Duration::from_secs(60), broker_wait: Duration::MAX };
+
+    #[test]
+    fn a_missing_stream_is_waited_for_and_then_used() {
+        let (outcome, tries) = run(SERVICE, vec![|| Err(missing()), || Ok(7)]);
+        assert_eq!((outcome.unwrap(), tries), (7, 2));
+    }
+
+    #[test]
+    fn a_stream_missing_past_the_wait_fails_naming_it_and_the_wait() {
+        let patience = Patience { streams_wait: Duration::ZERO, ..SERVICE };
+        let (outcome, tries) = run(patience, vec![|| Err(missing())]);
+        let err = format!("{:#}", outcome.unwrap_err());
+        assert!(err.contains("--wait-streams-secs") && err.contains("GRIDFOLD_EVENTS"), "{err}");
+        assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn a_service_tries_an_unanswering_broker_again_and_a_command_does_not() {
+        let (outcome, tries) = run(SERVICE, vec![|| Err(away()), || Ok(1)]);
+        assert_eq!((outcome.unwrap(), tries), (1, 2));
+        let command = Patience { broker_wait: Duration::ZERO, ..SERVICE };
+        let (outcome, tries) = run(command, vec![|| Err(away()), || Ok(1)]);
+        assert!(format!("{:#}", outcome.unwrap_err()).contains("cannot reach the NATS broker"));
+        assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn a_refusal_or_a_misconfiguration_is_never_tried_again() {
+        let refused = || -> anyhow::Result<u32> { Err(LogError::Refused { url: "u".into(), detail: "authorization violation".into() }.into()) };
+        let misconfigured =
+            || -> anyhow::Result<u32> { Err(LogError::Misconfigured { location: "u".into(), detail: "max_age".into() }.into()) };
+        for answer in [refused as fn() -> anyhow::Result<u32>, misconfigured] {
+            let (outcome, tries) = run(SERVICE, vec![answer, || Ok(1)]);
+            assert!(outcome.is_err());
+            assert_eq!(tries, 1);
+        }
+    }
 }
 
 #[cfg(test)]

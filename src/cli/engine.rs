@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -13,8 +13,7 @@ use clap::Args;
 use crate::core::ids::EngineId;
 use crate::engine::{EngineConfig, JetStreamOrderFeed, probe, run_engine};
 use crate::library_store::LibraryStore;
-use crate::log::LogError;
-use crate::log::jetstream::JetStreamLog;
+use crate::log::jetstream::{JetStreamLog, LogConfig, StreamSetup};
 
 #[derive(Debug, Args)]
 pub struct EngineArgs {
@@ -46,60 +45,27 @@ pub struct EngineArgs {
     pub drain_timeout_secs: u64,
 }
 
-/// How long an engine waits for the projector to create the streams it binds to.
-pub const STREAMS_WAIT_MAX: Duration = Duration::from_secs(60);
-const STREAMS_POLL: Duration = Duration::from_secs(1);
-/// The longest pause between two tries to reach a broker that does not answer.
-pub const BROKER_RETRY_MAX: Duration = Duration::from_secs(10);
-
 /// Binds to the log and opens this engine's order feed. An engine never creates a
-/// stream (on a broker with permissions it may not): while the projector has not
-/// yet made them, it waits, up to [`STREAMS_WAIT_MAX`], saying so once. A broker
-/// that does not answer (not started yet, restarting, electing its leaders) is
-/// tried again and again, each pause twice the last up to [`BROKER_RETRY_MAX`],
-/// with a line each time; one that refuses the engine's credentials is not.
+/// stream (on a broker with permissions it may not): while the projector (or
+/// `gridfold setup`) has not made them yet, it waits, up to `--wait-streams-secs`,
+/// saying so once. A broker that does not answer (not started yet, restarting,
+/// electing its leaders) is tried again for as long as it takes, with a bounded
+/// back-off and a line each time ([`super::client::open_patiently`]); one that
+/// refuses the engine's credentials is not.
 async fn open_log_and_feed(
     nats: &super::client::NatsArgs,
     name: &EngineId,
 ) -> anyhow::Result<(JetStreamLog, JetStreamOrderFeed)> {
-    let started = Instant::now();
-    let mut said = false;
-    let mut pause = Duration::from_secs(1);
-    loop {
-        let opened = async {
-            let log = super::client::connect_log(nats).await?;
-            let feed = JetStreamOrderFeed::open(&log, name)
-                .await
-                .with_context(|| format!("cannot open the order feed of engine {name} at {}", nats.url))?;
-            anyhow::Ok((log, feed))
-        }
-        .await;
-        match opened {
-            Err(err) if stream_missing(&err) && started.elapsed() < STREAMS_WAIT_MAX => {
-                if !said {
-                    tracing::warn!("{err:#}; waiting up to {} s for it", STREAMS_WAIT_MAX.as_secs());
-                    said = true;
-                }
-                tokio::time::sleep(STREAMS_POLL).await;
-            }
-            Err(err) if broker_unavailable(&err) => {
-                tracing::warn!("{err:#}; trying again in {} s", pause.as_secs());
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(BROKER_RETRY_MAX);
-            }
-            opened => return opened,
-        }
-    }
-}
-
-fn stream_missing(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|cause| matches!(cause.downcast_ref::<LogError>(), Some(LogError::StreamMissing { .. })))
-}
-
-fn broker_unavailable(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|cause| matches!(cause.downcast_ref::<LogError>(), Some(LogError::Unavailable { .. })))
+    let patience = super::client::Patience::service(nats);
+    super::client::open_patiently(nats, patience, || async {
+        let log = super::client::connect_log_with(nats, LogConfig { streams: StreamSetup::Bind, ..LogConfig::default() })
+            .await?;
+        let feed = JetStreamOrderFeed::open(&log, name)
+            .await
+            .with_context(|| format!("cannot open the order feed of engine {name} at {}", nats.url))?;
+        anyhow::Ok((log, feed))
+    })
+    .await
 }
 
 fn stopped_before_login(name: &EngineId, signal: &str) -> anyhow::Result<ExitCode> {

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use std::time::Duration;
 
 use super::client::{
-    await_verdict, block_on, connect_log, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs,
+    await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs,
 };
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
@@ -174,7 +174,7 @@ pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     };
     let wait = Duration::from_secs(verdict.wait_secs);
     let (seq, settled) = block_on(async {
-        let log = connect_log_creating(&nats).await?;
+        let log = connect_log(&nats).await?;
         let seq = publish(&log, "gridfold-cli", Event::PolicySet(policy)).await?;
         anyhow::Ok((seq, await_verdict(&nats, seq, wait).await))
     })?;

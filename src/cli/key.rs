@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::client::{block_on, connect_log_creating, publish, NatsArgs};
+use super::client::{block_on, connect_log, publish, NatsArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
 use crate::projector::key::{parse_public_key, ProjectorKey};
@@ -71,7 +71,7 @@ pub fn run(args: KeyArgs) -> anyhow::Result<ExitCode> {
                 return Ok(bad_input(BadInput("--name: 1 to 64 printable characters".into())));
             }
             let seq = block_on(async {
-                let log = connect_log_creating(&nats).await?;
+                let log = connect_log(&nats).await?;
                 publish(&log, "gridfold-cli", Event::ProjectorKeyRegistered { key, name }).await
             })?;
             println!("projector key {} registered at seq {seq}", hex::encode(key));
@@ -83,7 +83,7 @@ pub fn run(args: KeyArgs) -> anyhow::Result<ExitCode> {
                 Err(problem) => return Ok(bad_input(BadInput(format!("key: {problem}")))),
             };
             let seq = block_on(async {
-                let log = connect_log_creating(&nats).await?;
+                let log = connect_log(&nats).await?;
                 publish(&log, "gridfold-cli", Event::ProjectorKeyRevoked { key }).await
             })?;
             println!("projector key {} revoked at seq {seq}", hex::encode(key));

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use super::client::{ask, await_verdict, block_on, connect_log_creating, publish, report_verdict, NatsArgs, VerdictArgs};
+use super::client::{ask, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::{Event, LibraryRef};
 use crate::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
@@ -114,7 +114,7 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, verdict: &VerdictArgs,
     };
     let wait = std::time::Duration::from_secs(verdict.wait_secs);
     let (info, seq, settled) = block_on(async {
-        let log = connect_log_creating(nats).await?;
+        let log = connect_log(nats).await?;
         let store = LibraryStore::new(log.context().clone());
         let info = store.put(&library, &upload.path, upload.layout.clone()).await?;
         let seq = publish(&log, "gridfold-cli", Event::LibraryPublished(info.clone()))

@@ -16,6 +16,7 @@ pub mod key;
 pub mod library;
 pub mod projector;
 pub mod replay;
+pub mod setup;
 pub mod sim;
 pub mod stat;
 
@@ -82,13 +83,15 @@ pub enum Command {
     Projector(projector::ProjectorArgs),
     /// Write a nats-server configuration that enforces who may publish what, with an nkey and an environment file per principal.
     BrokerConfig(broker_config::BrokerConfigArgs),
+    /// Make the streams and the lease bucket with --replicas (as the projector does at its start); nothing else makes them.
+    Setup(setup::SetupArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // The services say what they are doing; the demo speaks for itself.
     init_logging(match cli.command {
-        Command::Projector(_) | Command::Engine(_) => "warn,gridfold::projector::service=info,gridfold::engine=info",
+        Command::Projector(_) | Command::Engine(_) => "warn,gridfold::projector::service=info,gridfold::engine=info,gridfold::log=info",
         _ => "warn",
     });
     match cli.command {
@@ -115,6 +118,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
+        Command::Setup(args) => setup::run(args),
     }
 }
 

@@ -77,22 +77,29 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     // Installed first: a signal during start-up stops the projector cleanly once it runs.
     let shutdown = shutdown_signal().context("installing the SIGINT and SIGTERM handlers")?;
     let log_config = LogConfig { replicas: args.replicas as usize, ..LogConfig::default() };
-    // The projector makes the streams and the lease bucket (StreamSetup::CreateOrCheck).
-    let log = super::client::connect_log_with(&args.nats, log_config)
-        .await
-        .context("opening the event log")?;
-    let sink = JetStreamOrderSink::connect(&log)
-        .await
-        .context("opening the orders stream")?;
-    // Held until the process ends: proof that a lease left under this id is a dead run's.
-    let claim = ProjectorIdClaim::claim(&args.state).context("claiming the state directory")?;
-    let holder = claim.id().to_string();
     let lease_config = KvLeaseConfig {
         ttl: Duration::from_secs(args.lease_secs),
         replicas: args.replicas as usize,
         ..KvLeaseConfig::default()
     };
-    let lease = KvLease::open_claimed(log.context(), log.url(), lease_config, claim).await?;
+    // The projector makes the streams and the lease bucket (StreamSetup::CreateOrCheck),
+    // raising the replicas of any made with fewer; a broker that does not answer yet
+    // (starting, electing its leaders) is tried again until it does.
+    let patience = super::client::Patience::service(&args.nats);
+    let (log, sink, lease) = super::client::open_patiently(&args.nats, patience, || async {
+        let log = super::client::connect_log_with(&args.nats, log_config.clone())
+            .await
+            .context("opening the event log")?;
+        let sink = JetStreamOrderSink::connect(&log)
+            .await
+            .context("opening the orders stream")?;
+        // Held until the process ends: proof that a lease left under this id is a dead run's.
+        let claim = ProjectorIdClaim::claim(&args.state).context("claiming the state directory")?;
+        let lease = KvLease::open_claimed(log.context(), log.url(), lease_config.clone(), claim).await?;
+        anyhow::Ok((log, sink, lease))
+    })
+    .await?;
+    let holder = lease.holder().to_string();
     let config = ProjectorConfig {
         schedule_every_entries: args.schedule_every,
         snapshot_every_entries: args.snapshot_every,

@@ -47,7 +47,7 @@ use crate::wire::delivery::order_subject;
 
 /// Backoff between attempts to reach a broker that is away.
 pub const FEED_RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
-pub const FEED_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
+pub const FEED_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Messages one pull request of the durable consumer asks for.
 pub const PULL_BATCH: usize = 64;
 /// Entries one read of a [`LogOrderFeed`] takes from its log.
@@ -60,7 +60,7 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(50);
 pub const RELEASE_MAX: usize = 1_000;
 pub const RELEASE_WAIT: Duration = Duration::from_secs(2);
 const PULL_EXPIRES: Duration = Duration::from_secs(10);
-const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
+const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
 const LOG_READ_WAIT: Duration = Duration::from_secs(5);
 
 /// One message on the engine's order subject, with what acknowledges it.

@@ -403,7 +403,8 @@ fn on_broker_event(event: async_nats::Event, refusals: &Refusals) {
         }
         Event::ServerError(err) => tracing::warn!("the broker says: {err}"),
         Event::ClientError(err) => tracing::warn!("{err}"),
-        Event::Disconnected => tracing::debug!("disconnected from the broker"),
+        Event::Disconnected => tracing::info!("lost the connection to the broker; reconnecting to any of its servers"),
+        Event::Connected => tracing::debug!("connected to the broker"),
         _ => {}
     }
 }

@@ -57,7 +57,8 @@ pub const READ_PULL_BATCH: usize = 10_000;
 pub const READ_PULL_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The server drops a reader's consumer after this long without a pull.
 const READER_INACTIVE_THRESHOLD: Duration = Duration::from_secs(60);
-const READER_HEARTBEAT: Duration = Duration::from_secs(2);
+/// A reader whose consumer went with a lost node notices after two missed heartbeats.
+const READER_HEARTBEAT: Duration = Duration::from_secs(1);
 const READER_EXPIRES: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
@@ -97,10 +98,9 @@ pub enum StreamSetup {
 }
 
 /// What to do when a stream is missing, for [`LogError::StreamMissing`].
-const EVENTS_STREAM_HINT: &str = "the projector creates it when it starts (so does an operator command such as \
-     `gridfold policy apply`): start `gridfold projector` first";
-const ORDERS_STREAM_HINT: &str =
-    "the projector creates it when it starts: start `gridfold projector` first";
+const EVENTS_STREAM_HINT: &str =
+    "the projector creates it when it starts, or an operator with `gridfold setup`: start one of them";
+const ORDERS_STREAM_HINT: &str = EVENTS_STREAM_HINT;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -183,6 +183,7 @@ impl JetStreamLog {
                     detail,
                 },
             })?;
+        tracing::info!("connected to {} (of {url})", connected_server(&client));
         let context = js::ContextBuilder::new()
             .timeout(config.request_timeout)
             .max_ack_inflight(ack_inflight_max)
@@ -801,6 +802,13 @@ async fn ensure_events_stream(
                     })?,
                 }
             }
+            // A cluster still electing its JetStream leaders (starting, or a node lost).
+            GetStreamErrorKind::JetStream(js_err) if is_cluster_transient(js_err.error_code()) => {
+                return Err(unavailable(format!(
+                    "cannot get stream {} (the cluster is electing its leaders): {js_err}",
+                    config.stream
+                )));
+            }
             GetStreamErrorKind::JetStream(js_err) => {
                 return Err(misconfigured(format!(
                     "cannot get stream {} (is JetStream enabled?): {js_err}",
@@ -836,6 +844,30 @@ fn refused_instead(err: LogError, refusals: &Refusals) -> LogError {
             detail: refusal,
         },
         (err, _) => err,
+    }
+}
+
+/// JetStream errors a cluster answers while it has no leader for what was asked
+/// (starting, or a node just lost): asking again later helps.
+fn is_cluster_transient(code: ErrorCode) -> bool {
+    [
+        ErrorCode::CLUSTER_NOT_AVAILABLE,
+        ErrorCode::CLUSTER_NOT_ACTIVE,
+        ErrorCode::CLUSTER_NOT_LEADER,
+        ErrorCode::CLUSTER_NOT_ASSIGNED,
+        ErrorCode::CLUSTER_INCOMPLETE,
+        ErrorCode::CLUSTER_NO_PEERS,
+    ]
+    .contains(&code)
+}
+
+/// The server a client is connected to, for a log line: its name and address.
+pub fn connected_server(client: &async_nats::Client) -> String {
+    let info = client.server_info();
+    if info.server_name.is_empty() || info.server_name == info.server_id {
+        format!("nats-server {}:{}", info.host, info.port)
+    } else {
+        format!("nats-server {} at {}:{}", info.server_name, info.host, info.port)
     }
 }
 

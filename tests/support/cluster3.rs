@@ -113,6 +113,38 @@ impl BrokerCluster {
         }
     }
 
+    /// SIGKILL of every node (each comes back with [`BrokerCluster::restart`]).
+    pub fn kill_all(&mut self) {
+        for node in 0..self.nodes.len() {
+            self.kill(node);
+        }
+    }
+
+    /// Deletes the streams `names` (those missing are skipped), retrying while the
+    /// cluster elects its leaders; panics after [`JETSTREAM_READY_TIMEOUT`].
+    pub fn delete_streams(&self, runtime: &tokio::runtime::Runtime, names: &[&str]) {
+        let servers: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();
+        let started = Instant::now();
+        let result: Result<(), String> = runtime.block_on(async {
+            let client = async_nats::connect(servers).await.map_err(|err| err.to_string())?;
+            let jetstream = async_nats::jetstream::new(client);
+            for name in names {
+                loop {
+                    match jetstream.delete_stream(name).await {
+                        Ok(_) => break,
+                        Err(err) if err.to_string().contains("not found") => break,
+                        Err(err) if started.elapsed() >= JETSTREAM_READY_TIMEOUT => return Err(format!("{name}: {err}")),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Err(err) = result {
+            panic!("could not delete the streams {names:?}: {err}\n{}", self.log_tails(20));
+        }
+    }
+
     /// The replicas of stream `name`, as the cluster reports them.
     pub fn stream_replicas(&self, runtime: &tokio::runtime::Runtime, name: &str) -> Result<usize, String> {
         let servers: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();

@@ -43,7 +43,7 @@ pub struct Proc {
 }
 
 /// What processes log unless a test asks otherwise.
-const RUST_LOG_DEFAULT: &str = "warn,gridfold::projector::service=info,gridfold::engine=info";
+const RUST_LOG_DEFAULT: &str = "warn,gridfold::projector::service=info,gridfold::engine=info,gridfold::log=info";
 
 impl Proc {
     fn spawn(dir: &Path, name: &str, args: &[OsString]) -> Proc {
@@ -174,19 +174,23 @@ impl Cluster {
         Cluster::start_on(Broker::Three(brokers), dir, policy)
     }
 
-    /// Three nats-servers with no stream made beforehand: the policy's `gridfold
-    /// policy apply` makes the log, with the one replica a command asks for.
-    pub fn start_three_bare(policy: &str) -> Cluster {
+    /// Three nats-servers and nothing else: no stream, no policy, no process.
+    pub fn start_three_bare() -> Cluster {
         let dir = test_dir();
         let brokers = BrokerCluster::start(&dir.path().join("brokers"));
-        Cluster::start_on(Broker::Three(brokers), dir, policy)
+        Cluster { procs: Vec::new(), broker: Broker::Three(brokers), runtime: test_runtime(), dir }
     }
 
+    /// The operator's first steps: `gridfold setup` makes the streams with as many
+    /// replicas as the broker has nodes (nothing but it and the projector makes
+    /// them), then `policy` (a policy file's text) is applied.
     fn start_on(broker: Broker, dir: tempfile::TempDir, policy: &str) -> Cluster {
         let cluster = Cluster { procs: Vec::new(), broker, runtime: test_runtime(), dir };
         if let Broker::Three(brokers) = &cluster.broker {
             brokers.wait_for_meta_leader(&cluster.runtime);
         }
+        let replicas = cluster.broker.replicas().to_string();
+        cluster.command(&["setup".as_ref(), "--replicas".as_ref(), replicas.as_ref()]);
         let policy = cluster.write("policy.toml", policy);
         // No projector runs yet to give a verdict: do not wait for one.
         cluster.command(&["policy".as_ref(), "apply".as_ref(), policy.as_os_str(), "--wait-secs".as_ref(), "0".as_ref()]);

@@ -162,7 +162,9 @@ pub const TICK_SOURCE: &str = "gridfold-ticker";
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
 const WARN_EVERY: Duration = Duration::from_secs(10);
 const READ_RETRY_MIN: Duration = Duration::from_millis(100);
-const READ_RETRY_MAX: Duration = Duration::from_secs(5);
+/// At most this long between two tries to read a log that is away: a cluster that lost
+/// a node elects new stream leaders within seconds, and the reader should be there then.
+const READ_RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a start waits for the entry its snapshot was taken after.
 const SNAPSHOT_CHECK_WAIT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for a last tick or delivery.
