@@ -102,6 +102,22 @@ fn reset(cluster: &mut Cluster) {
     }
 }
 
+/// Submits job `id` of four tasks, then [`finish`]es.
+fn submit_and_finish(cluster: &mut Cluster, id: &str, ps: &[usize]) {
+    let file = job_file(cluster, id, 4, "exit 0");
+    cluster.command(&["submit".as_ref(), file.as_ref()]);
+    finish(cluster, id, ps);
+}
+
+/// Every stream on three replicas, job `id` done, each of `ps` named its server;
+/// then [`reset`] for the next start order.
+fn finish(cluster: &mut Cluster, id: &str, ps: &[usize]) {
+    wait_all_replicated(cluster);
+    wait_done(cluster, id, Duration::from_secs(60));
+    assert_said_server(cluster, ps);
+    reset(cluster);
+}
+
 #[test]
 fn in_every_start_order_the_streams_end_on_three_replicas_and_a_job_completes() {
     let mut cluster = Cluster::start_three_bare();
@@ -115,12 +131,7 @@ fn in_every_start_order_the_streams_end_on_three_replicas_and_a_job_completes() 
     for node in 0..3 {
         brokers(&mut cluster).restart(node);
     }
-    wait_all_replicated(&mut cluster);
-    let file = job_file(&cluster, "j1", 4, "exit 0");
-    cluster.command(&["submit".as_ref(), file.as_ref()]);
-    wait_done(&mut cluster, "j1", Duration::from_secs(60));
-    assert_said_server(&mut cluster, &[p, e]);
-    reset(&mut cluster);
+    submit_and_finish(&mut cluster, "j1", &[p, e]);
 
     // 2. Engines and an operator's command before the projector: they wait for the
     // streams, saying so, and none makes one.
@@ -133,12 +144,7 @@ fn in_every_start_order_the_streams_end_on_three_replicas_and_a_job_completes() 
     assert!(replicas(&cluster, "GRIDFOLD_EVENTS").is_err(), "nobody but the projector made the log");
     let p = projector(&mut cluster, "p2");
     wait_succeeded(&mut cluster, apply);
-    wait_all_replicated(&mut cluster);
-    let file = job_file(&cluster, "j2", 4, "exit 0");
-    cluster.command(&["submit".as_ref(), file.as_ref()]);
-    wait_done(&mut cluster, "j2", Duration::from_secs(60));
-    assert_said_server(&mut cluster, &[p, e]);
-    reset(&mut cluster);
+    submit_and_finish(&mut cluster, "j2", &[p, e]);
 
     // 3. A submission, then an engine, then the projector.
     let file = job_file(&cluster, "j3", 4, "exit 0");
@@ -147,10 +153,7 @@ fn in_every_start_order_the_streams_end_on_three_replicas_and_a_job_completes() 
     let e = engine(&mut cluster, "e3");
     let p = projector(&mut cluster, "p3");
     wait_succeeded(&mut cluster, submit);
-    wait_all_replicated(&mut cluster);
-    wait_done(&mut cluster, "j3", Duration::from_secs(60));
-    assert_said_server(&mut cluster, &[p, e]);
-    reset(&mut cluster);
+    finish(&mut cluster, "j3", &[p, e]);
 
     // 4. `gridfold setup` first, as an operator would; it says what it made.
     let made = cluster.command(&["setup".as_ref(), "--replicas".as_ref(), "3".as_ref(), "--json".as_ref()]);
@@ -161,10 +164,7 @@ fn in_every_start_order_the_streams_end_on_three_replicas_and_a_job_completes() 
     wait_all_replicated(&mut cluster);
     let e = engine(&mut cluster, "e4");
     let p = projector(&mut cluster, "p4");
-    let file = job_file(&cluster, "j4", 4, "exit 0");
-    cluster.command(&["submit".as_ref(), file.as_ref()]);
-    wait_done(&mut cluster, "j4", Duration::from_secs(60));
-    assert_said_server(&mut cluster, &[p, e]);
+    submit_and_finish(&mut cluster, "j4", &[p, e]);
 }
 
 /// The node a process said it connected to: 0, 1 or 2 (`connected to nats-server n2`).
