@@ -102,10 +102,15 @@ fn reset(cluster: &mut Cluster) {
     }
 }
 
-/// Submits job `id` of four tasks, then [`finish`]es.
+/// Submits job `id` of four tasks, then [`finish`]es. A cluster whose nodes just
+/// came back may still be electing its leaders (the command then fails with
+/// "request timed out", as the README says): the submission is tried again; a
+/// second copy stored by a retry is rejected by the fold as a duplicate.
 fn submit_and_finish(cluster: &mut Cluster, id: &str, ps: &[usize]) {
     let file = job_file(cluster, id, 4, "exit 0");
-    cluster.command(&["submit".as_ref(), file.as_ref()]);
+    cluster.wait_for(&format!("job {id} to be stored"), Duration::from_secs(60), |cluster| {
+        cluster.try_command(&["submit".as_ref(), file.as_ref(), "--wait-secs".as_ref(), "0".as_ref()])
+    });
     finish(cluster, id, ps);
 }
 
