@@ -16,6 +16,7 @@ pub mod key;
 pub mod library;
 pub mod projector;
 pub mod replay;
+pub mod results;
 pub mod sim;
 pub mod stat;
 
@@ -82,6 +83,14 @@ pub enum Command {
     Projector(projector::ProjectorArgs),
     /// Write a nats-server configuration that enforces who may publish what, with an nkey and an environment file per principal.
     BrokerConfig(broker_config::BrokerConfigArgs),
+    /// A job's tasks, one line each: state, attempts, engine, start, end, wall time, exit code, failure.
+    Tasks(results::TasksArgs),
+    /// Every attempt of one task: engine, times, exit code, failure, error tail and result.
+    Task(results::TaskArgs),
+    /// The whole standard output (or error) of a task's attempt, as its engine stored it.
+    Output(results::OutputArgs),
+    /// Wait until a job ends; exit 0 if every task completed, 1 otherwise.
+    Wait(results::WaitArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -115,6 +124,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
+        Command::Tasks(args) => results::tasks(args),
+        Command::Task(args) => results::task(args),
+        Command::Output(args) => results::output(args),
+        Command::Wait(args) => results::wait(args),
     }
 }
 
