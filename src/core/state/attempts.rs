@@ -197,11 +197,22 @@ impl super::State {
     pub(crate) fn note_attempts(&mut self, entry: &Entry, event: &Event, rejections: &[Rejection]) {
         match event {
             Event::OrderBatch(batch) => {
+                // A batch refused whole (too large) applied nothing; otherwise only
+                // the orders it rejected one by one did not apply.
+                if rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })) {
+                    return;
+                }
+                let mut rejected: Vec<u32> = rejections
+                    .iter()
+                    .filter_map(|r| match r {
+                        Rejection::OrderNotApplicable { order, .. } => Some(*order),
+                        _ => None,
+                    })
+                    .collect();
+                rejected.sort_unstable();
                 for (n, order) in batch.orders.iter().enumerate() {
                     let Order::Dispatch { task, attempt, engine, .. } = order else { continue };
-                    let rejected = rejections
-                        .iter()
-                        .any(|r| matches!(r, Rejection::OrderNotApplicable { order, .. } if *order == n as u32));
+                    let rejected = rejected.binary_search(&(n as u32)).is_ok();
                     let (Some(key), Some(e), false) = (self.task_key(task), self.engine_idx(engine), rejected) else {
                         continue;
                     };
