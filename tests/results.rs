@@ -68,7 +68,7 @@ fn submit(cluster: &Cluster, id: &str, tasks: u32, max_attempts: u32, script: &s
 /// result), task 1 a line, task 2 a line to stderr and exits 3 on every attempt,
 /// a second after it started (so the others are done before the job fails).
 const MIXED: &str = "head -c 100000 /dev/zero | tr '\\0' x; echo out-{index}; echo err-{index} >&2; \
-                     [ {index} -ne 2 ] || { sleep 1; exit 3; }";
+                     if [ {index} -eq 2 ]; then sleep 1; exit 3; fi";
 
 #[test]
 fn every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success() {

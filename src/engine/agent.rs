@@ -1052,7 +1052,12 @@ impl Agent {
             let job_path = job.path();
             let name = job.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('@') || name.starts_with('.') || job_path == self.library_dir || !job_path.is_dir() {
+            if name.starts_with('@')
+                || name.starts_with('.')
+                || name == super::LIBRARY_DIR_NAME
+                || job_path == self.library_dir
+                || !job_path.is_dir()
+            {
                 continue;
             }
             let Ok(entries) = std::fs::read_dir(&job_path) else { continue };

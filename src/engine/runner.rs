@@ -815,6 +815,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_captured_run_keeps_its_whole_output_up_to_its_bound_and_says_what_it_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let capture = Capture { dir: dir.path().join("w.output"), bytes_max: 100_000 };
+        let spec = LaunchSpec {
+            argv: ["sh", "-c", "head -c 150000 /dev/zero | tr '\\0' x; echo err >&2"].iter().map(|s| s.to_string()).collect(),
+            work_dir: dir.path().join("w"),
+            env: vec![],
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(200),
+            group_records: None,
+            capture: Some(capture.clone()),
+        };
+        let _killer = start(spec, 1u32, tx).unwrap();
+        let (_, outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        // The log's head is 64 KiB; the kept file the whole bound.
+        assert_eq!(outcome.stdout_head.len(), RESULT_BYTES_MAX);
+        let stdout = std::fs::read(capture.dir.join("stdout")).unwrap();
+        assert!(stdout.len() == 100_000 && stdout.iter().all(|b| *b == b'x'), "{} bytes", stdout.len());
+        assert_eq!(std::fs::read(capture.dir.join("stderr")).unwrap(), b"err\n");
+        assert_eq!((outcome.stdout_truncated, outcome.stderr_truncated), (true, false));
+    }
+
+    #[tokio::test]
     async fn runs_a_process_and_captures_its_output() {
         let (outcome, dir) = run(
             &[
