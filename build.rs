@@ -54,6 +54,9 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.Envelope.seal",
     ".gridfold.v1.Dispatch.epoch",
     ".gridfold.v1.EngineLost.epoch",
+    ".gridfold.v1.EngineLoad.values_milli",
+    ".gridfold.v1.LoadFormula.expression",
+    ".gridfold.v1.PolicySet.queue_sort_method",
 ];
 
 fn main() {

@@ -330,7 +330,7 @@ fn build_history() -> Vec<Entry> {
         }
         // Each engine heartbeats once every 300 steps (30 s), staggered by its index.
         for engine in engine_ids.iter().skip((step % 300) as usize).step_by(300) {
-            let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536) };
+            let load = EngineLoad { load_per_core_milli: rng.below(1_200) as u32, memory_free_mb: rng.below(65_536), ..EngineLoad::default() };
             step_entries.push(append(&mut log, Event::EngineHeartbeat { engine: engine.clone(), load }));
         }
         if step.is_multiple_of(10) {

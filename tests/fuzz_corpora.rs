@@ -392,6 +392,7 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
                 load: EngineLoad {
                     load_per_core_milli: 1_500,
                     memory_free_mb: 100,
+                    values_milli: Default::default(),
                 },
             },
         ),

@@ -1181,6 +1181,7 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
             load: EngineLoad {
                 load_per_core_milli: 0,
                 memory_free_mb: 1,
+                values_milli: Default::default(),
             },
         },
     };

@@ -471,3 +471,27 @@ fn user_sort_scenario_shares_the_grid_half_and_half_where_fcfs_gives_it_all_to_t
     let alice = report.busy_share_by_owner_permille.get("alice").copied().unwrap_or(0);
     assert!(alice > 990, "without user_sort alice's earlier job takes every slot: {report}");
 }
+
+/// Grid Engine's queue selection over engines that differ only in the memory
+/// they report in use and their `seq_no`: under `seqno` no task goes to a light
+/// engine while a heavy one (seq_no 1) has a free slot; under `load` (the same
+/// file, the method switched) no task goes to a heavy one while a light one
+/// (lower load formula) has.
+#[test]
+fn queue_sort_seqno_fills_the_lowest_seq_no_first_and_load_the_least_loaded() {
+    let (report, entries) = run_file_with_log("queue-sort.toml");
+    assert_eq!((report.jobs_done, report.tasks_done), (2, 90), "{report}");
+    let light_while_heavy_free = preferred_were_full(&entries, |_, _, engine| prefix(engine) == "light", |_, _, other, _| {
+        prefix(other) == "heavy"
+    });
+    assert!(light_while_heavy_free > 10, "the light engines got work once the heavy ones were full");
+
+    let mut scenario = Scenario::from_file(&scenario_file("queue-sort.toml")).unwrap();
+    scenario.policy.queue_sort_method = gridfold::core::event::QueueSort::Load;
+    let (report, entries) = run(&scenario, &RunOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!((report.outcome, report.tasks_done), (Outcome::AllJobsEnded, 90), "{report}");
+    let heavy_while_light_free = preferred_were_full(&entries, |_, _, engine| prefix(engine) == "heavy", |_, _, other, _| {
+        prefix(other) == "light"
+    });
+    assert!(heavy_while_light_free > 10, "the heavy engines got work once the light ones were full");
+}

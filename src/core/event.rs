@@ -432,11 +432,15 @@ impl std::fmt::Display for EngineProps {
 
 /// Load figures an engine reports with each heartbeat, as integers so that the
 /// load formula is exact on every replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct EngineLoad {
     /// One-minute load average divided by cores, times 1000 (1000 = every core busy).
     pub load_per_core_milli: u32,
     pub memory_free_mb: u64,
+    /// Named load values (Grid Engine's load parameters: `np_load_avg`,
+    /// `mem_used`, ...), in milli-units, for the load formula and suspend
+    /// thresholds; see [`crate::core::load`].
+    pub values_milli: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -493,6 +497,8 @@ pub struct Policy {
     pub job_retention_ms: u64,
     /// Grid Engine's job ordering (`user_sort`, and the ticket policies of `sgeee`).
     pub sge: SgePolicy,
+    /// Grid Engine's `queue_sort_method`: load index or `seq_no` first.
+    pub queue_sort_method: QueueSort,
 }
 
 /// Grid Engine's scheduler configuration (sched_conf(5)) for job ordering, by
@@ -647,6 +653,7 @@ impl Default for Policy {
             redundancy: RedundancyPolicy::default(),
             job_retention_ms: JOB_RETENTION_MS_DEFAULT,
             sge: SgePolicy::default(),
+            queue_sort_method: QueueSort::default(),
         }
     }
 }
@@ -685,17 +692,40 @@ impl Algorithm {
 }
 
 /// Grid Engine's `load_formula`: the load index of an engine, in milli-units, is
-/// `slots_weight * used/slots + load_weight * load_per_core`, both scaled to 1000.
-/// The engine with the lowest index is chosen first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// `slots_weight * used/slots + load_weight * load_per_core`, both scaled to 1000,
+/// plus `expression` over the engine's named load values (sched_conf(5)'s own
+/// form, see [`crate::core::load`]). The engine with the lowest index is chosen
+/// first under `queue_sort_method = load`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoadFormula {
     pub slots_weight: u32,
     pub load_weight: u32,
+    pub expression: crate::core::load::LoadExpr,
 }
 
 impl Default for LoadFormula {
     fn default() -> Self {
-        LoadFormula { slots_weight: 1, load_weight: 0 }
+        LoadFormula { slots_weight: 1, load_weight: 0, expression: Default::default() }
+    }
+}
+
+/// Grid Engine's `queue_sort_method` (sched_conf(5)): which engine a task goes
+/// to among those that may take it, after tiers and scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum QueueSort {
+    /// The lowest load index first; the lower `seq_no` breaks ties, then the engine id.
+    #[default]
+    Load,
+    /// The lowest `seq_no` first; the lower load index breaks ties, then the engine id.
+    Seqno,
+}
+
+impl QueueSort {
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueSort::Load => "load",
+            QueueSort::Seqno => "seqno",
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use super::ids::{Attempt, EngineId, TaskRef};
 use super::schedule::dispatch::{job_score, load_index, task_score};
+use super::schedule::queue_sort::{self, LOAD_UNKNOWN, SortKey, sort_key};
 use super::schedule::families::{self, JobAhead};
 use super::schedule::filters::{self, TaskRules, Unfit};
 use super::state::{EngineIdx, EngineStatus, JobStatus, State, TaskKey, TaskStatus};
@@ -89,7 +90,8 @@ pub struct LiveInfo {
 }
 
 /// One engine as the dispatcher ranks it for the task: lower tier, then higher
-/// score, then lower load index, then engine id.
+/// score, then the queue sort key (`queue_sort_method`: load index then
+/// `seq_no`, or `seq_no` then load index, lower first), then engine id.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EngineRank {
     pub engine: String,
@@ -100,7 +102,11 @@ pub struct EngineRank {
     pub job_score: i64,
     /// The task's own affinity and task affinity.
     pub task_score: i64,
-    pub load_index: u64,
+    /// The load formula's index; [`LOAD_UNKNOWN`] when the engine has not
+    /// reported a value the formula names.
+    pub load_index: i64,
+    /// The engine's queue sequence number (`seq_no`).
+    pub seq_no: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -268,7 +274,7 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
 /// [`RANKED_ENGINES_MAX`] (the chosen engine always among them).
 fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<EngineRank> {
     let job = state.job(key.job);
-    let mut ranks: Vec<(EngineRank, (u32, i64, u64, EngineId))> = Vec::new();
+    let mut ranks: Vec<(EngineRank, (u32, i64, SortKey, EngineId))> = Vec::new();
     let rules = TaskRules::new(state, key);
     for (id, e) in engines_by_id(state) {
         let engine = state.engine(e);
@@ -282,6 +288,7 @@ fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<Engine
         }
         let (job_part, task_part) = (job_score(state, job, e), task_score(state, job, key.index, e));
         let load = load_index(&state.policy.load_formula, engine, engine.used);
+        let key = sort_key(state.policy.queue_sort_method, &state.policy.load_formula, engine, engine.used);
         let rank = EngineRank {
             engine: id.to_string(),
             chosen: chosen == Some(e),
@@ -290,8 +297,9 @@ fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<Engine
             job_score: job_part,
             task_score: task_part,
             load_index: load,
+            seq_no: queue_sort::seq_no(engine),
         };
-        ranks.push((rank, (engine.tier, -(job_part + task_part), load, id.clone())));
+        ranks.push((rank, (engine.tier, -(job_part + task_part), key, id.clone())));
     }
     ranks.sort_by(|a, b| a.1.cmp(&b.1));
     let chosen_at = ranks.iter().position(|(rank, _)| rank.chosen);
@@ -420,13 +428,14 @@ fn write_ranking(f: &mut std::fmt::Formatter<'_>, ranking: &[EngineRank]) -> std
     if ranking.is_empty() {
         return Ok(());
     }
-    writeln!(f, "  ranking (tier, then score, then load index, then id):")?;
+    writeln!(f, "  ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):")?;
     for rank in ranking {
         let mark = if rank.chosen { "->" } else { "  " };
+        let load = if rank.load_index == LOAD_UNKNOWN { "unknown".to_string() } else { rank.load_index.to_string() };
         writeln!(
             f,
-            "  {mark} {}: tier {}, score {} (job {}, task {}), load index {}",
-            rank.engine, rank.tier, rank.score, rank.job_score, rank.task_score, rank.load_index
+            "  {mark} {}: tier {}, score {} (job {}, task {}), load index {load}, seq_no {}",
+            rank.engine, rank.tier, rank.score, rank.job_score, rank.task_score, rank.seq_no
         )?;
     }
     Ok(())

@@ -87,7 +87,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
             state.requeue_engine_attempts(e);
         }),
         Event::EngineHeartbeat { engine, load } => logged_in_engine(state, engine).map(|e| {
-            state.engine_mut(e).load = *load;
+            state.engine_mut(e).load = load.clone();
             state.touch_engine(e);
         }),
         Event::TaskStarted { task, attempt, engine } => task_started(state, task, *attempt, engine),

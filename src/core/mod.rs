@@ -16,6 +16,7 @@ pub mod explain;
 pub mod expr;
 pub mod fold;
 pub mod ids;
+pub mod load;
 pub mod reject;
 pub mod replay;
 pub mod rng;

@@ -74,6 +74,9 @@ pub enum PropError {
     BadValue { name: String },
     #[error("at most {CUSTOM_PROPS_MAX} custom properties may be given, got {0}")]
     TooMany(usize),
+    /// Grid Engine's queue sequence number (queue_conf(5) `seq_no`).
+    #[error("property seq_no={0}: {1}")]
+    BadSeqNo(String, crate::core::load::LoadError),
 }
 
 /// Splits `key=value` as the command line gives it.
@@ -148,6 +151,8 @@ pub fn apply_given(
     if props.custom.len() > CUSTOM_PROPS_MAX {
         return Err(PropError::TooMany(props.custom.len()));
     }
+    crate::core::load::check_seq_no(&props.custom)
+        .map_err(|e| PropError::BadSeqNo(props.custom.get("seq_no").cloned().unwrap_or_default(), e))?;
     Ok(props)
 }
 
@@ -200,10 +205,53 @@ pub fn load(cores: u32) -> EngineLoad {
         .ok()
         .and_then(|text| meminfo_kb(&text, "MemAvailable"))
         .map_or(0, |kb| kb / 1024);
+    let values_milli = named_load_values(
+        &std::fs::read_to_string("/proc/loadavg").unwrap_or_default(),
+        &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+        cores,
+    );
     EngineLoad {
         load_per_core_milli,
         memory_free_mb,
+        values_milli,
     }
+}
+
+/// Grid Engine's standard load values (complex(5)) this machine reports, in
+/// milli-units, each only when it could be read: `load_short`, `load_medium`,
+/// `load_long` (the 1, 5 and 15 minute load averages), `load_avg` (=
+/// `load_medium`), their `np_` forms divided by the cores, and `mem_total`,
+/// `mem_free`, `mem_used`, `swap_total`, `swap_free`, `swap_used` in MB
+/// (Grid Engine writes bytes with a unit; gridfold counts MB, so 2 GB used is
+/// `mem_used` 2048). `mem_free` is the memory available to new processes.
+pub fn named_load_values(loadavg: &str, meminfo: &str, cores: u32) -> std::collections::BTreeMap<String, i64> {
+    let mut values = std::collections::BTreeMap::new();
+    let averages: Vec<f64> = loadavg.split_whitespace().take(3).map_while(|field| field.parse().ok()).collect();
+    if let [short, medium, long] = averages[..] {
+        for (name, average) in [("load_short", short), ("load_medium", medium), ("load_long", long), ("load_avg", medium)] {
+            if !average.is_finite() || average < 0.0 {
+                return std::collections::BTreeMap::new();
+            }
+            let milli = (average * 1000.0).round().min(1e15) as i64;
+            values.insert(name.to_string(), milli);
+            values.insert(format!("np_{name}"), milli / i64::from(cores.max(1)));
+        }
+    }
+    let kb = |field| meminfo_kb(meminfo, field).map(|kb| i64::try_from(kb / 1024).unwrap_or(i64::MAX / 1000) * 1000);
+    let (mem_total, mem_free) = (kb("MemTotal"), kb("MemAvailable"));
+    let (swap_total, swap_free) = (kb("SwapTotal"), kb("SwapFree"));
+    for (name, value) in [("mem_total", mem_total), ("mem_free", mem_free), ("swap_total", swap_total), ("swap_free", swap_free)] {
+        if let Some(value) = value {
+            values.insert(name.to_string(), value);
+        }
+    }
+    if let (Some(total), Some(free)) = (mem_total, mem_free) {
+        values.insert("mem_used".to_string(), (total - free).max(0));
+    }
+    if let (Some(total), Some(free)) = (swap_total, swap_free) {
+        values.insert("swap_used".to_string(), (total - free).max(0));
+    }
+    values
 }
 
 /// A field of `/proc/meminfo`, in kB: `MemTotal:       16318412 kB`.
@@ -300,6 +348,18 @@ mod tests {
         );
         assert_eq!(loadavg_per_core_milli("3.00 0 0 1/1 1", 4), Some(750));
         assert_eq!(loadavg_per_core_milli("garbage", 4), None);
+    }
+
+    #[test]
+    fn named_load_values_are_grid_engines_in_milli_units_and_mb() {
+        let meminfo = "MemTotal:       16384000 kB\nMemAvailable:    4096000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n";
+        let values = named_load_values("2.00 1.50 0.75 1/389 12345", meminfo, 4);
+        let get = |name: &str| values.get(name).copied();
+        assert_eq!((get("load_short"), get("load_avg"), get("np_load_avg"), get("np_load_long")), (Some(2_000), Some(1_500), Some(375), Some(187)));
+        assert_eq!((get("mem_total"), get("mem_free"), get("mem_used"), get("swap_used")), (Some(16_000_000), Some(4_000_000), Some(12_000_000), Some(0)));
+        assert!(crate::core::load::check_values(&values).is_ok());
+        assert!(named_load_values("nan 1 1", "", 1).is_empty());
+        assert!(named_load_values("garbage", "", 1).is_empty());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use toml::Spanned;
 pub(crate) mod sge;
 
 use super::jobfile::{FileText, JobFileError as FileError};
-use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
+use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, QueueSort, RedundancyPolicy};
 use crate::wire::check_engine_tier;
 
 sge::with_grid_engine_keys! {
@@ -27,6 +27,8 @@ sge::with_grid_engine_keys! {
         redundancy: Option<RedundancySection>,
         /// How long an ended job stays in the state before it is retired.
         job_retention_secs: Option<Spanned<u64>>,
+        /// Grid Engine's `queue_sort_method`: "load" or "seqno".
+        queue_sort_method: Option<Spanned<String>>,
     }
 }
 
@@ -37,6 +39,8 @@ struct LoadFormulaSection {
     slots_weight: u32,
     #[serde(default)]
     load_weight: u32,
+    /// Grid Engine's `load_formula` over named load values (see `core::load`).
+    expression: Option<Spanned<String>>,
 }
 
 /// `[redundancy]`: every key optional, defaulting to `RedundancyPolicy::default()`.
@@ -103,10 +107,18 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         algorithm,
         engine_timeout_ms: seconds(file_text, "engine_timeout_secs", &file.engine_timeout_secs, defaults.engine_timeout_ms)?,
         dispatch_timeout_ms: seconds(file_text, "dispatch_timeout_secs", &file.dispatch_timeout_secs, defaults.dispatch_timeout_ms)?,
-        load_formula: file
-            .load_formula
-            .map(|f| LoadFormula { slots_weight: f.slots_weight, load_weight: f.load_weight })
-            .unwrap_or_default(),
+        load_formula: match &file.load_formula {
+            Some(f) => LoadFormula {
+                slots_weight: f.slots_weight,
+                load_weight: f.load_weight,
+                expression: match &f.expression {
+                    Some(source) => crate::core::load::parse(source.get_ref())
+                        .map_err(|e| file_text.at(source, format!("load_formula.expression: {e}")))?,
+                    None => Default::default(),
+                },
+            },
+            None => LoadFormula::default(),
+        },
         dispatches_per_run_max,
         seed: file.seed.unwrap_or(defaults.seed),
         engine_tiers,
@@ -114,6 +126,16 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         redundancy,
         job_retention_ms: seconds(file_text, "job_retention_secs", &file.job_retention_secs, defaults.job_retention_ms)?,
         sge,
+        queue_sort_method: match &file.queue_sort_method {
+            None => QueueSort::Load,
+            Some(method) => match method.get_ref().as_str() {
+                "load" => QueueSort::Load,
+                "seqno" => QueueSort::Seqno,
+                other => {
+                    return Err(file_text.at(method, format!("queue_sort_method must be \"load\" or \"seqno\", not \"{other}\"")));
+                }
+            },
+        },
     })
 }
 
@@ -198,7 +220,7 @@ mod tests {
         let policy = parse_policy("engine_timeout_secs = 10\n[load_formula]\nload_weight = 2\n", "p.toml").unwrap();
         assert_eq!(policy.engine_timeout_ms, 10_000);
         assert_eq!(policy.dispatch_timeout_ms, Policy::default().dispatch_timeout_ms);
-        assert_eq!(policy.load_formula, LoadFormula { slots_weight: 1, load_weight: 2 });
+        assert_eq!(policy.load_formula, LoadFormula { slots_weight: 1, load_weight: 2, expression: Default::default() });
         assert_eq!(policy.engine_tiers, Vec::<String>::new());
         assert_eq!(policy.greylist_affinity, Policy::default().greylist_affinity);
         assert_eq!(policy.redundancy, RedundancyPolicy::default());
@@ -269,7 +291,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);

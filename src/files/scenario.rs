@@ -23,6 +23,7 @@ use crate::core::event::{
 use crate::core::ids::{EngineId, JobId};
 
 mod gridserver;
+mod resource;
 
 use super::jobfile::{line_of, line_start, FileText, OptionKeys};
 use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
@@ -94,6 +95,8 @@ pub struct EngineGroup {
     pub fails_jobs: Vec<JobId>,
     /// How long syncing a library takes, once ordered.
     pub sync_ms: u64,
+    /// Named load values its heartbeats report (milli-units), besides the load of its runs.
+    pub load_values_milli: BTreeMap<String, i64>,
 }
 
 /// Slowest and fastest engine speed, in percent of the scenario's durations.
@@ -419,6 +422,9 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         engine_tiers: Vec<Spanned<String>>,
         greylist_affinity: Option<u32>,
         redundancy: Option<RawRedundancy>,
+        /// Grid Engine's `queue_sort_method` and `load_formula` (see `resource.rs`).
+        queue_sort_method: Option<Spanned<String>>,
+        load_formula: Option<Spanned<String>>,
     }
 }
 
@@ -461,6 +467,7 @@ struct RawEngineGroup {
     #[serde(default)]
     fails_jobs: Vec<Spanned<String>>,
     sync_ms: Option<u64>,
+    load_values_milli: Option<Spanned<BTreeMap<String, i64>>>,
 }
 
 #[derive(Deserialize)]
@@ -593,6 +600,8 @@ impl RawScenario {
                     engine_tiers: gridserver::engine_tiers(&raw.engine_tiers)?,
                     greylist_affinity: raw.greylist_affinity.unwrap_or(defaults.greylist_affinity),
                     redundancy,
+                    queue_sort_method: resource::queue_sort(&raw.queue_sort_method)?,
+                    load_formula: resource::load_formula(&raw.load_formula)?,
                     ..defaults
                 };
                 check_policy(&policy).map_err(|message| (span, message))?;
@@ -643,6 +652,7 @@ impl RawScenario {
                 speed_percent,
                 fails_jobs: Vec::new(), // read once the jobs are known
                 sync_ms: raw.sync_ms.unwrap_or(DEFAULT_SYNC_MS),
+                load_values_milli: resource::load_values(&raw.load_values_milli)?,
                 props: EngineProps {
                     os: raw.os.clone(),
                     arch: raw.arch.clone(),

@@ -72,6 +72,9 @@ pub struct SimEngine {
     pub props: EngineProps,
     /// Durations are scaled by `100 / speed_percent`.
     pub speed_percent: u32,
+    /// Named load values its heartbeats report besides the load of its runs
+    /// (the scenario's `load_values`), in milli-units.
+    pub load_values: BTreeMap<String, i64>,
     /// Every run of these jobs' tasks fails here.
     pub fails_jobs: BTreeSet<JobId>,
     pub sync_ms: u64,
@@ -95,6 +98,7 @@ impl SimEngine {
             slots,
             props,
             speed_percent: 100,
+            load_values: BTreeMap::new(),
             fails_jobs: BTreeSet::new(),
             sync_ms: crate::files::scenario::DEFAULT_SYNC_MS,
             syncing: None,

@@ -164,6 +164,7 @@ impl<'a> World<'a> {
                 let group = &scenario.engines[g];
                 let mut engine = SimEngine::new(id, group.slots, group.props.clone());
                 engine.speed_percent = group.speed_percent;
+                engine.load_values = group.load_values_milli.clone();
                 engine.fails_jobs = group.fails_jobs.iter().cloned().collect();
                 engine.sync_ms = group.sync_ms;
                 engine
@@ -320,6 +321,7 @@ impl<'a> World<'a> {
                     let load = crate::core::event::EngineLoad {
                         load_per_core_milli: busy.saturating_mul(1000) / sim.props.cores.max(1),
                         memory_free_mb: sim.props.memory_mb,
+                        values_milli: sim.load_values.clone(),
                     };
                     let event = Event::EngineHeartbeat { engine: sim.id.clone(), load };
                     self.report(engine, event, false);

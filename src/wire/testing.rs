@@ -191,6 +191,7 @@ pub fn every_event() -> Vec<Event> {
             load: EngineLoad {
                 load_per_core_milli: 750,
                 memory_free_mb: 1024,
+                values_milli: Default::default(),
             },
         },
         Event::TaskStarted {
@@ -239,6 +240,7 @@ pub fn every_event() -> Vec<Event> {
             load_formula: LoadFormula {
                 slots_weight: 1,
                 load_weight: 2,
+                expression: Default::default(),
             },
             dispatches_per_run_max: 4_096,
             seed: 42,
@@ -258,6 +260,7 @@ pub fn every_event() -> Vec<Event> {
             },
             job_retention_ms: crate::core::event::JOB_RETENTION_MS_DEFAULT,
             sge: crate::core::event::SgePolicy::default(),
+            queue_sort_method: crate::core::event::QueueSort::Load,
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -679,7 +682,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             arb_redundancy(),
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
-        (prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee)], arb_sge_policy()),
+        (prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee)], arb_sge_policy(), arb_queue_sort()),
     )
         .prop_map(
             |(
@@ -690,7 +693,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 per_run,
                 seed,
                 (engine_tiers, greylist_affinity, redundancy, job_retention_ms),
-                (algorithm, sge),
+                (algorithm, sge, (queue_sort_method, expression)),
             )| {
                 Policy {
                     algorithm,
@@ -699,6 +702,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     load_formula: LoadFormula {
                         slots_weight,
                         load_weight,
+                        expression,
                     },
                     dispatches_per_run_max: per_run,
                     seed,
@@ -707,9 +711,24 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     redundancy,
                     job_retention_ms,
                     sge,
+                    queue_sort_method,
                 }
             },
         )
+}
+
+/// A queue sort method and a load formula (Grid Engine's), as canonical forms.
+fn arb_queue_sort() -> impl Strategy<Value = (crate::core::event::QueueSort, crate::core::load::LoadExpr)> {
+    use crate::core::event::QueueSort;
+    let formulas = ["", "np_load_avg", "np_load_avg + 0.5*mem_used", "-3 + mem_free*0.001 - swap_used*1000000"];
+    (prop_oneof![Just(QueueSort::Load), Just(QueueSort::Seqno)], prop::sample::select(formulas.to_vec()))
+        .prop_map(|(method, formula)| (method, crate::core::load::parse(formula).expect("a valid formula")))
+}
+
+/// Named load values within the wire's limits.
+fn arb_load_values() -> impl Strategy<Value = std::collections::BTreeMap<String, i64>> {
+    let bound = crate::core::load::LOAD_VALUE_MILLI_MAX;
+    prop::collection::btree_map("[a-z_][a-z0-9_]{0,12}", -bound..=bound, 0..4)
 }
 
 fn arb_order() -> impl Strategy<Value = Order> {
@@ -810,12 +829,13 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
             }
         }),
         arb_engine().prop_map(|engine| Event::EngineLoggedOut { engine }),
-        (arb_engine(), any::<u32>(), any::<u64>()).prop_map(|(engine, load, free)| {
+        (arb_engine(), any::<u32>(), any::<u64>(), arb_load_values()).prop_map(|(engine, load, free, values_milli)| {
             Event::EngineHeartbeat {
                 engine,
                 load: EngineLoad {
                     load_per_core_milli: load,
                     memory_free_mb: free,
+                    values_milli,
                 },
             }
         }),

@@ -513,3 +513,58 @@ fn a_grid_engine_policy_over_its_limits_does_not_decode_and_says_where() {
         expect![[r#"event.policy_set.sge.share_tree: 10001 entries, more than 10000"#]],
     );
 }
+
+/// Grid Engine's resource side: a heartbeat's named load values, a policy's
+/// load formula and queue sort method, and an engine's `seq_no` are held to
+/// their limits at the wire: too many, too long, out of range, malformed.
+#[test]
+fn load_values_formulas_and_seq_no_beyond_their_limits_do_not_decode() {
+    let heartbeat = |values: &str| {
+        format!(r#"{{{ID}, "event": {{"engine_heartbeat": {{"engine": "e1", "load": {{"values_milli": {values}}}}}}}}}"#)
+    };
+    let too_many: Vec<String> = (0..65).map(|i| format!(r#""v{i}": 1"#)).collect();
+    check_error(&heartbeat(&format!("{{{}}}", too_many.join(","))), expect!["event.engine_heartbeat.load.values_milli: more than 64 load values"]);
+    check_error(
+        &heartbeat(&format!(r#"{{"{}": 1}}"#, "n".repeat(65))),
+        expect!["event.engine_heartbeat.load.values_milli: a load value name is empty, longer than 64 bytes or not [A-Za-z_][A-Za-z0-9_]*"],
+    );
+    check_error(
+        &heartbeat(r#"{"mem used": 1}"#),
+        expect!["event.engine_heartbeat.load.values_milli: a load value name is empty, longer than 64 bytes or not [A-Za-z_][A-Za-z0-9_]*"],
+    );
+    check_error(
+        &heartbeat(r#"{"mem_used": -9223372036854775808}"#),
+        expect!["event.engine_heartbeat.load.values_milli: load value mem_used is -9223372036854775808 milli, beyond 1000000000000000000 in magnitude"],
+    );
+    let policy = |extra: &str| {
+        format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, {extra}}}}}}}"#)
+    };
+    check_error(
+        &policy(r#""load_formula": {"expression": "np_load_avg +"}"#),
+        expect!["event.policy_set.load_formula.expression: the load formula is not Grid Engine's `w | name [* w]` terms joined by + or - at byte 13: expected a weight or a load value name"],
+    );
+    check_error(
+        &policy(&format!(r#""load_formula": {{"expression": "{}"}}"#, "a+".repeat(600))),
+        expect!["event.policy_set.load_formula.expression: the load formula is 1200 bytes long; at most 1024"],
+    );
+    check_error(
+        &policy(r#""queue_sort_method": "fastest""#),
+        expect![[r#"event.policy_set.queue_sort_method: unknown queue_sort_method "fastest"; known: load, seqno"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "e1", "slots": 1, "props": {{"custom": {{"seq_no": "-1"}}}}}}}}}}"#),
+        expect!["event.engine_logged_in.props.custom.seq_no: seq_no must be an integer from 0 to 9999999"],
+    );
+    // Within the limits, all of them decode, and the formula is kept canonical.
+    let decoded = decode(
+        &serde_json::from_str::<proto::Envelope>(&policy(r#""load_formula": {"expression": "np_load_avg+0.5*mem_used"}, "queue_sort_method": "seqno""#))
+            .unwrap()
+            .encode_to_vec(),
+    )
+    .unwrap();
+    let Event::PolicySet(decoded) = decoded.event else { panic!("a policy") };
+    assert_eq!(
+        (decoded.load_formula.expression.to_string(), decoded.queue_sort_method),
+        ("np_load_avg + mem_used*0.5".to_string(), crate::core::event::QueueSort::Seqno)
+    );
+}

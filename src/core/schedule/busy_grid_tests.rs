@@ -171,7 +171,7 @@ fn a_busy_grid_decides_as_it_always_has() {
         }
         for e in 0..N_ENGINES {
             if (step + e as u64).is_multiple_of(20) && talks(e) {
-                let load = EngineLoad { load_per_core_milli: rng.below(1_500) as u32, memory_free_mb: 1_000 };
+                let load = EngineLoad { load_per_core_milli: rng.below(1_500) as u32, memory_free_mb: 1_000, ..EngineLoad::default() };
                 log.push(Event::EngineHeartbeat { engine: engine_id(&engine_name(e)), load });
             }
         }

@@ -11,7 +11,8 @@
 //! 2. the score, highest first: the job's and task's affinity preferences, task
 //!    affinity to the engines that ran the named tasks, minus the greylist
 //!    penalty of each failure the engine had on the job;
-//! 3. the load index (Grid Engine's load formula), lowest first;
+//! 3. the queue sort key ([`super::queue_sort`]: Grid Engine's
+//!    `queue_sort_method`, over the load formula's index and `seq_no`), lowest first;
 //! 4. the engine id.
 //!
 //! Filters (each also a rule of [`super::filters`], which `why` reports): the
@@ -38,17 +39,13 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use super::families::{self, EngineOrder, JobOrder, Ordering};
 use super::filters::{self, TaskRules};
 use super::{InFlight, Orders};
-use crate::core::event::{LoadFormula, Order};
+use crate::core::event::Order;
 use crate::core::state::{
-    Category, CategoryIdx, Engine, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
+    Category, CategoryIdx, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
 };
 
-/// Grid Engine's load formula, in milli-units: lower is chosen first.
-pub fn load_index(formula: &LoadFormula, engine: &Engine, used_slots: u32) -> u64 {
-    let slots_part = u64::from(used_slots) * 1000 / u64::from(engine.slots.max(1));
-    u64::from(formula.slots_weight) * slots_part
-        + u64::from(formula.load_weight) * u64::from(engine.load.load_per_core_milli)
-}
+pub use super::queue_sort::load_index;
+use super::queue_sort::{SortKey, sort_key};
 
 /// What one task adds to an engine's score, on top of its job's.
 pub const TASK_AFFINITY_SCORE: i64 = 1_000;
@@ -102,9 +99,9 @@ fn resume_point(state: &State, j: JobIdx) -> u64 {
     crate::core::rng::SplitMix64::for_sequence(state.policy.seed ^ u64::from(j.0), state.last_seq.0).next_u64()
 }
 
-/// (tier, negated score, load index, position in `Candidates::by_id`): the rank
-/// of a candidate, least first; the position stands for the engine id.
-type Rank = (u32, i64, u64, u32);
+/// (tier, negated score, queue sort key, position in `Candidates::by_id`): the
+/// rank of a candidate, least first; the position stands for the engine id.
+type Rank = (u32, i64, SortKey, u32);
 
 /// Candidates ranked, least rank first.
 type RankQueue = BinaryHeap<Reverse<Rank>>;
@@ -161,8 +158,8 @@ impl<'s> Candidates<'s> {
         Candidates { state, by_id, n_open, queues: Vec::new(), job_queue: None }
     }
 
-    fn load(&self, candidate: &Candidate) -> u64 {
-        load_index(&self.state.policy.load_formula, self.state.engine(candidate.engine), candidate.used)
+    fn load(&self, candidate: &Candidate) -> SortKey {
+        candidate_key(self.state, candidate)
     }
 
     fn tier(&self, candidate: &Candidate) -> u32 {
@@ -269,7 +266,7 @@ fn pop_best(
             queue.pop();
             continue;
         }
-        let now = load_index(&state.policy.load_formula, state.engine(candidate.engine), candidate.used);
+        let now = candidate_key(state, candidate);
         if now != load {
             queue.pop();
             queue.push(Reverse((tier, neg_score, now, at)));
@@ -283,6 +280,12 @@ fn pop_best(
     };
     queue.extend(set_aside);
     found
+}
+
+/// A candidate's queue sort key now ([`super::queue_sort`]).
+fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
+    let policy = &state.policy;
+    sort_key(policy.queue_sort_method, &policy.load_formula, state.engine(candidate.engine), candidate.used)
 }
 
 /// Fills free slots in the order the policy's family gives (see [`super::families`]).

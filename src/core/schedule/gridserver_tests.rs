@@ -125,11 +125,11 @@ fn a_higher_tier_is_always_chosen_first_and_an_untiered_engine_last() {
     expect![[r#"
         task tiered/6: dispatched (job active), attempts 1, failures 0
           attempt 1 dispatched, not yet started on a-none
-          ranking (tier, then score, then load index, then id):
-             d-blade: tier 0, score 0 (job 0, task 0), load index 1000
-             c-server: tier 1, score 0 (job 0, task 0), load index 1000
-             b-desktop: tier 2, score 0 (job 0, task 0), load index 1000
-          -> a-none: tier 3, score 0 (job 0, task 0), load index 500
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+             d-blade: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
+             c-server: tier 1, score 0 (job 0, task 0), load index 1000, seq_no 0
+             b-desktop: tier 2, score 0 (job 0, task 0), load index 1000, seq_no 0
+          -> a-none: tier 3, score 0 (job 0, task 0), load index 500, seq_no 0
     "#]]
     .assert_eq(&why(&state, "tiered", 6));
 }
@@ -180,9 +180,9 @@ fn affinity_prefers_without_excluding() {
     expect![[r#"
         task keen/0: dispatched (job active), attempts 1, failures 0
           attempt 1 dispatched, not yet started on b-fast
-          ranking (tier, then score, then load index, then id):
-          -> b-fast: tier 0, score 10 (job 10, task 0), load index 1000
-             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+          -> b-fast: tier 0, score 10 (job 10, task 0), load index 1000, seq_no 0
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
     "#]]
     .assert_eq(&why(&state, "keen", 0));
 }
@@ -211,9 +211,9 @@ fn task_affinity_follows_the_engine_that_ran_the_named_task() {
     expect![[r#"
         task dataset/2: dispatched (job active), attempts 1, failures 0
           attempt 1 dispatched, not yet started on e2
-          ranking (tier, then score, then load index, then id):
-          -> e2: tier 0, score 1000 (job 0, task 1000), load index 1000
-             e1: tier 0, score 0 (job 0, task 0), load index 0
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+          -> e2: tier 0, score 1000 (job 0, task 1000), load index 1000, seq_no 0
+             e1: tier 0, score 0 (job 0, task 0), load index 0, seq_no 0
     "#]]
     .assert_eq(&why(&state, "dataset", 2));
 }
@@ -420,9 +420,9 @@ fn greylisting_lowers_an_engines_score_for_the_job_without_excluding_it() {
     expect![[r#"
         task grey/2: dispatched (job active), attempts 1, failures 0
           attempt 1 dispatched, not yet started on a-flaky
-          ranking (tier, then score, then load index, then id):
-             b-steady: tier 0, score 0 (job 0, task 0), load index 1000
-          -> a-flaky: tier 0, score -5 (job -5, task 0), load index 1000
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+             b-steady: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
+          -> a-flaky: tier 0, score -5 (job -5, task 0), load index 1000, seq_no 0
     "#]]
     .assert_eq(&why(&state, "grey", 2));
 }
@@ -531,20 +531,20 @@ fn with_cancel_on_first_result_the_other_copies_stop_at_once() {
     expect![[r#"
         task eager/2: done (job active), attempts 2, failures 0
           its last attempt went to b-fast
-          ranking (tier, then score, then load index, then id):
-             c-busy: tier 0, score 0 (job 0, task 0), load index 0
-             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
-          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+             c-busy: tier 0, score 0 (job 0, task 0), load index 0, seq_no 0
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
+          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
     "#]]
     .assert_eq(&why(&state, "eager", 2));
     expect![[r#"
         task eager/0: running (job active), attempts 2, failures 0
           attempt 1 running on a-slow
           attempt 2 dispatched, not yet started on b-fast
-          ranking (tier, then score, then load index, then id):
-             c-busy: tier 0, score 0 (job 0, task 0), load index 0
-             a-slow: tier 0, score 0 (job 0, task 0), load index 1000
-          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000
+          ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):
+             c-busy: tier 0, score 0 (job 0, task 0), load index 0, seq_no 0
+             a-slow: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
+          -> b-fast: tier 0, score 0 (job 0, task 0), load index 1000, seq_no 0
     "#]]
     .assert_eq(&why(&state, "eager", 0));
 }

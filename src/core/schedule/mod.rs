@@ -18,7 +18,9 @@
 //!    the task (queue jumps first); *filters* ([`filters`]) say whether an engine
 //!    may take it, each with a reason (requirements, discriminator, library,
 //!    blacklist, ...); *ranking* orders the engines that may: tier, then score
-//!    (affinity, task affinity, greylisting), then load index, then engine id.
+//!    (affinity, task affinity, greylisting), then [`queue_sort`] (Grid
+//!    Engine's `queue_sort_method` over the load formula and `seq_no`), then
+//!    engine id.
 //! 7. [`lifecycle::unschedulable`]: jobs no logged-in engine could ever run are
 //!    flagged, so their submitters hear it now rather than never.
 //!
@@ -42,6 +44,7 @@ pub mod fastest_first;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
+pub mod queue_sort;
 pub mod redundancy;
 pub mod sge;
 pub mod sgeee;
@@ -53,6 +56,8 @@ mod busy_grid_tests;
 mod fastest_first_tests;
 #[cfg(test)]
 mod gridserver_tests;
+#[cfg(test)]
+mod queue_sort_tests;
 #[cfg(test)]
 mod retire_tests;
 #[cfg(test)]

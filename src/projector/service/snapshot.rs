@@ -59,8 +59,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// slots, the retirement queue, retired jobs and usage summaries. 3: accounts
 /// per user and project. 4: a job's options hold its `job_share`. 5: a kept
 /// rejection holds its log time, subject and sender. 6: a job holds its
-/// attempt records (`core::state::attempts`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 6;
+/// attempt records (`core::state::attempts`). 7: an engine's load holds its
+/// named load values, the policy its load formula expression and
+/// `queue_sort_method`.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 7;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -7,7 +7,7 @@ use super::fields::{each, engine_id, job_id, library_ref, task_ref, task_ref_of,
 use super::orders::order_batch;
 use super::tier::check_engine_tier;
 use super::{echo, proto, FieldProblem, WireError, ALGORITHMS, EVENT_KINDS, TASK_SET_KINDS};
-use crate::core::event::{Algorithm, EngineLoad, EngineProps, Envelope, Event, JobOptions, JobSpec, LibraryInfo, LoadFormula, Policy, Preference, RedundancyPolicy, TaskConditions, TaskSelector, TaskSet, TaskTemplate};
+use crate::core::event::{Algorithm, EngineLoad, EngineProps, Envelope, Event, JobOptions, JobSpec, LibraryInfo, LoadFormula, Policy, QueueSort, Preference, RedundancyPolicy, TaskConditions, TaskSelector, TaskSet, TaskTemplate};
 
 /// The core envelope a protobuf envelope stands for, or the first field that is wrong.
 pub fn envelope_from_proto(envelope: proto::Envelope) -> Result<Envelope, WireError> {
@@ -182,6 +182,8 @@ fn engine_logged_in(m: proto::EngineLoggedIn) -> Result<Event, WireError> {
     let engine = engine_id("engine", &m.engine)?;
     let props = m.props.unwrap_or_default();
     let libraries = each("libraries", props.libraries, library_ref_of).map_err(|e| e.within("props"))?;
+    crate::core::load::check_seq_no(&props.custom)
+        .map_err(|e| WireError::at("props.custom.seq_no", FieldProblem::BadLoad(e)))?;
     Ok(Event::EngineLoggedIn {
         engine,
         slots: m.slots,
@@ -202,11 +204,14 @@ fn engine_logged_in(m: proto::EngineLoggedIn) -> Result<Event, WireError> {
 fn engine_heartbeat(m: proto::EngineHeartbeat) -> Result<Event, WireError> {
     let engine = engine_id("engine", &m.engine)?;
     let load = m.load.unwrap_or_default();
+    crate::core::load::check_values(&load.values_milli)
+        .map_err(|e| WireError::at("load.values_milli", FieldProblem::BadLoad(e)))?;
     Ok(Event::EngineHeartbeat {
         engine,
         load: EngineLoad {
             load_per_core_milli: load.load_per_core_milli,
             memory_free_mb: load.memory_free_mb,
+            values_milli: load.values_milli,
         },
     })
 }
@@ -272,6 +277,8 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         load_formula: LoadFormula {
             slots_weight: formula.slots_weight,
             load_weight: formula.load_weight,
+            expression: crate::core::load::parse(&formula.expression)
+                .map_err(|e| WireError::at("load_formula.expression", FieldProblem::BadLoad(e)))?,
         },
         dispatches_per_run_max: m.dispatches_per_run_max,
         seed: m.seed,
@@ -280,6 +287,19 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
         job_retention_ms: m.job_retention_ms.unwrap_or(crate::core::event::JOB_RETENTION_MS_DEFAULT),
         sge: super::sge::sge(m.sge).map_err(|e| e.within("sge"))?,
+        queue_sort_method: match m.queue_sort_method.as_str() {
+            "" | "load" => QueueSort::Load,
+            "seqno" => QueueSort::Seqno,
+            _ => {
+                return Err(WireError::at(
+                    "queue_sort_method",
+                    FieldProblem::Inconsistent(format!(
+                        "unknown queue_sort_method {}; known: load, seqno",
+                        super::echo(&m.queue_sort_method)
+                    )),
+                ));
+            }
+        },
     })
 }
 

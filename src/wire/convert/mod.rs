@@ -98,6 +98,9 @@ pub enum FieldProblem {
     /// Two fields of one message disagree.
     #[error("{0}")]
     Inconsistent(String),
+    /// A load formula or named load values beyond their grammar or limits.
+    #[error("{0}")]
+    BadLoad(crate::core::load::LoadError),
 }
 
 impl WireError {

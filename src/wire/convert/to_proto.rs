@@ -168,6 +168,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             load: Some(proto::EngineLoad {
                 load_per_core_milli: load.load_per_core_milli,
                 memory_free_mb: load.memory_free_mb,
+                values_milli: load.values_milli.clone(),
             }),
         }),
         Event::TaskStarted {
@@ -218,6 +219,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             load_formula: Some(proto::LoadFormula {
                 slots_weight: policy.load_formula.slots_weight,
                 load_weight: policy.load_formula.load_weight,
+                expression: policy.load_formula.expression.to_string(),
             }),
             dispatches_per_run_max: policy.dispatches_per_run_max,
             seed: policy.seed,
@@ -227,6 +229,11 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             job_retention_ms: (policy.job_retention_ms != crate::core::event::JOB_RETENTION_MS_DEFAULT)
                 .then_some(policy.job_retention_ms),
             sge: super::sge::sge_to_proto(&policy.sge),
+            // The default is written as nothing, so a policy that does not use it encodes as before.
+            queue_sort_method: match policy.queue_sort_method {
+                crate::core::event::QueueSort::Load => String::new(),
+                method => method.name().to_string(),
+            },
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
