@@ -25,6 +25,7 @@ mod job;
 pub mod accounts;
 mod retire;
 mod suspension;
+mod ops;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -231,6 +232,8 @@ pub struct State {
     pub first_ms: Option<u64>,
     pub chain: Digest,
     pub policy: Policy,
+    /// The sequence of the `PolicySet` that set the policy in force; 0 while the default holds.
+    pub policy_seq: Seq,
     /// The jobs held, in slots a retired job vacates (see [`JobSlots`]).
     pub(crate) jobs: JobSlots,
     /// Held jobs by id (retired ones are not in it).
@@ -966,7 +969,13 @@ impl State {
             return;
         }
         let was_runnable = job.is_runnable();
-        job.status = if job.counts.done == job.n_tasks() { JobStatus::Done } else { JobStatus::Failed };
+        // Tasks cancelled alone (`TaskCancelled`) do not fail their job: it is
+        // done when no task failed and one is done, cancelled when all were cancelled.
+        job.status = match (job.counts.failed, job.counts.done) {
+            (0, 0) => JobStatus::Cancelled,
+            (0, _) => JobStatus::Done,
+            _ => JobStatus::Failed,
+        };
         job.ended_ms = Some(now);
         self.leave_job(idx, was_runnable);
         self.queue_retirement(idx);
@@ -1151,6 +1160,13 @@ impl State {
             return;
         }
         job.drop_copy(key.index);
+        if job.tasks[key.index as usize].is_cancel_requested() {
+            // Cancelled by an operator while it ran: it is not retried.
+            job.mark_cancelled(key.index);
+            self.refresh_runnable(key.job, was_runnable);
+            self.finish_job_if_ended(key.job);
+            return;
+        }
         let exhausted = job.record_failure(key.index, live.engine);
         if exhausted {
             self.totals.tasks_failed += 1;
@@ -1174,13 +1190,14 @@ impl State {
         let job = &mut self.jobs[key.job.0 as usize];
         if !job.tasks[key.index as usize].is_live() || others_live {
             self.refresh_live_status(key);
-        } else if job.status == JobStatus::Active {
+        } else if job.status == JobStatus::Active && !job.tasks[key.index as usize].is_cancel_requested() {
             job.drop_copy(key.index);
             job.requeue(key.index);
         } else {
             job.mark_cancelled(key.index);
         }
         self.refresh_runnable(key.job, was_runnable);
+        self.finish_job_if_ended(key.job);
     }
 
     /// A Cancel order took effect: of an ended job's attempt, or of a redundant copy.
@@ -1194,6 +1211,7 @@ impl State {
             job.mark_cancelled(key.index);
         }
         self.refresh_runnable(key.job, was_runnable);
+        self.finish_job_if_ended(key.job);
     }
 
     /// Requeues every live attempt on an engine (it was lost or logged out).

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::projector::query::{
     BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
     LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
-    RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
+    RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, POLICY_SUBJECT, PolicyReply, PolicyRequest, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
 
 /// Most queries waiting for the loop; a sender past this waits.
@@ -28,6 +28,7 @@ pub enum Query {
     Verdict(VerdictRequest, oneshot::Sender<Verdict>),
     Usage(UsageRequest, oneshot::Sender<UsageReply>),
     Rejections(RejectionsRequest, oneshot::Sender<RejectionsReply>),
+    Policy(PolicyRequest, oneshot::Sender<PolicyReply>),
 }
 
 /// How the projector started.
@@ -146,6 +147,10 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Rejections(request, reply)).await
     }
 
+    pub async fn policy(&self, request: PolicyRequest) -> Result<PolicyReply, ProjectorGone> {
+        self.ask(|reply| Query::Policy(request, reply)).await
+    }
+
     /// The status as of the last input the loop handled.
     pub fn status(&self) -> ProjectorStatus {
         self.status.borrow().clone()
@@ -249,6 +254,10 @@ async fn answer(
         },
         REJECTIONS_SUBJECT => match parse::<RejectionsRequest>(payload) {
             Ok(request) => json(&handle.rejections(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        POLICY_SUBJECT => match parse::<PolicyRequest>(payload) {
+            Ok(request) => json(&handle.policy(request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {
