@@ -124,6 +124,10 @@ pub fn policy_show(nats: &NatsArgs, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         println!("# the policy in force, set at seq {} (folded to seq {})", reply.seq, reply.folded_to);
     }
-    print!("{}", toml::to_string(&reply.policy)?);
+    // TOML as a person reads it; should a value have no TOML form, the same as JSON.
+    match toml::to_string(&reply.policy) {
+        Ok(text) => print!("{text}"),
+        Err(_) => println!("{}", serde_json::to_string_pretty(&reply.policy)?),
+    }
     Ok(ExitCode::SUCCESS)
 }

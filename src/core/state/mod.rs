@@ -1458,7 +1458,12 @@ impl State {
         );
         for &(key, attempt) in &self.to_cancel {
             assert!(self.live_attempt_numbered(key, attempt).is_some(), "an attempt awaiting cancel is live");
-            assert!(self.job(key.job).status != JobStatus::Active || self.task(key).status == TaskStatus::Done);
+            assert!(
+                self.job(key.job).status != JobStatus::Active
+                    || self.task(key).status == TaskStatus::Done
+                    || self.task(key).is_cancel_requested(),
+                "an attempt awaits a cancel only when its job ended, its task is done, or its task was cancelled"
+            );
         }
         for (e, engine) in self.engines.iter().enumerate() {
             assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);
