@@ -98,9 +98,9 @@ fn hold_drain_and_task_cancel_are_obeyed_verdicts_are_told_and_unknown_names_exi
     // One task's cancel: the running one stops, the job carries on.
     submit(&cluster, "long", 2, "sleep 60");
     wait_for("long to run", 60, || job(&json(&cluster, &["stat", "--json"]), "long")["running"] == 2);
-    let (code, stdout, stderr) = gridfold(&cluster, &["cancel", "long/1"]);
+    let (code, stdout, stderr) = gridfold(&cluster, &["cancel", "long/1", "--wait-secs", "60"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("cancel of long/1 applied"), "{stdout}");
+    assert!(stdout.contains("cancel of long/1 applied"), "{stdout}\n{stderr}");
     wait_for("long/1 to be cancelled", 60, || job(&json(&cluster, &["stat", "--json"]), "long")["cancelled"] == 1);
     assert_eq!(job(&json(&cluster, &["stat", "--json"]), "long")["running"], 1);
     let (code, _, stderr) = gridfold(&cluster, &["cancel", "long/1"]);
