@@ -158,11 +158,11 @@ fn a_job_of_a_million_tasks_is_submitted_in_parts_and_folded_whole() {
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
     const N: u32 = 1_000_000;
-    let mut text = String::from("id = \"million\"\n\n[task]\nargv = [\"render\", \"--scene={scene}\"]\n\ntasks = [\n");
+    let mut text = String::from("id = \"million\"\ntasks = [\n");
     for index in 0..N {
         text.push_str(&format!("  {{ scene = \"scene-{index:07}\" }},\n"));
     }
-    text.push_str("]\n");
+    text.push_str("]\n\n[task]\nargv = [\"render\", \"--scene={scene}\"]\n");
     let file = cluster.write("million.toml", &text);
     let answer = json(&cluster, &["submit", file.to_str().unwrap(), "--json", "--wait-secs", "120"]);
     assert_eq!(answer["applied"], true, "{answer}");
