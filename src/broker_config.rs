@@ -8,7 +8,7 @@
 //! | role | publishes | reads |
 //! |---|---|---|
 //! | projector | `gridfold.ev.orders`, `gridfold.ev.tick`, `gridfold.order.>`, its lease (`$KV.GRIDFOLD_LEADER.>`); answers `gridfold.q.>` | the log, the orders and lease streams |
-//! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.keys.>`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
+//! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.drain.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.keys.>`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
 //! | submitter | `gridfold.ev.job.>`; queries | query answers |
 //! | auditor | queries | the log |
 //! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
@@ -195,6 +195,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
             publish.extend([
                 POLICY_SUBJECT.to_string(),
                 format!("{SUBJECT_PREFIX}blacklists.>"),
+                format!("{SUBJECT_PREFIX}drain.>"),
                 format!("{SUBJECT_PREFIX}override.>"),
                 format!("{SUBJECT_PREFIX}library.>"),
                 format!("{SUBJECT_PREFIX}keys.>"),

@@ -1497,7 +1497,7 @@ fn a_submission_the_projector_rejects_fails_the_command_and_one_it_accepts_does_
 
     let fine = grid.gridfold(&["cancel", "twice", "--nats", &url]);
     assert!(fine.status.success(), "{}", fine.stderr);
-    assert!(fine.stdout.contains("cancel of twice recorded at seq"), "{}", fine.stdout);
+    assert!(fine.stdout.contains("cancel of twice applied at seq"), "{}", fine.stdout);
     assert!(fine.stderr.is_empty(), "an accepted event warns of nothing: {}", fine.stderr);
 }
 

@@ -91,7 +91,7 @@ fn clear(engine: Option<String>, nats: &NatsArgs, verdict: &VerdictArgs) -> anyh
         None => None,
     };
     let whom = engine.as_ref().map(|e| format!("engine {e}")).unwrap_or_else(|| "every engine".to_string());
-    let wait = std::time::Duration::from_secs(verdict.wait_secs);
+    let wait = verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(nats).await?;
         let seq = publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await?;

@@ -5,7 +5,6 @@
 //! `Suspend`, `Resume` or `Preempt` orders to the engines holding the attempts.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 
@@ -52,7 +51,7 @@ pub fn run(action: Control, args: ControlArgs) -> anyhow::Result<ExitCode> {
         Control::Resume => Event::ResumeRequested(target.clone()),
         Control::Preempt => Event::RescheduleRequested(target.clone()),
     };
-    let wait = Duration::from_secs(args.verdict.wait_secs);
+    let wait = args.verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(&args.nats).await?;
         let seq = publish(&log, "gridfold-cli", event).await?;
@@ -69,7 +68,7 @@ pub fn run(action: Control, args: ControlArgs) -> anyhow::Result<ExitCode> {
             })
         );
     } else if code == ExitCode::SUCCESS {
-        println!("{} of {target} recorded at seq {seq}", action.as_str());
+        println!("{} of {target} {} at seq {seq}", action.as_str(), settled.word());
     }
     Ok(code)
 }

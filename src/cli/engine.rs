@@ -16,15 +16,19 @@ use crate::library_store::LibraryStore;
 use crate::log::jetstream::{JetStreamLog, LogConfig, StreamSetup};
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct EngineArgs {
+    /// An operator's command about an engine, instead of running one.
+    #[command(subcommand)]
+    pub admin: Option<super::ops::EngineAdmin>,
     #[command(flatten)]
     pub nats: super::client::NatsArgs,
     /// This engine's id: 1 to 64 of [A-Za-z0-9_-]; it names its subjects and its durable consumer.
-    #[arg(long, value_parser = parse_engine_id)]
-    pub name: EngineId,
+    #[arg(long, required = true, value_parser = parse_engine_id)]
+    pub name: Option<EngineId>,
     /// How many slots to offer: the most task slots running at once.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::SLOTS_MAX)))]
-    pub slots: u32,
+    #[arg(long, required = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::SLOTS_MAX)))]
+    pub slots: Option<u32>,
     /// A property to log in with, KEY=VALUE (repeatable): custom (`type=blade`), or one of
     /// os, arch, cores, memory_mb, disk_mb, mflops, site to replace the measured value.
     #[arg(long = "prop", value_name = "KEY=VALUE", value_parser = probe::parse_prop)]
@@ -88,7 +92,10 @@ fn parse_engine_id(text: &str) -> Result<EngineId, String> {
     EngineId::new(text).map_err(|err| err.to_string())
 }
 
-pub fn run(args: EngineArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: EngineArgs) -> anyhow::Result<ExitCode> {
+    if let Some(admin) = args.admin.take() {
+        return super::ops::engine_admin(admin);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -101,12 +108,14 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     // Take the signals first, so a SIGTERM while connecting drains instead of killing.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let name = args.name.clone().context("--name is required to run an engine")?;
+    let slots = args.slots.context("--slots is required to run an engine")?;
 
     let work_dir = args
         .work_dir
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("gridfold-engine-{}", args.name)));
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("gridfold-engine-{}", name)));
     let given_props: BTreeMap<String, String> = args.props.into_iter().collect();
-    let defaults = EngineConfig::new(args.name.clone(), args.slots, work_dir);
+    let defaults = EngineConfig::new(name.clone(), slots, work_dir);
     let config = EngineConfig {
         given_props,
         heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
@@ -120,9 +129,9 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     // Waiting for the broker may take long: a signal meanwhile ends the engine at once
     // (it holds no task yet).
     let (log, feed) = tokio::select! {
-        opened = open_log_and_feed(&args.nats, &args.name) => opened?,
-        _ = sigterm.recv() => return stopped_before_login(&args.name, "SIGTERM"),
-        _ = sigint.recv() => return stopped_before_login(&args.name, "SIGINT"),
+        opened = open_log_and_feed(&args.nats, &name) => opened?,
+        _ = sigterm.recv() => return stopped_before_login(&name, "SIGTERM"),
+        _ = sigint.recv() => return stopped_before_login(&name, "SIGINT"),
     };
     let config = EngineConfig {
         library_store: Some(LibraryStore::new(log.context().clone())),
@@ -131,7 +140,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     };
     eprintln!(
         "gridfold engine {}: {} slot(s), broker {}, work dir {}, library dir {}",
-        args.name,
+        name,
         config.slots,
         args.nats.url,
         config.work_dir.display(),
@@ -149,10 +158,10 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     };
     let report = run_engine(config, log, feed, shutdown)
         .await
-        .with_context(|| format!("engine {}", args.name))?;
+        .with_context(|| format!("engine {}", name))?;
     eprintln!(
         "gridfold engine {}: logged out; {} started, {} completed, {} failed, {} stopped on order, {} stopped at shutdown",
-        args.name,
+        name,
         report.started,
         report.completed,
         report.failed,

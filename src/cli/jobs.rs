@@ -7,8 +7,6 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use std::time::Duration;
-
 use super::client::{
     await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs,
 };
@@ -30,6 +28,7 @@ pub struct SubmitArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// `JOB` (the whole job) or `JOB/INDEX` (one task: it waits no more, its live attempts are stopped).
     pub job: String,
     /// Why, recorded on the log.
     #[arg(long, default_value = "cancelled from the command line")]
@@ -38,6 +37,9 @@ pub struct CancelArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub verdict: VerdictArgs,
+    /// Say what happened as one JSON object (`applied`, `verdict`, `rejections`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +52,9 @@ pub struct PriorityArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub verdict: VerdictArgs,
+    /// Say what happened as one JSON object (`applied`, `verdict`, `rejections`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -61,6 +66,9 @@ pub struct OverrideTicketsArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub verdict: VerdictArgs,
+    /// Say what happened as one JSON object (`applied`, `verdict`, `rejections`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -78,6 +86,17 @@ pub enum PolicyCommand {
         nats: NatsArgs,
         #[command(flatten)]
         verdict: VerdictArgs,
+        /// Say what happened as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the policy in force and the log sequence of the `policy apply` that set it.
+    Show {
+        #[command(flatten)]
+        nats: NatsArgs,
+        /// The policy as JSON (`seq`, `folded_to`, `policy`).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -93,19 +112,16 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     };
     let job = spec.id.clone();
     let tasks = spec.task_count();
-    let wait = Duration::from_secs(args.verdict.wait_secs);
-    let (seq, settled) = block_on(async {
-        let log = connect_log(&args.nats).await?;
-        let seq = publish(&log, "gridfold-cli", Event::JobSubmitted(spec)).await?;
-        anyhow::Ok((seq, await_verdict(&args.nats, seq, wait).await))
-    })?;
+    let wait = args.verdict.wait();
+    let parts = match super::parts::split_job(spec, super::parts::PART_BYTES_MAX) {
+        Ok(parts) => parts,
+        Err(problem) => return Ok(bad_input(BadInput(format!("{}: {problem}", args.job_file.display())))),
+    };
+    let n_parts = parts.len();
+    let (seq, settled) = block_on(super::parts::publish_parts(&args.nats, &job, parts, wait))?;
     let code = report_verdict(&format!("job {job}"), seq, &settled);
     if args.json {
-        let (verdict, rejections) = settled.as_json();
-        println!(
-            "{}",
-            serde_json::json!({ "job": job.as_str(), "tasks": tasks, "seq": seq, "verdict": verdict, "rejections": rejections })
-        );
+        println!("{}", settled.json_with(seq, serde_json::json!({ "job": job.as_str(), "tasks": tasks, "parts": n_parts })));
     } else if code == ExitCode::SUCCESS {
         println!("{job}");
     }
@@ -113,34 +129,38 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
+    if args.job.contains('/') {
+        return super::ops::cancel_task(&args.job, &args.nats, &args.verdict, args.json);
+    }
     let reason = args.reason;
-    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobCancelled { job, reason }, |job, seq| {
-        format!("cancel of {job} recorded at seq {seq}")
+    publish_for_job(&args.job, &args.nats, &args.verdict, args.json, |job| Event::JobCancelled { job, reason }, |job, word, seq| {
+        format!("cancel of {job} {word} at seq {seq}")
     })
 }
 
 pub fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
     let priority = args.priority;
-    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobPriorityChanged { job, priority }, |job, seq| {
-        format!("priority of {job} set to {priority} at seq {seq}")
+    publish_for_job(&args.job, &args.nats, &args.verdict, args.json, |job| Event::JobPriorityChanged { job, priority }, |job, word, seq| {
+        format!("priority {priority} of {job} {word} at seq {seq}")
     })
 }
 
 pub fn override_tickets(args: OverrideTicketsArgs) -> anyhow::Result<ExitCode> {
     let tickets = args.tickets;
-    publish_for_job(&args.job, &args.nats, &args.verdict, |job| Event::JobOverrideTicketsSet { job, tickets }, |job, seq| {
-        format!("override tickets of {job} set to {tickets} at seq {seq}")
+    publish_for_job(&args.job, &args.nats, &args.verdict, args.json, |job| Event::JobOverrideTicketsSet { job, tickets }, |job, word, seq| {
+        format!("override tickets {tickets} of {job} {word} at seq {seq}")
     })
 }
 
 /// Publishes an event about one job, named on the command line, and waits for
 /// the projector's verdict on it.
-fn publish_for_job(
+pub(super) fn publish_for_job(
     job: &str,
     nats: &NatsArgs,
     verdict: &VerdictArgs,
+    json: bool,
     event: impl FnOnce(JobId) -> Event,
-    said: impl FnOnce(&JobId, u64) -> String,
+    said: impl FnOnce(&JobId, &str, u64) -> String,
 ) -> anyhow::Result<ExitCode> {
     let job = match job_id(job) {
         Ok(job) => job,
@@ -151,36 +171,45 @@ fn publish_for_job(
         Event::JobCancelled { .. } => format!("the cancel of {job}"),
         Event::JobPriorityChanged { .. } => format!("the priority change of {job}"),
         Event::JobOverrideTicketsSet { .. } => format!("the override tickets of {job}"),
+        Event::JobHoldChanged { held: true, .. } => format!("the hold of {job}"),
+        Event::JobHoldChanged { held: false, .. } => format!("the release of {job}"),
         _ => format!("the event about {job}"),
     };
-    let wait = Duration::from_secs(verdict.wait_secs);
+    let wait = verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(nats).await?;
         let seq = publish(&log, "gridfold-cli", event).await?;
         anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
     let code = report_verdict(&what, seq, &settled);
-    if code == ExitCode::SUCCESS {
-        println!("{}", said(&job, seq));
+    if json {
+        println!("{}", settled.json_with(seq, serde_json::json!({ "job": job.as_str() })));
+    } else if code == ExitCode::SUCCESS {
+        println!("{}", said(&job, settled.word(), seq));
     }
     Ok(code)
 }
 
 pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
-    let PolicyCommand::Apply { file, nats, verdict } = args.command;
+    let (file, nats, verdict, json) = match args.command {
+        PolicyCommand::Apply { file, nats, verdict, json } => (file, nats, verdict, json),
+        PolicyCommand::Show { nats, json } => return super::ops::policy_show(&nats, json),
+    };
     let policy = match crate::files::policyfile::read_policy_file(&file) {
         Ok(policy) => policy,
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
     };
-    let wait = Duration::from_secs(verdict.wait_secs);
+    let wait = verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(&nats).await?;
         let seq = publish(&log, "gridfold-cli", Event::PolicySet(policy)).await?;
         anyhow::Ok((seq, await_verdict(&nats, seq, wait).await))
     })?;
     let code = report_verdict(&format!("the policy from {}", file.display()), seq, &settled);
-    if code == ExitCode::SUCCESS {
-        println!("policy from {} applied at seq {seq}", file.display());
+    if json {
+        println!("{}", settled.json_with(seq, serde_json::json!({ "file": file.display().to_string() })));
+    } else if code == ExitCode::SUCCESS {
+        println!("policy from {} {} at seq {seq}", file.display(), settled.word());
     }
     Ok(code)
 }

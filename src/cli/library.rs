@@ -112,7 +112,7 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, verdict: &VerdictArgs,
         Ok(upload) => upload,
         Err(bad) => return Ok(bad_input(bad)),
     };
-    let wait = std::time::Duration::from_secs(verdict.wait_secs);
+    let wait = verdict.wait();
     let (info, seq, settled) = block_on(async {
         let log = connect_log(nats).await?;
         let store = LibraryStore::new(log.context().clone());

@@ -14,6 +14,8 @@ pub mod engine;
 pub mod jobs;
 pub mod key;
 pub mod library;
+pub mod ops;
+pub mod parts;
 pub mod projector;
 pub mod replay;
 pub mod setup;
@@ -50,7 +52,7 @@ pub enum Command {
     Usage(stat::UsageArgs),
     /// What the projector refused: the recent rejections with sequence, kind, subject, sender and reason (exit 1 when --kind finds none).
     Rejections(stat::RejectionsArgs),
-    /// Cancel a job: waiting tasks are dropped, running ones stopped.
+    /// Cancel a job, or one task (JOB/INDEX): waiting tasks are dropped, running ones stopped.
     Cancel(jobs::CancelArgs),
     /// Change a job's priority (higher runs first).
     Priority(jobs::PriorityArgs),
@@ -79,6 +81,7 @@ pub enum Command {
     /// Run a simulated grid from a scenario file, with faults injected from its seed.
     Sim(sim::SimArgs),
     /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
+    /// `engine drain NAME` / `engine resume NAME`: an operator's drain of an engine (no new work).
     Engine(engine::EngineArgs),
     /// Run the projector, the single writer, on NATS JetStream (a second one stands by).
     Projector(projector::ProjectorArgs),
@@ -94,6 +97,10 @@ pub enum Command {
     Output(results::OutputArgs),
     /// Wait until a job ends; exit 0 if every task completed, 1 otherwise.
     Wait(results::WaitArgs),
+    /// Hold a job: no new dispatches until released; its running tasks finish (qhold, scontrol hold).
+    Hold(ops::HoldArgs),
+    /// Release a held job (qrls, scontrol release).
+    Release(ops::HoldArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -132,6 +139,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Task(args) => results::task(args),
         Command::Output(args) => results::output(args),
         Command::Wait(args) => results::wait(args),
+        Command::Hold(args) => ops::hold(args, true),
+        Command::Release(args) => ops::hold(args, false),
     }
 }
 

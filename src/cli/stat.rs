@@ -213,7 +213,7 @@ fn print_stat(summary: &StateSummary, long: bool) {
         println!(
             "{:<24} {:>10} {:>6} {:>6} {:>6} {:>6.2} {:>10} {:>10} {:>8}{}",
             engine.id,
-            engine.status,
+            if engine.drained { format!("{},drained", engine.status) } else { engine.status.clone() },
             engine.slots,
             engine.used,
             engine.slots.saturating_sub(engine.used),
@@ -235,6 +235,12 @@ fn print_stat(summary: &StateSummary, long: bool) {
 /// What else a person should know of a job, after its columns: `  unschedulable: …, waits for library …`.
 fn job_notes(job: &JobSummary) -> String {
     let mut notes = Vec::new();
+    if job.held {
+        notes.push("held (gridfold release to run it)".to_string());
+    }
+    if let Some(total) = job.awaits_parts_of {
+        notes.push(format!("awaits its parts: {} of {total} tasks have arrived", job.tasks));
+    }
     if let Some(reason) = &job.unschedulable {
         notes.push(format!("unschedulable: {reason}"));
     }

@@ -166,6 +166,15 @@ pub enum Event {
     /// Someone asked to stop live attempts and queue their tasks again without
     /// using an attempt (`qmod -rj`): `Preempt` orders.
     RescheduleRequested(TaskSelector),
+    /// A job was held (`held`: no new dispatches, live attempts run on) or
+    /// released (Grid Engine's `qhold`/`qrls`, Slurm's `scontrol hold`/`release`).
+    JobHoldChanged { job: JobId, held: bool },
+    /// One task of an active job was cancelled: it waits no more, and its live
+    /// attempts are told to stop (`scancel JOB_TASK`, `qdel -t`).
+    TaskCancelled { task: TaskRef },
+    /// An operator drained an engine (`drained`: no new work; its running
+    /// attempts finish) or resumed it (`qmod -d`/`-e`, `scontrol update state=drain`).
+    EngineDrainChanged { engine: EngineId, drained: bool },
 }
 
 /// A job, or one task of it, that an operator's request names.
@@ -227,6 +236,9 @@ impl Event {
             Event::SuspendRequested(_) => "SuspendRequested",
             Event::ResumeRequested(_) => "ResumeRequested",
             Event::RescheduleRequested(_) => "RescheduleRequested",
+            Event::JobHoldChanged { .. } => "JobHoldChanged",
+            Event::TaskCancelled { .. } => "TaskCancelled",
+            Event::EngineDrainChanged { .. } => "EngineDrainChanged",
         }
     }
 }
@@ -294,6 +306,11 @@ pub struct JobOptions {
     /// The first result cancels the other copies at once, instead of letting them
     /// run until the job ends.
     pub cancel_redundant_on_first_result: bool,
+    /// A job submitted in parts (its parameter list split over this event and
+    /// `TasksAdded` events, each under the broker's payload limit): how many
+    /// tasks it has once every part is folded. None of its tasks is dispatched
+    /// before then, and a part beyond it is refused.
+    pub tasks_total: Option<u32>,
 }
 
 impl JobOptions {
@@ -848,6 +865,8 @@ pub enum CancelReason {
     RedundantCopy,
     /// Sent to the engine of a requeued attempt; never in an order on the log.
     Requeued,
+    /// An operator cancelled the task alone (`TaskCancelled`).
+    TaskCancelled,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -885,6 +904,7 @@ impl CancelReason {
             CancelReason::JobCancelled => "job-cancelled",
             CancelReason::RedundantCopy => "redundant-copy",
             CancelReason::Requeued => "requeued",
+            CancelReason::TaskCancelled => "task-cancelled",
         }
     }
 }

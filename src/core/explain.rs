@@ -62,6 +62,10 @@ pub enum Detail {
         /// Jobs its job depends on that have not ended (the job is held until they have).
         waits_for_jobs: Vec<String>,
         queue_jump: bool,
+        /// Its job is held by an operator (`gridfold hold`): no task of it is dispatched.
+        held: bool,
+        /// Its job was submitted in parts and not all have arrived: (tasks so far, tasks declared).
+        awaits_parts: Option<(u32, u32)>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -266,6 +270,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         waits_for_tasks,
         waits_for_jobs,
         queue_jump: task_state.is_queue_jump(),
+        held: job.held,
+        awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
     }
 }
 
@@ -327,7 +333,15 @@ impl std::fmt::Display for Explanation {
                 waits_for_tasks,
                 waits_for_jobs,
                 queue_jump,
+                held: job_held,
+                awaits_parts,
             } => {
+                if *job_held {
+                    writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
+                }
+                if let Some((so_far, total)) = awaits_parts {
+                    writeln!(f, "  its job awaits its parts: {so_far} of {total} tasks have arrived")?;
+                }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
                 }
@@ -338,7 +352,7 @@ impl std::fmt::Display for Explanation {
                 if *queue_jump {
                     writeln!(f, "  it jumps its job's queue")?;
                 }
-                let held = !waits_for_jobs.is_empty() || !waits_for_tasks.is_empty();
+                let held = !waits_for_jobs.is_empty() || !waits_for_tasks.is_empty() || *job_held || awaits_parts.is_some();
                 if !fit_now.is_empty() && held {
                     writeln!(f, "  once they have ended, could run on: {}", fit_now.join(", "))?;
                 } else if !fit_now.is_empty() {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
     Policy, TaskConditions, TaskSelector, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
-use super::reject::{ControlProblem, JobProblem, OrderProblem, Rejection, SealProblem};
+use super::reject::{ControlProblem, JobProblem, OpsProblem, OrderProblem, Rejection, SealProblem};
 use super::state::{
     CompiledPreference, Control, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey,
     TaskStatus,
@@ -111,7 +111,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
                 })
             }
         }
-        Event::PolicySet(policy) => set_policy(state, policy),
+        Event::PolicySet(policy) => set_policy(state, policy).map(|()| state.policy_seq = seq),
         Event::Tick => Ok(()),
         Event::OrderBatch(batch) => match check_seal(state, entry) {
             Ok(()) => {
@@ -147,6 +147,9 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
         Event::SuspendRequested(target) => request_control(state, target, Control::Suspend),
         Event::ResumeRequested(target) => request_control(state, target, Control::Resume),
         Event::RescheduleRequested(target) => request_control(state, target, Control::Preempt),
+        Event::JobHoldChanged { job, held } => hold_job(state, job, *held),
+        Event::TaskCancelled { task } => cancel_task(state, task),
+        Event::EngineDrainChanged { engine, drained } => drain_engine(state, engine, *drained),
         Event::BlacklistsCleared { engine: None } => {
             state.clear_blacklists(None);
             Ok(())
@@ -272,6 +275,14 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
                 }
             }
             (None, None) => return Err(invalid(JobProblem::UnknownDependency { dependency: dependency.to_string() })),
+        }
+    }
+    if let Some(total) = spec.options.tasks_total {
+        if u64::from(total) < tasks || total > TASKS_PER_JOB_MAX {
+            return Err(Rejection::OpsRefused {
+                target: format!("job {}", spec.id),
+                problem: OpsProblem::PartsInconsistent { tasks, total },
+            });
         }
     }
     let n_tasks = tasks as u32;
@@ -515,12 +526,60 @@ fn add_tasks(
     if total > u64::from(TASKS_PER_JOB_MAX) {
         return Err(invalid(JobProblem::TooManyTasks { tasks: total, max: TASKS_PER_JOB_MAX }));
     }
+    if let Some(declared) = state.job(j).options.tasks_total {
+        if total > u64::from(declared) {
+            return Err(Rejection::OpsRefused {
+                target: format!("job {id}"),
+                problem: OpsProblem::PartsInconsistent { tasks: total, total: declared },
+            });
+        }
+    }
     let shape = JobShape::of_job(state.job(j));
     let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
     let resolved =
         resolve_conditions(state, &shape, &job_expr, j, first, params.len() as u32, conditions).map_err(invalid)?;
     let resolved = materialize(state, &shape, resolved);
     state.add_tasks(j, params, resolved);
+    Ok(())
+}
+
+/// `gridfold hold` / `release`: a held job gets no new dispatches; its live
+/// attempts run on. Holding a held job, or releasing one not held, is refused.
+fn hold_job(state: &mut State, id: &JobId, held: bool) -> Result<(), Rejection> {
+    let j = active_job(state, id)?;
+    if state.job(j).held == held {
+        let problem = if held { OpsProblem::AlreadyHeld } else { OpsProblem::NotHeld };
+        return Err(Rejection::OpsRefused { target: format!("job {id}"), problem });
+    }
+    state.set_job_held(j, held);
+    Ok(())
+}
+
+/// `gridfold cancel JOB/INDEX`: one task of an active job, not yet ended.
+fn cancel_task(state: &mut State, task: &TaskRef) -> Result<(), Rejection> {
+    active_job(state, &task.job)?;
+    let key = resolve_task(state, task)?;
+    let current = state.task(key);
+    let refuse = |problem| Rejection::OpsRefused { target: format!("task {task}"), problem };
+    if matches!(current.status, TaskStatus::Done | TaskStatus::Failed | TaskStatus::Cancelled) {
+        return Err(refuse(OpsProblem::TaskAlreadyEnded));
+    }
+    if current.is_cancel_requested() {
+        return Err(refuse(OpsProblem::CancelAlreadyRequested));
+    }
+    state.cancel_task(key);
+    Ok(())
+}
+
+/// `gridfold engine drain` / `resume`: any engine the grid knows, logged in or
+/// not (a drain outlives its logins until resumed).
+fn drain_engine(state: &mut State, engine: &EngineId, drained: bool) -> Result<(), Rejection> {
+    let e = state.engine_idx(engine).ok_or_else(|| Rejection::UnknownEngine { engine: engine.clone() })?;
+    if state.engine(e).drained == drained {
+        let problem = if drained { OpsProblem::AlreadyDrained } else { OpsProblem::NotDrained };
+        return Err(Rejection::OpsRefused { target: format!("engine {engine}"), problem });
+    }
+    state.set_engine_drained(e, drained);
     Ok(())
 }
 
@@ -767,7 +826,8 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
-            if state.job(key.job).is_active() && state.task(key).status != TaskStatus::Done {
+            let task_state = state.task(key);
+            if state.job(key.job).is_active() && task_state.status != TaskStatus::Done && !task_state.is_cancel_requested() {
                 return Err(OrderProblem::JobNotEnded);
             }
             state.cancel_attempt(key, *attempt);

@@ -23,3 +23,5 @@ pub mod rng;
 pub mod schedule;
 pub mod state;
 pub mod testkit;
+#[cfg(test)]
+mod ops_tests;

@@ -57,6 +57,56 @@ pub enum Rejection {
     /// An operator's request to suspend, resume or reschedule that names nothing
     /// it can act on. Added last, so earlier rejections keep their encoding.
     ControlRefused { target: TaskSelector, action: Control, problem: ControlProblem },
+    /// An operator's hold, release, drain, resume or task cancel, or a part of
+    /// a job submitted in parts, that cannot apply as things stand. Added last.
+    OpsRefused { target: String, problem: OpsProblem },
+}
+
+/// Why an operator command (or a job's part) was refused; its name is the
+/// rejection's kind (`gridfold rejections --kind already-held`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OpsProblem {
+    AlreadyHeld,
+    NotHeld,
+    AlreadyDrained,
+    NotDrained,
+    /// A cancel of a task that has ended (done, failed or cancelled).
+    TaskAlreadyEnded,
+    /// A cancel of a task whose cancel already awaits its orders.
+    CancelAlreadyRequested,
+    /// More tasks added to a job submitted in parts than it declared
+    /// (`tasks_total`), or a declared total below the first part's tasks.
+    PartsInconsistent { tasks: u64, total: u32 },
+}
+
+impl OpsProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpsProblem::AlreadyHeld => "already-held",
+            OpsProblem::NotHeld => "not-held",
+            OpsProblem::AlreadyDrained => "already-drained",
+            OpsProblem::NotDrained => "not-drained",
+            OpsProblem::TaskAlreadyEnded => "task-already-ended",
+            OpsProblem::CancelAlreadyRequested => "cancel-already-requested",
+            OpsProblem::PartsInconsistent { .. } => "parts-inconsistent",
+        }
+    }
+}
+
+impl fmt::Display for OpsProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpsProblem::AlreadyHeld => f.write_str("is held already"),
+            OpsProblem::NotHeld => f.write_str("is not held"),
+            OpsProblem::AlreadyDrained => f.write_str("is drained already"),
+            OpsProblem::NotDrained => f.write_str("is not drained"),
+            OpsProblem::TaskAlreadyEnded => f.write_str("has already ended"),
+            OpsProblem::CancelAlreadyRequested => f.write_str("is being cancelled already"),
+            OpsProblem::PartsInconsistent { tasks, total } => {
+                write!(f, "its parts would give it {tasks} tasks, but it declared {total}")
+            }
+        }
+    }
 }
 
 /// Why a request to suspend, resume or reschedule (preempt) was refused.
@@ -244,6 +294,7 @@ impl Rejection {
             Rejection::EpochClosed { .. } => "epoch-closed",
             Rejection::InvalidLibrary { .. } => "invalid-library",
             Rejection::ControlRefused { .. } => "control-refused",
+            Rejection::OpsRefused { problem, .. } => problem.as_str(),
         }
     }
 }
@@ -302,6 +353,7 @@ impl fmt::Display for Rejection {
             Rejection::ControlRefused { target, action, problem } => {
                 write!(f, "{} {target} refused: {}", action.as_str(), problem.as_str())
             }
+            Rejection::OpsRefused { target, problem } => write!(f, "{target} {problem}"),
         }
     }
 }

@@ -280,12 +280,11 @@ impl JetStreamOrderFeed {
             return Err(FeedError::Misconfigured {
                 location: self.location.clone(),
                 detail: format!(
-                    "consumer {} exists with filter {:?} {:?} and ack policy {:?}; it must filter {} with explicit acks \
+                    "consumer {} exists with filter {} and ack policy {}; it must filter {} with explicit acks \
                      (delete it to let the engine create it)",
                     self.consumer_name,
-                    config.filter_subject,
-                    config.filter_subjects,
-                    config.ack_policy,
+                    [config.filter_subject.clone()].into_iter().chain(config.filter_subjects.iter().cloned()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(", "),
+                    if config.ack_policy == AckPolicy::Explicit { "explicit" } else { "not explicit" },
                     self.filter_subject
                 ),
             });

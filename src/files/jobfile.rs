@@ -356,6 +356,9 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         return Err(file_text.at(&file.task, "[task] argv must name a program to run"));
     }
     let tasks = task_set(file_text, &file)?;
+    if let Some(problem) = unknown_placeholder(&task.argv, &task.params, &tasks) {
+        return Err(file_text.at(&file.task, problem));
+    }
     let n_tasks = match &tasks {
         TaskSet::Count(n) => *n,
         TaskSet::List(list) => list.len() as u32,
@@ -380,6 +383,53 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         options,
         task_conditions,
     })
+}
+
+/// The first `{name}` in `argv` that some task has no value for: `name` is
+/// neither `index`, nor a `[task.params]` key, nor a parameter of every task of
+/// the list. Such a placeholder would reach the program literally. Only
+/// identifier-like names count (`{scene}`, `{frame_2}`), so braces that are the
+/// program's own (`awk '{print $1}'`, `${HOME}`) pass unchanged.
+fn unknown_placeholder(argv: &[String], shared: &BTreeMap<String, String>, tasks: &TaskSet) -> Option<String> {
+    for (arg_idx, arg) in argv.iter().enumerate() {
+        for name in placeholder_names(arg) {
+            if name == "index" || shared.contains_key(name) {
+                continue;
+            }
+            let missing = match tasks {
+                TaskSet::Count(_) => Some(0),
+                TaskSet::List(list) => list.iter().position(|params| !params.contains_key(name)),
+            };
+            if let Some(task_idx) = missing {
+                let whom = match tasks {
+                    TaskSet::Count(_) => "no task has a parameter of that name".to_string(),
+                    TaskSet::List(_) => format!("task {task_idx} has no parameter of that name"),
+                };
+                return Some(format!(
+                    "[task] argv[{arg_idx}] uses {{{name}}}, but it is not {{index}}, not in [task.params], and {whom}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The identifier-like `{name}`s of one argument, in order.
+fn placeholder_names(arg: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        let identifier = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if identifier {
+            names.push(name);
+        }
+        rest = &after[close + 1..];
+    }
+    names
 }
 
 /// A TOML date-time with its offset, in ms since the Unix epoch (the log's time).
@@ -757,6 +807,7 @@ impl OptionKeys<'_> {
             task_max_time_ms,
             cancel_redundant_on_first_result: is_on(self.cancel_redundant_on_first_result),
             deadline_ms: None,
+            tasks_total: None,
         };
         Ok((options, task_conditions))
     }

@@ -154,8 +154,8 @@ impl JetStreamLog {
             return Err(LogError::Misconfigured {
                 location: url.to_string(),
                 detail: format!(
-                    "the stream's subjects {:?} must include {SUBJECTS_ALL}",
-                    config.subjects
+                    "the stream's subjects ({}) must include {SUBJECTS_ALL}",
+                    config.subjects.join(", ")
                 ),
             });
         }
@@ -720,7 +720,7 @@ fn unavailable(url: &str, client: &async_nats::Client, detail: String) -> LogErr
     let state = client.connection_state();
     LogError::Unavailable {
         url: url.to_string(),
-        detail: format!("{detail} (connection {state:?})"),
+        detail: format!("{detail} (connection {})", format!("{state:?}").to_lowercase()),
     }
 }
 
@@ -883,8 +883,8 @@ fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<()
     for subject in &wanted.subjects {
         if !actual.subjects.contains(subject) {
             problems.push(format!(
-                "its subjects {:?} do not include {subject}",
-                actual.subjects
+                "its subjects ({}) do not include {subject}",
+                actual.subjects.join(", ")
             ));
         }
     }
@@ -893,8 +893,12 @@ fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<()
     }
     if actual.retention != RetentionPolicy::Limits {
         problems.push(format!(
-            "its retention is {:?}, not limits: consumers would delete entries",
-            actual.retention
+            "its retention is {}, not limits: consumers would delete entries",
+            match actual.retention {
+                RetentionPolicy::Interest => "interest",
+                RetentionPolicy::WorkQueue => "work-queue",
+                RetentionPolicy::Limits => "limits",
+            }
         ));
     }
     for (what, limit) in [

@@ -56,7 +56,7 @@ pub const USAGE_SUBJECT: &str = "gridfold.q.usage";
 /// `gridfold rejections`: a [`RejectionsRequest`] in, a [`RejectionsReply`] out.
 pub const REJECTIONS_SUBJECT: &str = "gridfold.q.rejections";
 /// Every subject a projector answers on.
-pub const QUERY_SUBJECTS: [&str; 10] = [
+pub const QUERY_SUBJECTS: [&str; 11] = [
     STAT_SUBJECT,
     WHY_SUBJECT,
     BLACKLISTS_SUBJECT,
@@ -67,7 +67,29 @@ pub const QUERY_SUBJECTS: [&str; 10] = [
     crate::projector::results::TASKS_SUBJECT,
     crate::projector::results::TASK_SUBJECT,
     crate::projector::results::OUTPUT_SUBJECT,
+    POLICY_SUBJECT,
 ];
+
+/// `gridfold policy show`: a [`PolicyRequest`] in, a [`PolicyReply`] out.
+pub const POLICY_SUBJECT: &str = "gridfold.q.policy";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PolicyRequest {}
+
+/// The policy in force and the entry that set it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PolicyReply {
+    /// The sequence of the `PolicySet` that set it; 0: no policy was ever
+    /// applied, the defaults hold.
+    pub seq: u64,
+    /// The projector's last folded sequence.
+    pub folded_to: u64,
+    pub policy: crate::core::event::Policy,
+}
+
+pub fn answer_policy(state: &State, _request: &PolicyRequest) -> PolicyReply {
+    PolicyReply { seq: state.policy_seq.0, folded_to: state.last_seq.0, policy: state.policy.clone() }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RejectionsRequest {
@@ -460,6 +482,12 @@ pub struct JobSummary {
     /// While active: the jobs it depends on that have not ended.
     #[serde(default)]
     pub waits_for_jobs: Vec<String>,
+    /// Held by an operator (`gridfold hold`): no new dispatches.
+    #[serde(default)]
+    pub held: bool,
+    /// Submitted in parts and not all have arrived: the tasks it declared.
+    #[serde(default)]
+    pub awaits_parts_of: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -479,6 +507,9 @@ pub struct EngineSummary {
     /// Its properties as requirements name them: `os=linux arch=x86_64 cores=8 …`.
     #[serde(default)]
     pub properties: String,
+    /// Drained by an operator (`gridfold engine drain`): no new work.
+    #[serde(default)]
+    pub drained: bool,
 }
 
 impl StateSummary {
@@ -519,6 +550,8 @@ impl StateSummary {
                 } else {
                     Vec::new()
                 },
+                held: job.held,
+                awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state
@@ -539,6 +572,7 @@ impl StateSummary {
                 last_seen_ms: engine.last_seen_ms,
                 load_per_core_milli: engine.load.load_per_core_milli,
                 properties: engine.props.to_string(),
+                drained: engine.drained,
             })
             .collect();
         engines.sort_by(|a, b| a.id.cmp(&b.id));
@@ -594,6 +628,9 @@ impl std::fmt::Display for StateSummary {
                     job.id, job.status, job.priority, job.tasks, job.waiting, job.dispatched, job.running, job.done, job.failed, job.cancelled,
                     job.unschedulable.as_ref().map(|u| format!("  unschedulable: {u}")).unwrap_or_default()
                 )?;
+                if job.held {
+                    writeln!(f, "  {} is held", job.id)?;
+                }
             }
         }
         if !self.engines.is_empty() {

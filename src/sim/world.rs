@@ -708,7 +708,7 @@ impl<'a> World<'a> {
             return Err(SimError::ChainMismatch { seed, live: live.chain.to_hex(), replayed: replayed.chain.to_hex() });
         }
         if let Some(divergence) = replay_report.first_divergence {
-            return Err(SimError::Divergence { seed, detail: format!("{divergence:?}") });
+            return Err(SimError::Divergence { seed, detail: divergence.to_string() });
         }
         // (b) The live projector, restarts and all, holds exactly the replayed state.
         let live_state_digest = live.state_digest();

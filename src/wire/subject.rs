@@ -13,6 +13,8 @@ pub const STREAM_SUBJECTS: &str = "gridfold.ev.>";
 pub const ORDERS_SUBJECT: &str = "gridfold.ev.orders";
 /// The tickers' `Tick`s.
 pub const TICK_SUBJECT: &str = "gridfold.ev.tick";
+/// Operators' engine drains and resumes (`EngineDrainChanged`).
+pub const DRAIN_SUBJECT: &str = "gridfold.ev.drain.changed";
 /// Operators' `PolicySet`s.
 pub const POLICY_SUBJECT: &str = "gridfold.ev.policy";
 /// Where operators register projector keys; `gridfold.ev.keys.>` is the operators' alone.
@@ -55,6 +57,9 @@ pub fn subject_for(event: &Event) -> String {
         Event::SuspendRequested(_) => "gridfold.ev.job.suspend".to_string(),
         Event::ResumeRequested(_) => "gridfold.ev.job.resume".to_string(),
         Event::RescheduleRequested(_) => "gridfold.ev.job.reschedule".to_string(),
+        Event::JobHoldChanged { .. } => "gridfold.ev.job.hold".to_string(),
+        Event::TaskCancelled { .. } => "gridfold.ev.job.task_cancelled".to_string(),
+        Event::EngineDrainChanged { .. } => DRAIN_SUBJECT.to_string(),
     }
 }
 

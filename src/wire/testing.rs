@@ -60,9 +60,12 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::ResumeRequested(_) => 20,
         Event::RescheduleRequested(_) => 21,
         Event::JobOverrideTicketsSet { .. } => 22,
+        Event::JobHoldChanged { .. } => 23,
+        Event::TaskCancelled { .. } => 24,
+        Event::EngineDrainChanged { .. } => 25,
     }
 }
-pub const EVENT_VARIANTS: usize = 23;
+pub const EVENT_VARIANTS: usize = 26;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -155,6 +158,7 @@ pub fn every_event() -> Vec<Event> {
                 cancel_redundant_on_first_result: true,
                 deadline_ms: None,
                 job_share: 250,
+                tasks_total: Some(4),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -370,6 +374,11 @@ pub fn every_event() -> Vec<Event> {
         Event::SuspendRequested(TaskSelector { job: job("render-1"), task: Some(7) }),
         Event::ResumeRequested(TaskSelector { job: job("render-1"), task: None }),
         Event::RescheduleRequested(TaskSelector { job: job("render-1"), task: Some(0) }),
+        Event::JobHoldChanged { job: job("render-1"), held: true },
+        Event::JobHoldChanged { job: job("render-1"), held: false },
+        Event::TaskCancelled { task: task("render-1", 3) },
+        Event::EngineDrainChanged { engine: engine("e1"), drained: true },
+        Event::EngineDrainChanged { engine: engine("e1"), drained: false },
         Event::OrderBatch(OrderBatch {
             based_on_seq: Seq(44),
             algorithm: "sge-plain".to_string(),
@@ -482,6 +491,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     cancel_redundant_on_first_result,
                     deadline_ms,
                     job_share,
+                    tasks_total: None,
                 }
             },
         );
@@ -934,6 +944,9 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 _ => Event::RescheduleRequested(target),
             }
         }),
+        (arb_job(), any::<bool>()).prop_map(|(job, held)| Event::JobHoldChanged { job, held }),
+        (arb_job(), any::<u32>()).prop_map(|(job, index)| Event::TaskCancelled { task: TaskRef::new(job, index) }),
+        (arb_engine(), any::<bool>()).prop_map(|(engine, drained)| Event::EngineDrainChanged { engine, drained }),
     ]
 }
 

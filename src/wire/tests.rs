@@ -190,7 +190,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set"],
+        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed"],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
@@ -471,6 +471,11 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         SuspendRequested     gridfold.ev.job.suspend              Client
         ResumeRequested      gridfold.ev.job.resume               Client
         RescheduleRequested  gridfold.ev.job.reschedule           Client
+        JobHoldChanged       gridfold.ev.job.hold                 Client
+        JobHoldChanged       gridfold.ev.job.hold                 Client
+        TaskCancelled        gridfold.ev.job.task_cancelled       Client
+        EngineDrainChanged   gridfold.ev.drain.changed            Client
+        EngineDrainChanged   gridfold.ev.drain.changed            Client
         OrderBatch           gridfold.ev.orders                   Projector
     "#]]
     .assert_eq(&shown);

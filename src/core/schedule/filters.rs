@@ -39,6 +39,8 @@ pub enum Unfit {
     NoFreeSlot { free: u32, needed: u32 },
     /// The engine could take it, but engines of a higher tier that can are free.
     TierHeld { tier: u32, best_tier: u32 },
+    /// An operator drained the engine (`gridfold engine drain`): no new work.
+    Drained,
 }
 
 impl Unfit {
@@ -63,12 +65,17 @@ impl Unfit {
             Unfit::RetryAvoids => "retry-avoids-engine",
             Unfit::NoFreeSlot { .. } => "no-free-slot",
             Unfit::TierHeld { .. } => "tier-held",
+            Unfit::Drained => "engine-drained",
         }
     }
 }
 
 pub fn logged_in(engine: &Engine) -> Result<(), Unfit> {
     if engine.status == EngineStatus::LoggedIn { Ok(()) } else { Err(Unfit::NotLoggedIn) }
+}
+
+pub fn not_drained(engine: &Engine) -> Result<(), Unfit> {
+    if engine.drained { Err(Unfit::Drained) } else { Ok(()) }
 }
 
 pub fn requirements(state: &State, job: &Job, engine: &Engine) -> Result<(), Unfit> {
@@ -179,6 +186,7 @@ pub fn check(state: &State, rules: &TaskRules, e: EngineIdx, booked_in_flight: u
     let job = state.job(key.job);
     let engine = state.engine(e);
     logged_in(engine)?;
+    not_drained(engine)?;
     requirements(state, job, engine)?;
     enough_slots(job, engine)?;
     discriminator(state, job, key.index, engine)?;

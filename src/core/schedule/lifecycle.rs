@@ -66,6 +66,9 @@ pub fn requeue_unstarted(state: &State, in_flight: &InFlight, lost: &BTreeSet<En
 /// tasks that have their result when the job cancels copies at once.
 pub fn cancel_ended_jobs(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let reason_of = |task: &TaskRef| match state.job_idx(&task.job) {
+        Some(j) if state.task_key(task).is_some_and(|key| state.task(key).is_cancel_requested()) && state.job(j).is_active() => {
+            CancelReason::TaskCancelled
+        }
         Some(j) if state.job(j).is_active() => CancelReason::RedundantCopy,
         _ => CancelReason::JobCancelled,
     };

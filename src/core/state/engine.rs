@@ -42,6 +42,9 @@ pub struct Engine {
     pub syncing: Option<LibraryRef>,
     /// Its last failed sync and the log time of the report: not asked again for a while.
     pub last_sync_failure: Option<(LibraryRef, u64)>,
+    /// Drained by an operator (`gridfold engine drain`): no new work; its live
+    /// attempts finish. Kept across its logins until resumed.
+    pub drained: bool,
 }
 
 impl Engine {
@@ -51,6 +54,7 @@ impl Engine {
             libraries: props.libraries.iter().cloned().collect(),
             syncing: None,
             last_sync_failure: None,
+            drained: false,
             id,
             slots,
             used: 0,

@@ -103,6 +103,9 @@ impl TaskState {
     /// Waiting in the retry queue after a Preempt, its attempt number given
     /// back (so `attempts` may be 0 though it ran): not a fresh task.
     pub const PREEMPTED: u8 = 4;
+    /// An operator cancelled the task while it was live: its attempts await a
+    /// Cancel, and when the last ends the task is cancelled, not retried.
+    pub const CANCEL_REQUESTED: u8 = 8;
 
     pub fn is_queue_jump(&self) -> bool {
         self.flags & Self::QUEUE_JUMP != 0
@@ -116,6 +119,9 @@ impl TaskState {
     /// Never dispatched and served in index order: not a queue jump, not back from a preemption.
     pub fn is_fresh(&self) -> bool {
         self.attempts == 0 && self.flags & (Self::QUEUE_JUMP | Self::PREEMPTED) == 0
+    }
+    pub fn is_cancel_requested(&self) -> bool {
+        self.flags & Self::CANCEL_REQUESTED != 0
     }
     pub fn is_live(&self) -> bool {
         matches!(self.status, TaskStatus::Dispatched | TaskStatus::Running)
@@ -298,6 +304,8 @@ pub struct Job {
     pub copies_dropped: u64,
     /// What became of each attempt of its tasks (bounded: see [`super::attempts`]).
     pub attempt_log: super::attempts::AttemptLog,
+    /// Held by an operator (`gridfold hold`): no new dispatches until released.
+    pub held: bool,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -390,6 +398,7 @@ impl Job {
             redundant_results: 0,
             copies_dropped: 0,
             attempt_log: super::attempts::AttemptLog::default(),
+            held: false,
         }
     }
 
@@ -426,7 +435,15 @@ impl Job {
     pub fn is_runnable(&self) -> bool {
         self.status == JobStatus::Active
             && self.blocked_by == 0
+            && !self.held
+            && !self.awaits_parts()
             && (self.counts.waiting > 0 || !self.copies_waiting.is_empty())
+    }
+
+    /// A job submitted in parts whose last part has not been folded yet: its
+    /// tasks wait, whatever else would let them run.
+    pub fn awaits_parts(&self) -> bool {
+        self.options.tasks_total.is_some_and(|total| self.n_tasks() < total)
     }
 
     /// Waiting tasks plus waiting redundant copies: how many dispatches the job can take.
@@ -676,6 +693,15 @@ impl Job {
         remove_first(&mut self.retries, index);
         self.tasks[index as usize].flags &= !TaskState::PREEMPTED;
         self.set_status(index, TaskStatus::Failed);
+    }
+
+    /// A waiting task is cancelled alone (`TaskCancelled`).
+    pub(super) fn cancel_waiting(&mut self, index: u32) {
+        assert_eq!(self.tasks[index as usize].status, TaskStatus::Waiting);
+        remove_first(&mut self.front, index);
+        remove_first(&mut self.retries, index);
+        self.tasks[index as usize].flags &= !TaskState::PREEMPTED;
+        self.set_status(index, TaskStatus::Cancelled);
     }
 
     /// Every task has ended (none waits, none is live).

@@ -26,6 +26,7 @@ pub mod accounts;
 pub mod attempts;
 mod retire;
 mod suspension;
+mod ops;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -232,6 +233,8 @@ pub struct State {
     pub first_ms: Option<u64>,
     pub chain: Digest,
     pub policy: Policy,
+    /// The sequence of the `PolicySet` that set the policy in force; 0 while the default holds.
+    pub policy_seq: Seq,
     /// The jobs held, in slots a retired job vacates (see [`JobSlots`]).
     pub(crate) jobs: JobSlots,
     /// Held jobs by id (retired ones are not in it).
@@ -967,7 +970,13 @@ impl State {
             return;
         }
         let was_runnable = job.is_runnable();
-        job.status = if job.counts.done == job.n_tasks() { JobStatus::Done } else { JobStatus::Failed };
+        // Tasks cancelled alone (`TaskCancelled`) do not fail their job: it is
+        // done when no task failed and one is done, cancelled when all were cancelled.
+        job.status = match (job.counts.failed, job.counts.done) {
+            (0, 0) => JobStatus::Cancelled,
+            (0, _) => JobStatus::Done,
+            _ => JobStatus::Failed,
+        };
         job.ended_ms = Some(now);
         self.leave_job(idx, was_runnable);
         self.queue_retirement(idx);
@@ -1152,6 +1161,13 @@ impl State {
             return;
         }
         job.drop_copy(key.index);
+        if job.tasks[key.index as usize].is_cancel_requested() {
+            // Cancelled by an operator while it ran: it is not retried.
+            job.mark_cancelled(key.index);
+            self.refresh_runnable(key.job, was_runnable);
+            self.finish_job_if_ended(key.job);
+            return;
+        }
         let exhausted = job.record_failure(key.index, live.engine);
         if exhausted {
             self.totals.tasks_failed += 1;
@@ -1175,13 +1191,14 @@ impl State {
         let job = &mut self.jobs[key.job.0 as usize];
         if !job.tasks[key.index as usize].is_live() || others_live {
             self.refresh_live_status(key);
-        } else if job.status == JobStatus::Active {
+        } else if job.status == JobStatus::Active && !job.tasks[key.index as usize].is_cancel_requested() {
             job.drop_copy(key.index);
             job.requeue(key.index);
         } else {
             job.mark_cancelled(key.index);
         }
         self.refresh_runnable(key.job, was_runnable);
+        self.finish_job_if_ended(key.job);
     }
 
     /// A Cancel order took effect: of an ended job's attempt, or of a redundant copy.
@@ -1195,6 +1212,7 @@ impl State {
             job.mark_cancelled(key.index);
         }
         self.refresh_runnable(key.job, was_runnable);
+        self.finish_job_if_ended(key.job);
     }
 
     /// Requeues every live attempt on an engine (it was lost or logged out).
@@ -1441,7 +1459,12 @@ impl State {
         );
         for &(key, attempt) in &self.to_cancel {
             assert!(self.live_attempt_numbered(key, attempt).is_some(), "an attempt awaiting cancel is live");
-            assert!(self.job(key.job).status != JobStatus::Active || self.task(key).status == TaskStatus::Done);
+            assert!(
+                self.job(key.job).status != JobStatus::Active
+                    || self.task(key).status == TaskStatus::Done
+                    || self.task(key).is_cancel_requested(),
+                "an attempt awaits a cancel only when its job ended, its task is done, or its task was cancelled"
+            );
         }
         for (e, engine) in self.engines.iter().enumerate() {
             assert_eq!(engine.tier, tier_of(&self.tier_exprs, engine), "tier of {}", engine.id);

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::projector::query::{
     BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
     LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
-    RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
+    RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, POLICY_SUBJECT, PolicyReply, PolicyRequest, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
 use crate::projector::results::{
     OUTPUT_SUBJECT, TASKS_SUBJECT, TASK_SUBJECT, TaskReply, TaskRequest, TasksReply, TasksRequest,
@@ -33,6 +33,7 @@ pub enum Query {
     Rejections(RejectionsRequest, oneshot::Sender<RejectionsReply>),
     Tasks(TasksRequest, oneshot::Sender<TasksReply>),
     Task(TaskRequest, oneshot::Sender<TaskReply>),
+    Policy(PolicyRequest, oneshot::Sender<PolicyReply>),
 }
 
 /// How the projector started.
@@ -161,6 +162,11 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Task(request, reply)).await
     }
 
+    /// `gridfold policy show`, answered from the loop's current state.
+    pub async fn policy(&self, request: PolicyRequest) -> Result<PolicyReply, ProjectorGone> {
+        self.ask(|reply| Query::Policy(request, reply)).await
+    }
+
     /// The status as of the last input the loop handled.
     pub fn status(&self) -> ProjectorStatus {
         self.status.borrow().clone()
@@ -278,6 +284,10 @@ async fn answer(
         },
         OUTPUT_SUBJECT => match parse::<crate::projector::results::OutputRequest>(payload) {
             Ok(request) => json(&crate::output_store::answer_output(store, handle, request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        POLICY_SUBJECT => match parse::<PolicyRequest>(payload) {
+            Ok(request) => json(&handle.policy(request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {

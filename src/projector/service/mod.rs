@@ -137,7 +137,7 @@ use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
 use crate::projector::query::{
-    answer_blacklists, answer_libraries, answer_rejections, answer_stat, answer_usage, answer_verdict, answer_why,
+    answer_blacklists, answer_libraries, answer_policy, answer_rejections, answer_stat, answer_usage, answer_verdict, answer_why,
 };
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, TICK_SUBJECT};
@@ -769,6 +769,9 @@ where
             }
             Query::Task(request, reply) => {
                 let _ = reply.send(crate::projector::results::answer_task(state, &request));
+            }
+            Query::Policy(request, reply) => {
+                let _ = reply.send(answer_policy(state, &request));
             }
         }
     }

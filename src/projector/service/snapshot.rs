@@ -61,8 +61,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// rejection holds its log time, subject and sender. 6: a job holds its
 /// attempt records (`core::state::attempts`). 7: an engine's load holds its
 /// named load values, the policy its load formula expression and
-/// `queue_sort_method`.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 7;
+/// `queue_sort_method`. 8: a job may be held and declare its total tasks
+/// (parts), an engine may be drained, a task awaits its cancel.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 8;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::enums::failure_kind;
 use super::fields::{each, engine_id, job_id, library_ref, task_ref, task_ref_of, library_ref_of, uuid_from_text};
+use crate::core::ids::TaskRef;
 use super::orders::order_batch;
 use super::tier::check_engine_tier;
 use super::{echo, proto, FieldProblem, WireError, ALGORITHMS, EVENT_KINDS, TASK_SET_KINDS};
@@ -77,6 +78,14 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
         P::SuspendRequested(m) => ("suspend_requested", selection(m).map(Event::SuspendRequested)),
         P::ResumeRequested(m) => ("resume_requested", selection(m).map(Event::ResumeRequested)),
         P::RescheduleRequested(m) => ("reschedule_requested", selection(m).map(Event::RescheduleRequested)),
+        P::JobHoldChanged(m) => {
+            ("job_hold_changed", job_id("job", &m.job).map(|job| Event::JobHoldChanged { job, held: m.held }))
+        }
+        P::TaskCancelled(m) => ("task_cancelled", task_cancelled(m)),
+        P::EngineDrainChanged(m) => (
+            "engine_drain_changed",
+            engine_id("engine", &m.engine).map(|engine| Event::EngineDrainChanged { engine, drained: m.drained }),
+        ),
     };
     event.map_err(|e| e.within(kind).within("event"))
 }
@@ -154,6 +163,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
         deadline_ms: m.deadline_ms,
         job_share,
+        tasks_total: m.tasks_total,
     })
 }
 
@@ -338,6 +348,15 @@ fn library_sync_failed(m: proto::LibrarySyncFailed) -> Result<Event, WireError> 
 /// The job (and task) an operator's request names.
 fn selection(m: proto::TaskSelection) -> Result<TaskSelector, WireError> {
     Ok(TaskSelector { job: job_id("job", &m.job)?, task: m.task })
+}
+
+/// A task cancel names one task: a selection without one is refused.
+fn task_cancelled(m: proto::TaskSelection) -> Result<Event, WireError> {
+    let job = job_id("job", &m.job)?;
+    let Some(index) = m.task else {
+        return Err(WireError::at("task", FieldProblem::Inconsistent("a task cancel names one task".into())));
+    };
+    Ok(Event::TaskCancelled { task: TaskRef::new(job, index) })
 }
 
 /// A 32-byte public key (whether it is a valid ed25519 point is the fold's to say).

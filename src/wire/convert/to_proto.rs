@@ -91,6 +91,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),
+        tasks_total: options.tasks_total,
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -275,6 +276,15 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
         Event::SuspendRequested(target) => P::SuspendRequested(selection_to_proto(target)),
         Event::ResumeRequested(target) => P::ResumeRequested(selection_to_proto(target)),
         Event::RescheduleRequested(target) => P::RescheduleRequested(selection_to_proto(target)),
+        Event::JobHoldChanged { job, held } => {
+            P::JobHoldChanged(proto::JobHoldChanged { job: job.to_string(), held: *held })
+        }
+        Event::TaskCancelled { task } => {
+            P::TaskCancelled(proto::TaskSelection { job: task.job.to_string(), task: Some(task.index) })
+        }
+        Event::EngineDrainChanged { engine, drained } => {
+            P::EngineDrainChanged(proto::EngineDrainChanged { engine: engine.to_string(), drained: *drained })
+        }
     }
 }
 
