@@ -61,6 +61,9 @@ pub enum Detail {
         /// Jobs its job depends on that have not ended (the job is held until they have).
         waits_for_jobs: Vec<String>,
         queue_jump: bool,
+        /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        techila: Option<super::schedule::techila::TechilaWhy>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -260,6 +263,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         waits_for_tasks,
         waits_for_jobs,
         queue_jump: task_state.is_queue_jump(),
+        techila: (state.policy.algorithm == super::event::Algorithm::Techila)
+            .then(|| super::schedule::techila::why(state, key)),
     }
 }
 
@@ -319,7 +324,11 @@ impl std::fmt::Display for Explanation {
                 waits_for_tasks,
                 waits_for_jobs,
                 queue_jump,
+                techila,
             } => {
+                if let Some(techila) = techila {
+                    writeln!(f, "  {techila}")?;
+                }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
                 }

@@ -10,7 +10,7 @@ use toml::Spanned;
 pub(crate) mod sge;
 
 use super::jobfile::{FileText, JobFileError as FileError};
-use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy};
+use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, RedundancyPolicy, TechilaPolicy};
 use crate::wire::check_engine_tier;
 
 sge::with_grid_engine_keys! {
@@ -27,6 +27,8 @@ sge::with_grid_engine_keys! {
         redundancy: Option<RedundancySection>,
         /// How long an ended job stays in the state before it is retired.
         job_retention_secs: Option<Spanned<u64>>,
+        /// Techila's settings (`algorithm = "techila"`).
+        techila: Option<TechilaSection>,
     }
 }
 
@@ -53,6 +55,45 @@ struct RedundancySection {
     std_dev_limit: Option<Spanned<toml::Value>>,
     reschedule_first: Option<bool>,
     copies_per_task_max: Option<u32>,
+}
+
+/// `[techila]`: the license cap, simultaneous projects, user priorities.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TechilaSection {
+    #[serde(default)]
+    max_running_tasks: u32,
+    #[serde(default)]
+    simultaneous_projects: bool,
+    #[serde(default)]
+    user_priorities: std::collections::BTreeMap<String, Spanned<u32>>,
+}
+
+pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>) -> Result<TechilaPolicy, FileError> {
+    use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    let Some(section) = section else { return Ok(TechilaPolicy::default()) };
+    if section.user_priorities.len() > crate::wire::NAMED_AMOUNTS_MAX {
+        return Err(FileError {
+            path: file_text.path.to_string(),
+            line: 0,
+            message: format!("techila.user_priorities: more than {} users", crate::wire::NAMED_AMOUNTS_MAX),
+        });
+    }
+    let mut user_priorities = std::collections::BTreeMap::new();
+    for (user, priority) in &section.user_priorities {
+        if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(priority.get_ref()) {
+            return Err(file_text.at(
+                priority,
+                format!("techila.user_priorities.{user} must be within {PRIORITY_HIGHEST}..={PRIORITY_LOWEST}"),
+            ));
+        }
+        user_priorities.insert(user.clone(), *priority.get_ref());
+    }
+    Ok(TechilaPolicy {
+        max_running_tasks: section.max_running_tasks,
+        simultaneous_projects: section.simultaneous_projects,
+        user_priorities,
+    })
 }
 
 fn one() -> u32 {
@@ -114,6 +155,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         redundancy,
         job_retention_ms: seconds(file_text, "job_retention_secs", &file.job_retention_secs, defaults.job_retention_ms)?,
         sge,
+        techila: techila(file_text, &file.techila)?,
     })
 }
 

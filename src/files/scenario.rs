@@ -419,6 +419,7 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         engine_tiers: Vec<Spanned<String>>,
         greylist_affinity: Option<u32>,
         redundancy: Option<RawRedundancy>,
+        techila: Option<crate::files::policyfile::TechilaSection>,
     }
 }
 
@@ -502,6 +503,8 @@ struct RawJob {
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
     /// Grid Engine's job share (`qsub -js`), as in the job file.
     job_share: Option<Spanned<u32>>,
+    /// Techila's project priority, 1 (Highest) to 7 (Lowest); 4 when absent.
+    project_priority: Option<Spanned<u32>>,
     #[serde(default)]
     condition: Vec<Spanned<RawCondition>>,
 }
@@ -522,6 +525,7 @@ impl RawJob {
                 task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
                 cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
                 job_share: &self.job_share,
+                project_priority: &self.project_priority,
             },
             condition: &self.condition,
         }
@@ -583,9 +587,12 @@ impl RawScenario {
                 let (algorithm, sge) = raw
                     .grid_engine(FileText { text, path: "" })
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
+                    techila,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),

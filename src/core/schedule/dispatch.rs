@@ -458,7 +458,7 @@ impl Run<'_> {
                     }
                 }
             }
-            order.engine_served(at, booked);
+            order.engine_served(state, at, booked);
         }
     }
 

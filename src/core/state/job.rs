@@ -296,6 +296,11 @@ pub struct Job {
     /// Redundant copies that were still waiting when their task got its result
     /// (or failed, or went back to the queue): rescheduled, never dispatched.
     pub copies_dropped: u64,
+    /// CPU time its engines reported for its completed attempts, in ms
+    /// (Techila's "CPU time used in completed Jobs of the Project").
+    pub cpu_ms_completed: u64,
+    /// Under `techila`: the project the job's latest preempted task gave way to.
+    pub techila_preempted_by: Option<crate::core::ids::JobId>,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -387,6 +392,8 @@ impl Job {
             task_dependents: 0,
             redundant_results: 0,
             copies_dropped: 0,
+            cpu_ms_completed: 0,
+            techila_preempted_by: None,
         }
     }
 

@@ -137,7 +137,9 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     if job_share > shares_max {
         return Err(WireError::at("job_share", FieldProblem::Inconsistent(format!("{job_share} shares, more than {shares_max}"))));
     }
+    let project_priority = super::techila::project_priority(m.project_priority)?;
     Ok(JobOptions {
+        project_priority,
         root_library: m
             .root_library
             .map(|library| library_ref("root_library", Some(library)))
@@ -280,6 +282,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         redundancy: redundancy_fields!(RedundancyPolicy, redundancy),
         job_retention_ms: m.job_retention_ms.unwrap_or(crate::core::event::JOB_RETENTION_MS_DEFAULT),
         sge: super::sge::sge(m.sge).map_err(|e| e.within("sge"))?,
+        techila: super::techila::techila(m.techila).map_err(|e| e.within("techila"))?,
     })
 }
 

@@ -91,6 +91,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),
+        project_priority: options.project_priority,
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -227,6 +228,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             job_retention_ms: (policy.job_retention_ms != crate::core::event::JOB_RETENTION_MS_DEFAULT)
                 .then_some(policy.job_retention_ms),
             sge: super::sge::sge_to_proto(&policy.sge),
+            techila: super::techila::techila_to_proto(&policy.techila),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
