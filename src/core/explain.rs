@@ -63,7 +63,7 @@ pub enum Detail {
         queue_jump: bool,
         /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
         #[serde(skip_serializing_if = "Option::is_none")]
-        techila: Option<super::schedule::techila::TechilaWhy>,
+        techila: Option<Box<super::schedule::techila::TechilaWhy>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -264,7 +264,7 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         waits_for_jobs,
         queue_jump: task_state.is_queue_jump(),
         techila: (state.policy.algorithm == super::event::Algorithm::Techila)
-            .then(|| super::schedule::techila::why(state, key)),
+            .then(|| Box::new(super::schedule::techila::why(state, key))),
     }
 }
 

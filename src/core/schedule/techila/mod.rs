@@ -484,10 +484,10 @@ pub fn why(state: &State, key: TaskKey) -> TechilaWhy {
             .filter(|&other| other != j && state.job(other).user_account == job.user_account)
             .map(|other| (project_priority(state.job(other)), state.job(other).submit_seq, other))
             .min();
-        if let Some((priority, seq, other)) = ahead {
-            if (priority, seq, other) < (project_priority(job), job.submit_seq, j) {
-                return TechilaWhy::BehindUsersProject { project: state.job(other).id.clone(), project_priority: priority };
-            }
+        if let Some((priority, seq, other)) = ahead
+            && (priority, seq, other) < (project_priority(job), job.submit_seq, j)
+        {
+            return TechilaWhy::BehindUsersProject { project: state.job(other).id.clone(), project_priority: priority };
         }
     }
     let mut order = TechilaOrder::new(state, &in_flight);
