@@ -311,6 +311,9 @@ pub struct JobOptions {
     /// tasks it has once every part is folded. None of its tasks is dispatched
     /// before then, and a part beyond it is refused.
     pub tasks_total: Option<u32>,
+    /// Techila's project priority, 1 (Highest) to 7 (Lowest); 0 means the
+    /// default, 4 (Normal). Read by the `techila` family only.
+    pub project_priority: u32,
 }
 
 impl JobOptions {
@@ -516,6 +519,21 @@ pub struct Policy {
     pub sge: SgePolicy,
     /// Grid Engine's `queue_sort_method`: load index or `seq_no` first.
     pub queue_sort_method: QueueSort,
+    /// Techila's license cap, simultaneous projects and user priorities (`techila`).
+    pub techila: TechilaPolicy,
+}
+
+/// Techila's scheduler settings, read by the `techila` family only.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct TechilaPolicy {
+    /// The Techila License: most tasks running (dispatched or started) at once
+    /// across the grid, whatever the number of engines; 0 means no cap.
+    pub max_running_tasks: u32,
+    /// A user's projects share capacity through the ticket draw, instead of
+    /// the user's most important project taking it all.
+    pub simultaneous_projects: bool,
+    /// End-user priorities, 1 (most important) to 7; a user not named is 4.
+    pub user_priorities: BTreeMap<String, u32>,
 }
 
 /// Grid Engine's scheduler configuration (sched_conf(5)) for job ordering, by
@@ -671,6 +689,7 @@ impl Default for Policy {
             job_retention_ms: JOB_RETENTION_MS_DEFAULT,
             sge: SgePolicy::default(),
             queue_sort_method: QueueSort::default(),
+            techila: TechilaPolicy::default(),
         }
     }
 }
@@ -687,22 +706,27 @@ pub enum Algorithm {
     /// from `-p`, urgency and the tickets of the share tree, functional and
     /// override policies.
     Sgeee,
+    /// Techila's scheduler: resource-first, fastest free core, one project per
+    /// user in a seeded ticket draw, under a license cap (`schedule::techila`).
+    Techila,
 }
 
 impl Algorithm {
     /// Every algorithm, as policy files name them.
-    pub const NAMES: [&'static str; 2] = ["sge-plain", "sgeee"];
+    pub const NAMES: [&'static str; 3] = ["sge-plain", "sgeee", "techila"];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SgePlain => "sge-plain",
             Algorithm::Sgeee => "sgeee",
+            Algorithm::Techila => "techila",
         }
     }
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "sge-plain" => Some(Algorithm::SgePlain),
             "sgeee" => Some(Algorithm::Sgeee),
+            "techila" => Some(Algorithm::Techila),
             _ => None,
         }
     }

@@ -66,6 +66,9 @@ pub enum Detail {
         held: bool,
         /// Its job was submitted in parts and not all have arrived: (tasks so far, tasks declared).
         awaits_parts: Option<(u32, u32)>,
+        /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        techila: Option<Box<super::schedule::techila::TechilaWhy>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -272,6 +275,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         queue_jump: task_state.is_queue_jump(),
         held: job.held,
         awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
+        techila: (state.policy.algorithm == super::event::Algorithm::Techila)
+            .then(|| Box::new(super::schedule::techila::why(state, key))),
     }
 }
 
@@ -335,12 +340,16 @@ impl std::fmt::Display for Explanation {
                 queue_jump,
                 held: job_held,
                 awaits_parts,
+                techila,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
                 }
                 if let Some((so_far, total)) = awaits_parts {
                     writeln!(f, "  its job awaits its parts: {so_far} of {total} tasks have arrived")?;
+                }
+                if let Some(techila) = techila {
+                    writeln!(f, "  {techila}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;

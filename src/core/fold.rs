@@ -91,13 +91,14 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
             state.touch_engine(e);
         }),
         Event::TaskStarted { task, attempt, engine } => task_started(state, task, *attempt, engine),
-        Event::TaskCompleted { task, attempt, engine, wall_ms, result, .. } => {
+        Event::TaskCompleted { task, attempt, engine, wall_ms, cpu_ms, result, .. } => {
             if result.len() > RESULT_BYTES_MAX {
                 Err(Rejection::ResultTooLarge { task: task.clone(), bytes: result.len(), max: RESULT_BYTES_MAX })
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
                     state.complete(key, *attempt, *wall_ms);
+                    state.add_completed_cpu(key, *cpu_ms);
                 })
             }
         }
@@ -909,8 +910,15 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 _ => Control::Preempt,
             };
             let on_engine = state.live_attempt_numbered(key, *attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
-            if state.control_requested(key, *attempt) != Some(action) || !on_engine {
+            let requested = state.control_requested(key, *attempt) == Some(action);
+            // Techila preempts a Lowest project's task on its own rule.
+            let techila = !requested && action == Control::Preempt && super::schedule::techila::may_preempt(state, key);
+            if !(requested || techila) || !on_engine {
                 return Err(OrderProblem::NotRequested);
+            }
+            if techila {
+                let by = super::schedule::techila::preemptor(state).map(|p| state.job(p).id.clone());
+                state.job_mut(key.job).techila_preempted_by = by;
             }
             match action {
                 Control::Suspend => state.suspend_attempt(key, *attempt),

@@ -85,6 +85,8 @@ struct JobFile {
     deadline: Option<Spanned<toml::value::Datetime>>,
     /// Grid Engine's job share (`qsub -js`): functional shares in ticket mode.
     job_share: Option<Spanned<u32>>,
+    /// Techila's project priority, 1 (Highest) to 7 (Lowest); 4 when absent.
+    project_priority: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -700,6 +702,7 @@ fn job_options(
         task_max_time: ("task_max_time_secs", &file.task_max_time_secs, 1000),
         cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
         job_share: &file.job_share,
+        project_priority: &file.project_priority,
     };
     let depends_on_job = |what: &str, job: &Spanned<String>| {
         let job_id = JobId::new(job.get_ref()).map_err(|problem| problem_at(job, format!("{what}: {problem}")))?;
@@ -728,6 +731,7 @@ pub(crate) struct OptionKeys<'a> {
     pub cancel_redundant_on_first_result: &'a Option<Spanned<bool>>,
     /// Grid Engine's `qsub -js`: the job's functional shares in ticket mode.
     pub job_share: &'a Option<Spanned<u32>>,
+    pub project_priority: &'a Option<Spanned<u32>>,
 }
 
 impl OptionKeys<'_> {
@@ -793,8 +797,20 @@ impl OptionKeys<'_> {
             Some(n) => *n.get_ref(),
             None => 0,
         };
+        use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+        let project_priority = match self.project_priority {
+            Some(n) if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(n.get_ref()) => {
+                return Err(problem_at(
+                    n,
+                    format!("project_priority must be within {PRIORITY_HIGHEST} (Highest)..={PRIORITY_LOWEST} (Lowest)"),
+                ));
+            }
+            Some(n) => *n.get_ref(),
+            None => 0,
+        };
         let options = JobOptions {
             job_share,
+            project_priority,
             root_library,
             affinity,
             depends_on_jobs,

@@ -10,7 +10,7 @@ use toml::Spanned;
 pub(crate) mod sge;
 
 use super::jobfile::{FileText, JobFileError as FileError};
-use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, QueueSort, RedundancyPolicy};
+use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, QueueSort, RedundancyPolicy, TechilaPolicy};
 use crate::wire::check_engine_tier;
 
 sge::with_grid_engine_keys! {
@@ -29,6 +29,8 @@ sge::with_grid_engine_keys! {
         job_retention_secs: Option<Spanned<u64>>,
         /// Grid Engine's `queue_sort_method`: "load" or "seqno".
         queue_sort_method: Option<Spanned<String>>,
+        /// Techila's settings (`algorithm = "techila"`).
+        techila: Option<TechilaSection>,
     }
 }
 
@@ -57,6 +59,45 @@ struct RedundancySection {
     std_dev_limit: Option<Spanned<toml::Value>>,
     reschedule_first: Option<bool>,
     copies_per_task_max: Option<u32>,
+}
+
+/// `[techila]`: the license cap, simultaneous projects, user priorities.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TechilaSection {
+    #[serde(default)]
+    max_running_tasks: u32,
+    #[serde(default)]
+    simultaneous_projects: bool,
+    #[serde(default)]
+    user_priorities: std::collections::BTreeMap<String, Spanned<u32>>,
+}
+
+pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>) -> Result<TechilaPolicy, FileError> {
+    use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    let Some(section) = section else { return Ok(TechilaPolicy::default()) };
+    if section.user_priorities.len() > crate::wire::NAMED_AMOUNTS_MAX {
+        return Err(FileError {
+            path: file_text.path.to_string(),
+            line: 0,
+            message: format!("techila.user_priorities: more than {} users", crate::wire::NAMED_AMOUNTS_MAX),
+        });
+    }
+    let mut user_priorities = std::collections::BTreeMap::new();
+    for (user, priority) in &section.user_priorities {
+        if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(priority.get_ref()) {
+            return Err(file_text.at(
+                priority,
+                format!("techila.user_priorities.{user} must be within {PRIORITY_HIGHEST}..={PRIORITY_LOWEST}"),
+            ));
+        }
+        user_priorities.insert(user.clone(), *priority.get_ref());
+    }
+    Ok(TechilaPolicy {
+        max_running_tasks: section.max_running_tasks,
+        simultaneous_projects: section.simultaneous_projects,
+        user_priorities,
+    })
 }
 
 fn one() -> u32 {
@@ -136,6 +177,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
                 }
             },
         },
+        techila: techila(file_text, &file.techila)?,
     })
 }
 
@@ -289,9 +331,9 @@ copies_per_task_max = 3
 
     #[test]
     fn bad_policies_name_the_line() {
-        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee"#]]);
+        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
@@ -301,5 +343,21 @@ copies_per_task_max = 3
         check_error("[redundancy]\naverage_limit = 2.0001\n", expect!["p.toml:2: redundancy.average_limit: 2.0001 has 4 decimals; at most 3 are kept"]);
         check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; it must be 0 or more"]);
         check_error("[redundancy]\ncopies = 2\n", expect!["p.toml:2: unknown field `copies`, expected one of `strategy_effective_percent`, `poll_period_secs`, `percent_completed_strategy`, `remaining_task_percent`, `average_strategy`, `average_limit`, `std_dev_strategy`, `std_dev_limit`, `reschedule_first`, `copies_per_task_max`"]);
+    }
+
+    #[test]
+    fn a_techila_section_is_read_and_bad_priorities_name_the_line() {
+        let policy = parse_policy(
+            "algorithm = \"techila\"\n[techila]\nmax_running_tasks = 500\nsimultaneous_projects = true\nuser_priorities = { alice = 2 }\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(policy.algorithm, crate::core::event::Algorithm::Techila);
+        assert_eq!(policy.techila.max_running_tasks, 500);
+        assert!(policy.techila.simultaneous_projects);
+        assert_eq!(policy.techila.user_priorities.get("alice"), Some(&2));
+        check_error("[techila]\nuser_priorities = { bob = 8 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
+        check_error("[techila]\nuser_priorities = { bob = 0 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
+        check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`"]);
     }
 }

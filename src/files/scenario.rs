@@ -425,6 +425,7 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         /// Grid Engine's `queue_sort_method` and `load_formula` (see `resource.rs`).
         queue_sort_method: Option<Spanned<String>>,
         load_formula: Option<Spanned<String>>,
+        techila: Option<crate::files::policyfile::TechilaSection>,
     }
 }
 
@@ -509,6 +510,8 @@ struct RawJob {
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
     /// Grid Engine's job share (`qsub -js`), as in the job file.
     job_share: Option<Spanned<u32>>,
+    /// Techila's project priority, 1 (Highest) to 7 (Lowest); 4 when absent.
+    project_priority: Option<Spanned<u32>>,
     #[serde(default)]
     condition: Vec<Spanned<RawCondition>>,
 }
@@ -529,6 +532,7 @@ impl RawJob {
                 task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
                 cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
                 job_share: &self.job_share,
+                project_priority: &self.project_priority,
             },
             condition: &self.condition,
         }
@@ -590,9 +594,12 @@ impl RawScenario {
                 let (algorithm, sge) = raw
                     .grid_engine(FileText { text, path: "" })
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
+                    techila,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -866,7 +873,7 @@ projector_restarts = 2
         assert_eq!(scenario.policy.sge.share_tree.len(), 2);
         assert_eq!(
             error_of("seed = 1\n[policy]\nalgorithm = \"fifo\"\n"),
-            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee"
+            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila"
         );
         assert_eq!(
             error_of(&format!("{base}\n[policy.share_tree.a]\nshares = -1\n")),

@@ -159,6 +159,7 @@ pub fn every_event() -> Vec<Event> {
                 deadline_ms: None,
                 job_share: 250,
                 tasks_total: Some(4),
+                project_priority: 2,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -265,6 +266,11 @@ pub fn every_event() -> Vec<Event> {
             job_retention_ms: crate::core::event::JOB_RETENTION_MS_DEFAULT,
             sge: crate::core::event::SgePolicy::default(),
             queue_sort_method: crate::core::event::QueueSort::Load,
+            techila: crate::core::event::TechilaPolicy {
+                max_running_tasks: 500,
+                simultaneous_projects: true,
+                user_priorities: [("alice".to_string(), 2)].into(),
+            },
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -462,12 +468,12 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
         ),
-        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32),
+        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32, 0..=7u32),
     )
         .prop_map(
             |(
                 (root_library, affinity, depends_on_jobs, flags),
-                (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share),
+                (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share, project_priority),
             )| {
                 let [
                     fail_on_dependency_failure,
@@ -492,6 +498,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     deadline_ms,
                     job_share,
                     tasks_total: None,
+                    project_priority,
                 }
             },
         );
@@ -692,7 +699,12 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             arb_redundancy(),
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
-        (prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee)], arb_sge_policy(), arb_queue_sort()),
+        (
+            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila)],
+            arb_sge_policy(),
+            arb_queue_sort(),
+            (any::<u32>(), any::<bool>(), prop::collection::btree_map("[a-z]{1,8}", 1..=7u32, 0..4)),
+        ),
     )
         .prop_map(
             |(
@@ -703,9 +715,10 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 per_run,
                 seed,
                 (engine_tiers, greylist_affinity, redundancy, job_retention_ms),
-                (algorithm, sge, (queue_sort_method, expression)),
+                (algorithm, sge, (queue_sort_method, expression), (max_running_tasks, simultaneous_projects, user_priorities)),
             )| {
                 Policy {
+                    techila: crate::core::event::TechilaPolicy { max_running_tasks, simultaneous_projects, user_priorities },
                     algorithm,
                     engine_timeout_ms,
                     dispatch_timeout_ms,

@@ -235,7 +235,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "fair-share"}}}}}}"#),
-        expect![[r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain, sgeee"#]],
+        expect![[r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain, sgeee, techila"#]],
     );
     check_error(
         &format!(
@@ -511,6 +511,16 @@ fn a_grid_engine_policy_over_its_limits_does_not_decode_and_says_where() {
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"job_share": 4294967295}}}}}}}}"#),
         expect![[r#"event.job_submitted.options.job_share: 4294967295 shares, more than 1000000"#]],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"project_priority": 8}}}}}}}}"#),
+        expect!["event.job_submitted.options.project_priority: 8, not within 1..=7"],
+    );
+    let techila = |techila: &str| format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "techila", "techila": {techila}}}}}}}"#);
+    check_error(&techila(r#"{"user_priorities": [{"name": "ann", "amount": 9}]}"#), expect!["event.policy_set.techila.user_priorities: user ann: priority 9, not within 1..=7"]);
+    check_error(
+        &techila(r#"{"user_priorities": [{"name": "ann", "amount": 1}, {"name": "ann", "amount": 2}]}"#),
+        expect!["event.policy_set.techila.user_priorities[1].name: a name listed twice"],
     );
     let too_many: Vec<String> = (0..10_001).map(|n| format!(r#"{{"name": "n{n}", "shares": 1}}"#)).collect();
     check_error(

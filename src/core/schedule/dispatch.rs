@@ -464,7 +464,7 @@ impl Run<'_> {
                     }
                 }
             }
-            order.engine_served(at, booked);
+            order.engine_served(state, at, booked);
         }
     }
 

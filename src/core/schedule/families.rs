@@ -24,9 +24,7 @@
 //! |---|---|---|
 //! | `sge-plain` | [`super::sge`] | job-first: `-p`, then FCFS or `user_sort` |
 //! | `sgeee` | [`super::sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
-//!
-//! Resource-first has only its test family so far ([`super::fastest_first`]);
-//! Techila's fastest free core and ticket draw will be the first real one.
+//! | `techila` | [`super::techila`] | resource-first: fastest free core, one project per user in a seeded ticket draw, license cap |
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -49,13 +47,16 @@ pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
     match state.policy.algorithm {
         Algorithm::SgePlain => Ordering::JobFirst(super::sge::job_order(state, in_flight)),
         Algorithm::Sgeee => Ordering::JobFirst(super::sgeee::job_order(state, in_flight)),
+        Algorithm::Techila => {
+            Ordering::ResourceFirst(EngineOrder::Techila(Box::new(super::techila::TechilaOrder::new(state, in_flight))))
+        }
     }
 }
 
 /// The family's own filters for the task on engine `e`, after the shared ones.
 pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee => Ok(()),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => Ok(()),
     }
 }
 
@@ -63,14 +64,15 @@ pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> 
 /// conclude from one task that no free engine may take its category).
 pub fn has_filters(state: &State) -> bool {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee => false,
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => false,
     }
 }
 
 /// The family's own lifecycle stages, run after the shared ones and before dispatch.
-pub fn lifecycle(state: &State, _in_flight: &InFlight, _orders: &mut Orders) {
+pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee => {}
+        Algorithm::Techila => super::techila::preempt_lowest(state, in_flight, orders),
     }
 }
 
@@ -266,6 +268,7 @@ impl MovingOrder {
 /// ([`super::fastest_first`]) shows the loop's shape.
 pub enum EngineOrder {
     FastestFirst(super::fastest_first::FastestFirst),
+    Techila(Box<super::techila::TechilaOrder>),
 }
 
 impl EngineOrder {
@@ -273,13 +276,15 @@ impl EngineOrder {
     pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
         match self {
             EngineOrder::FastestFirst(order) => order.next_engine(state, candidates),
+            EngineOrder::Techila(order) => order.next_engine(state, candidates),
         }
     }
 
     /// The jobs engine `e` would take, best first.
-    pub(crate) fn jobs_for(&self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
+    pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
         match self {
             EngineOrder::FastestFirst(order) => order.jobs_for(state, e),
+            EngineOrder::Techila(order) => order.jobs_for(state, e),
         }
     }
 
@@ -287,13 +292,15 @@ impl EngineOrder {
     pub(crate) fn has_booked(&self, key: TaskKey) -> bool {
         match self {
             EngineOrder::FastestFirst(order) => order.has_booked(key),
+            EngineOrder::Techila(order) => order.has_booked(key),
         }
     }
 
     /// The engine at `at` was served (and booked `task`, or nothing).
-    pub(crate) fn engine_served(&mut self, at: u32, booked: Option<TaskKey>) {
+    pub(crate) fn engine_served(&mut self, state: &State, at: u32, booked: Option<TaskKey>) {
         match self {
             EngineOrder::FastestFirst(order) => order.engine_served(at, booked),
+            EngineOrder::Techila(order) => order.engine_served(state, at, booked),
         }
     }
 }

@@ -49,6 +49,7 @@ pub mod redundancy;
 pub mod sge;
 pub mod sgeee;
 pub mod suspension;
+pub mod techila;
 
 #[cfg(test)]
 mod busy_grid_tests;

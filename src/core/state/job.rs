@@ -306,6 +306,11 @@ pub struct Job {
     pub attempt_log: super::attempts::AttemptLog,
     /// Held by an operator (`gridfold hold`): no new dispatches until released.
     pub held: bool,
+    /// CPU time its engines reported for its completed attempts, in ms
+    /// (Techila's "CPU time used in completed Jobs of the Project").
+    pub cpu_ms_completed: u64,
+    /// Under `techila`: the project the job's latest preempted task gave way to.
+    pub techila_preempted_by: Option<crate::core::ids::JobId>,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -399,6 +404,8 @@ impl Job {
             copies_dropped: 0,
             attempt_log: super::attempts::AttemptLog::default(),
             held: false,
+            cpu_ms_completed: 0,
+            techila_preempted_by: None,
         }
     }
 

@@ -1094,6 +1094,12 @@ impl State {
         self.jobs[key.job.0 as usize].set_task_status(key.index, status);
     }
 
+    /// Adds an accepted completion's reported CPU time to its job's figure.
+    pub(crate) fn add_completed_cpu(&mut self, key: TaskKey, cpu_ms: u64) {
+        let job = &mut self.jobs[key.job.0 as usize];
+        job.cpu_ms_completed = job.cpu_ms_completed.saturating_add(cpu_ms);
+    }
+
     pub(crate) fn complete(&mut self, key: TaskKey, attempt: Attempt, wall_ms: u64) {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         // The task's time is from its oldest live attempt (the first one), not from

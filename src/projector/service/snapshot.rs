@@ -62,8 +62,11 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// attempt records (`core::state::attempts`). 7: an engine's load holds its
 /// named load values, the policy its load formula expression and
 /// `queue_sort_method`. 8: a job may be held and declare its total tasks
-/// (parts), an engine may be drained, a task awaits its cancel.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 8;
+/// (parts), an engine may be drained, a task awaits its cancel. 9: a job's
+/// options hold its Techila `project_priority`; a job its completed CPU time
+/// and the project a Techila preemption gave way to; the policy its Techila
+/// settings.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 9;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

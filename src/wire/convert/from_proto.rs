@@ -146,7 +146,9 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     if job_share > shares_max {
         return Err(WireError::at("job_share", FieldProblem::Inconsistent(format!("{job_share} shares, more than {shares_max}"))));
     }
+    let project_priority = super::techila::project_priority(m.project_priority)?;
     Ok(JobOptions {
+        project_priority,
         root_library: m
             .root_library
             .map(|library| library_ref("root_library", Some(library)))
@@ -310,6 +312,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
                 ));
             }
         },
+        techila: super::techila::techila(m.techila).map_err(|e| e.within("techila"))?,
     })
 }
 

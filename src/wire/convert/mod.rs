@@ -47,6 +47,7 @@ mod from_proto;
 mod orders;
 mod sge;
 pub use sge::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
+mod techila;
 mod tier;
 mod to_proto;
 
@@ -159,7 +160,7 @@ const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
 /// one is added and not listed here.
-const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee];
+const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila];
 const _: fn(Algorithm) = |algorithm| match algorithm {
-    Algorithm::SgePlain | Algorithm::Sgeee => {}
+    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => {}
 };

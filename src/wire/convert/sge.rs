@@ -144,7 +144,7 @@ fn share_tree(nodes: Vec<proto::ShareTreeNode>) -> Result<Vec<ShareTreeNode>, Wi
     Ok(out)
 }
 
-fn named_amounts(field: &str, entries: Vec<proto::NamedAmount>) -> Result<BTreeMap<String, u32>, WireError> {
+pub(super) fn named_amounts(field: &str, entries: Vec<proto::NamedAmount>) -> Result<BTreeMap<String, u32>, WireError> {
     check_count(field, entries.len(), NAMED_AMOUNTS_MAX)?;
     let mut table = BTreeMap::new();
     for (at, entry) in entries.into_iter().enumerate() {

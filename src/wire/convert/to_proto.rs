@@ -92,6 +92,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),
         tasks_total: options.tasks_total,
+        project_priority: options.project_priority,
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -235,6 +236,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 crate::core::event::QueueSort::Load => String::new(),
                 method => method.name().to_string(),
             },
+            techila: super::techila::techila_to_proto(&policy.techila),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {

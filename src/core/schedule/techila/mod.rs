@@ -1,0 +1,501 @@
+//! Techila's scheduler (algorithm `techila`), after Techila Distributed
+//! Computing Engine's documentation: a Techila *project* is a gridfold job, a
+//! Techila *job* is a task, a *Techila Worker CPU core* is an engine slot.
+//!
+//! # The scheduling cycle (resource-first)
+//! Each cycle serves one free core: the free engines are listed fastest first
+//! (their `mflops` benchmark, then free slots, then engine id); for the fastest,
+//! the projects compatible with it (their category's requirements and slots)
+//! enter a **ticket draw**, at most one per user (the user's most important:
+//! lowest project priority number, then earliest created) unless the policy's
+//! `simultaneous_projects`; each gets `sum of rankings / own ranking` tickets
+//! (at least 1); one ticket is drawn with the run's seeded PRNG
+//! ([`crate::core::rng::SplitMix64::for_sequence`] of the policy's seed and
+//! the sequence the run is based on, advanced once per draw), so replay draws
+//! the same; one task of the winner goes to that core. The cycle repeats while
+//! cores, tasks and the license allow. When a Normal-or-higher project (1 to 4)
+//! is among a draw's entrants, Lowest (7) projects are left out of it.
+//!
+//! # The ranking (lower ranking, more tickets)
+//! With integers only (u128, no overflow for any u32/u64 input):
+//!
+//! ```text
+//! ranking = user_priority × project_priority
+//!         × (1000 + 1000 × running_tasks + benchmark_sum_mflops
+//!            + 1000 × cpu_ms_completed / (wall_clock_ms + 60_000))
+//!         × (100 + creation_rank)
+//! ```
+//!
+//! Why each input moves it:
+//! - **user priority** (policy `user_priorities`, 1 to 7, default 4) and
+//!   **project priority** (job file `project_priority`, 1 to 7, default 4)
+//!   multiply it: a Highest (1) project against a Lowest (7) one of the same
+//!   consumption gets seven times the tickets, as an administrator or user
+//!   asking for it expects.
+//! - **tasks running**: each adds one unit (1000), so a project that holds more
+//!   cores gets fewer tickets and capacity flows to the one that holds fewer:
+//!   two projects of equal inputs converge on an even split.
+//! - **sum of the benchmarks of engines working on it** (mflops, 1 per mflop):
+//!   a project on fast cores already gets more computing power per task, so its
+//!   ranking rises with the speed of what it holds, not just the count.
+//! - **CPU time used by its completed tasks**, per **project wall-clock time**
+//!   (since submission, plus a minute so a new project does not divide by
+//!   zero): the average number of cores' worth of work it has consumed over its
+//!   life, in thousandths. A project that has used much recently ranks higher;
+//!   an old project that used the same total slowly is not punished for its age.
+//! - **creation order** (0 for the earliest entrant of the draw): each later
+//!   project ranks 1% higher, so between otherwise equal projects the older one
+//!   is favoured a little, as Techila processes projects in creation order.
+//! - the base 1000 keeps the ranking positive for a project that has run nothing.
+//!
+//! # The license cap and preemption
+//! Policy `max_running_tasks` caps the tasks dispatched or running at once
+//! over the grid (0: no cap). Since cores are served fastest first, the running
+//! tasks sit on the fastest cores; when a core in use goes (engine lost or
+//! logged out), its tasks are requeued and the next cycle gives the freed
+//! capacity to the fastest free core. [`preempt_lowest`] preempts tasks of
+//! Lowest projects (the `Preempt` order: killed and queued again without using
+//! an attempt) when a Normal-or-higher project wants capacity that no free core
+//! (within the license) offers; the fold accepts such a preemption only of a
+//! Lowest project's attempt under this algorithm ([`may_preempt`]).
+//!
+//! Not done here: the expiry of tasks running past a project's expected time
+//! (the redundant-copy machinery of [`super::redundancy`] with a job's
+//! `task_max_time` gives the same copy-and-first-result-wins behaviour).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::dispatch::Candidate;
+use super::{InFlight, Orders};
+use crate::core::event::{Algorithm, Order};
+use crate::core::ids::JobId;
+use crate::core::rng::SplitMix64;
+use crate::core::state::{AccountIdx, EngineIdx, Job, JobIdx, State, TaskKey};
+
+#[cfg(test)]
+mod tests;
+
+pub const PRIORITY_HIGHEST: u32 = 1;
+pub const PRIORITY_NORMAL: u32 = 4;
+pub const PRIORITY_LOWEST: u32 = 7;
+
+/// Most projects entering one draw (one per user, or every project with
+/// `simultaneous_projects`): the rest, least important first, wait a cycle.
+pub const DRAW_ENTRANTS_MAX: usize = 4_096;
+/// Most Preempt orders one run gives.
+pub const PREEMPTS_PER_RUN_MAX: usize = 1_024;
+
+/// A project's priority, 1 (Highest) to 7 (Lowest); 0 in the job file is 4.
+pub fn project_priority(job: &Job) -> u32 {
+    match job.options.project_priority {
+        0 => PRIORITY_NORMAL,
+        p => p.clamp(PRIORITY_HIGHEST, PRIORITY_LOWEST),
+    }
+}
+
+/// The owner's priority from the policy's table; 4 for a user not named.
+pub fn user_priority(state: &State, job: &Job) -> u32 {
+    state
+        .policy
+        .techila
+        .user_priorities
+        .get(&job.owner)
+        .copied()
+        .unwrap_or(PRIORITY_NORMAL)
+        .clamp(PRIORITY_HIGHEST, PRIORITY_LOWEST)
+}
+
+/// The inputs of one project's ranking, as of a cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankingInputs {
+    pub user_priority: u32,
+    pub project_priority: u32,
+    pub wall_clock_ms: u64,
+    pub cpu_ms_completed: u64,
+    pub running_tasks: u32,
+    /// 0 for the earliest created entrant of the draw.
+    pub creation_rank: u32,
+    pub benchmark_sum_mflops: u64,
+}
+
+/// The ranking formula of the module doc: lower ranks win more tickets.
+pub fn ranking(inputs: &RankingInputs) -> u128 {
+    let cpu_rate_milli = u128::from(inputs.cpu_ms_completed) * 1000 / (u128::from(inputs.wall_clock_ms) + 60_000);
+    let consumption = 1000 + 1000 * u128::from(inputs.running_tasks) + u128::from(inputs.benchmark_sum_mflops) + cpu_rate_milli;
+    u128::from(inputs.user_priority.max(1))
+        * u128::from(inputs.project_priority.max(1))
+        * consumption
+        * (100 + u128::from(inputs.creation_rank))
+}
+
+/// Tickets per entrant: the sum of the rankings over its own (at least 1).
+pub fn tickets(rankings: &[u128]) -> Vec<u64> {
+    let sum: u128 = rankings.iter().sum();
+    rankings.iter().map(|&own| u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1)).collect()
+}
+
+/// Draws one ticket: the position of the entrant holding it.
+pub fn draw(tickets: &[u64], rng: &mut SplitMix64) -> usize {
+    assert!(!tickets.is_empty(), "a draw has entrants");
+    let total: u64 = tickets.iter().fold(0u64, |sum, &t| sum.saturating_add(t));
+    let mut ticket = rng.below(total);
+    for (at, &t) in tickets.iter().enumerate() {
+        if ticket < t {
+            return at;
+        }
+        ticket -= t;
+    }
+    tickets.len() - 1
+}
+
+/// One entrant of a draw, with its figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entrant {
+    pub job: JobIdx,
+    pub inputs: RankingInputs,
+    pub ranking: u128,
+    pub tickets: u64,
+}
+
+/// The Techila ordering of one run: its draws and bookings.
+pub struct TechilaOrder {
+    rng: SplitMix64,
+    /// Tasks the license still allows this run (`u32::MAX`: no cap).
+    license_left: u32,
+    passed: BTreeSet<u32>,
+    booked: BTreeSet<TaskKey>,
+    booked_per_job: BTreeMap<JobIdx, u32>,
+    /// Per job drawn so far: the sum of the mflops of the engines running it.
+    benchmark_sums: BTreeMap<JobIdx, u64>,
+    /// The engine served by the last `jobs_for`.
+    serving: Option<EngineIdx>,
+    in_flight_per_job: BTreeMap<JobIdx, u32>,
+    /// The last draw, for tests and `why`.
+    pub last_draw: Vec<Entrant>,
+}
+
+/// Tasks dispatched or running over the grid, counting the dispatches in flight.
+pub fn running_tasks(state: &State, in_flight: &InFlight) -> u64 {
+    let live: u64 = state.engines().iter().map(|engine| u64::from(engine.live)).sum();
+    live + in_flight.dispatched_per_job().map(|(_, n)| u64::from(n)).sum::<u64>()
+}
+
+impl TechilaOrder {
+    pub fn new(state: &State, in_flight: &InFlight) -> TechilaOrder {
+        let cap = state.policy.techila.max_running_tasks;
+        let license_left = if cap == 0 {
+            u32::MAX
+        } else {
+            u32::try_from(u64::from(cap).saturating_sub(running_tasks(state, in_flight))).unwrap_or(0)
+        };
+        TechilaOrder {
+            rng: SplitMix64::for_sequence(state.policy.seed, state.last_seq.0),
+            license_left,
+            passed: BTreeSet::new(),
+            booked: BTreeSet::new(),
+            booked_per_job: BTreeMap::new(),
+            benchmark_sums: BTreeMap::new(),
+            serving: None,
+            in_flight_per_job: in_flight.dispatched_per_job().collect(),
+            last_draw: Vec::new(),
+        }
+    }
+
+    /// The fastest free core not yet passed over, while the license allows.
+    pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
+        if self.license_left == 0 {
+            return None;
+        }
+        (0..candidates.len() as u32)
+            .filter(|at| !self.passed.contains(at) && candidates[*at as usize].used < candidates[*at as usize].slots)
+            .max_by_key(|&at| {
+                let candidate = &candidates[at as usize];
+                (state.engine(candidate.engine).props.mflops, candidate.slots - candidate.used, std::cmp::Reverse(at))
+            })
+    }
+
+    /// The projects the draw names for engine `e`: the winner first, then the
+    /// other entrants by tickets (most first), should the winner have no task
+    /// the shared rules let this engine take.
+    pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
+        self.serving = Some(e);
+        let entrants = self.entrants(state, e);
+        if entrants.is_empty() {
+            self.last_draw = entrants;
+            return Vec::new();
+        }
+        let tickets_each: Vec<u64> = entrants.iter().map(|entrant| entrant.tickets).collect();
+        let winner = if entrants.len() == 1 { 0 } else { draw(&tickets_each, &mut self.rng) };
+        let mut order: Vec<JobIdx> = vec![entrants[winner].job];
+        let mut rest: Vec<&Entrant> = entrants.iter().enumerate().filter(|(at, _)| *at != winner).map(|(_, en)| en).collect();
+        rest.sort_by_key(|entrant| (std::cmp::Reverse(entrant.tickets), state.job(entrant.job).submit_seq, entrant.job));
+        order.extend(rest.iter().map(|entrant| entrant.job));
+        self.last_draw = entrants;
+        order
+    }
+
+    /// How many more dispatches the job can take this run.
+    fn wanting(&self, job: &Job, j: JobIdx) -> u32 {
+        let taken = self.in_flight_per_job.get(&j).copied().unwrap_or(0) + self.booked_per_job.get(&j).copied().unwrap_or(0);
+        job.n_wanting_dispatch().saturating_sub(taken)
+    }
+
+    /// The draw's entrants for engine `e`, in creation order, with their tickets.
+    pub fn entrants(&mut self, state: &State, e: EngineIdx) -> Vec<Entrant> {
+        let engine = state.engine(e);
+        let free = engine.free_slots();
+        let simultaneous = state.policy.techila.simultaneous_projects;
+        // Per user, the most important compatible project (or every one).
+        let mut chosen: BTreeMap<(AccountIdx, u32, crate::core::ids::Seq, JobIdx), ()> = BTreeMap::new();
+        let mut best_of_user: BTreeMap<AccountIdx, (u32, crate::core::ids::Seq, JobIdx)> = BTreeMap::new();
+        for rank in state.runnable_jobs() {
+            let j = rank.job;
+            let job = state.job(j);
+            if job.slots_per_task > free || !state.category(job.category).is_eligible(e) || self.wanting(job, j) == 0 {
+                continue;
+            }
+            let key = (project_priority(job), job.submit_seq, j);
+            if simultaneous {
+                chosen.insert((job.user_account, key.0, key.1, key.2), ());
+            } else {
+                let best = best_of_user.entry(job.user_account).or_insert(key);
+                if key < *best {
+                    *best = key;
+                }
+            }
+        }
+        let mut jobs: Vec<JobIdx> = if simultaneous {
+            chosen.keys().map(|&(_, _, _, j)| j).collect()
+        } else {
+            best_of_user.values().map(|&(_, _, j)| j).collect()
+        };
+        if jobs.iter().any(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL) {
+            jobs.retain(|&j| project_priority(state.job(j)) != PRIORITY_LOWEST);
+        }
+        jobs.sort_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j));
+        jobs.truncate(DRAW_ENTRANTS_MAX);
+        jobs.sort_by_key(|&j| (state.job(j).submit_seq, j));
+        let mut entrants: Vec<Entrant> = Vec::with_capacity(jobs.len());
+        for (creation_rank, &j) in jobs.iter().enumerate() {
+            let job = state.job(j);
+            let benchmark_sum_mflops = self.benchmark_sum(state, j);
+            let inputs = RankingInputs {
+                user_priority: user_priority(state, job),
+                project_priority: project_priority(job),
+                wall_clock_ms: state.now_ms.saturating_sub(job.submitted_ms),
+                cpu_ms_completed: job.cpu_ms_completed,
+                running_tasks: job.counts.running
+                    + job.counts.dispatched
+                    + self.in_flight_per_job.get(&j).copied().unwrap_or(0)
+                    + self.booked_per_job.get(&j).copied().unwrap_or(0),
+                creation_rank: creation_rank as u32,
+                benchmark_sum_mflops,
+            };
+            entrants.push(Entrant { job: j, inputs, ranking: ranking(&inputs), tickets: 0 });
+        }
+        let rankings: Vec<u128> = entrants.iter().map(|entrant| entrant.ranking).collect();
+        for (entrant, t) in entrants.iter_mut().zip(tickets(&rankings)) {
+            entrant.tickets = t;
+        }
+        entrants
+    }
+
+    fn benchmark_sum(&mut self, state: &State, j: JobIdx) -> u64 {
+        *self.benchmark_sums.entry(j).or_insert_with(|| {
+            state.live_attempts_of_job_sorted(j).iter().map(|(_, live)| state.engine(live.engine).props.mflops).sum()
+        })
+    }
+
+    pub fn has_booked(&self, key: TaskKey) -> bool {
+        self.booked.contains(&key)
+    }
+
+    pub(crate) fn engine_served(&mut self, state: &State, at: u32, booked: Option<TaskKey>) {
+        match booked {
+            Some(key) => {
+                self.booked.insert(key);
+                *self.booked_per_job.entry(key.job).or_default() += 1;
+                self.license_left = self.license_left.saturating_sub(1);
+                if let (Some(sum), Some(e)) = (self.benchmark_sums.get_mut(&key.job), self.serving) {
+                    *sum += state.engine(e).props.mflops;
+                }
+            }
+            None => {
+                self.passed.insert(at);
+            }
+        }
+    }
+}
+
+/// Whether the fold may take a `Preempt` no operator asked for: under this
+/// algorithm, of an attempt of a Lowest project.
+pub fn may_preempt(state: &State, key: TaskKey) -> bool {
+    state.policy.algorithm == Algorithm::Techila && project_priority(state.job(key.job)) == PRIORITY_LOWEST
+}
+
+/// The project a Lowest project's task gives way to: the most important
+/// Normal-or-higher project wanting capacity (priority, then creation order).
+pub fn preemptor(state: &State) -> Option<JobIdx> {
+    state
+        .runnable_jobs()
+        .map(|rank| rank.job)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .min_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j))
+}
+
+/// Preempts tasks of Lowest projects when Normal-or-higher projects want more
+/// capacity than the free cores (within the license) offer: for each such
+/// project, most important first, its unmet want beyond the free slots its
+/// engines have is met by preempting Lowest attempts on engines it may use,
+/// the newest Lowest project's first. Preemptions in flight count as met.
+pub fn preempt_lowest(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+    let lowest: Vec<JobIdx> = {
+        let mut jobs: Vec<JobIdx> = state
+            .jobs_indexed()
+            .filter(|(_, job)| job.is_active() && project_priority(job) == PRIORITY_LOWEST && job.counts.running + job.counts.dispatched > 0)
+            .map(|(j, _)| j)
+            .collect();
+        jobs.sort_by_key(|&j| (std::cmp::Reverse(state.job(j).submit_seq), j));
+        jobs
+    };
+    if lowest.is_empty() {
+        return;
+    }
+    let mut wanting: Vec<JobIdx> = state
+        .runnable_jobs()
+        .map(|rank| rank.job)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .collect();
+    if wanting.is_empty() {
+        return;
+    }
+    wanting.sort_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j));
+    // Attempts of Lowest projects already ending (a preemption in flight).
+    let mut attempts: Vec<(TaskKey, crate::core::ids::Attempt, EngineIdx)> = Vec::new();
+    let mut n_ending = 0u64;
+    for &j in &lowest {
+        for (key, live) in state.live_attempts_of_job_sorted(j) {
+            if in_flight.is_ending(key, live.attempt) || in_flight.is_controlled(key, live.attempt) {
+                n_ending += 1;
+            } else if !in_flight.is_lost(live.engine) {
+                attempts.push((key, live.attempt, live.engine));
+            }
+        }
+    }
+    let cap = state.policy.techila.max_running_tasks;
+    let mut license_free = if cap == 0 { u64::MAX } else { u64::from(cap).saturating_sub(running_tasks(state, in_flight)) };
+    let mut taken: BTreeSet<usize> = BTreeSet::new();
+    let mut n_ordered = 0usize;
+    for &j in &wanting {
+        let job = state.job(j);
+        let category = state.category(job.category);
+        let want = u64::from(job.n_wanting_dispatch().saturating_sub(in_flight.dispatched_of_job(j)));
+        let free_slots: u64 = state
+            .free_engines()
+            .filter(|&e| category.is_eligible(e) && !in_flight.is_lost(e))
+            .map(|e| u64::from(state.engine(e).free_slots().saturating_sub(in_flight.booked_slots(e)) / job.slots_per_task.max(1)))
+            .sum();
+        let free = free_slots.min(license_free);
+        license_free = license_free.saturating_sub(want.min(free));
+        let mut unmet = want.saturating_sub(free);
+        let covered = unmet.min(n_ending);
+        n_ending -= covered;
+        unmet -= covered;
+        for (at, &(key, attempt, e)) in attempts.iter().enumerate() {
+            if unmet == 0 || n_ordered == PREEMPTS_PER_RUN_MAX {
+                break;
+            }
+            if taken.contains(&at) || !category.is_eligible(e) || state.engine(e).slots < job.slots_per_task {
+                continue;
+            }
+            let task = state.task_ref(key);
+            if orders.ends(&task, attempt) {
+                continue;
+            }
+            let engine = state.engine(e).id.clone();
+            if !orders.push(Order::Preempt { task, attempt, engine }) {
+                return;
+            }
+            taken.insert(at);
+            n_ordered += 1;
+            unmet -= 1;
+        }
+    }
+}
+
+/// What `why` says of a waiting task under this algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum TechilaWhy {
+    /// The license is used up: `running` tasks of `cap`.
+    LicenseCapReached { running: u64, cap: u32 },
+    /// The user's more important project goes first.
+    BehindUsersProject { project: JobId, project_priority: u32 },
+    /// The job takes part in the draws; the tickets of each entrant of a
+    /// cycle now on the fastest free core that may take it.
+    InTheDraw { engine: String, tickets: Vec<(JobId, u64)> },
+    /// No free core may take it now.
+    NoFreeCore,
+    /// Its task was preempted (a Lowest project) in favour of project `by`.
+    Preempted { by: Option<JobId> },
+}
+
+impl std::fmt::Display for TechilaWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TechilaWhy::LicenseCapReached { running, cap } => {
+                write!(f, "techila: license cap reached ({running}/{cap} tasks running)")
+            }
+            TechilaWhy::BehindUsersProject { project, project_priority } => write!(
+                f,
+                "techila: waiting behind the user's higher-priority project {project} (project priority {project_priority})"
+            ),
+            TechilaWhy::InTheDraw { engine, tickets } => {
+                write!(f, "techila: lost the draw for {engine}; tickets:")?;
+                for (job, t) in tickets {
+                    write!(f, " {job}={t}")?;
+                }
+                Ok(())
+            }
+            TechilaWhy::NoFreeCore => write!(f, "techila: no free core may take it"),
+            TechilaWhy::Preempted { by: Some(by) } => write!(f, "techila: preempted by project {by} (a Lowest project gives way)"),
+            TechilaWhy::Preempted { by: None } => write!(f, "techila: preempted (a Lowest project gives way)"),
+        }
+    }
+}
+
+/// Why the waiting task `key` waits under this algorithm.
+pub fn why(state: &State, key: TaskKey) -> TechilaWhy {
+    let in_flight = InFlight::new();
+    let j = key.job;
+    let job = state.job(j);
+    let cap = state.policy.techila.max_running_tasks;
+    let running = running_tasks(state, &in_flight);
+    if cap != 0 && running >= u64::from(cap) {
+        return TechilaWhy::LicenseCapReached { running, cap };
+    }
+    if job.tasks[key.index as usize].is_preempted() {
+        return TechilaWhy::Preempted { by: job.techila_preempted_by.clone() };
+    }
+    if !state.policy.techila.simultaneous_projects {
+        let ahead = state
+            .runnable_jobs()
+            .map(|rank| rank.job)
+            .filter(|&other| other != j && state.job(other).user_account == job.user_account)
+            .map(|other| (project_priority(state.job(other)), state.job(other).submit_seq, other))
+            .min();
+        if let Some((priority, seq, other)) = ahead
+            && (priority, seq, other) < (project_priority(job), job.submit_seq, j)
+        {
+            return TechilaWhy::BehindUsersProject { project: state.job(other).id.clone(), project_priority: priority };
+        }
+    }
+    let mut order = TechilaOrder::new(state, &in_flight);
+    let fastest = state
+        .free_engines()
+        .filter(|&e| state.category(job.category).is_eligible(e) && state.engine(e).free_slots() >= job.slots_per_task)
+        .max_by_key(|&e| (state.engine(e).props.mflops, state.engine(e).free_slots(), std::cmp::Reverse(&state.engine(e).id)));
+    let Some(e) = fastest else { return TechilaWhy::NoFreeCore };
+    let tickets = order.entrants(state, e).iter().map(|entrant| (state.job(entrant.job).id.clone(), entrant.tickets)).collect();
+    TechilaWhy::InTheDraw { engine: state.engine(e).id.to_string(), tickets }
+}
