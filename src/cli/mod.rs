@@ -18,6 +18,7 @@ pub mod projector;
 pub mod replay;
 pub mod sim;
 pub mod stat;
+pub mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +83,8 @@ pub enum Command {
     Projector(projector::ProjectorArgs),
     /// Write a nats-server configuration that enforces who may publish what, with an nkey and an environment file per principal.
     BrokerConfig(broker_config::BrokerConfigArgs),
+    /// Serve the live web view: jobs, tasks, engines, throughput, rejections, why (reads only the projector's answers).
+    Web(web::WebArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -115,6 +118,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Engine(args) => engine::run(args),
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
+        Command::Web(args) => web::run(args),
     }
 }
 
