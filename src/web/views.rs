@@ -220,7 +220,7 @@ pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary
 pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
     let mut html = Html::new();
     html.raw("<p class=\"counters\">").text(format!(
-        "log up to seq {} · {} jobs · {} tasks done · {} failed · {} dispatches · {} requeues · {} engines lost · ",
+        "log up to seq {} · jobs {} · tasks done {} · tasks failed {} · dispatches {} · requeues {} · engines lost {} · ",
         summary.last_seq,
         summary.jobs.len(),
         summary.tasks_done,
@@ -229,7 +229,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
         summary.requeues,
         summary.engines_lost
     ));
-    html.link("/rejections", format!("{} rejected", summary.rejections)).raw("</p>");
+    html.link("/rejections", format!("rejected {}", summary.rejections)).raw("</p>");
     html.raw("<h2>Throughput</h2>").push(plot);
     html.raw("<h2>Jobs</h2>");
     jobs_table(&mut html, summary);
