@@ -36,6 +36,7 @@ use std::path::PathBuf;
 use crate::core::ids::EngineId;
 use crate::engine::feed::consumer_name;
 use crate::library_store::BUCKET as LIBRARY_BUCKET;
+use crate::output_store::BUCKET as OUTPUT_BUCKET;
 use crate::log::SUBJECT_PREFIX;
 use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
 use crate::projector::service::lease::LEASE_BUCKET;
@@ -168,6 +169,8 @@ fn object_stream(bucket: &str) -> String {
 pub fn permissions(principal: &Principal) -> Permissions {
     let lease = kv_stream(LEASE_BUCKET);
     let libraries = object_stream(LIBRARY_BUCKET);
+    // Tasks' output: engines store it, the projector reads it to answer `gridfold.q.output`.
+    let outputs = object_stream(OUTPUT_BUCKET);
     let mut publish: Vec<String> = Vec::new();
     let mut allow_responses = false;
     match &principal.role {
@@ -185,6 +188,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
             publish.extend(read(STREAM_EVENTS));
             publish.extend(read(STREAM_ORDERS));
             publish.extend(read(&lease));
+            publish.extend(read(&outputs));
             allow_responses = true;
         }
         Role::Operator => {
@@ -233,6 +237,11 @@ pub fn permissions(principal: &Principal) -> Permissions {
                 format!("$JS.ACK.{STREAM_ORDERS}.{consumer}.>"),
             ]);
             publish.extend(read(&libraries));
+            // Any engine may write any task's output object: object names are not
+            // subjects the broker can scope per engine (see the README's "Task results").
+            publish.push(format!("$O.{OUTPUT_BUCKET}.>"));
+            publish.extend(create(&outputs));
+            publish.extend(read(&outputs));
         }
     }
     // The groups overlap (each reads and binds): each subject once, first place kept.

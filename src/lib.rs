@@ -7,6 +7,7 @@ pub mod engine;
 pub mod files;
 pub mod fuzzing;
 pub mod library_store;
+pub mod output_store;
 pub mod log;
 pub mod projector;
 pub mod replace_file;

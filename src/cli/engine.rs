@@ -44,6 +44,17 @@ pub struct EngineArgs {
     /// On SIGTERM or SIGINT, how long running tasks may finish before they are killed.
     #[arg(long, default_value_t = 30)]
     pub drain_timeout_secs: u64,
+    /// Each task's stdout and stderr are stored whole in the broker's object store when
+    /// it ends, each up to this many bytes (at most 1 GiB); the rest is dropped.
+    #[arg(long, default_value_t = crate::engine::OUTPUT_BYTES_MAX_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(1..=crate::engine::OUTPUT_BYTES_MAX_MAX))]
+    pub output_bytes_max: u64,
+    /// How long the broker keeps stored output (applied when this engine creates the bucket).
+    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub output_retention_secs: u64,
+    /// An ended attempt's directory is removed this long after it was last written.
+    #[arg(long, default_value_t = crate::engine::WORK_DIR_RETENTION_DEFAULT.as_secs())]
+    pub work_dir_retention_secs: u64,
 }
 
 /// How long an engine waits for the projector to create the streams it binds to.
@@ -135,6 +146,9 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
+        output_bytes_max: args.output_bytes_max,
+        output_retention: Duration::from_secs(args.output_retention_secs),
+        work_dir_retention: Duration::from_secs(args.work_dir_retention_secs),
         ..defaults
     };
     // Waiting for the broker may take long: a signal meanwhile ends the engine at once
@@ -146,6 +160,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     };
     let config = EngineConfig {
         library_store: Some(LibraryStore::new(log.context().clone())),
+        output_store: Some(crate::output_store::OutputStore::new(log.context().clone())),
         ..config
     };
     eprintln!(

@@ -16,6 +16,7 @@ pub mod key;
 pub mod library;
 pub mod projector;
 pub mod replay;
+pub mod results;
 pub mod sim;
 pub mod stat;
 pub mod web;
@@ -85,6 +86,14 @@ pub enum Command {
     BrokerConfig(broker_config::BrokerConfigArgs),
     /// Serve the live web view: jobs, tasks, engines, throughput, rejections, why (reads only the projector's answers).
     Web(web::WebArgs),
+    /// A job's tasks, one line each: state, attempts, engine, start, end, wall time, exit code, failure.
+    Tasks(results::TasksArgs),
+    /// Every attempt of one task: engine, times, exit code, failure, error tail and result.
+    Task(results::TaskArgs),
+    /// The whole standard output (or error) of a task's attempt, as its engine stored it.
+    Output(results::OutputArgs),
+    /// Wait until a job ends; exit 0 if every task completed, 1 otherwise.
+    Wait(results::WaitArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -119,6 +128,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
         Command::Web(args) => web::run(args),
+        Command::Tasks(args) => results::tasks(args),
+        Command::Task(args) => results::task(args),
+        Command::Output(args) => results::output(args),
+        Command::Wait(args) => results::wait(args),
     }
 }
 

@@ -191,6 +191,9 @@ pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
 /// `gridfold why TASK` against the running projector.
 fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
     use crate::projector::query::{WhyRequest, WHY_SUBJECT};
+    if let Some(code) = why_ended_task(args)? {
+        return Ok(code);
+    }
     let request = WhyRequest { task: args.task.to_string() };
     let answer: WhyAnswer = super::client::block_on(super::client::ask(&args.nats, WHY_SUBJECT, &request))?;
     match answer {
@@ -202,4 +205,45 @@ fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
         other => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds no explanation: {other:?}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `gridfold why` of an ended task (done, failed, cancelled after it ran): the
+/// engines are ranked from the state its newest attempt's dispatch was based on
+/// (the log folded to that batch's `based_on_seq`), not from today's, which says
+/// nothing of that decision. `None` when the task has not ended or never ran, or
+/// the projector keeps no attempt of it: the projector answers as for any task.
+fn why_ended_task(args: &WhyArgs) -> anyhow::Result<Option<ExitCode>> {
+    use crate::projector::results::{TaskReply, TaskRequest, TASK_SUBJECT};
+    let request = TaskRequest { task: args.task.to_string() };
+    let reply: TaskReply = super::client::block_on(super::client::ask(&args.nats, TASK_SUBJECT, &request))?;
+    if reply.error.is_some() || !matches!(reply.state.as_str(), "done" | "failed" | "cancelled") {
+        return Ok(None);
+    }
+    let Some(attempt) = reply.attempts.last() else { return Ok(None) };
+    let raw = super::client::block_on(async {
+        let log = super::client::connect_log(&args.nats).await?;
+        super::stat::read_whole_log(&log).await
+    })?;
+    let options = ReplayOptions { verify: false, stop_at: Some(Seq(attempt.based_on_seq)), check_invariants: false };
+    let state = fold_entries(&super::stat::to_entries(&raw), &options).0;
+    let explanation = explain(&state, &args.task)?;
+    if args.json {
+        let answer = serde_json::json!({
+            "task": reply.task,
+            "state": reply.state,
+            "attempt": attempt.attempt,
+            "engine": attempt.engine,
+            "dispatch_seq": attempt.dispatch_seq,
+            "based_on_seq": attempt.based_on_seq,
+            "explanation_at_based_on_seq": explanation,
+        });
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        println!(
+            "{} {}: its attempt {} went to {} by the order batch at seq {}, decided on the state at seq {}; as of then:",
+            reply.task, reply.state, attempt.attempt, attempt.engine, attempt.dispatch_seq, attempt.based_on_seq
+        );
+        print!("{explanation}");
+    }
+    Ok(Some(ExitCode::SUCCESS))
 }

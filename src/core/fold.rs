@@ -159,8 +159,9 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
             None => Err(Rejection::UnknownEngine { engine: engine.clone() }),
         },
     };
-    if let Err(rejection) = result {
-        out.push(rejection);
+    match result {
+        Ok(()) => state.note_attempts(entry, event, out),
+        Err(rejection) => out.push(rejection),
     }
 }
 

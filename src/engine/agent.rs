@@ -101,6 +101,7 @@ where
             cores_measured: probe::cores(),
             session: Session::default(),
             alive_at: Instant::now(),
+            last_sweep: Instant::now(),
             catch_up_due: None,
             login_ask,
             login_newest,
@@ -235,6 +236,8 @@ struct Agent {
     /// busy stopping processes) long enough that the projector may have declared
     /// it lost meanwhile.
     alive_at: Instant,
+    /// When the work directory was last swept of attempts past their retention.
+    last_sweep: Instant,
     /// A stall was seen (how long it had lasted then): the feed is to be read to
     /// its end before the next delivery is acted on.
     catch_up_due: Option<Duration>,
@@ -484,6 +487,10 @@ impl Agent {
 
     fn heartbeat(&mut self) {
         self.session.heartbeats += 1;
+        if self.last_sweep.elapsed() >= super::WORK_DIR_SWEEP_INTERVAL.min(self.config.work_dir_retention) {
+            self.last_sweep = Instant::now();
+            self.sweep_work_dir();
+        }
         let load = probe::load(self.cores_measured);
         let n = self.session.heartbeats;
         let event = self.session_event(
@@ -646,11 +653,15 @@ impl Agent {
         let spec = LaunchSpec {
             argv: run.argv.clone(),
             env: task_env(self.engine(), &run, &work_dir, &self.library_dir),
-            work_dir,
+            work_dir: work_dir.clone(),
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
             kill_grace: self.config.kill_grace,
             group_records: Some(self.claim.records().clone()),
+            capture: self.config.output_store.as_ref().map(|_| runner::Capture {
+                dir: output_dir(&work_dir),
+                bytes_max: self.config.output_bytes_max,
+            }),
         };
         match runner::start(spec, key.clone(), self.done_tx.clone()) {
             Ok(killer) => {
@@ -831,6 +842,7 @@ impl Agent {
             Event::TaskCompleted { .. } => self.report.completed += 1,
             _ => self.report.failed += 1,
         }
+        self.store_output(&task, attempt, &outcome).await;
         tracing::info!(%task, attempt, end = ?outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
         self.publish_task_event(event).await
     }
@@ -993,6 +1005,85 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Where an attempt's whole output is kept until it is stored and swept:
+/// `<work_dir>/<job>/<index>-<attempt>.output`, beside the attempt's directory.
+fn output_dir(attempt_dir: &Path) -> PathBuf {
+    let mut name = attempt_dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".output");
+    attempt_dir.with_file_name(name)
+}
+
+impl Agent {
+    /// Puts an ended attempt's kept stdout and stderr in the object store. A
+    /// failure to store is logged and the report goes on: the log's head of stdout
+    /// and tail of stderr remain.
+    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, outcome: &RunOutcome) {
+        let Some(store) = self.config.output_store.clone() else { return };
+        let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return };
+        let streams = [
+            (crate::output_store::Stream::Stdout, outcome.stdout_truncated),
+            (crate::output_store::Stream::Stderr, outcome.stderr_truncated),
+        ];
+        for (stream, truncated) in streams {
+            let path = dir.join(stream.as_str());
+            match store.put(task, attempt, stream, &path, truncated, self.config.output_retention).await {
+                Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),
+                Ok(None) => {}
+                Err(err) => tracing::warn!(%task, attempt, "{err}"),
+            }
+        }
+    }
+
+    /// Removes the directories of attempts not running here whose last change is
+    /// older than the retention, at most [`super::WORK_DIR_SWEEP_MAX`] per sweep.
+    /// Only `<job>/<index>-<attempt>` and `<job>/<index>-<attempt>.output` entries
+    /// are touched, and job directories left empty; nothing else of the work directory.
+    fn sweep_work_dir(&mut self) {
+        let now = std::time::SystemTime::now();
+        let Some(cutoff) = now.checked_sub(self.config.work_dir_retention) else { return };
+        let running: std::collections::BTreeSet<PathBuf> =
+            self.running.keys().filter_map(|(task, attempt)| attempt_work_dir(&self.work_dir, task, *attempt).ok()).collect();
+        let Ok(jobs) = std::fs::read_dir(&self.work_dir) else { return };
+        let mut removed = 0;
+        for job in jobs.flatten() {
+            let job_path = job.path();
+            let name = job.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('@') || name.starts_with('.') || job_path == self.library_dir || !job_path.is_dir() {
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(&job_path) else { continue };
+            for entry in entries.flatten() {
+                if removed >= super::WORK_DIR_SWEEP_MAX {
+                    return;
+                }
+                let entry_name = entry.file_name();
+                let entry_name = entry_name.to_string_lossy();
+                let base = entry_name.strip_suffix(".output").unwrap_or(&entry_name);
+                let is_attempt = base
+                    .split_once('-')
+                    .is_some_and(|(i, a)| i.parse::<u32>().is_ok() && a.parse::<u32>().is_ok());
+                let path = entry.path();
+                if !is_attempt || running.contains(&job_path.join(base)) {
+                    continue;
+                }
+                let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|at| at < cutoff);
+                if old {
+                    match std::fs::remove_dir_all(&path) {
+                        Ok(()) => removed += 1,
+                        Err(err) => tracing::warn!("removing {}: {err}", path.display()),
+                    }
+                }
+            }
+            // Only an empty directory goes; a job's other files stay.
+            let _ = std::fs::remove_dir(&job_path);
+        }
+        if removed > 0 {
+            tracing::info!(removed, "attempt directories past their retention removed");
+        }
     }
 }
 

@@ -131,6 +131,16 @@ pub const SEEN_MAX_DEFAULT: usize = 100_000;
 pub const SLOTS_MAX: u32 = 4_096;
 /// The library directory's name under the work directory, by default.
 pub const LIBRARY_DIR_NAME: &str = "libraries";
+/// The default [`EngineConfig::output_bytes_max`]: 16 MiB per stream and attempt.
+pub const OUTPUT_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
+/// The largest [`EngineConfig::output_bytes_max`]: 1 GiB.
+pub const OUTPUT_BYTES_MAX_MAX: u64 = 1024 * 1024 * 1024;
+/// The default [`EngineConfig::work_dir_retention`]: a day.
+pub const WORK_DIR_RETENTION_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+/// Most attempt directories one sweep of the work directory removes.
+pub const WORK_DIR_SWEEP_MAX: usize = 1_000;
+/// How often the work directory is swept.
+pub const WORK_DIR_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How to run one engine.
 #[derive(Debug, Clone)]
@@ -158,6 +168,17 @@ pub struct EngineConfig {
     pub publish_retry: RetryPolicy,
     /// Delivery ids and attempts remembered to ignore repeats, each.
     pub seen_max: usize,
+    /// Where an attempt's whole stdout and stderr go when it ends: the broker's
+    /// object store (see [`crate::output_store`]). `None`: kept nowhere.
+    pub output_store: Option<crate::output_store::OutputStore>,
+    /// Each stream of each attempt is kept up to this many bytes
+    /// (1..=[`OUTPUT_BYTES_MAX_MAX`]); what comes after is dropped and the object marked cut.
+    pub output_bytes_max: u64,
+    /// How long the broker keeps stored output, when this engine creates the bucket.
+    pub output_retention: Duration,
+    /// An ended attempt's directory (`<work_dir>/<job>/<index>-<attempt>`, and its
+    /// kept output `<index>-<attempt>.output`) is removed this long after it was last written.
+    pub work_dir_retention: Duration,
 }
 
 impl EngineConfig {
@@ -176,6 +197,10 @@ impl EngineConfig {
             kill_grace: KILL_GRACE_DEFAULT,
             publish_retry: RetryPolicy::default(),
             seen_max: SEEN_MAX_DEFAULT,
+            output_store: None,
+            output_bytes_max: OUTPUT_BYTES_MAX_DEFAULT,
+            output_retention: crate::output_store::RETENTION_DEFAULT,
+            work_dir_retention: WORK_DIR_RETENTION_DEFAULT,
         }
     }
 

@@ -80,6 +80,16 @@ pub struct LaunchSpec {
     /// the work directory can kill what it leaves if the engine dies; the processes
     /// then carry the record's token in their environment. `None`: not recorded.
     pub group_records: Option<GroupRecords>,
+    /// Where to keep the whole stdout and stderr (files `stdout` and `stderr` in
+    /// this directory, created), each cut at `bytes_max`; `None`: not kept.
+    pub capture: Option<Capture>,
+}
+
+/// Keeping a run's whole output in files, each at most `bytes_max` bytes.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub dir: PathBuf,
+    pub bytes_max: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +145,9 @@ pub struct RunOutcome {
     /// The last [`ERROR_TAIL_BYTES_MAX`] bytes of stderr (or fewer: invalid UTF-8 is
     /// replaced, and the tail starts on a character boundary).
     pub stderr_tail: String,
+    /// With a [`Capture`]: whether stdout or stderr went past its bound (the files hold the first `bytes_max`).
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
 }
 
 /// The group a run's process leads, and whether the leader was reaped.
@@ -218,6 +231,20 @@ pub fn start<T: Send + 'static>(
         path: spec.work_dir.clone(),
         source,
     })?;
+    let capture_files = match &spec.capture {
+        Some(capture) => {
+            let open = |name: &str| -> io::Result<std::fs::File> {
+                std::fs::create_dir_all(&capture.dir)?;
+                std::fs::File::create(capture.dir.join(name))
+            };
+            let files = open("stdout").and_then(|out| Ok((out, open("stderr")?)));
+            match files {
+                Ok((out, err)) => Some((CaptureFile::new(out, capture.bytes_max), CaptureFile::new(err, capture.bytes_max))),
+                Err(source) => return Err(LaunchError::WorkDir { path: capture.dir.clone(), source }),
+            }
+        }
+        None => None,
+    };
     let mut command = Command::new(program);
     command
         .args(args)
@@ -278,6 +305,7 @@ pub fn start<T: Send + 'static>(
         started,
         wall_time_limit: spec.wall_time_limit,
         kill_grace: spec.kill_grace,
+        capture: capture_files,
     };
     tokio::spawn(async move {
         let outcome = supervisor.run(stdout, stderr).await;
@@ -300,6 +328,7 @@ struct Supervisor {
     started: Instant,
     wall_time_limit: Option<Duration>,
     kill_grace: Duration,
+    capture: Option<(CaptureFile, CaptureFile)>,
 }
 
 impl Supervisor {
@@ -308,8 +337,12 @@ impl Supervisor {
         stdout: impl AsyncRead + Unpin + Send + 'static,
         stderr: impl AsyncRead + Unpin + Send + 'static,
     ) -> RunOutcome {
-        let head = Arc::new(Mutex::new(Head::default()));
-        let tail = Arc::new(Mutex::new(Tail::default()));
+        let (stdout_file, stderr_file) = match self.capture.take() {
+            Some((out, err)) => (Some(out), Some(err)),
+            None => (None, None),
+        };
+        let head = Arc::new(Mutex::new(Head { capture: stdout_file, ..Head::default() }));
+        let tail = Arc::new(Mutex::new(Tail { capture: stderr_file, ..Tail::default() }));
         let readers = [
             tokio::spawn(read_into(stdout, Arc::clone(&head), Head::push)),
             tokio::spawn(read_into(stderr, Arc::clone(&tail), Tail::push)),
@@ -410,6 +443,8 @@ impl Supervisor {
             stdout_head: head.bytes,
             stdout_dropped_bytes: head.dropped,
             stderr_tail: tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX),
+            stdout_truncated: head.capture.as_ref().is_some_and(|c| c.truncated),
+            stderr_truncated: tail.capture.as_ref().is_some_and(|c| c.truncated),
         }
     }
 }
@@ -561,10 +596,14 @@ where
 struct Head {
     bytes: Vec<u8>,
     dropped: u64,
+    capture: Option<CaptureFile>,
 }
 
 impl Head {
     fn push(&mut self, data: &[u8]) {
+        if let Some(capture) = &mut self.capture {
+            capture.write(data);
+        }
         let room = RESULT_BYTES_MAX - self.bytes.len();
         let taken = room.min(data.len());
         self.bytes.extend_from_slice(&data[..taken]);
@@ -576,15 +615,55 @@ impl Head {
 #[derive(Debug, Default)]
 struct Tail {
     bytes: Vec<u8>,
+    capture: Option<CaptureFile>,
 }
 
 impl Tail {
     fn push(&mut self, data: &[u8]) {
+        if let Some(capture) = &mut self.capture {
+            capture.write(data);
+        }
         self.bytes.extend_from_slice(data);
         // Trim only once the buffer is twice the limit, so each byte moves at most twice.
         if self.bytes.len() > 2 * ERROR_TAIL_BYTES_MAX {
             let excess = self.bytes.len() - ERROR_TAIL_BYTES_MAX;
             self.bytes.drain(..excess);
+        }
+    }
+}
+
+/// A stream's file, written up to its bound; what comes after is counted, not kept.
+#[derive(Debug)]
+struct CaptureFile {
+    file: Option<std::fs::File>,
+    written: u64,
+    bytes_max: u64,
+    truncated: bool,
+}
+
+impl CaptureFile {
+    fn new(file: std::fs::File, bytes_max: u64) -> Self {
+        CaptureFile { file: Some(file), written: 0, bytes_max, truncated: false }
+    }
+
+    fn write(&mut self, data: &[u8]) {
+        use std::io::Write as _;
+        let room = self.bytes_max.saturating_sub(self.written);
+        let taken = (data.len() as u64).min(room) as usize;
+        self.truncated |= taken < data.len();
+        if taken == 0 {
+            return;
+        }
+        if let Some(file) = &mut self.file {
+            match file.write_all(&data[..taken]) {
+                Ok(()) => self.written += taken as u64,
+                Err(err) => {
+                    // A full disk must not stop the task: the output is kept no further.
+                    tracing::warn!("keeping a task's output: {err}");
+                    self.file = None;
+                    self.truncated = true;
+                }
+            }
         }
     }
 }
@@ -657,6 +736,7 @@ mod tests {
             wall_time_limit: limit,
             kill_grace: Duration::from_millis(200),
             group_records: None,
+            capture: None,
         };
         let _killer = start(spec, 7u32, tx).unwrap();
         let (tag, outcome) = rx.recv().await.unwrap();
@@ -688,6 +768,7 @@ mod tests {
             wall_time_limit: Some(Duration::from_millis(900)),
             kill_grace: Duration::from_millis(200),
             group_records: None,
+            capture: None,
         };
         let killer = start(spec, 1u32, tx).unwrap();
         killer.suspend();
@@ -721,6 +802,7 @@ mod tests {
             wall_time_limit: None,
             kill_grace: Duration::from_secs(20),
             group_records: None,
+            capture: None,
         };
         let killer = start(spec, 1u32, tx).unwrap();
         killer.suspend();
@@ -807,6 +889,7 @@ mod tests {
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
             group_records: Some(claim.records().clone()),
+            capture: None,
         };
         std::fs::create_dir_all(&spec.work_dir).unwrap();
         let fifo = std::ffi::CString::new(spec.work_dir.join("fifo").to_str().unwrap()).unwrap();
@@ -841,6 +924,7 @@ mod tests {
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
             group_records: None,
+            capture: None,
         };
         let err = start(spec, (), tx).unwrap_err();
         assert!(

@@ -9,4 +9,5 @@ pub mod key;
 pub mod machine;
 pub mod query;
 pub mod record;
+pub mod results;
 pub mod service;

@@ -56,7 +56,7 @@ pub const USAGE_SUBJECT: &str = "gridfold.q.usage";
 /// `gridfold rejections`: a [`RejectionsRequest`] in, a [`RejectionsReply`] out.
 pub const REJECTIONS_SUBJECT: &str = "gridfold.q.rejections";
 /// Every subject a projector answers on.
-pub const QUERY_SUBJECTS: [&str; 7] = [
+pub const QUERY_SUBJECTS: [&str; 10] = [
     STAT_SUBJECT,
     WHY_SUBJECT,
     BLACKLISTS_SUBJECT,
@@ -64,6 +64,9 @@ pub const QUERY_SUBJECTS: [&str; 7] = [
     VERDICT_SUBJECT,
     USAGE_SUBJECT,
     REJECTIONS_SUBJECT,
+    crate::projector::results::TASKS_SUBJECT,
+    crate::projector::results::TASK_SUBJECT,
+    crate::projector::results::OUTPUT_SUBJECT,
 ];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

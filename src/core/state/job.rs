@@ -296,6 +296,8 @@ pub struct Job {
     /// Redundant copies that were still waiting when their task got its result
     /// (or failed, or went back to the queue): rescheduled, never dispatched.
     pub copies_dropped: u64,
+    /// What became of each attempt of its tasks (bounded: see [`super::attempts`]).
+    pub attempt_log: super::attempts::AttemptLog,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -387,6 +389,7 @@ impl Job {
             task_dependents: 0,
             redundant_results: 0,
             copies_dropped: 0,
+            attempt_log: super::attempts::AttemptLog::default(),
         }
     }
 

@@ -23,6 +23,7 @@ mod engine;
 mod index;
 mod job;
 pub mod accounts;
+pub mod attempts;
 mod retire;
 mod suspension;
 

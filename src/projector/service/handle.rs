@@ -14,6 +14,9 @@ use crate::projector::query::{
     LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
     RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
+use crate::projector::results::{
+    OUTPUT_SUBJECT, TASKS_SUBJECT, TASK_SUBJECT, TaskReply, TaskRequest, TasksReply, TasksRequest,
+};
 
 /// Most queries waiting for the loop; a sender past this waits.
 pub const QUERIES_QUEUED_MAX: usize = 256;
@@ -28,6 +31,8 @@ pub enum Query {
     Verdict(VerdictRequest, oneshot::Sender<Verdict>),
     Usage(UsageRequest, oneshot::Sender<UsageReply>),
     Rejections(RejectionsRequest, oneshot::Sender<RejectionsReply>),
+    Tasks(TasksRequest, oneshot::Sender<TasksReply>),
+    Task(TaskRequest, oneshot::Sender<TaskReply>),
 }
 
 /// How the projector started.
@@ -146,6 +151,16 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Rejections(request, reply)).await
     }
 
+    /// `gridfold tasks`, answered from the loop's current state.
+    pub async fn tasks(&self, request: TasksRequest) -> Result<TasksReply, ProjectorGone> {
+        self.ask(|reply| Query::Tasks(request, reply)).await
+    }
+
+    /// `gridfold task`, answered from the loop's current state.
+    pub async fn task(&self, request: TaskRequest) -> Result<TaskReply, ProjectorGone> {
+        self.ask(|reply| Query::Task(request, reply)).await
+    }
+
     /// The status as of the last input the loop handled.
     pub fn status(&self) -> ProjectorStatus {
         self.status.borrow().clone()
@@ -191,12 +206,13 @@ pub async fn spawn_query_responder(
     // The subscriptions are registered with the server once the client has flushed.
     let _ = tokio::time::timeout(Duration::from_secs(5), client.flush()).await;
     let mut requests = futures::stream::select_all(subscriptions);
+    let store = crate::output_store::OutputStore::new(async_nats::jetstream::new(client.clone()));
     Ok(tokio::spawn(async move {
         while let Some(message) = requests.next().await {
             let Some(reply_to) = message.reply.clone() else {
                 continue;
             };
-            let answer = match answer(&handle, message.subject.as_str(), &message.payload).await {
+            let answer = match answer(&handle, &store, message.subject.as_str(), &message.payload).await {
                 Ok(answer) => answer,
                 Err(ProjectorGone) => break,
             };
@@ -209,6 +225,7 @@ pub async fn spawn_query_responder(
 
 async fn answer(
     handle: &ProjectorHandle,
+    store: &crate::output_store::OutputStore,
     subject: &str,
     payload: &[u8],
 ) -> Result<Vec<u8>, ProjectorGone> {
@@ -249,6 +266,18 @@ async fn answer(
         },
         REJECTIONS_SUBJECT => match parse::<RejectionsRequest>(payload) {
             Ok(request) => json(&handle.rejections(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        TASKS_SUBJECT => match parse::<TasksRequest>(payload) {
+            Ok(request) => json(&handle.tasks(request).await?),
+            Err(error) => json(&QueryError { error }),
+        },
+        TASK_SUBJECT => match parse::<TaskRequest>(payload) {
+            Ok(request) => json(&crate::output_store::with_stored_output(store, handle.task(request).await?).await),
+            Err(error) => json(&QueryError { error }),
+        },
+        OUTPUT_SUBJECT => match parse::<crate::projector::results::OutputRequest>(payload) {
+            Ok(request) => json(&crate::output_store::answer_output(store, handle, request).await?),
             Err(error) => json(&QueryError { error }),
         },
         other => json(&QueryError {

@@ -762,6 +762,12 @@ where
             Query::Rejections(request, reply) => {
                 let _ = reply.send(answer_rejections(state, &request));
             }
+            Query::Tasks(request, reply) => {
+                let _ = reply.send(crate::projector::results::answer_tasks(state, &request));
+            }
+            Query::Task(request, reply) => {
+                let _ = reply.send(crate::projector::results::answer_task(state, &request));
+            }
         }
     }
 

@@ -58,8 +58,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// The record format this build writes and reads. 2: the state holds jobs in
 /// slots, the retirement queue, retired jobs and usage summaries. 3: accounts
 /// per user and project. 4: a job's options hold its `job_share`. 5: a kept
-/// rejection holds its log time, subject and sender.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 5;
+/// rejection holds its log time, subject and sender. 6: a job holds its
+/// attempt records (`core::state::attempts`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 6;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -1,0 +1,475 @@
+//! Task results and accounting: the queries behind `gridfold tasks`, `gridfold task`,
+//! `gridfold output` and `gridfold wait` (request/reply, JSON), and their answers.
+//!
+//! `gridfold.q.tasks` and `gridfold.q.task` are pure functions of the folded state:
+//! the per-task attempt records of [`crate::core::state::attempts`] (bounded:
+//! the newest [`ATTEMPTS_KEPT_PER_TASK`] attempts of a task, and at most
+//! [`JOB_ATTEMPT_BYTES_KEPT_MAX`] bytes of results and error tails per job; past
+//! that an attempt keeps its figures and the sequence of its report, so the text
+//! can still be read from the log).
+//!
+//! `gridfold.q.output` is answered by the projector's query responder from the
+//! JetStream object store where engines put a task's whole stdout and stderr
+//! ([`crate::output_store`]): a page of at most [`OUTPUT_PAGE_BYTES_MAX`] bytes
+//! per reply, so a reply stays under the broker's 1 MiB payload.
+//!
+//! These types are a contract other tools (the web view) build on: fields are
+//! only ever added, with `#[serde(default)]` on requests.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::core::state::attempts::{ATTEMPTS_KEPT_PER_TASK, JOB_ATTEMPT_BYTES_KEPT_MAX};
+
+/// `gridfold tasks`: a [`TasksRequest`] in, a [`TasksReply`] out.
+pub const TASKS_SUBJECT: &str = "gridfold.q.tasks";
+/// `gridfold task`: a [`TaskRequest`] in, a [`TaskReply`] out.
+pub const TASK_SUBJECT: &str = "gridfold.q.task";
+/// `gridfold output`: an [`OutputRequest`] in, an [`OutputReply`] out.
+pub const OUTPUT_SUBJECT: &str = "gridfold.q.output";
+
+/// Most task lines in one [`TasksReply`] (a line is under 300 bytes of JSON, so a
+/// page stays well under the broker's 1 MiB); ask again from `next_from`.
+pub const TASKS_PER_PAGE_MAX: u32 = 2_000;
+/// Most bytes of output in one [`OutputReply`] (base64 makes them a third larger).
+pub const OUTPUT_PAGE_BYTES_MAX: u32 = 512 * 1024;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TasksRequest {
+    /// The job's id.
+    pub job: String,
+    /// Only tasks in this state: `waiting`, `dispatched`, `running`, `done`,
+    /// `failed`, `cancelled`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// The first task index to look at (0 by default).
+    #[serde(default)]
+    pub from: u32,
+    /// Most lines in the reply; at most (and by default) [`TASKS_PER_PAGE_MAX`].
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One page of a job's tasks, or `error` (`no job X`, an unknown state).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TasksReply {
+    pub job: String,
+    /// The job's state: `active`, `done`, `failed`, `cancelled`.
+    pub status: String,
+    /// The projector's log time, which every time here is on.
+    pub log_time_ms: u64,
+    pub submitted_ms: u64,
+    /// When the job ended, if it has.
+    pub ended_ms: Option<u64>,
+    /// How many tasks the job has.
+    pub n_tasks: u32,
+    /// Tasks per state, over the whole job.
+    pub counts: BTreeMap<String, u32>,
+    pub tasks: Vec<TaskLine>,
+    /// More tasks may match from this index on: ask again with `from` set to it.
+    pub next_from: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One task, as `gridfold tasks` prints it: its state and its newest attempt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskLine {
+    pub index: u32,
+    /// `waiting`, `dispatched`, `running`, `done`, `failed`, `cancelled`.
+    pub state: String,
+    /// Attempts dispatched so far (redundant copies included).
+    pub attempts: u32,
+    /// The engine of the newest attempt.
+    pub engine: Option<String>,
+    pub started_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
+    /// Wall time of the newest attempt: as the engine measured it when it
+    /// ended, else log time from its start to now.
+    pub wall_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    /// `non-zero-exit`, `signalled`, `wall-time-exceeded`, `launch-failed`, `engine-shutdown`.
+    pub failure_kind: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskRequest {
+    /// `JOB/INDEX`.
+    pub task: String,
+}
+
+/// Every kept attempt of one task, oldest first, or `error` (`no job X`, `no task X/N`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskReply {
+    /// `JOB/INDEX`.
+    pub task: String,
+    pub job: String,
+    pub index: u32,
+    pub state: String,
+    pub log_time_ms: u64,
+    /// Attempts dispatched so far (redundant copies included).
+    pub attempts_total: u32,
+    /// Older attempts the state no longer keeps (only the newest
+    /// [`ATTEMPTS_KEPT_PER_TASK`] are kept).
+    pub attempts_forgotten: u32,
+    /// The task's command (argv with its parameters filled in).
+    pub argv: Vec<String>,
+    pub params: BTreeMap<String, String>,
+    pub attempts: Vec<AttemptView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One attempt of a task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttemptView {
+    /// The attempt's number (the first is 1).
+    pub attempt: u32,
+    pub engine: String,
+    /// `dispatched`, `running`, `completed`, `failed`, or `ended` (cancelled,
+    /// requeued, preempted or its engine lost: no report will come).
+    pub outcome: String,
+    /// The log sequence of the order batch that dispatched it, and the sequence
+    /// that batch's decisions were based on (`gridfold why --at`).
+    pub dispatch_seq: u64,
+    pub based_on_seq: u64,
+    pub dispatched_ms: u64,
+    pub started_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
+    /// The sequence of its `TaskCompleted` or `TaskFailed` report.
+    pub report_seq: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub failure_kind: Option<String>,
+    pub cpu_ms: Option<u64>,
+    pub wall_ms: Option<u64>,
+    /// The last 4 KiB of stderr of a failed attempt (when kept).
+    pub error_tail: Option<String>,
+    /// The first 64 KiB of stdout of a completed attempt, as UTF-8 (invalid bytes
+    /// replaced) when kept.
+    pub result: Option<String>,
+    /// The size of the result on the log, kept or not.
+    pub result_bytes: u32,
+    /// False when the job's byte budget for kept text was spent: read the text
+    /// from the log at `report_seq`.
+    pub text_kept: bool,
+    /// What the engine stored in the object store (absent: nothing stored).
+    pub stdout_stored_bytes: Option<u64>,
+    pub stderr_stored_bytes: Option<u64>,
+    /// The output was longer than the bound and was cut at it.
+    pub output_truncated: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OutputRequest {
+    /// `JOB/INDEX`.
+    pub task: String,
+    /// The attempt (by default the newest one that stored output).
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// `stdout` (the default) or `stderr`.
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// Where to start reading, in bytes.
+    #[serde(default)]
+    pub offset: u64,
+    /// Most bytes in the reply; at most (and by default) [`OUTPUT_PAGE_BYTES_MAX`].
+    #[serde(default)]
+    pub max_bytes: Option<u32>,
+}
+
+/// One page of an attempt's stored output, or `error`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputReply {
+    pub task: String,
+    pub attempt: u32,
+    pub stream: String,
+    /// The whole stored size.
+    pub total_bytes: u64,
+    pub offset: u64,
+    /// The bytes from `offset`, base64 (standard alphabet, padded).
+    pub data_base64: String,
+    /// The page reaches the end of what was stored.
+    pub eof: bool,
+    /// The engine cut the output at its bound.
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+use crate::core::ids::{JobId, TaskRef};
+use crate::core::state::attempts::{AttemptEnd, AttemptRecord};
+use crate::core::state::{Job, JobIdx, State, TaskKey, TaskStatus};
+
+const TASK_STATES: [TaskStatus; 6] = [
+    TaskStatus::Waiting,
+    TaskStatus::Dispatched,
+    TaskStatus::Running,
+    TaskStatus::Done,
+    TaskStatus::Failed,
+    TaskStatus::Cancelled,
+];
+
+/// A task state by the name `gridfold tasks --state` takes.
+pub fn task_status_named(name: &str) -> Option<TaskStatus> {
+    TASK_STATES.into_iter().find(|status| status.as_str() == name)
+}
+
+/// The job a query names, or the error it answers with: `no job X`, or what
+/// became of a retired one.
+fn find_job(state: &State, id: &str) -> Result<JobIdx, String> {
+    let no_job = || format!("no job {id}");
+    let job_id = JobId::new(id).map_err(|_| no_job())?;
+    match state.job_idx(&job_id) {
+        Some(j) => Ok(j),
+        None => Err(match crate::core::explain::retired_job_text(state, &job_id) {
+            Some(text) => format!("{text} (its tasks are no longer kept)"),
+            None => no_job(),
+        }),
+    }
+}
+
+pub fn answer_tasks(state: &State, request: &TasksRequest) -> TasksReply {
+    let error = |error: String| TasksReply { job: request.job.clone(), error: Some(error), ..TasksReply::default() };
+    let j = match find_job(state, &request.job) {
+        Ok(j) => j,
+        Err(e) => return error(e),
+    };
+    let wanted = match request.state.as_deref() {
+        None => None,
+        Some(name) => match task_status_named(name) {
+            Some(status) => Some(status),
+            None => {
+                let known: Vec<&str> = TASK_STATES.iter().map(|s| s.as_str()).collect();
+                return error(format!("no task state {name}: one of {}", known.join(", ")));
+            }
+        },
+    };
+    let job = state.job(j);
+    let limit = request.limit.unwrap_or(TASKS_PER_PAGE_MAX).clamp(1, TASKS_PER_PAGE_MAX);
+    let mut tasks = Vec::new();
+    let mut next_from = None;
+    // Bounded: a page looks at most at `limit` matching tasks plus the ones skipped,
+    // and skipping costs a comparison per task (the job's `Vec` of 16-byte states).
+    for index in request.from..job.n_tasks() {
+        let key = TaskKey { job: j, index };
+        let task = state.task(key);
+        if wanted.is_some_and(|w| w != task.status) {
+            continue;
+        }
+        if tasks.len() as u32 == limit {
+            next_from = Some(index);
+            break;
+        }
+        tasks.push(task_line(state, job, key));
+    }
+    let c = job.counts;
+    let counts = [
+        ("waiting", c.waiting),
+        ("dispatched", c.dispatched),
+        ("running", c.running),
+        ("done", c.done),
+        ("failed", c.failed),
+        ("cancelled", c.cancelled),
+    ]
+    .into_iter()
+    .map(|(name, n)| (name.to_string(), n))
+    .collect();
+    TasksReply {
+        job: job.id.to_string(),
+        status: job.status.as_str().to_string(),
+        log_time_ms: state.now_ms,
+        submitted_ms: job.submitted_ms,
+        ended_ms: job.ended_ms,
+        n_tasks: job.n_tasks(),
+        counts,
+        tasks,
+        next_from,
+        error: None,
+    }
+}
+
+fn task_line(state: &State, job: &Job, key: TaskKey) -> TaskLine {
+    let task = state.task(key);
+    let newest = job.attempt_log.newest(key.index);
+    let mut line = TaskLine {
+        index: key.index,
+        state: task.status.as_str().to_string(),
+        attempts: task.attempts,
+        engine: task.last_engine.get().map(|e| state.engine(e).id.to_string()),
+        ..TaskLine::default()
+    };
+    if let Some(record) = newest {
+        line.engine = Some(state.engine(record.engine).id.to_string());
+        line.started_ms = record.started_ms;
+        line.ended_ms = record.ended_ms;
+        line.wall_ms = record.wall_ms.or_else(|| match (record.started_ms, record.ended_ms) {
+            (Some(start), Some(end)) => Some(end.saturating_sub(start)),
+            (Some(start), None) if task.is_live() => Some(state.now_ms.saturating_sub(start)),
+            _ => None,
+        });
+        line.exit_code = record.exit_code;
+        line.failure_kind = record.failure_kind.map(|k| k.as_str().to_string());
+    }
+    line
+}
+
+pub fn answer_task(state: &State, request: &TaskRequest) -> TaskReply {
+    let error = |error: String| TaskReply { task: request.task.clone(), error: Some(error), ..TaskReply::default() };
+    let task: TaskRef = match request.task.parse() {
+        Ok(task) => task,
+        Err(e) => return error(e),
+    };
+    let j = match find_job(state, task.job.as_str()) {
+        Ok(j) => j,
+        Err(e) => return error(e),
+    };
+    let job = state.job(j);
+    if task.index >= job.n_tasks() {
+        return error(format!("no task {task}: job {} has {} tasks", job.id, job.n_tasks()));
+    }
+    let key = TaskKey { job: j, index: task.index };
+    let status = state.task(key);
+    let (argv, params) = job.task_command(task.index);
+    let kept = job.attempt_log.task(task.index);
+    let attempts = kept.map_or_else(Vec::new, |kept| kept.records.iter().map(|r| attempt_view(state, key, r)).collect());
+    TaskReply {
+        task: task.to_string(),
+        job: job.id.to_string(),
+        index: task.index,
+        state: status.status.as_str().to_string(),
+        log_time_ms: state.now_ms,
+        attempts_total: status.attempts,
+        attempts_forgotten: kept.map_or(0, |k| k.forgotten),
+        argv,
+        params,
+        attempts,
+        error: None,
+    }
+}
+
+fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptView {
+    let live = state.live_attempt_numbered(key, record.attempt);
+    let outcome = match (record.end, live) {
+        (AttemptEnd::Completed, _) => "completed",
+        (AttemptEnd::Failed, _) => "failed",
+        (AttemptEnd::None, Some(live)) if live.started_ms.is_some() => "running",
+        (AttemptEnd::None, Some(_)) => "dispatched",
+        (AttemptEnd::None, None) => "ended",
+    };
+    let text = record.text.as_deref().map(|t| String::from_utf8_lossy(t).into_owned());
+    AttemptView {
+        attempt: record.attempt,
+        engine: state.engine(record.engine).id.to_string(),
+        outcome: outcome.to_string(),
+        dispatch_seq: record.dispatch_seq,
+        based_on_seq: record.based_on_seq,
+        dispatched_ms: record.dispatched_ms,
+        started_ms: record.started_ms,
+        ended_ms: record.ended_ms,
+        report_seq: record.report_seq,
+        exit_code: record.exit_code,
+        failure_kind: record.failure_kind.map(|k| k.as_str().to_string()),
+        cpu_ms: record.cpu_ms,
+        wall_ms: record.wall_ms,
+        error_tail: if record.end == AttemptEnd::Failed { text.clone() } else { None },
+        result: if record.end == AttemptEnd::Completed { text } else { None },
+        result_bytes: if record.end == AttemptEnd::Completed { record.text_bytes } else { 0 },
+        text_kept: record.text.is_some() || record.text_bytes == 0,
+        stdout_stored_bytes: None,
+        stderr_stored_bytes: None,
+        output_truncated: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fold::fold;
+    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::*;
+
+    /// Folds the new entries, then decides and folds the orders, as the projector does.
+    fn run(log: &mut LogBuilder, state: &mut State, from: usize) -> usize {
+        for entry in &log.entries[from..] {
+            fold(state, entry);
+        }
+        if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
+            let entry = log.orders(batch);
+            fold(state, &entry);
+        }
+        log.entries.len()
+    }
+
+    #[test]
+    fn attempts_are_recorded_from_dispatch_to_report_and_forged_or_stale_reports_change_nothing() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.login("e1", 4, linux_props("lyon", 8192));
+        log.login("e2", 4, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 3, ""));
+        let mut seen = run(&mut log, &mut state, 0);
+        let first = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        assert_eq!(first.attempts.len(), 1);
+        let engine0 = first.attempts[0].engine.clone();
+        let other = if engine0 == "e1" { "e2" } else { "e1" };
+        assert_eq!(first.attempts[0].outcome, "dispatched");
+        log.started("j", 0, 1, &engine0);
+        // Forged: a report of j/0 from the engine that does not hold it; stale: attempt 7.
+        log.failed("j", 0, 1, other);
+        log.failed("j", 0, 7, &engine0);
+        log.failed("j", 0, 1, &engine0);
+        seen = run(&mut log, &mut state, seen);
+        let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        let a1 = &reply.attempts[0];
+        assert_eq!((a1.outcome.as_str(), a1.exit_code, a1.error_tail.as_deref()), ("failed", Some(1), Some("boom")));
+        assert!(a1.started_ms.is_some() && a1.report_seq.is_some() && a1.text_kept);
+        assert_eq!(a1.engine, engine0);
+        // The retry is a second attempt record.
+        assert_eq!(reply.attempts.len(), 2, "{reply:?}");
+        assert_eq!(reply.attempts[1].attempt, 2);
+        let engine1 = reply.attempts[1].engine.clone();
+        log.completed("j", 0, 2, &engine1);
+        run(&mut log, &mut state, seen);
+        let done = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        assert_eq!((done.state.as_str(), done.attempts[1].outcome.as_str(), done.attempts[1].exit_code), ("done", "completed", Some(0)));
+
+        let tasks = answer_tasks(&state, &TasksRequest { job: "j".into(), ..Default::default() });
+        assert_eq!((tasks.n_tasks, tasks.tasks.len(), tasks.next_from), (3, 3, None));
+        assert_eq!(tasks.tasks[0].exit_code, Some(0));
+        assert_eq!(tasks.counts["done"], 1);
+    }
+
+    #[test]
+    fn queries_page_and_refuse_unknown_jobs_tasks_states_and_malformed_names() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.submit(job_spec("big", 5_000, ""));
+        run(&mut log, &mut state, 0);
+        // A limit above the page's maximum is cut to it; the next page starts where it stopped.
+        let page = answer_tasks(&state, &TasksRequest { job: "big".into(), limit: Some(u32::MAX), ..Default::default() });
+        assert_eq!((page.tasks.len() as u32, page.next_from), (TASKS_PER_PAGE_MAX, Some(TASKS_PER_PAGE_MAX)));
+        let last = answer_tasks(&state, &TasksRequest { job: "big".into(), from: 4_990, limit: Some(0), ..Default::default() });
+        assert_eq!((last.tasks.len(), last.tasks[0].index, last.next_from), (1, 4_990, Some(4_991)));
+        let past = answer_tasks(&state, &TasksRequest { job: "big".into(), from: u32::MAX, ..Default::default() });
+        assert_eq!((past.tasks.len(), past.next_from, past.error), (0, None, None));
+        let waiting = answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("done".into()), ..Default::default() });
+        assert_eq!((waiting.tasks.len(), waiting.next_from), (0, None));
+
+        let error = |reply: TasksReply| reply.error.unwrap_or_default();
+        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: "nosuch".into(), ..Default::default() })), "no job nosuch");
+        let long = "x".repeat(10_000);
+        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: long.clone(), ..Default::default() })), format!("no job {long}"));
+        let bad_state = error(answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("lost".into()), ..Default::default() }));
+        assert!(bad_state.starts_with("no task state lost"), "{bad_state}");
+
+        let task_error = |task: &str| answer_task(&state, &TaskRequest { task: task.into() }).error.unwrap_or_default();
+        assert_eq!(task_error("big/5000"), "no task big/5000: job big has 5000 tasks");
+        assert_eq!(task_error("nosuch/0"), "no job nosuch");
+        assert!(task_error("big").contains("JOB/INDEX"));
+        assert!(task_error("big/-1").contains("whole number"));
+        // A task never dispatched has no attempt, and no error.
+        let fresh = answer_task(&state, &TaskRequest { task: "big/7".into() });
+        assert_eq!((fresh.error, fresh.attempts.len(), fresh.state.as_str()), (None, 0, "waiting"));
+    }
+}

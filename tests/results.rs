@@ -1,0 +1,169 @@
+//! Task results and accounting with real `gridfold` processes (a projector, two
+//! engines, real task processes) on a private nats-server: `gridfold tasks`,
+//! `task`, `output` and `wait`, exit codes included.
+//!
+//! `why` of an ended task ranks engines from the state its dispatch was based on.
+//!
+//! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gridfold::projector::results::{TaskReply, TasksReply};
+use support::procs::Cluster;
+
+const POLICY: &str = "\
+engine_timeout_secs = 10
+dispatch_timeout_secs = 30
+";
+
+/// What a `gridfold` command said and how it ended.
+struct Ran {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl Ran {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+/// Runs `gridfold <args> --nats <url>` to its end (at most 120 s: `wait` waits).
+fn run(cluster: &Cluster, args: &[&str]) -> Ran {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        .args(args)
+        .args(["--nats", &cluster.url()])
+        .env_remove("NATS_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gridfold");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            cluster.fail(&format!("gridfold {args:?} did not finish within 120 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("gridfold's output");
+    Ran { code: output.status.code(), stdout: output.stdout, stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
+}
+
+fn submit(cluster: &Cluster, id: &str, tasks: u32, max_attempts: u32, script: &str) {
+    let job = format!(
+        "id = \"{id}\"\nowner = \"tester\"\nmax_attempts = {max_attempts}\ntasks = {tasks}\n\n[task]\nargv = [\"sh\", \"-c\", {script:?}]\n"
+    );
+    let file = cluster.write(&format!("{id}.toml"), &job);
+    cluster.command(&["submit".as_ref(), file.as_os_str()]);
+}
+
+/// Task 0 writes 100,000 bytes and a line to stdout (more than the log's 64 KiB
+/// result), task 1 a line, task 2 a line to stderr and exits 3 on every attempt,
+/// a second after it started (so the others are done before the job fails).
+const MIXED: &str = "head -c 100000 /dev/zero | tr '\\0' x; echo out-{index}; echo err-{index} >&2; \
+                     [ {index} -ne 2 ] || { sleep 1; exit 3; }";
+
+#[test]
+fn every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success() {
+    let mut cluster = Cluster::start(POLICY);
+    cluster.projector();
+    let (w1, w2) = (cluster.path("w1"), cluster.path("w2"));
+    cluster.engine("engine-1", "e1", 2, &w1);
+    cluster.engine("engine-2", "e2", 2, &w2);
+    cluster.wait_logged_in(&["e1", "e2"]);
+
+    submit(&cluster, "mixed", 3, 2, MIXED);
+    // wait: the job fails (task 2 failed twice), so exit 1; into a pipe, plain lines.
+    let waited = run(&cluster, &["wait", "mixed", "--timeout-secs", "90"]);
+    assert_eq!(waited.code, Some(1), "{}\n{}", waited.text(), waited.stderr);
+    assert!(waited.text().contains("job mixed failed: 2 of 3 tasks done"), "{}", waited.text());
+    assert!(!waited.text().contains('\x1b'), "no terminal codes into a pipe: {:?}", waited.text());
+
+    // tasks --json: one line per task with its exit code and failure kind.
+    let tasks = run(&cluster, &["tasks", "mixed", "--json"]);
+    assert_eq!(tasks.code, Some(0), "{}", tasks.stderr);
+    let reply: TasksReply = serde_json::from_slice(&tasks.stdout).expect("tasks --json decodes");
+    assert_eq!((reply.status.as_str(), reply.n_tasks, reply.tasks.len()), ("failed", 3, 3));
+    for line in &reply.tasks[..2] {
+        assert_eq!((line.state.as_str(), line.exit_code, line.failure_kind.as_deref()), ("done", Some(0), None), "{line:?}");
+        assert!(line.engine.is_some() && line.started_ms.is_some() && line.ended_ms.is_some(), "{line:?}");
+    }
+    let failed = &reply.tasks[2];
+    assert_eq!(
+        (failed.state.as_str(), failed.attempts, failed.exit_code, failed.failure_kind.as_deref()),
+        ("failed", 2, Some(3), Some("non-zero-exit"))
+    );
+    // --state filters; the table is for people.
+    let only_failed = run(&cluster, &["tasks", "mixed", "--state", "failed"]);
+    assert_eq!(only_failed.code, Some(0), "{}", only_failed.stderr);
+    let table = only_failed.text();
+    let rows: Vec<&str> = table.lines().skip(2).collect();
+    assert_eq!(rows.len(), 1, "{}", only_failed.text());
+    assert!(rows[0].contains("failed") && rows[0].contains("non-zero-exit") && rows[0].trim_start().starts_with('2'), "{}", rows[0]);
+
+    // task: both attempts, each with its engine, exit code, error tail and stored output.
+    let task = run(&cluster, &["task", "mixed/2", "--json"]);
+    assert_eq!(task.code, Some(0), "{}", task.stderr);
+    let reply: TaskReply = serde_json::from_slice(&task.stdout).expect("task --json decodes");
+    assert_eq!((reply.state.as_str(), reply.attempts_total, reply.attempts.len()), ("failed", 2, 2));
+    for (n, attempt) in reply.attempts.iter().enumerate() {
+        assert_eq!(attempt.attempt, n as u32 + 1);
+        assert_eq!((attempt.outcome.as_str(), attempt.exit_code), ("failed", Some(3)), "{attempt:?}");
+        assert_eq!(attempt.error_tail.as_deref(), Some("err-2\n"), "{attempt:?}");
+        assert_eq!(attempt.stderr_stored_bytes, Some(6), "{attempt:?}");
+        assert!(attempt.started_ms.is_some() && attempt.ended_ms >= attempt.started_ms, "{attempt:?}");
+        assert!(attempt.dispatch_seq > attempt.based_on_seq && attempt.report_seq > Some(attempt.dispatch_seq), "{attempt:?}");
+    }
+    // A retry goes to the other engine while it fits.
+    assert_ne!(reply.attempts[0].engine, reply.attempts[1].engine);
+    let text = run(&cluster, &["task", "mixed/2"]).text();
+    assert!(text.contains("attempt 1 on ") && text.contains("exit code 3, non-zero-exit") && text.contains("| err-2"), "{text}");
+
+    // task of a completed one: the result on the log is the first 64 KiB of stdout.
+    let done: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "mixed/0", "--json"]).stdout).unwrap();
+    let first = &done.attempts[0];
+    assert_eq!((first.outcome.as_str(), first.exit_code, first.result_bytes), ("completed", Some(0), 64 * 1024));
+    assert_eq!(first.stdout_stored_bytes, Some(100_006), "{first:?}");
+
+    // output: the whole stdout, past the log's 64 KiB; stderr of a chosen attempt.
+    let output = run(&cluster, &["output", "mixed/0"]);
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    let mut expected = vec![b'x'; 100_000];
+    expected.extend_from_slice(b"out-0\n");
+    assert!(output.stdout == expected, "{} bytes, not the 100,006 written", output.stdout.len());
+    let stderr = run(&cluster, &["output", "mixed/2", "--attempt", "1", "--stderr"]);
+    assert_eq!((stderr.code, stderr.text().as_str()), (Some(0), "err-2\n"), "{}", stderr.stderr);
+
+    // Unknown job, task, attempt: exit 1, said once.
+    let no_job = run(&cluster, &["tasks", "nosuch"]);
+    assert_eq!((no_job.code, no_job.stderr.trim()), (Some(1), "no job nosuch"));
+    let no_task = run(&cluster, &["task", "mixed/9"]);
+    assert_eq!(no_task.code, Some(1), "{}", no_task.stderr);
+    assert!(no_task.stderr.contains("no task mixed/9"), "{}", no_task.stderr);
+    let no_attempt = run(&cluster, &["output", "mixed/2", "--attempt", "7"]);
+    assert_eq!(no_attempt.code, Some(1), "{}", no_attempt.stderr);
+    assert_eq!(run(&cluster, &["wait", "nosuch"]).code, Some(1));
+
+    // why of an ended task: from the state its dispatch was based on.
+    let why = run(&cluster, &["why", "mixed/2"]);
+    assert_eq!(why.code, Some(0), "{}", why.stderr);
+    let seqs = format!(
+        "its attempt 2 went to {} by the order batch at seq {}, decided on the state at seq {}; as of then:",
+        reply.attempts[1].engine, reply.attempts[1].dispatch_seq, reply.attempts[1].based_on_seq
+    );
+    assert!(why.text().starts_with(&format!("mixed/2 failed: {seqs}")), "{}", why.text());
+
+    // A job whose every task completes: wait exits 0.
+    submit(&cluster, "fine", 4, 1, "echo fine-{index}");
+    let waited = run(&cluster, &["wait", "fine", "--timeout-secs", "90"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    assert!(waited.text().contains("job fine done: 4 of 4 tasks done"), "{}", waited.text());
+    assert_eq!(run(&cluster, &["output", "fine/3"]).text(), "fine-3\n");
+}
