@@ -187,7 +187,8 @@ impl Browser {
     fn wait_until(&mut self, what: &str, expression: &str, describe: &str) {
         let started = Instant::now();
         loop {
-            if self.eval(expression) == json!(true) {
+            // Right after a navigation the new document may have no body yet: not yet, not an error.
+            if self.eval(&format!("(() => {{ try {{ return ({expression}) === true; }} catch (e) {{ return false; }} }})()")) == json!(true) {
                 return;
             }
             if started.elapsed() > PAGE_WAIT {
@@ -289,7 +290,7 @@ fn a_job_submitted_while_the_page_is_open_appears_and_reaches_done_without_a_rel
     assert_eq!(browser.eval("window.sameDocument"), json!("not reloaded"), "the page was never reloaded");
     let updates_after = browser.eval("Number(document.body.dataset.updates)").as_u64().expect("a count");
     assert!(updates_after > updates_before, "server-sent updates arrived: {updates_before} then {updates_after}");
-    let row = browser.eval("document.querySelector('tr[data-job=\"webjob\"]').innerText").to_string();
+    let row = browser.eval("document.querySelector('tr[data-job=\"webjob\"]').innerText").as_str().unwrap_or_default().to_string();
     assert!(row.contains("4/4") && row.contains("<script>window.pwned=3</script>"), "the owner shows as text: {row}");
     browser.screenshot("2-overview-job-done");
 
@@ -297,26 +298,41 @@ fn a_job_submitted_while_the_page_is_open_appears_and_reaches_done_without_a_rel
     assert_eq!(browser.eval("document.querySelectorAll('script').length"), json!(1), "only the page's own script");
     assert_eq!(browser.eval("document.querySelectorAll('main img').length"), json!(0), "no element from a job");
 
-    // A task's page: its state, attempts and last engine, and why.
-    // FIXME: its output is not shown yet: no projector query answers a task's
-    // results (`gridfold.q.task`, being built beside this view); when one does,
-    // the page shows it and this test waits for "output of 2" and EVIL_OUTPUT as text.
-    browser.navigate(&format!("http://{address}/tasks/webjob/2"));
+    // The job's page lists its tasks; a task's page shows its attempts and output, as text.
+    browser.navigate(&format!("http://{address}/jobs/webjob"));
     browser.wait_until(
-        "the task page with its state and last engine",
-        "document.querySelector('dl.facts')?.innerText.includes('done') && document.body.innerText.includes('last engine\\ne1') \
-         && document.body.innerText.includes('task webjob/2: done')",
+        "the job page with its four tasks done",
+        "document.querySelectorAll('tr[data-task][data-state=\"done\"]').length === 4",
         "document.body.innerText",
     );
-    browser.screenshot("3-task");
+    browser.screenshot("3-job");
+    browser.navigate(&format!("http://{address}/tasks/webjob/2"));
+    browser.wait_until(
+        "the task page with its output",
+        "document.querySelector('pre.output')?.innerText.includes('output of 2') \
+         && document.querySelector('pre.output').innerText.includes('<script>window.pwned=1</script>')",
+        "document.body.innerText",
+    );
+    assert_eq!(browser.eval("typeof window.pwned"), json!("undefined"), "no output ran");
+    assert_eq!(browser.eval("document.querySelectorAll('main img, main script').length"), json!(0), "no element from output");
+    browser.screenshot("4-task");
 
     // The engines, with their properties; the rejections; why for a task.
     browser.navigate(&format!("http://{address}/engines"));
     browser.wait_until("the engines page", "document.body.innerText.includes('os=linux')", "document.body.innerText");
-    browser.screenshot("4-engines");
+    browser.screenshot("5-engines");
     browser.navigate(&format!("http://{address}/why?task=webjob%2F0"));
     browser.wait_until("why webjob/0", "document.querySelector('pre.why') !== null", "document.body.innerText");
-    browser.screenshot("5-why");
+    browser.screenshot("6-why");
+    // FIXME: the policy page says no query answers the policy in force yet; when
+    // `gridfold.q.policy` exists, wait for its table (engine_timeout_ms 10000) here.
+    browser.navigate(&format!("http://{address}/policy"));
+    browser.wait_until(
+        "the policy page",
+        "document.querySelector('main').innerText.includes('policy in force')",
+        "document.body.innerText",
+    );
+    browser.screenshot("7-policy");
 
     // Without the browser: an unknown page is a 404, a job id with markup comes back escaped.
     let (status, _) = http_get(&address, "/no/such/page").expect("GET");

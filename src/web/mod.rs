@@ -37,6 +37,7 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use crate::projector::query::{self, RejectionsReply, StateSummary};
+use crate::projector::results;
 
 use self::html::Html;
 use self::plot::{Ring, Sample};
@@ -170,8 +171,10 @@ async fn render_or_fail(app: &App, view: &View) -> Result<Html, AskError> {
         View::Job(job) => {
             let summary = stat(app, Some(job)).await?;
             let mut html = views::job(&summary, job);
-            if let Some(found) = summary.jobs.iter().find(|found| &found.id == job) {
-                html.push(&views::task_links(job, found.tasks));
+            if summary.jobs.iter().any(|found| &found.id == job) {
+                let request = results::TasksRequest { job: job.clone(), limit: Some(views::ROWS_MAX as u32), ..Default::default() };
+                let tasks: results::TasksReply = app.source.ask(results::TASKS_SUBJECT, &request).await?;
+                html.push(&views::tasks_table(&tasks));
             }
             html
         }
@@ -179,7 +182,9 @@ async fn render_or_fail(app: &App, view: &View) -> Result<Html, AskError> {
             let reply = why(app, &format!("{job}/{index}")).await?;
             let mut html = Html::new();
             html.raw("<p>").link(&View::Job(job.clone()).path(), format!("job {job}")).raw("</p>");
-            html.push(&views::task_facts(&reply));
+            let task: results::TaskReply =
+                app.source.ask(results::TASK_SUBJECT, &results::TaskRequest { task: format!("{job}/{index}") }).await?;
+            html.push(&views::task_attempts(&task));
             html.raw("<h2>Why</h2>").push(&views::why(&reply));
             html
         }

@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::projector::query::{EngineSummary, JobSummary, RejectionsReply, StateSummary};
+use crate::projector::results::{TaskReply, TasksReply};
 
 use super::html::{url_segment, Html};
 
@@ -286,18 +287,6 @@ pub fn job(summary: &StateSummary, id: &str) -> Html {
     html
 }
 
-/// Links to a job's tasks, by index (the first [`ROWS_MAX`]).
-pub fn task_links(job: &str, n_tasks: u32) -> Html {
-    let mut html = Html::new();
-    html.raw("<h2>Tasks</h2><p class=\"tasks\">");
-    for index in 0..n_tasks.min(ROWS_MAX as u32) {
-        html.link(&View::Task { job: job.to_string(), index }.path(), index);
-    }
-    html.raw("</p>");
-    more_rows(&mut html, n_tasks as usize);
-    html
-}
-
 /// The projector's answer on `gridfold.q.why`, as a client reads it (the
 /// explanation as JSON: its shape is the projector's).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -338,6 +327,91 @@ pub fn task_facts(answer: &WhyAnswer) -> Html {
             html.raw("</tr>");
         }
         html.raw("</table>");
+    }
+    html
+}
+
+/// Log time `ms` as an age before `now_ms`, `-` when absent.
+fn ago(now_ms: u64, ms: Option<u64>) -> String {
+    ms.map(|ms| format!("{} ago", duration_text(now_ms.saturating_sub(ms)))).unwrap_or_else(|| "-".into())
+}
+
+fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map(|value| value.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// A job's tasks, one line each (`gridfold tasks`).
+pub fn tasks_table(reply: &TasksReply) -> Html {
+    let mut html = Html::new();
+    html.raw("<h2>Tasks</h2>");
+    if let Some(error) = &reply.error {
+        html.raw("<p class=\"error\">").text(error).raw("</p>");
+        return html;
+    }
+    html.raw("<table class=\"tasks\">")
+        .header_row(&["task", "state", "attempts", "engine", "started", "ended", "wall", "exit", "failure"]);
+    for task in reply.tasks.iter().take(ROWS_MAX) {
+        html.raw("<tr data-task=\"").text(task.index).raw("\" data-state=\"").text(&task.state).raw("\"><td>");
+        html.link(&View::Task { job: reply.job.clone(), index: task.index }.path(), task.index).raw("</td>");
+        html.element("td", &task.state)
+            .element("td", task.attempts)
+            .element("td", or_dash(task.engine.as_ref()))
+            .element("td", ago(reply.log_time_ms, task.started_ms))
+            .element("td", ago(reply.log_time_ms, task.ended_ms))
+            .element("td", task.wall_ms.map(duration_text).unwrap_or_else(|| "-".into()))
+            .element("td", or_dash(task.exit_code))
+            .element("td", or_dash(task.failure_kind.as_ref()))
+            .raw("</tr>");
+    }
+    html.raw("</table>");
+    if reply.next_from.is_some() {
+        html.raw("<p class=\"more\">").text(format!("the first {} of {} tasks", reply.tasks.len(), reply.n_tasks)).raw("</p>");
+    }
+    html
+}
+
+/// A task's command and every kept attempt with its result and error tail (`gridfold task`).
+pub fn task_attempts(reply: &TaskReply) -> Html {
+    let mut html = Html::new();
+    if let Some(error) = &reply.error {
+        html.raw("<p class=\"error\">").text(error).raw("</p>");
+        return html;
+    }
+    html.raw("<dl class=\"facts\">");
+    html.element("dt", "state").element("dd", &reply.state);
+    html.element("dt", "command").element("dd", reply.argv.join(" "));
+    for (name, value) in &reply.params {
+        html.element("dt", name).element("dd", value);
+    }
+    html.raw("</dl><h2>Attempts</h2>");
+    if reply.attempts_forgotten > 0 {
+        html.raw("<p class=\"more\">").text(format!("{} older attempts are no longer kept", reply.attempts_forgotten)).raw("</p>");
+    }
+    for attempt in &reply.attempts {
+        html.raw("<section class=\"attempt\" data-attempt=\"").text(attempt.attempt).raw("\"><h3>");
+        html.text(format!("attempt {} on {}: {}", attempt.attempt, attempt.engine, attempt.outcome)).raw("</h3><p>");
+        html.text(format!(
+            "dispatched {} (seq {}, decided on seq {}), started {}, ended {}, wall {}, exit {}, failure {}",
+            ago(reply.log_time_ms, Some(attempt.dispatched_ms)),
+            attempt.dispatch_seq,
+            attempt.based_on_seq,
+            ago(reply.log_time_ms, attempt.started_ms),
+            ago(reply.log_time_ms, attempt.ended_ms),
+            attempt.wall_ms.map(duration_text).unwrap_or_else(|| "-".into()),
+            or_dash(attempt.exit_code),
+            or_dash(attempt.failure_kind.as_ref()),
+        ));
+        html.raw("</p>");
+        if let Some(result) = &attempt.result {
+            html.raw("<h4>output</h4><pre class=\"output\">").text(result).raw("</pre>");
+            if attempt.output_truncated || u64::from(attempt.result_bytes) < attempt.stdout_stored_bytes.unwrap_or(0) {
+                html.raw("<p class=\"more\">").text("the first part only: `gridfold output` gives the whole").raw("</p>");
+            }
+        }
+        if let Some(error_tail) = attempt.error_tail.as_ref().filter(|tail| !tail.is_empty()) {
+            html.raw("<h4>error tail</h4><pre class=\"stderr\">").text(error_tail).raw("</pre>");
+        }
+        html.raw("</section>");
     }
     html
 }
@@ -520,6 +594,19 @@ mod tests {
         assert_inert(rejections(&rejections_reply).as_str());
         let reply = WhyAnswer { explanation: Some(serde_json::json!({"kind": "ended", "task_status": EVIL, "last_engine": EVIL})), text: Some(EVIL.into()), error: None };
         assert_inert(task_facts(&reply).as_str());
+        let attempt = crate::projector::results::AttemptView {
+            attempt: 1,
+            engine: EVIL.into(),
+            outcome: EVIL.into(),
+            result: Some(EVIL.into()),
+            error_tail: Some(EVIL.into()),
+            failure_kind: Some(EVIL.into()),
+            ..Default::default()
+        };
+        let task = TaskReply { argv: vec![EVIL.into()], params: [(EVIL.to_string(), EVIL.to_string())].into(), attempts: vec![attempt], ..Default::default() };
+        assert_inert(task_attempts(&task).as_str());
+        let line = crate::projector::results::TaskLine { state: EVIL.into(), engine: Some(EVIL.into()), failure_kind: Some(EVIL.into()), ..Default::default() };
+        assert_inert(tasks_table(&TasksReply { job: EVIL.into(), tasks: vec![line], ..Default::default() }).as_str());
         assert_inert(why_page(Some(EVIL), Some(&reply)).as_str());
         let page = page(&View::Job(EVIL.into()), &job(&summary, EVIL));
         assert_eq!(page.matches("<script").count(), 1, "only the page's own script: {page}");
