@@ -12,4 +12,5 @@ pub mod log;
 pub mod projector;
 pub mod replace_file;
 pub mod sim;
+pub mod web;
 pub mod wire;

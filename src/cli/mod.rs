@@ -22,6 +22,7 @@ pub mod setup;
 pub mod results;
 pub mod sim;
 pub mod stat;
+pub mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,6 +90,8 @@ pub enum Command {
     BrokerConfig(broker_config::BrokerConfigArgs),
     /// Make the streams and the lease bucket with --replicas (as the projector does at its start); nothing else makes them.
     Setup(setup::SetupArgs),
+    /// Serve the live web view: jobs, tasks, engines, throughput, rejections, why (reads only the projector's answers).
+    Web(web::WebArgs),
     /// A job's tasks, one line each: state, attempts, engine, start, end, wall time, exit code, failure.
     Tasks(results::TasksArgs),
     /// Every attempt of one task: engine, times, exit code, failure, error tail and result.
@@ -135,6 +138,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
         Command::Setup(args) => setup::run(args),
+        Command::Web(args) => web::run(args),
         Command::Tasks(args) => results::tasks(args),
         Command::Task(args) => results::task(args),
         Command::Output(args) => results::output(args),
