@@ -527,6 +527,8 @@ mod tests {
             suspended: 0,
             waits_for_library: Some(EVIL.into()),
             waits_for_jobs: vec![EVIL.into()],
+            held: true,
+            awaits_parts_of: Some(8),
         };
         let engine = EngineSummary {
             id: EVIL.into(),
@@ -538,6 +540,7 @@ mod tests {
             last_seen_ms: 2_000,
             load_per_core_milli: 250,
             properties: EVIL.into(),
+            drained: true,
         };
         StateSummary {
             last_seq: 10,
