@@ -1618,7 +1618,7 @@ fn grid_engines_ticket_mode_splits_a_real_engines_slots_by_the_share_tree() {
     // Override tickets for ann's job (qalter -ot): accepted; for no such job: refused, exit 1.
     let boosted = grid.gridfold(&["override-tickets", "ann-job", "100000", "--nats", &url]);
     assert!(boosted.status.success(), "{}", boosted.stderr);
-    assert!(boosted.stdout.contains("override tickets of ann-job set to 100000"), "{}", boosted.stdout);
+    assert!(boosted.stdout.contains("override tickets 100000 of ann-job applied"), "{}", boosted.stdout);
     let refused = grid.gridfold(&["override-tickets", "nosuchjob", "5", "--nats", &url]);
     assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
     assert!(refused.stderr.contains("the projector rejected the override tickets of nosuchjob"), "{}", refused.stderr);

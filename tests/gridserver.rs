@@ -287,9 +287,14 @@ argv = ["sh", "-c", "test \"$GRIDFOLD_ENGINE\" != blade && sleep 3"]
     let summary = grid.wait_job_ended("flaky");
     assert_eq!((summary["status"].as_str(), summary["done"].as_u64()), (Some("done"), Some(2)), "{summary}");
     assert_eq!(summary["blacklisted_engines"], 1, "{summary}");
+    // Of an ended task, why explains its last dispatch from the state that dispatch
+    // was decided on: the retry went to the desktop, the blade blacklisted then.
     let why = grid.json(&["why", waiting["task"].as_str().unwrap()]).expect("why");
-    assert_eq!((why["kind"].as_str(), why["last_failed_on"].as_str(), why["last_engine"].as_str()), (Some("ended"), Some("blade"), Some("desktop")), "{why}");
-    assert!(why["ranking"].as_array().unwrap().iter().all(|rank| rank["engine"] != "blade"), "blacklisted engines are not ranked: {why}");
+    assert_eq!((why["state"].as_str(), why["attempt"].as_u64(), why["engine"].as_str()), (Some("done"), Some(2), Some("desktop")), "{why}");
+    let then = &why["explanation_at_based_on_seq"];
+    assert!(why["based_on_seq"].as_u64().unwrap() < why["dispatch_seq"].as_u64().unwrap(), "{why}");
+    assert_eq!(strings(&then["excluded"]["blacklisted"]), ["blade"], "the blade was blacklisted when the retry was decided: {why}");
+    assert_eq!(strings(&then["fit_now"]), ["desktop"], "only the desktop could take it then: {why}");
 
     let listed = grid.json(&["blacklist", "ls", "flaky"]).expect("blacklist ls");
     let flaky = &listed["jobs"][0];

@@ -44,16 +44,31 @@ fn run(cluster: &Cluster, args: &[&str]) -> Ran {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run gridfold");
+    // Drained while it runs: an answer larger than a pipe's buffer (a task's 64 KiB
+    // result, in JSON) would otherwise block the command on its own output.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr piped")));
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("try_wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
         if std::time::Instant::now() >= deadline {
             let _ = child.kill();
             cluster.fail(&format!("gridfold {args:?} did not finish within 120 s"));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("gridfold's output");
-    Ran { code: output.status.code(), stdout: output.stdout, stderr: String::from_utf8_lossy(&output.stderr).into_owned() }
+    };
+    let stdout = stdout.join().expect("stdout reader");
+    let stderr = stderr.join().expect("stderr reader");
+    Ran { code: status.code(), stdout, stderr: String::from_utf8_lossy(&stderr).into_owned() }
 }
 
 fn submit(cluster: &Cluster, id: &str, tasks: u32, max_attempts: u32, script: &str) {

@@ -137,6 +137,14 @@ impl Browser {
 
     /// Sends a command (to the page's session once attached) and waits for its result.
     fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params) {
+            Ok(result) => result,
+            Err(answer) => panic!("chromium refused {method}: {answer}"),
+        }
+    }
+
+    /// As [`Browser::call`], with chromium's refusal as the error.
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         let id = self.next_id;
         self.next_id += 1;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -154,8 +162,7 @@ impl Browser {
                 .recv_timeout(left)
                 .unwrap_or_else(|err| panic!("no answer from chromium to {method} ({err})\n{}", self.stderr()));
             if answer["id"] == json!(id) {
-                assert!(answer.get("error").is_none(), "chromium refused {method}: {answer}");
-                return answer["result"].clone();
+                return if answer.get("error").is_some() { Err(answer) } else { Ok(answer["result"].clone()) };
             }
         }
     }
@@ -201,7 +208,20 @@ impl Browser {
 
     /// Saves a PNG of the page under `target/web-screenshots/NAME.png`.
     fn screenshot(&mut self, name: &str) -> PathBuf {
-        let shot = self.call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true}));
+        // Right after a live update replaces the page's content chromium may see a
+        // page of no width for a moment ("Cannot take screenshot with 0 width"):
+        // try again a few times, then shoot the viewport alone.
+        let mut shot = None;
+        for _ in 0..10 {
+            match self.try_call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true})) {
+                Ok(taken) => {
+                    shot = Some(taken);
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+        let shot = shot.unwrap_or_else(|| self.call("Page.captureScreenshot", json!({"format": "png"})));
         let png = base64::engine::general_purpose::STANDARD
             .decode(shot["data"].as_str().expect("screenshot data"))
             .expect("screenshot base64");
@@ -324,14 +344,16 @@ fn a_job_submitted_while_the_page_is_open_appears_and_reaches_done_without_a_rel
     browser.navigate(&format!("http://{address}/why?task=webjob%2F0"));
     browser.wait_until("why webjob/0", "document.querySelector('pre.why') !== null", "document.body.innerText");
     browser.screenshot("6-why");
-    // FIXME: the policy page says no query answers the policy in force yet; when
-    // `gridfold.q.policy` exists, wait for its table (engine_timeout_ms 10000) here.
+    // The policy in force, from the projector's answer: the test's policy set engine_timeout_secs 10.
     browser.navigate(&format!("http://{address}/policy"));
     browser.wait_until(
         "the policy page",
-        "document.querySelector('main').innerText.includes('policy in force')",
+        "document.querySelector('pre.policy') !== null && document.querySelector('pre.policy').innerText.includes('engine_timeout_ms = 10000')",
         "document.body.innerText",
     );
+    let policy_text = browser.eval("document.querySelector('main').innerText").as_str().unwrap_or_default().to_string();
+    assert!(policy_text.contains("the policy in force, set at seq"), "{policy_text}");
+    assert!(policy_text.contains("algorithm = \"sge-plain\""), "policy files' names, not Rust's: {policy_text}");
     browser.screenshot("7-policy");
 
     // Without the browser: an unknown page is a 404, a job id with markup comes back escaped.

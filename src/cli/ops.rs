@@ -119,15 +119,7 @@ pub fn policy_show(nats: &NatsArgs, json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&reply)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if reply.seq == 0 {
-        println!("# no policy was applied on this log: the defaults are in force (folded to seq {})", reply.folded_to);
-    } else {
-        println!("# the policy in force, set at seq {} (folded to seq {})", reply.seq, reply.folded_to);
-    }
-    // TOML as a person reads it; should a value have no TOML form, the same as JSON.
-    match toml::to_string(&reply.policy) {
-        Ok(text) => print!("{text}"),
-        Err(_) => println!("{}", serde_json::to_string_pretty(&reply.policy)?),
-    }
+    println!("# {}", reply.provenance());
+    print!("{}", reply.policy_text());
     Ok(ExitCode::SUCCESS)
 }

@@ -696,6 +696,7 @@ impl Default for Policy {
 
 /// The scheduling algorithm, chosen by policy as in Grid Engine's `sched_conf(5)` `algorithm`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")] // as policy files name them (`policy show` prints this)
 pub enum Algorithm {
     /// Grid Engine's SGE mode: FCFS by submission (or `user_sort`), overridden
     /// by job priority; requirements filter engines; the least loaded engine
@@ -753,6 +754,7 @@ impl Default for LoadFormula {
 /// Grid Engine's `queue_sort_method` (sched_conf(5)): which engine a task goes
 /// to among those that may take it, after tiers and scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")] // as policy files name them (`policy show` prints this)
 pub enum QueueSort {
     /// The lowest load index first; the lower `seq_no` breaks ties, then the engine id.
     #[default]

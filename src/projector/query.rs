@@ -87,6 +87,24 @@ pub struct PolicyReply {
     pub policy: crate::core::event::Policy,
 }
 
+impl PolicyReply {
+    /// The first line `policy show` and the web view print: where the policy came from.
+    pub fn provenance(&self) -> String {
+        if self.seq == 0 {
+            format!("no policy was applied on this log: the defaults are in force (folded to seq {})", self.folded_to)
+        } else {
+            format!("the policy in force, set at seq {} (folded to seq {})", self.seq, self.folded_to)
+        }
+    }
+
+    /// The policy as TOML a person reads; should a value have no TOML form, as JSON.
+    pub fn policy_text(&self) -> String {
+        toml::to_string(&self.policy)
+            .or_else(|_| serde_json::to_string_pretty(&self.policy).map(|json| json + "\n"))
+            .unwrap_or_default()
+    }
+}
+
 pub fn answer_policy(state: &State, _request: &PolicyRequest) -> PolicyReply {
     PolicyReply { seq: state.policy_seq.0, folded_to: state.last_seq.0, policy: state.policy.clone() }
 }

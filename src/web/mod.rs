@@ -192,9 +192,10 @@ async fn render_or_fail(app: &App, view: &View) -> Result<Html, AskError> {
             let reply: RejectionsReply = app.source.ask(query::REJECTIONS_SUBJECT, &query::RejectionsRequest::default()).await?;
             views::rejections(&reply)
         }
-        // FIXME: no query answers the policy in force yet (`gridfold policy show`
-        // is being built beside this view); show it here once one does.
-        View::Policy => views::error("this projector answers no question about the policy in force yet: see the policy file last applied (gridfold policy apply)"),
+        View::Policy => {
+            let reply: query::PolicyReply = app.source.ask(query::POLICY_SUBJECT, &query::PolicyRequest {}).await?;
+            views::policy(&reply)
+        }
         View::Why(task) => {
             let reply = match task {
                 Some(task) => Some(why(app, task).await?),

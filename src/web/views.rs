@@ -471,6 +471,14 @@ pub fn rejections(reply: &RejectionsReply) -> Html {
 }
 
 /// A short error in place of a page's content (the projector did not answer).
+/// `/policy`: the policy in force, as `gridfold policy show` prints it.
+pub fn policy(reply: &crate::projector::query::PolicyReply) -> Html {
+    let mut html = Html::new();
+    html.raw("<h2>Policy</h2><p class=\"provenance\">").text(reply.provenance()).raw("</p>");
+    html.raw("<pre class=\"policy\">").text(reply.policy_text()).raw("</pre>");
+    html
+}
+
 pub fn error(text: &str) -> Html {
     let mut html = Html::new();
     html.raw("<p class=\"error\">").text(text).raw("</p>");
