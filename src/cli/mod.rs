@@ -83,7 +83,7 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Run an engine agent: log in, take this engine's orders, run tasks, report; drain on SIGTERM.
     /// `engine drain NAME` / `engine resume NAME`: an operator's drain of an engine (no new work).
-    Engine(engine::EngineArgs),
+    Engine(Box<engine::EngineArgs>),
     /// Run the projector, the single writer, on NATS JetStream (a second one stands by).
     Projector(projector::ProjectorArgs),
     /// Write a nats-server configuration that enforces who may publish what, with an nkey and an environment file per principal.
@@ -134,7 +134,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Blacklist(args) => blacklist::run(args),
         Command::Key(args) => key::run(args),
         Command::Sim(args) => sim::run(args),
-        Command::Engine(args) => engine::run(args),
+        Command::Engine(args) => engine::run(*args),
         Command::Projector(args) => projector::run(args),
         Command::BrokerConfig(args) => broker_config::run(args),
         Command::Setup(args) => setup::run(args),

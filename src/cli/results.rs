@@ -91,8 +91,8 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<ExitCode> {
                     writeln!(out, "{}", tasks_title(&reply))?;
                     writeln!(
                         out,
-                        "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  {}",
-                        "INDEX", "STATE", "ATT", "ENGINE", "START", "END", "WALL", "EXIT", "FAILURE"
+                        "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  FAILURE",
+                        "INDEX", "STATE", "ATT", "ENGINE", "START", "END", "WALL", "EXIT"
                     )?;
                 }
                 for line in &reply.tasks {

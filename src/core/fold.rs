@@ -278,13 +278,13 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
             (None, None) => return Err(invalid(JobProblem::UnknownDependency { dependency: dependency.to_string() })),
         }
     }
-    if let Some(total) = spec.options.tasks_total {
-        if u64::from(total) < tasks || total > TASKS_PER_JOB_MAX {
-            return Err(Rejection::OpsRefused {
-                target: format!("job {}", spec.id),
-                problem: OpsProblem::PartsInconsistent { tasks, total },
-            });
-        }
+    if let Some(total) = spec.options.tasks_total
+        && (u64::from(total) < tasks || total > TASKS_PER_JOB_MAX)
+    {
+        return Err(Rejection::OpsRefused {
+            target: format!("job {}", spec.id),
+            problem: OpsProblem::PartsInconsistent { tasks, total },
+        });
     }
     let n_tasks = tasks as u32;
     let job_idx = state.next_job_idx();
@@ -527,13 +527,13 @@ fn add_tasks(
     if total > u64::from(TASKS_PER_JOB_MAX) {
         return Err(invalid(JobProblem::TooManyTasks { tasks: total, max: TASKS_PER_JOB_MAX }));
     }
-    if let Some(declared) = state.job(j).options.tasks_total {
-        if total > u64::from(declared) {
-            return Err(Rejection::OpsRefused {
-                target: format!("job {id}"),
-                problem: OpsProblem::PartsInconsistent { tasks: total, total: declared },
-            });
-        }
+    if let Some(declared) = state.job(j).options.tasks_total
+        && total > u64::from(declared)
+    {
+        return Err(Rejection::OpsRefused {
+            target: format!("job {id}"),
+            problem: OpsProblem::PartsInconsistent { tasks: total, total: declared },
+        });
     }
     let shape = JobShape::of_job(state.job(j));
     let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
