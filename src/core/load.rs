@@ -270,7 +270,10 @@ impl Parser<'_> {
         while self.bytes.get(self.at).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_') {
             self.at += 1;
         }
-        let name = std::str::from_utf8(&self.bytes[start..self.at]).expect("ASCII");
+        // Only ASCII letters, digits and `_` were taken, so each byte is its own
+        // char; built byte by byte so that no input can reach a panic here.
+        let name: String = self.bytes.get(start..self.at).unwrap_or_default().iter().map(|&b| char::from(b)).collect();
+        let name = name.as_str();
         if name.is_empty() {
             return Err(LoadError::Syntax { at: start, what: "expected a load value name" });
         }
@@ -316,6 +319,20 @@ impl Parser<'_> {
 
 #[cfg(test)]
 mod tests {
+    /// A formula arrives in a published `PolicySet`: whatever its bytes, parsing
+    /// answers with a formula or an error, never a panic.
+    #[test]
+    fn hostile_formulas_are_refused_or_parsed_and_never_panic() {
+        let long_name = "a".repeat(100_000);
+        let many_terms = vec!["x"; 10_000].join("+");
+        for text in ["np_load_avgé + 1", "é", "load\u{0}avg", "1e999999", "--", "*", "np_load_avg*", "a*b*c", "\u{feff}mem_used", long_name.as_str(), many_terms.as_str()] {
+            let _ = super::parse(text);
+        }
+        assert!(super::parse("np_load_avgé + 1").is_err(), "a name followed by a non-ASCII char is refused");
+        assert!(super::parse(&long_name).is_err(), "a name beyond the limit is refused");
+        assert!(super::parse(&many_terms).is_err(), "more terms than the limit are refused");
+    }
+
     use super::*;
 
     fn load(values: &[(&str, i64)]) -> EngineLoad {
