@@ -148,9 +148,6 @@ impl<'s> Candidates<'s> {
                 continue;
             }
             let engine = state.engine(e);
-            if filters::not_drained(engine).is_err() {
-                continue;
-            }
             let used = engine.used + in_flight.booked_slots(e);
             if used < engine.slots {
                 by_id.push(Candidate { engine: e, slots: engine.slots, used });

@@ -71,6 +71,26 @@ fn a_job_rooted_on_a_library_runs_only_where_it_is_synced_and_idle_engines_sync_
 }
 
 #[test]
+fn a_drained_engine_is_not_asked_to_sync_a_library_until_it_is_resumed() {
+    let lib = library("pricing", "2.1");
+    let mut log = LogBuilder::new();
+    publish(&mut log, &lib);
+    log.login("lacks-it", 1, linux_props("lyon", 8192));
+    log.push(Event::EngineDrainChanged { engine: engine_id("lacks-it"), drained: true });
+    let mut spec = job_spec("priced", 1, "");
+    spec.options.root_library = Some(lib.clone());
+    log.submit(spec);
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        (no orders)
+    "#]]);
+    log.push(Event::EngineDrainChanged { engine: engine_id("lacks-it"), drained: false });
+    check(&mut log, &mut state, expect![[r#"
+        sync pricing@2.1 on lacks-it
+    "#]]);
+}
+
+#[test]
 fn a_library_never_published_makes_the_job_unschedulable_until_it_is() {
     let lib = library("missing", "1");
     let mut log = LogBuilder::new();

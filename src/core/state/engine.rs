@@ -48,6 +48,12 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Logged in, not drained, with a free slot: what `free_engines` holds, and
+    /// so what dispatch (any family) and library syncs may offer work to.
+    pub fn takes_work(&self) -> bool {
+        self.status == EngineStatus::LoggedIn && self.used < self.slots && !self.drained
+    }
+
     pub(super) fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
         Engine {
             tier: 0,

@@ -8,7 +8,7 @@
 //!   and an engine's used slots are the sum over its live attempts;
 //! - a job's task counts add up to its number of tasks;
 //! - `runnable` holds exactly the active jobs with waiting tasks;
-//! - `free_engines` holds exactly the logged-in engines with a free slot;
+//! - `free_engines` holds exactly the logged-in, undrained engines with a free slot;
 //! - `engine_silence` holds exactly the logged-in engines, at their last-seen time;
 //! - `dispatched_since` holds exactly the live attempts not yet started.
 //!
@@ -601,9 +601,9 @@ impl State {
         &mut self.engines[idx.0 as usize]
     }
 
-    fn refresh_free(&mut self, idx: EngineIdx) {
+    pub(crate) fn refresh_free(&mut self, idx: EngineIdx) {
         let engine = &self.engines[idx.0 as usize];
-        if engine.status == EngineStatus::LoggedIn && engine.used < engine.slots {
+        if engine.takes_work() {
             self.free_engines.insert(idx);
         } else {
             self.free_engines.remove(idx);
@@ -1445,8 +1445,7 @@ impl State {
                 "silence order of {}",
                 engine.id
             );
-            let free = engine.status == EngineStatus::LoggedIn && engine.used < engine.slots;
-            assert_eq!(free, self.free_engines.contains(EngineIdx(e as u32)), "free index of {}", engine.id);
+            assert_eq!(engine.takes_work(), self.free_engines.contains(EngineIdx(e as u32)), "free index of {}", engine.id);
         }
         for (j, job) in self.jobs.iter() {
             job.check_counts();
@@ -1461,7 +1460,7 @@ impl State {
         assert_eq!(self.runnable.len(), self.jobs().filter(|j| j.is_runnable()).count());
         assert_eq!(
             self.free_engines.len(),
-            self.engines.iter().filter(|e| e.status == EngineStatus::LoggedIn && e.used < e.slots).count()
+            self.engines.iter().filter(|e| e.takes_work()).count()
         );
         for &(key, attempt) in &self.to_cancel {
             assert!(self.live_attempt_numbered(key, attempt).is_some(), "an attempt awaiting cancel is live");

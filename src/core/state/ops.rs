@@ -3,8 +3,9 @@
 //! and keep the indexes (`runnable`, `to_cancel`) true.
 //!
 //! A held job and a job awaiting its parts stay out of `runnable` (see
-//! [`super::Job::is_runnable`]); a drained engine stays in `free_engines` (its
-//! slots are free) but the dispatch loop and `why` pass it over
+//! [`super::Job::is_runnable`]); a drained engine leaves `free_engines`, so
+//! nothing that offers work to free engines (dispatch, whatever the family;
+//! library syncs) reaches it, and `why` names the reason
 //! (`filters::not_drained`).
 
 use super::{EngineIdx, JobIdx, State, TaskKey, TaskStatus};
@@ -21,6 +22,7 @@ impl State {
     /// Drains or resumes an engine.
     pub(crate) fn set_engine_drained(&mut self, e: EngineIdx, drained: bool) {
         self.engines[e.0 as usize].drained = drained;
+        self.refresh_free(e);
     }
 
     /// Cancels one task of an active job: a waiting one at once; a live one's
