@@ -49,6 +49,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.PolicySet.redundancy",
     ".gridfold.v1.PolicySet.sge",
     ".gridfold.v1.PolicySet.techila",
+    ".gridfold.v1.PolicySet.output",
     ".gridfold.v1.JobOptions.project_priority",
     ".gridfold.v1.EngineProperties.libraries",
     ".gridfold.v1.RunTask.root_library",

@@ -6,6 +6,7 @@ pub mod core;
 pub mod engine;
 pub mod files;
 pub mod fuzzing;
+pub mod human;
 pub mod library_store;
 pub mod output_store;
 pub mod log;

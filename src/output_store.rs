@@ -8,9 +8,10 @@
 //!   else happens, and a limit on the bucket's whole size ([`BUCKET_BYTES_MAX`]).
 //! - One object per attempt and stream, named
 //!   `out/<job>/<index>/<attempt>/<stdout|stderr>` ([`object_name`]), holding at
-//!   most the attempt's bound (the policy's `output_task_bytes_max`, shared out
-//!   per task from `output_job_bytes_max`, see [`crate::core::event::OutputPolicy`]);
-//!   its metadata says whether the output was cut at that bound.
+//!   most the attempt's bound (its share of the policy's `[output]` bounds, decided
+//!   by the fold at dispatch: see [`crate::core::event::OutputPolicy`] and
+//!   [`crate::core::state::attempts`]), and at most the engine's own
+//!   `--output-bytes-max`; its metadata says whether the output was cut at that bound.
 //! - The log holds only the first 64 KiB of stdout (`TaskCompleted.result`) and
 //!   the last 4 KiB of stderr (`TaskFailed.error_tail`): the store is never read by
 //!   `fold` or `schedule`, and a missing object (expired, never stored because the
@@ -78,7 +79,7 @@ pub struct StoredStream {
 pub enum OutputError {
     #[error("the object-store bucket {BUCKET}: {detail}")]
     Bucket { detail: String },
-    #[error("no {stream} stored for {task} attempt {attempt} (the task wrote none, it expired, or its engine could not store it)")]
+    #[error("no {stream} stored for {task} attempt {attempt} (the task wrote none, its output bound was 0 as its job's output budget was spent, it expired, or its engine could not store it)")]
     NotFound { task: String, attempt: Attempt, stream: &'static str },
     #[error("{object}: {detail}")]
     Transfer { object: String, detail: String },

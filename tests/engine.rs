@@ -316,6 +316,8 @@ fn run(
         wall_time_limit_ms: 0,
         slots: 1,
         root_library: None,
+        output_bytes_max: gridfold::core::event::OutputPolicy::default().task_bytes_max,
+        work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
     };
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),

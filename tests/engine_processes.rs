@@ -119,6 +119,8 @@ impl Broker {
                 wall_time_limit_ms: 0,
                 slots: 1,
                 root_library: None,
+                output_bytes_max: gridfold::core::event::OutputPolicy::default().task_bytes_max,
+                work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
             }),
         };
         let message = PublishMessage::build()

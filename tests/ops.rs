@@ -69,7 +69,7 @@ fn hold_drain_and_task_cancel_are_obeyed_verdicts_are_told_and_unknown_names_exi
     assert_eq!(policy["policy"]["engine_timeout_ms"], 5000, "{policy}");
     let (code, shown, _) = gridfold(&cluster, &["policy", "show"]);
     assert_eq!(code, 0);
-    assert!(shown.contains("set at seq") && shown.contains("engine_timeout_ms = 5000"), "{shown}");
+    assert!(shown.contains("set at seq") && shown.contains("\nengine_timeout_secs = 5\n"), "{shown}");
     assert!(shown.contains("algorithm = \"sge-plain\""), "the algorithm as policy files name it: {shown}");
 
     // Drained: no new work. Held: no dispatch. why names both.

@@ -5,6 +5,7 @@
 //! `why` of an ended task ranks engines from the state its dispatch was based on.
 //!
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
+//! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
 
 mod support;
 
@@ -181,4 +182,66 @@ fn every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_te
     assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
     assert!(waited.text().contains("job fine done: 4 of 4 tasks done"), "{}", waited.text());
     assert_eq!(run(&cluster, &["output", "fine/3"]).text(), "fine-3\n");
+}
+
+/// The policy's `[output]` bounds: a third of a 3,000-byte job budget per task
+/// (500 bytes of each stream), the 1,000-byte task bound, and a budget spent.
+const BOUNDED_POLICY: &str = "\
+engine_timeout_secs = 10
+dispatch_timeout_secs = 30
+
+[output]
+task_bytes_max = 1000
+job_bytes_max = 3000
+work_dir_retention_secs = 1
+";
+
+#[test]
+fn output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention() {
+    let mut cluster = Cluster::start(BOUNDED_POLICY);
+    cluster.projector();
+    let (w1, w2) = (cluster.path("w1"), cluster.path("w2"));
+    cluster.engine("engine-1", "e1", 2, &w1);
+    cluster.engine("engine-2", "e2", 2, &w2);
+    cluster.wait_logged_in(&["e1", "e2"]);
+
+    // Three tasks share the job's 3,000 bytes: 500 of each stream each, whatever the batch.
+    submit(&cluster, "cut", 3, 1, "head -c 5000 /dev/zero | tr '\\0' x");
+    let waited = run(&cluster, &["wait", "cut", "--timeout-secs", "90"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    for index in 0..3 {
+        let output = run(&cluster, &["output", &format!("cut/{index}")]);
+        assert_eq!(output.code, Some(0), "{}", output.stderr);
+        assert_eq!(output.stdout, vec![b'x'; 500], "cut/{index}: {} bytes", output.stdout.len());
+        assert!(output.stderr.contains("was cut at its bound: 500 bytes stored"), "{}", output.stderr);
+    }
+
+    // One task failing three times: the task bound (1,000), then what the job has
+    // left (500), then nothing: the job never stores more than its budget.
+    submit(&cluster, "spent", 1, 3, "head -c 5000 /dev/zero | tr '\\0' y; exit 4");
+    let waited = run(&cluster, &["wait", "spent", "--timeout-secs", "90"]);
+    assert_eq!(waited.code, Some(1), "{}\n{}", waited.text(), waited.stderr);
+    let task = run(&cluster, &["task", "spent/0", "--json"]);
+    assert_eq!(task.code, Some(0), "{}", task.stderr);
+    let reply: TaskReply = serde_json::from_slice(&task.stdout).expect("task --json decodes");
+    let bounds: Vec<u64> = reply.attempts.iter().map(|a| a.output_bytes_max).collect();
+    let stored: Vec<Option<u64>> = reply.attempts.iter().map(|a| a.stdout_stored_bytes).collect();
+    assert_eq!(bounds, [1000, 500, 0]);
+    assert_eq!(stored, [Some(1000), Some(500), None]);
+    let text = run(&cluster, &["task", "spent/0"]).text();
+    assert!(text.contains("output bound: 1000 bytes of stdout") && text.contains("output bound: 0 bytes"), "{text}");
+    let none = run(&cluster, &["output", "spent/0", "--attempt", "3"]);
+    assert_eq!(none.code, Some(1), "{}", none.stderr);
+    assert!(none.stderr.contains("output bound was 0"), "{}", none.stderr);
+
+    // Every ended attempt's directory goes after the policy's one second.
+    cluster.wait_for("the engines remove the ended attempts' directories", Duration::from_secs(30), |_| {
+        let left: Vec<String> = [&w1, &w2]
+            .iter()
+            .flat_map(|w| std::fs::read_dir(w).into_iter().flatten().flatten())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name == "cut" || name == "spent")
+            .collect();
+        if left.is_empty() { Ok(()) } else { Err(format!("still there: {left:?}")) }
+    });
 }

@@ -348,7 +348,7 @@ fn a_job_submitted_while_the_page_is_open_appears_and_reaches_done_without_a_rel
     browser.navigate(&format!("http://{address}/policy"));
     browser.wait_until(
         "the policy page",
-        "document.querySelector('pre.policy') !== null && document.querySelector('pre.policy').innerText.includes('engine_timeout_ms = 10000')",
+        "document.querySelector('pre.policy') !== null && document.querySelector('pre.policy').innerText.includes('engine_timeout_secs = 10')",
         "document.body.innerText",
     );
     let policy_text = browser.eval("document.querySelector('main').innerText").as_str().unwrap_or_default().to_string();

@@ -47,17 +47,15 @@ pub struct EngineArgs {
     /// On SIGTERM or SIGINT, how long running tasks may finish before they are killed.
     #[arg(long, default_value_t = 30)]
     pub drain_timeout_secs: u64,
-    /// Each task's stdout and stderr are stored whole in the broker's object store when
-    /// it ends, each up to this many bytes (at most 1 GiB); the rest is dropped.
+    /// This engine's ceiling on what it stores of each task's stdout and stderr (at most
+    /// 1 GiB); each attempt stores up to the smaller of this and the policy's share
+    /// its order carries (`[output]` in the policy file); the rest is dropped.
     #[arg(long, default_value_t = crate::engine::OUTPUT_BYTES_MAX_DEFAULT,
         value_parser = clap::value_parser!(u64).range(1..=crate::engine::OUTPUT_BYTES_MAX_MAX))]
     pub output_bytes_max: u64,
     /// How long the broker keeps stored output (applied when this engine creates the bucket).
     #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub output_retention_secs: u64,
-    /// An ended attempt's directory is removed this long after it was last written.
-    #[arg(long, default_value_t = crate::engine::WORK_DIR_RETENTION_DEFAULT.as_secs())]
-    pub work_dir_retention_secs: u64,
 }
 
 /// Binds to the log and opens this engine's order feed. An engine never creates a
@@ -123,7 +121,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         output_bytes_max: args.output_bytes_max,
         output_retention: Duration::from_secs(args.output_retention_secs),
-        work_dir_retention: Duration::from_secs(args.work_dir_retention_secs),
+        work_dir_retention: crate::engine::WORK_DIR_RETENTION_DEFAULT,
         ..defaults
     };
     // Waiting for the broker may take long: a signal meanwhile ends the engine at once

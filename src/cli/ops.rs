@@ -110,9 +110,10 @@ pub fn engine_admin(admin: EngineAdmin) -> anyhow::Result<ExitCode> {
     publish_write(&args.nats, &args.verdict, args.json, &format!("{word} of engine {engine}"), event, fields)
 }
 
-/// `gridfold policy show [--json]`: the policy in force, as TOML a person reads
-/// (the shape `policy apply` reads is documented in the README), and the
-/// sequence of the `policy apply` that set it.
+/// `gridfold policy show [--json]`: the policy in force, as the policy file
+/// writes it (so `policy show > p.toml` then `policy apply p.toml` applies it
+/// again), and the sequence of the `policy apply` that set it. `--json` gives
+/// the policy as the program holds it (durations in ms, weights in thousandths).
 pub fn policy_show(nats: &NatsArgs, json: bool) -> anyhow::Result<ExitCode> {
     let reply: PolicyReply = block_on(ask(nats, POLICY_SUBJECT, &PolicyRequest {}))?;
     if json {

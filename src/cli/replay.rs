@@ -202,7 +202,7 @@ fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&explanation)?);
         }
         WhyAnswer { text: Some(text), .. } => print!("{text}"),
-        other => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds no explanation: {other:?}"),
+        _ => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds neither an explanation nor an error"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -176,6 +176,7 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
     if let (Some(wall), Some(cpu)) = (a.wall_ms, a.cpu_ms) {
         text += &format!("  wall {}, cpu {}\n", seconds(wall), seconds(cpu));
     }
+    text += &format!("  output bound: {} of stdout and as much of stderr\n", byte_size(a.output_bytes_max));
     for (stream, bytes) in [("stdout", a.stdout_stored_bytes), ("stderr", a.stderr_stored_bytes)] {
         if let Some(bytes) = bytes {
             let cut = if a.output_truncated { " (cut at its bound)" } else { "" };
@@ -377,5 +378,34 @@ mod tests {
         assert_eq!(super::timestamp(0), "1970-01-01 00:00:00.000 UTC");
         assert_eq!(super::timestamp(1_795_642_210_123), "2026-11-25 21:30:10.123 UTC");
         assert_eq!(super::timestamp(951_782_400_000), "2000-02-29 00:00:00.000 UTC");
+    }
+}
+
+/// `0 bytes`, `512 bytes`, `64 KiB`, `16 MiB`, `1.5 GiB`: exact below a KiB, else one decimal at most.
+fn byte_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut unit = 0;
+    let mut scaled = bytes * 10 / 1024;
+    while scaled >= 10 * 1024 && unit + 1 < UNITS.len() {
+        scaled /= 1024;
+        unit += 1;
+    }
+    match scaled % 10 {
+        0 => format!("{} {}", scaled / 10, UNITS[unit]),
+        tenth => format!("{}.{tenth} {}", scaled / 10, UNITS[unit]),
+    }
+}
+
+#[cfg(test)]
+mod byte_size_tests {
+    #[test]
+    fn byte_sizes_read_as_a_person_writes_them() {
+        let cases = [(0, "0 bytes"), (1023, "1023 bytes"), (1024, "1 KiB"), (1536, "1.5 KiB"), (16 << 20, "16 MiB"), (3 << 29, "1.5 GiB"), (1 << 40, "1 TiB")];
+        for (bytes, text) in cases {
+            assert_eq!(super::byte_size(bytes), text, "{bytes}");
+        }
     }
 }

@@ -521,6 +521,40 @@ pub struct Policy {
     pub queue_sort_method: QueueSort,
     /// Techila's license cap, simultaneous projects and user priorities (`techila`).
     pub techila: TechilaPolicy,
+    /// How much of tasks' output engines keep, and for how long their work directories stay.
+    pub output: OutputPolicy,
+}
+
+/// The bounds on tasks' whole output (stored by engines in the object store,
+/// never on the log) and on engines' work directories.
+///
+/// Each attempt's bound is decided by the fold when it applies the attempt's
+/// `Dispatch` (see [`crate::core::state::attempts`]) and carried to the engine
+/// in the order, so the projector, replay and every engine agree on it: the
+/// smaller of `task_bytes_max` and the job's uncommitted budget shared among
+/// its waiting tasks. A job's attempts together never store more than
+/// `job_bytes_max`, whatever their number.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputPolicy {
+    /// Most bytes one attempt stores of its stdout, and as many of its stderr.
+    pub task_bytes_max: u64,
+    /// Most bytes all attempts of one job store, both streams together.
+    pub job_bytes_max: u64,
+    /// How long an engine keeps an ended attempt's work directory (wall time on the engine).
+    pub work_dir_retention_ms: u64,
+}
+
+/// The most [`OutputPolicy::task_bytes_max`] may be: 1 GiB.
+pub const OUTPUT_TASK_BYTES_MAX_LIMIT: u64 = 1 << 30;
+/// The most [`OutputPolicy::job_bytes_max`] may be: 1 TiB.
+pub const OUTPUT_JOB_BYTES_MAX_LIMIT: u64 = 1 << 40;
+/// The longest [`OutputPolicy::work_dir_retention_ms`]: a year.
+pub const WORK_DIR_RETENTION_MS_LIMIT: u64 = 365 * 24 * 3_600_000;
+
+impl Default for OutputPolicy {
+    fn default() -> Self {
+        OutputPolicy { task_bytes_max: 16 << 20, job_bytes_max: 1 << 30, work_dir_retention_ms: 24 * 3_600_000 }
+    }
 }
 
 /// Techila's scheduler settings, read by the `techila` family only.
@@ -690,6 +724,7 @@ impl Default for Policy {
             sge: SgePolicy::default(),
             queue_sort_method: QueueSort::default(),
             techila: TechilaPolicy::default(),
+            output: OutputPolicy::default(),
         }
     }
 }

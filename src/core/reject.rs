@@ -299,6 +299,23 @@ impl Rejection {
     }
 }
 
+/// The orders of a batch folded with `rejections` that did not apply, sorted
+/// (so that each order's check is a binary search: a batch holds up to
+/// `ORDERS_PER_BATCH_MAX` orders, and may have as many rejected); `None` when
+/// the batch was refused whole (unsealed, badly sealed, too large, not the
+/// projector's) and applied nothing.
+pub fn orders_not_applied(rejections: &[Rejection]) -> Option<Vec<u32>> {
+    let mut rejected = Vec::new();
+    for rejection in rejections {
+        match rejection {
+            Rejection::OrderNotApplicable { order, .. } => rejected.push(*order),
+            _ => return None,
+        }
+    }
+    rejected.sort_unstable();
+    Some(rejected)
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -190,7 +190,7 @@ fn spawn_login_watch<L: EventLog + 'static>(
                     }
                 }
                 Ok(Err(err)) => tracing::debug!(subject, "cannot read the newest login: {err}"),
-                Err(_) => tracing::debug!(subject, "the newest login was not read within {timeout:?}"),
+                Err(_) => tracing::debug!(subject, "the newest login was not read within {}", crate::human::duration(timeout)),
             }
         }
     });
@@ -401,14 +401,19 @@ impl Agent {
         tracing::warn!(
             stalled_ms = stalled.as_millis() as u64,
             heartbeat_ms = self.config.heartbeat_interval.as_millis() as u64,
-            "the engine stalled (no heartbeat of it reached the log for {stalled:?}): \
-             reading its orders to the end before acting on any"
+            "the engine stalled (no heartbeat of it reached the log for {}): \
+             reading its orders to the end before acting on any",
+            crate::human::duration(stalled)
         );
         let wait = self.config.heartbeat_interval;
         let caught_up = feed.catch_up(wait, usize::from(in_hand.is_some())).await?;
         let held = feed.held();
         if !caught_up {
-            tracing::warn!(held = held.len(), "the order feed was not read to its end within {wait:?}; going on with what was read");
+            tracing::warn!(
+                held = held.len(),
+                "the order feed was not read to its end within {}; going on with what was read",
+                crate::human::duration(wait)
+            );
         }
         let mut lost = None;
         for payload in in_hand.into_iter().chain(held.iter().map(|bytes| &bytes[..])) {
@@ -549,7 +554,7 @@ impl Agent {
                 self.seen_attempts.insert(key.clone());
                 self.runs_after_preemption.remove(&key);
                 if let Some(running) = self.running.get_mut(&key) {
-                    tracing::info!(task = %key.0, attempt, ?reason, "stopping a cancelled attempt");
+                    tracing::info!(task = %key.0, attempt, reason = reason.as_str(), "stopping a cancelled attempt");
                     running.stop.get_or_insert(StopReason::Cancel);
                     running.killer.stop();
                 }
@@ -646,6 +651,8 @@ impl Agent {
             );
             return self.launch_failed(&run, message).await;
         }
+        // The policy in force when the projector dispatched this rules the sweeps from now on.
+        self.config.work_dir_retention = Duration::from_millis(run.work_dir_retention_ms.max(1));
         let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
             Ok(dir) => dir,
             Err(message) => return self.launch_failed(&run, message).await,
@@ -660,12 +667,12 @@ impl Agent {
             group_records: Some(self.claim.records().clone()),
             capture: self.config.output_store.as_ref().map(|_| runner::Capture {
                 dir: output_dir(&work_dir),
-                bytes_max: self.config.output_bytes_max,
+                bytes_max: run.output_bytes_max.min(self.config.output_bytes_max),
             }),
         };
         match runner::start(spec, key.clone(), self.done_tx.clone()) {
             Ok(killer) => {
-                tracing::info!(task = %run.task, attempt = run.attempt, pgid = killer.pgid(), argv = ?run.argv, "started");
+                tracing::info!(task = %run.task, attempt = run.attempt, pgid = killer.pgid(), argv = %run.argv.join(" "), "started");
                 self.slots_used += slots;
                 assert!(
                     self.slots_used <= self.config.slots,
@@ -734,7 +741,10 @@ impl Agent {
             );
             return self.report_sync(delivery_id, library, Err(error)).await;
         };
-        tracing::info!(%library, ?published, "syncing a library from the object store");
+        match &published {
+            Some(info) => tracing::info!(%library, size_bytes = info.size_bytes, blake3 = %info.digest_hex, "syncing a library from the object store"),
+            None => tracing::info!(%library, "syncing a library from the object store"),
+        }
         let library_dir = self.library_dir.clone();
         let done = self.sync_tx.clone();
         let (id, for_task) = (delivery_id.to_string(), library.clone());
@@ -798,7 +808,7 @@ impl Agent {
         };
         let event = match (running.stop, outcome.end) {
             (Some(StopReason::Preempt), end) => {
-                tracing::info!(%task, attempt, ?end, "preempted on the projector's order");
+                tracing::info!(%task, attempt, %end, "preempted on the projector's order");
                 self.report.stopped_on_order += 1;
                 // The number was given back: its next run is a run, not a duplicate.
                 let key = (task, attempt);
@@ -809,7 +819,7 @@ impl Agent {
                 };
             }
             (Some(StopReason::Cancel | StopReason::Lost), end) => {
-                tracing::info!(%task, attempt, ?end, "stopped on the projector's order");
+                tracing::info!(%task, attempt, %end, "stopped on the projector's order");
                 self.report.stopped_on_order += 1;
                 return Ok(());
             }
@@ -843,7 +853,7 @@ impl Agent {
             _ => self.report.failed += 1,
         }
         self.store_output(&task, attempt, &outcome).await;
-        tracing::info!(%task, attempt, end = ?outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
+        tracing::info!(%task, attempt, end = %outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
         self.publish_task_event(event).await
     }
 
@@ -868,7 +878,7 @@ impl Agent {
         if self.running.is_empty() {
             return Ok(());
         }
-        tracing::info!(running = self.running.len(), timeout = ?self.config.drain_timeout, "draining");
+        tracing::info!(running = self.running.len(), timeout = %crate::human::duration(self.config.drain_timeout), "draining");
         let drain_deadline = Instant::now() + self.config.drain_timeout;
         let mut give_up: Option<Instant> = None;
         while !self.running.is_empty() {
@@ -1224,6 +1234,8 @@ mod tests {
             wall_time_limit_ms: 0,
             slots: 0,
             root_library: None,
+            output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
+            work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
         };
         let env_of = |run: &RunTask| -> BTreeMap<String, String> {
             let engine = EngineId::new("e1").unwrap();

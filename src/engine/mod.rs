@@ -135,7 +135,7 @@ pub const LIBRARY_DIR_NAME: &str = "libraries";
 pub const OUTPUT_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 /// The largest [`EngineConfig::output_bytes_max`]: 1 GiB.
 pub const OUTPUT_BYTES_MAX_MAX: u64 = 1024 * 1024 * 1024;
-/// The default [`EngineConfig::work_dir_retention`]: a day.
+/// The default [`EngineConfig::work_dir_retention`]: a day, as the policy's default.
 pub const WORK_DIR_RETENTION_DEFAULT: Duration = Duration::from_secs(24 * 3600);
 /// Most attempt directories one sweep of the work directory removes.
 pub const WORK_DIR_SWEEP_MAX: usize = 1_000;
@@ -171,13 +171,17 @@ pub struct EngineConfig {
     /// Where an attempt's whole stdout and stderr go when it ends: the broker's
     /// object store (see [`crate::output_store`]). `None`: kept nowhere.
     pub output_store: Option<crate::output_store::OutputStore>,
-    /// Each stream of each attempt is kept up to this many bytes
-    /// (1..=[`OUTPUT_BYTES_MAX_MAX`]); what comes after is dropped and the object marked cut.
+    /// This engine's own ceiling on what it stores of each stream of an attempt
+    /// (1..=[`OUTPUT_BYTES_MAX_MAX`]): each attempt keeps the smaller of this and
+    /// the bound its order carries (the policy's `[output]` share, decided by
+    /// the fold); what comes after is dropped and the object marked cut.
     pub output_bytes_max: u64,
     /// How long the broker keeps stored output, when this engine creates the bucket.
     pub output_retention: Duration,
     /// An ended attempt's directory (`<work_dir>/<job>/<index>-<attempt>`, and its
-    /// kept output `<index>-<attempt>.output`) is removed this long after it was last written.
+    /// kept output `<index>-<attempt>.output`) is removed this long after it was
+    /// last written: until the first task's order brings the policy's
+    /// `output.work_dir_retention_secs`, which then rules.
     pub work_dir_retention: Duration,
 }
 
@@ -268,7 +272,7 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Claim(#[from] groups::ClaimError),
-    #[error("could not publish {what} after {attempts} tries over {elapsed:?}: {source}")]
+    #[error("could not publish {what} after {attempts} tries over {}: {source}", crate::human::duration(*elapsed))]
     Publish {
         what: String,
         attempts: u32,

@@ -130,6 +130,17 @@ pub enum RunEnd {
     Killed,
 }
 
+impl std::fmt::Display for RunEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunEnd::Exited(code) => write!(f, "exited with code {code}"),
+            RunEnd::Signalled(signal) => write!(f, "killed by signal {signal}"),
+            RunEnd::WallTimeExceeded => f.write_str("stopped at its wall-time limit"),
+            RunEnd::Killed => f.write_str("stopped by the engine"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOutcome {
     pub end: RunEnd,

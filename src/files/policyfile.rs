@@ -7,10 +7,16 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod render;
 pub(crate) mod sge;
 
+pub use render::policy_file_text;
+
 use super::jobfile::{FileText, JobFileError as FileError};
-use crate::core::event::{LoadFormula, ORDERS_PER_BATCH_MAX, Policy, QueueSort, RedundancyPolicy, TechilaPolicy};
+use crate::core::event::{
+    LoadFormula, OutputPolicy, Policy, QueueSort, RedundancyPolicy, TechilaPolicy, ORDERS_PER_BATCH_MAX,
+    OUTPUT_JOB_BYTES_MAX_LIMIT, OUTPUT_TASK_BYTES_MAX_LIMIT, WORK_DIR_RETENTION_MS_LIMIT,
+};
 use crate::wire::check_engine_tier;
 
 sge::with_grid_engine_keys! {
@@ -31,7 +37,42 @@ sge::with_grid_engine_keys! {
         queue_sort_method: Option<Spanned<String>>,
         /// Techila's settings (`algorithm = "techila"`).
         techila: Option<TechilaSection>,
+        /// Bounds on tasks' stored output and engines' work directories.
+        output: Option<OutputSection>,
     }
+}
+
+/// `[output]`: every key optional, defaulting to `OutputPolicy::default()`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputSection {
+    task_bytes_max: Option<Spanned<u64>>,
+    job_bytes_max: Option<Spanned<u64>>,
+    work_dir_retention_secs: Option<Spanned<u64>>,
+}
+
+fn output(file_text: FileText<'_>, section: &Option<OutputSection>) -> Result<OutputPolicy, FileError> {
+    let defaults = OutputPolicy::default();
+    let Some(section) = section else { return Ok(defaults) };
+    let at_most = |name: &str, value: &Option<Spanned<u64>>, most: u64, default: u64| match value {
+        Some(v) if *v.get_ref() > most => Err(file_text.at(v, format!("output.{name} must be at most {most}"))),
+        Some(v) => Ok(*v.get_ref()),
+        None => Ok(default),
+    };
+    let retention_ms = match &section.work_dir_retention_secs {
+        Some(secs) if secs.get_ref().saturating_mul(1000) > WORK_DIR_RETENTION_MS_LIMIT => {
+            return Err(file_text.at(
+                secs,
+                format!("output.work_dir_retention_secs must be at most {}", WORK_DIR_RETENTION_MS_LIMIT / 1000),
+            ));
+        }
+        given => seconds(file_text, "output.work_dir_retention_secs", given, defaults.work_dir_retention_ms)?,
+    };
+    Ok(OutputPolicy {
+        task_bytes_max: at_most("task_bytes_max", &section.task_bytes_max, OUTPUT_TASK_BYTES_MAX_LIMIT, defaults.task_bytes_max)?,
+        job_bytes_max: at_most("job_bytes_max", &section.job_bytes_max, OUTPUT_JOB_BYTES_MAX_LIMIT, defaults.job_bytes_max)?,
+        work_dir_retention_ms: retention_ms,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -178,6 +219,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
             },
         },
         techila: techila(file_text, &file.techila)?,
+        output: output(file_text, &file.output)?,
     })
 }
 
@@ -272,6 +314,32 @@ mod tests {
     }
 
     #[test]
+    fn output_bounds_are_read_defaulted_and_checked() {
+        assert_eq!(parse_policy("", "p.toml").unwrap().output, OutputPolicy::default());
+        let policy = parse_policy(
+            "[output]\ntask_bytes_max = 1048576\njob_bytes_max = 0\nwork_dir_retention_secs = 60\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            policy.output,
+            OutputPolicy { task_bytes_max: 1 << 20, job_bytes_max: 0, work_dir_retention_ms: 60_000 }
+        );
+        check_error(
+            "[output]\ntask_bytes_max = 1073741825\n",
+            expect!["p.toml:2: output.task_bytes_max must be at most 1073741824"],
+        );
+        check_error(
+            "[output]\nwork_dir_retention_secs = 0\n",
+            expect!["p.toml:2: output.work_dir_retention_secs must be at least 1 second"],
+        );
+        check_error(
+            "[output]\nwork_dir_retention_secs = 99999999999\n",
+            expect!["p.toml:2: output.work_dir_retention_secs must be at most 31536000"],
+        );
+    }
+
+    #[test]
     fn tiers_greylisting_and_redundancy_are_read() {
         let policy = parse_policy(
             r#"
@@ -333,7 +401,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);

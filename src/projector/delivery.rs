@@ -40,19 +40,7 @@ pub fn deliveries_of_entry(state: &State, entry: &Entry, rejections: &[Rejection
 /// in order. `state` is the state just after folding the batch. A batch refused
 /// whole (unsealed, badly sealed, too large, not the projector's) delivers nothing.
 pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejections: &[Rejection]) -> Vec<Delivery> {
-    if rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })) {
-        return Vec::new();
-    }
-    // Sorted, so that each order is a binary search, not a walk of them all (a batch
-    // holds up to `ORDERS_PER_BATCH_MAX` orders, and may have as many rejected).
-    let mut rejected: Vec<u32> = rejections
-        .iter()
-        .filter_map(|r| match r {
-            Rejection::OrderNotApplicable { order, .. } => Some(*order),
-            _ => None,
-        })
-        .collect();
-    rejected.sort_unstable();
+    let Some(rejected) = crate::core::reject::orders_not_applied(rejections) else { return Vec::new() };
     let mut deliveries = Vec::new();
     for (n, order) in batch.orders.iter().enumerate() {
         if rejected.binary_search(&(n as u32)).is_ok() {
@@ -72,6 +60,8 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
                     wall_time_limit_ms: job.wall_time_limit_ms,
                     slots: job.slots_per_task,
                     root_library: job.options.root_library.clone(),
+                    output_bytes_max: job.attempt_log.record(task.index, *attempt).map_or(0, |r| r.output_bytes_max),
+                    work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
                 };
                 (engine.clone(), DeliveryKind::Run(run))
             }

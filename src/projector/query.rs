@@ -97,11 +97,9 @@ impl PolicyReply {
         }
     }
 
-    /// The policy as TOML a person reads; should a value have no TOML form, as JSON.
+    /// The policy as the policy file writes it (the names `policy apply` reads).
     pub fn policy_text(&self) -> String {
-        toml::to_string(&self.policy)
-            .or_else(|_| serde_json::to_string_pretty(&self.policy).map(|json| json + "\n"))
-            .unwrap_or_default()
+        crate::files::policyfile::policy_file_text(&self.policy)
     }
 }
 

@@ -158,6 +158,9 @@ pub struct AttemptView {
     pub stderr_stored_bytes: Option<u64>,
     /// The output was longer than the bound and was cut at it.
     pub output_truncated: bool,
+    /// Most bytes of each stream the attempt could store (its share of the policy's `[output]` bounds).
+    #[serde(default)]
+    pub output_bytes_max: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -379,6 +382,7 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
         stdout_stored_bytes: None,
         stderr_stored_bytes: None,
         output_truncated: false,
+        output_bytes_max: record.output_bytes_max,
     }
 }
 

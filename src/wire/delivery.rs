@@ -80,6 +80,10 @@ pub struct RunTask {
     /// The job's root library: the engine runs the task with
     /// `GRIDFOLD_LIBRARY_DIR` set to where it unpacked it.
     pub root_library: Option<LibraryRef>,
+    /// Most bytes of stdout, and as many of stderr, to store (0: none).
+    pub output_bytes_max: u64,
+    /// How long to keep the attempt's work directory after it ends.
+    pub work_dir_retention_ms: u64,
 }
 
 impl Delivery {
@@ -100,6 +104,8 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             wall_time_limit_ms: run.wall_time_limit_ms,
             slots: run.slots,
             root_library: run.root_library.as_ref().map(library_to_proto),
+            output_bytes_max: run.output_bytes_max,
+            work_dir_retention_ms: run.work_dir_retention_ms,
         }),
         DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) | DeliveryKind::Control(order) => {
             match order_to_proto(order).kind {
@@ -146,6 +152,8 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
                 .root_library
                 .map(|library| library_ref("root_library", Some(library)))
                 .transpose()?,
+            output_bytes_max: run.output_bytes_max,
+            work_dir_retention_ms: run.work_dir_retention_ms,
         }),
         Some(Kind::Cancel(cancel)) => {
             DeliveryKind::Cancel(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Cancel(cancel)) })?)
@@ -197,6 +205,8 @@ mod tests {
                 wall_time_limit_ms: 60_000,
                 slots: 1,
                 root_library: None,
+                output_bytes_max: 1 << 20,
+                work_dir_retention_ms: 60_000,
             }),
             DeliveryKind::Run(RunTask {
                 task: task("render", 4),
@@ -206,6 +216,8 @@ mod tests {
                 wall_time_limit_ms: 0,
                 slots: 2,
                 root_library: Some(LibraryRef::new("render-lib", "2.1.0")),
+                output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
+                work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
             }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),

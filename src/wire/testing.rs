@@ -271,6 +271,11 @@ pub fn every_event() -> Vec<Event> {
                 simultaneous_projects: true,
                 user_priorities: [("alice".to_string(), 2)].into(),
             },
+            output: crate::core::event::OutputPolicy {
+                task_bytes_max: 1 << 20,
+                job_bytes_max: 64 << 20,
+                work_dir_retention_ms: 600_000,
+            },
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -704,6 +709,11 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             arb_sge_policy(),
             arb_queue_sort(),
             (any::<u32>(), any::<bool>(), prop::collection::btree_map("[a-z]{1,8}", 1..=7u32, 0..4)),
+            (
+                0..=crate::core::event::OUTPUT_TASK_BYTES_MAX_LIMIT,
+                0..=crate::core::event::OUTPUT_JOB_BYTES_MAX_LIMIT,
+                1..=crate::core::event::WORK_DIR_RETENTION_MS_LIMIT,
+            ),
         ),
     )
         .prop_map(
@@ -715,9 +725,16 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 per_run,
                 seed,
                 (engine_tiers, greylist_affinity, redundancy, job_retention_ms),
-                (algorithm, sge, (queue_sort_method, expression), (max_running_tasks, simultaneous_projects, user_priorities)),
+                (
+                    algorithm,
+                    sge,
+                    (queue_sort_method, expression),
+                    (max_running_tasks, simultaneous_projects, user_priorities),
+                    (task_bytes_max, job_bytes_max, work_dir_retention_ms),
+                ),
             )| {
                 Policy {
+                    output: crate::core::event::OutputPolicy { task_bytes_max, job_bytes_max, work_dir_retention_ms },
                     techila: crate::core::event::TechilaPolicy { max_running_tasks, simultaneous_projects, user_priorities },
                     algorithm,
                     engine_timeout_ms,

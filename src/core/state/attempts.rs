@@ -21,6 +21,18 @@
 //! by every record, and at most [`JOB_ATTEMPT_BYTES_KEPT_MAX`]; a task holds at
 //! most [`ATTEMPTS_KEPT_PER_TASK`] records, in dispatch order.
 //!
+//! # Output bounds
+//! An attempt's whole stdout and stderr go to the object store, never the log,
+//! each at most the attempt's `output_bytes_max`, decided here when the fold
+//! applies its `Dispatch` and carried to the engine in the order (so replay and
+//! every reader agree on it): the smaller of the policy's `task_bytes_max` and
+//! the job's budget not yet committed (`job_bytes_max` less what earlier
+//! attempts were given) shared among its waiting tasks, halved for the two
+//! streams. What an attempt is given stays committed whatever it stores, so a
+//! job's attempts together never store more than `job_bytes_max`, however many
+//! attempts, copies and requeues it takes: the first tasks of a wide job get a
+//! fair share, not the whole budget, and the last waiting one gets what is left.
+//!
 //! Only the fold writes it, from entries it applied: a `Dispatch` order, a
 //! `TaskStarted`, `TaskCompleted` or `TaskFailed` report. An attempt ended any
 //! other way (cancelled, requeued, preempted, its engine lost) keeps no end here:
@@ -28,8 +40,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::EngineIdx;
-use crate::core::event::{Entry, Event, FailureKind, Order};
+use super::{EngineIdx, JobIdx, TaskKey};
+use crate::core::event::{Entry, Event, FailureKind, Order, OutputPolicy};
 use crate::core::reject::Rejection;
 use crate::core::ids::Attempt;
 
@@ -67,6 +79,8 @@ pub struct AttemptRecord {
     pub text: Option<Vec<u8>>,
     /// The size of the report's text on the log.
     pub text_bytes: u32,
+    /// Most bytes of stdout, and as many of stderr, the engine stores for it.
+    pub output_bytes_max: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -82,6 +96,8 @@ pub struct AttemptLog {
     tasks: BTreeMap<u32, TaskAttempts>,
     /// Bytes of report text kept, over every record.
     bytes_kept: u64,
+    /// Bytes of stored output given to the job's attempts so far, both streams.
+    output_committed: u64,
 }
 
 /// Where and when an attempt was dispatched.
@@ -92,6 +108,8 @@ pub struct Dispatched {
     pub dispatch_seq: u64,
     pub based_on_seq: u64,
     pub dispatched_ms: u64,
+    /// What it may store of each stream (see [`AttemptLog::commit_output`]).
+    pub output_bytes_max: u64,
 }
 
 /// What an attempt's final report said.
@@ -121,6 +139,25 @@ impl AttemptLog {
         self.bytes_kept
     }
 
+    pub fn output_committed(&self) -> u64 {
+        self.output_committed
+    }
+
+    /// The output bound of an attempt dispatched now, while `waiting` of the
+    /// job's tasks (this one included) wait for theirs; commits it (both
+    /// streams) against the job's budget. See the module doc.
+    pub fn commit_output(&mut self, policy: &OutputPolicy, waiting: u32) -> u64 {
+        let before = self.output_committed;
+        let free = policy.job_bytes_max.saturating_sub(before);
+        let bound = (free / 2 / u64::from(waiting.max(1))).min(policy.task_bytes_max);
+        self.output_committed = before + 2 * bound;
+        assert!(
+            self.output_committed <= before.max(policy.job_bytes_max),
+            "a job's attempts are given at most its output budget"
+        );
+        bound
+    }
+
     pub fn dispatched(&mut self, index: u32, dispatched: Dispatched) {
         let task = self.tasks.entry(index).or_default();
         if task.records.len() == ATTEMPTS_KEPT_PER_TASK {
@@ -144,6 +181,7 @@ impl AttemptLog {
             wall_ms: None,
             text: None,
             text_bytes: 0,
+            output_bytes_max: dispatched.output_bytes_max,
         });
         assert!(task.records.len() <= ATTEMPTS_KEPT_PER_TASK, "a task keeps at most {ATTEMPTS_KEPT_PER_TASK} attempts");
     }
@@ -175,6 +213,11 @@ impl AttemptLog {
         assert!(self.bytes_kept <= JOB_ATTEMPT_BYTES_KEPT_MAX, "a job keeps at most {JOB_ATTEMPT_BYTES_KEPT_MAX} bytes of text");
     }
 
+    /// The kept record of one attempt of a task.
+    pub fn record(&self, index: u32, attempt: Attempt) -> Option<&AttemptRecord> {
+        self.tasks.get(&index).and_then(|t| t.records.iter().rev().find(|r| r.attempt == attempt))
+    }
+
     fn record_mut(&mut self, index: u32, attempt: Attempt) -> Option<&mut AttemptRecord> {
         self.tasks.get_mut(&index).and_then(|t| t.records.iter_mut().rev().find(|r| r.attempt == attempt))
     }
@@ -197,33 +240,41 @@ impl super::State {
     pub(crate) fn note_attempts(&mut self, entry: &Entry, event: &Event, rejections: &[Rejection]) {
         match event {
             Event::OrderBatch(batch) => {
-                // A batch refused whole (too large) applied nothing; otherwise only
-                // the orders it rejected one by one did not apply.
-                if rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })) {
-                    return;
-                }
-                let mut rejected: Vec<u32> = rejections
+                let Some(rejected) = crate::core::reject::orders_not_applied(rejections) else { return };
+                let applied: Vec<(TaskKey, EngineIdx, Attempt)> = batch
+                    .orders
                     .iter()
-                    .filter_map(|r| match r {
-                        Rejection::OrderNotApplicable { order, .. } => Some(*order),
+                    .enumerate()
+                    .filter(|(n, _)| rejected.binary_search(&(*n as u32)).is_err())
+                    .filter_map(|(_, order)| match order {
+                        Order::Dispatch { task, attempt, engine, .. } => {
+                            Some((self.task_key(task)?, self.engine_idx(engine)?, *attempt))
+                        }
                         _ => None,
                     })
                     .collect();
-                rejected.sort_unstable();
-                for (n, order) in batch.orders.iter().enumerate() {
-                    let Order::Dispatch { task, attempt, engine, .. } = order else { continue };
-                    let rejected = rejected.binary_search(&(n as u32)).is_ok();
-                    let (Some(key), Some(e), false) = (self.task_key(task), self.engine_idx(engine), rejected) else {
-                        continue;
-                    };
+                // The job's tasks this batch dispatches and the fold has already taken
+                // out of waiting: each counts as waiting until its turn here.
+                let mut dispatched_later: BTreeMap<JobIdx, u32> = BTreeMap::new();
+                for (key, _, _) in &applied {
+                    *dispatched_later.entry(key.job).or_default() += 1;
+                }
+                for (key, e, attempt) in applied {
+                    let later = dispatched_later.get_mut(&key.job).expect("counted above");
+                    let waiting = self.job(key.job).counts.waiting.saturating_add(*later);
+                    *later -= 1;
+                    let policy = self.policy.output.clone();
+                    let job = self.job_mut(key.job);
+                    let output_bytes_max = job.attempt_log.commit_output(&policy, waiting);
                     let dispatched = Dispatched {
-                        attempt: *attempt,
+                        attempt,
                         engine: e,
                         dispatch_seq: entry.seq.0,
                         based_on_seq: batch.based_on_seq.0,
                         dispatched_ms: entry.time_ms,
+                        output_bytes_max,
                     };
-                    self.job_mut(key.job).attempt_log.dispatched(key.index, dispatched);
+                    job.attempt_log.dispatched(key.index, dispatched);
                 }
             }
             Event::TaskStarted { task, attempt, .. } => {
@@ -271,7 +322,7 @@ mod tests {
     use super::*;
 
     fn dispatched(attempt: Attempt) -> Dispatched {
-        Dispatched { attempt, engine: EngineIdx(0), dispatch_seq: 10, based_on_seq: 9, dispatched_ms: 1_000 }
+        Dispatched { attempt, engine: EngineIdx(0), dispatch_seq: 10, based_on_seq: 9, dispatched_ms: 1_000, output_bytes_max: 0 }
     }
 
     fn failed(text: &[u8]) -> Reported<'_> {
@@ -315,6 +366,31 @@ mod tests {
         assert_eq!(log.bytes_kept(), JOB_ATTEMPT_BYTES_KEPT_MAX);
         let last = log.newest(n).unwrap();
         assert_eq!((last.text.is_none(), last.text_bytes, last.report_seq), (true, 64 * 1024, Some(20)));
+    }
+
+    #[test]
+    fn a_jobs_attempts_are_given_fair_shares_and_never_more_than_its_output_budget() {
+        let policy = OutputPolicy { task_bytes_max: 16 << 20, job_bytes_max: 1_000_000, work_dir_retention_ms: 1 };
+        let mut log = AttemptLog::default();
+        // Ten waiting tasks: the first gets a tenth of the budget, halved for two streams.
+        assert_eq!(log.commit_output(&policy, 10), 50_000);
+        assert_eq!(log.output_committed(), 100_000);
+        // Retries, copies and requeues draw on what is left, never past the budget.
+        let mut given = 100_000;
+        for waiting in (1..=9).rev().chain(std::iter::repeat_n(1, 50)) {
+            given += 2 * log.commit_output(&policy, waiting);
+            assert!(log.output_committed() <= policy.job_bytes_max);
+        }
+        assert_eq!(given, log.output_committed());
+        assert!(log.output_committed() >= policy.job_bytes_max - 1, "the last waiting task takes what is left");
+        assert_eq!(log.commit_output(&policy, 1), 0, "an exhausted budget gives nothing");
+        // The per-task bound caps a share larger than it.
+        let mut small = AttemptLog::default();
+        let capped = OutputPolicy { task_bytes_max: 1_000, ..policy.clone() };
+        assert_eq!(small.commit_output(&capped, 1), 1_000);
+        // A budget lowered below what was committed gives nothing more and breaks nothing.
+        let lowered = OutputPolicy { job_bytes_max: 10, ..policy };
+        assert_eq!(log.commit_output(&lowered, 0), 0);
     }
 
     #[test]

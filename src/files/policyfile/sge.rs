@@ -271,13 +271,13 @@ fn node_error(file_text: FileText<'_>, tree: &Spanned<toml::Table>, path: &str, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use expect_test::expect;
 
     use super::super::parse_policy;
     use crate::core::event::{Algorithm, ShareTreeLeaf};
 
-    const TICKET_MODE: &str = r#"
+    pub(in crate::files::policyfile) const TICKET_MODE: &str = r#"
 algorithm = "sgeee"
 halftime = 24
 compensation_factor = 2.5

@@ -30,7 +30,7 @@ where
             Ok(answer) => answer,
             Err(_) => Err(LeaseError::Unavailable {
                 location: self.lease.location(),
-                detail: format!("no answer within {timeout:?}"),
+                detail: format!("no answer within {}", crate::human::duration(timeout)),
             }),
         };
         let first_answer = !self.lease_answered;

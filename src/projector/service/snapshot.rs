@@ -65,8 +65,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// (parts), an engine may be drained, a task awaits its cancel. 9: a job's
 /// options hold its Techila `project_priority`; a job its completed CPU time
 /// and the project a Techila preemption gave way to; the policy its Techila
-/// settings.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 9;
+/// settings. 10: an attempt record holds its output bound, a job the output
+/// budget its attempts were given, the policy its `[output]` bounds.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 10;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
@@ -416,6 +417,8 @@ mod tests {
                 wall_time_limit_ms: 0,
                 slots: 1,
                 root_library: None,
+                output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
+                work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
             }),
         }
     }

@@ -313,6 +313,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
             }
         },
         techila: super::techila::techila(m.techila).map_err(|e| e.within("techila"))?,
+        output: super::output::output(m.output).map_err(|e| e.within("output"))?,
     })
 }
 

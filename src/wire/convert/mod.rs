@@ -45,6 +45,7 @@ mod enums;
 mod fields;
 mod from_proto;
 mod orders;
+mod output;
 mod sge;
 pub use sge::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
 mod techila;

@@ -237,6 +237,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 method => method.name().to_string(),
             },
             techila: super::techila::techila_to_proto(&policy.techila),
+            output: super::output::output_to_proto(&policy.output),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {

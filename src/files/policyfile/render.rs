@@ -1,0 +1,269 @@
+//! The policy as the policy file writes it: what `gridfold policy show` and the
+//! web view print, by the names `policy apply` reads (`engine_timeout_secs`,
+//! `halftime` in hours, weights as decimals, the share tree as nested tables),
+//! so that a person reads the keys the README documents, and `policy show >
+//! p.toml; policy apply p.toml` applies the same policy again.
+//!
+//! Every field is written, defaults included: the text alone says what is in
+//! force. A value the file cannot say exactly (a duration published on the wire
+//! in ms that is not whole seconds, a seed past TOML's integers) is written as
+//! near as the file can, with a comment saying what it is.
+
+use std::collections::BTreeMap;
+
+use toml::{Table, Value};
+
+use crate::core::event::{Policy, ShareTreeLeaf, ShareTreeNode};
+
+/// The policy as policy-file TOML.
+pub fn policy_file_text(policy: &Policy) -> String {
+    let mut notes = Vec::new();
+    let mut top = Table::new();
+    top.insert("algorithm".into(), policy.algorithm.name().into());
+    secs(&mut top, &mut notes, "engine_timeout_secs", policy.engine_timeout_ms);
+    secs(&mut top, &mut notes, "dispatch_timeout_secs", policy.dispatch_timeout_ms);
+    secs(&mut top, &mut notes, "job_retention_secs", policy.job_retention_ms);
+    top.insert("dispatches_per_run_max".into(), int(u64::from(policy.dispatches_per_run_max)));
+    match i64::try_from(policy.seed) {
+        Ok(seed) => {
+            top.insert("seed".into(), Value::Integer(seed));
+        }
+        Err(_) => notes.push(format!("seed is {}, past what a policy file can hold (2^63 - 1)", policy.seed)),
+    }
+    top.insert("queue_sort_method".into(), policy.queue_sort_method.name().into());
+    top.insert("engine_tiers".into(), Value::Array(policy.engine_tiers.iter().map(|t| Value::from(t.as_str())).collect()));
+    top.insert("greylist_affinity".into(), int(u64::from(policy.greylist_affinity)));
+
+    let mut load_formula = Table::new();
+    load_formula.insert("slots_weight".into(), int(u64::from(policy.load_formula.slots_weight)));
+    load_formula.insert("load_weight".into(), int(u64::from(policy.load_formula.load_weight)));
+    let expression = policy.load_formula.expression.to_string();
+    if !expression.is_empty() {
+        load_formula.insert("expression".into(), expression.into());
+    }
+    top.insert("load_formula".into(), Value::Table(load_formula));
+
+    let r = &policy.redundancy;
+    let mut redundancy = Table::new();
+    redundancy.insert("strategy_effective_percent".into(), int(u64::from(r.strategy_effective_percent)));
+    secs(&mut redundancy, &mut notes, "poll_period_secs", r.poll_period_ms);
+    redundancy.insert("percent_completed_strategy".into(), r.percent_completed_strategy.into());
+    redundancy.insert("remaining_task_percent".into(), int(u64::from(r.remaining_task_percent)));
+    redundancy.insert("average_strategy".into(), r.average_strategy.into());
+    redundancy.insert("average_limit".into(), milli(r.average_limit_milli));
+    redundancy.insert("std_dev_strategy".into(), r.std_dev_strategy.into());
+    redundancy.insert("std_dev_limit".into(), milli(r.std_dev_limit_milli));
+    redundancy.insert("reschedule_first".into(), r.reschedule_first.into());
+    redundancy.insert("copies_per_task_max".into(), int(u64::from(r.copies_per_task_max)));
+    top.insert("redundancy".into(), Value::Table(redundancy));
+
+    grid_engine_keys(policy, &mut top, &mut notes);
+
+    let t = &policy.techila;
+    let mut techila = Table::new();
+    techila.insert("max_running_tasks".into(), int(u64::from(t.max_running_tasks)));
+    techila.insert("simultaneous_projects".into(), t.simultaneous_projects.into());
+    techila.insert("user_priorities".into(), Value::Table(amounts(&t.user_priorities)));
+    top.insert("techila".into(), Value::Table(techila));
+
+    let o = &policy.output;
+    let mut output = Table::new();
+    output.insert("task_bytes_max".into(), int(o.task_bytes_max));
+    output.insert("job_bytes_max".into(), int(o.job_bytes_max));
+    secs(&mut output, &mut notes, "work_dir_retention_secs", o.work_dir_retention_ms);
+    top.insert("output".into(), Value::Table(output));
+
+    let mut text: String = notes.iter().map(|note| format!("# note: {note}\n")).collect();
+    text += &toml::to_string(&top).unwrap_or_else(|e| format!("# the policy has no TOML form: {e}\n"));
+    text
+}
+
+/// Grid Engine's keys, at the top level as sched_conf(5) and share_tree(5) name them.
+fn grid_engine_keys(policy: &Policy, top: &mut Table, notes: &mut Vec<String>) {
+    let sge = &policy.sge;
+    top.insert("user_sort".into(), sge.user_sort.into());
+    if sge.halftime_ms % 3_600 != 0 {
+        notes.push(format!("halftime is {} ms, shown to the thousandth of an hour", sge.halftime_ms));
+    }
+    top.insert("halftime".into(), milli(u32::try_from(sge.halftime_ms / 3_600).unwrap_or(u32::MAX)));
+    let weights = [
+        ("compensation_factor", sge.compensation_factor_milli),
+        ("weight_priority", sge.weight_priority_milli),
+        ("weight_urgency", sge.weight_urgency_milli),
+        ("weight_ticket", sge.weight_ticket_milli),
+        ("weight_waiting_time", sge.weight_waiting_time_milli),
+        ("weight_user", sge.weight_user_milli),
+        ("weight_project", sge.weight_project_milli),
+        ("weight_department", sge.weight_department_milli),
+        ("weight_job", sge.weight_job_milli),
+    ];
+    for (name, value) in weights {
+        top.insert(name.into(), milli(value));
+    }
+    for (name, value) in [
+        ("weight_tickets_share", sge.weight_tickets_share),
+        ("weight_tickets_functional", sge.weight_tickets_functional),
+        ("weight_deadline", sge.weight_deadline),
+        ("slot_urgency", sge.slot_urgency),
+    ] {
+        top.insert(name.into(), int(u64::from(value)));
+    }
+    if !sge.share_tree.is_empty() {
+        top.insert("share_tree".into(), Value::Table(share_tree(&sge.share_tree)));
+    }
+    let mut fshare = Table::new();
+    for (name, table) in [
+        ("users", &sge.functional_users),
+        ("projects", &sge.functional_projects),
+        ("departments", &sge.functional_departments),
+    ] {
+        if !table.is_empty() {
+            fshare.insert(name.into(), Value::Table(amounts(table)));
+        }
+    }
+    if !fshare.is_empty() {
+        top.insert("fshare".into(), Value::Table(fshare));
+    }
+    let mut oticket = Table::new();
+    for (name, table) in [("users", &sge.override_users), ("projects", &sge.override_projects)] {
+        if !table.is_empty() {
+            oticket.insert(name.into(), Value::Table(amounts(table)));
+        }
+    }
+    if !oticket.is_empty() {
+        top.insert("oticket".into(), Value::Table(oticket));
+    }
+    if !sge.departments.is_empty() {
+        let departments = sge
+            .departments
+            .iter()
+            .map(|(name, users)| (name.clone(), Value::Array(users.iter().map(|u| Value::from(u.as_str())).collect())))
+            .collect();
+        top.insert("departments".into(), Value::Table(departments));
+    }
+}
+
+/// The share tree as nested tables: each node its `shares`, a project leaf
+/// `project = true`, and its children as sub-tables.
+fn share_tree(nodes: &[ShareTreeNode]) -> Table {
+    let mut children: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
+    for (n, node) in nodes.iter().enumerate() {
+        children.entry(node.parent).or_default().push(n);
+    }
+    // Built bottom-up: the list names parents before children, so walking it
+    // backwards finishes every child's table before its parent's.
+    let mut tables: Vec<Option<Table>> = vec![None; nodes.len()];
+    for n in (0..nodes.len()).rev() {
+        let node = &nodes[n];
+        let mut table = Table::new();
+        table.insert("shares".into(), int(u64::from(node.shares)));
+        if matches!(node.leaf, Some(ShareTreeLeaf::Project(_))) {
+            table.insert("project".into(), true.into());
+        }
+        for &child in children.get(&Some(n as u32)).map(Vec::as_slice).unwrap_or_default() {
+            if let Some(child_table) = tables[child].take() {
+                table.insert(nodes[child].name.clone(), Value::Table(child_table));
+            }
+        }
+        tables[n] = Some(table);
+    }
+    let mut root = Table::new();
+    for &n in children.get(&None).map(Vec::as_slice).unwrap_or_default() {
+        if let Some(table) = tables[n].take() {
+            root.insert(nodes[n].name.clone(), Value::Table(table));
+        }
+    }
+    root
+}
+
+fn amounts(table: &BTreeMap<String, u32>) -> Table {
+    table.iter().map(|(name, &amount)| (name.clone(), int(u64::from(amount)))).collect()
+}
+
+fn int(value: u64) -> Value {
+    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+/// Thousandths as the decimal the file writes (`2500` → `2.5`).
+fn milli(value: u32) -> Value {
+    Value::Float(f64::from(value) / 1000.0)
+}
+
+/// A duration in ms as whole seconds, with a note when it is not whole.
+fn secs(table: &mut Table, notes: &mut Vec<String>, name: &str, ms: u64) {
+    if ms % 1000 != 0 {
+        notes.push(format!("{} is {ms} ms, shown rounded to whole seconds", name.trim_end_matches("_secs")));
+    }
+    table.insert(name.into(), int(ms.div_ceil(1000)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_policy;
+    use super::*;
+
+    /// Files that set every part of the policy: what `policy show` prints of
+    /// each reads back as the same policy.
+    const FILES: [&str; 5] = [
+        "",
+        super::super::sge::tests::TICKET_MODE,
+        r#"
+engine_timeout_secs = 12
+seed = 42
+[oticket.projects]
+urgent = 500
+"#,
+        r#"
+algorithm = "techila"
+queue_sort_method = "seqno"
+engine_tiers = ["type=blade", "site=hel"]
+greylist_affinity = 8
+[load_formula]
+slots_weight = 2
+load_weight = 3
+expression = "np_load_avg + 0.5 * mem_used"
+[redundancy]
+average_limit = 2.5
+std_dev_limit = 1.25
+poll_period_secs = 10
+[techila]
+max_running_tasks = 500
+simultaneous_projects = true
+user_priorities = { alice = 2, bob = 6 }
+[output]
+task_bytes_max = 1000
+job_bytes_max = 0
+work_dir_retention_secs = 60
+"#,
+        "job_retention_secs = 600\ndispatches_per_run_max = 7\n",
+    ];
+
+    #[test]
+    fn what_policy_show_prints_reads_back_as_the_same_policy() {
+        for file in FILES {
+            let policy = parse_policy(file, "p.toml").expect("the sample parses");
+            let shown = policy_file_text(&policy);
+            assert!(!shown.contains("# note"), "every sample is exact:\n{shown}");
+            let again = parse_policy(&shown, "shown.toml").unwrap_or_else(|e| panic!("{e}\n{shown}"));
+            assert_eq!(again, policy, "{shown}");
+        }
+    }
+
+    #[test]
+    fn it_uses_the_files_names_not_the_programs() {
+        let shown = policy_file_text(&Policy::default());
+        for name in ["engine_timeout_secs = 30", "halftime = ", "[output]", "task_bytes_max = 16777216", "algorithm = \"sge-plain\""] {
+            assert!(shown.contains(name), "{name} in:\n{shown}");
+        }
+        assert!(!shown.contains("_ms"), "{shown}");
+    }
+
+    #[test]
+    fn what_the_file_cannot_say_exactly_is_noted() {
+        let policy = Policy { engine_timeout_ms: 1_500, seed: u64::MAX, ..Policy::default() };
+        let shown = policy_file_text(&policy);
+        assert!(shown.contains("# note: engine_timeout is 1500 ms, shown rounded to whole seconds"), "{shown}");
+        assert!(shown.contains("engine_timeout_secs = 2"), "{shown}");
+        assert!(shown.contains("# note: seed is 18446744073709551615"), "{shown}");
+    }
+}
