@@ -105,7 +105,7 @@ fn unreachable_hint(url: &str) -> String {
 /// Its appends are sent once each: [`publish`] sends them again itself.
 pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
     let patience = Patience::command(nats);
-    let config = LogConfig { streams: StreamSetup::Bind, publish_attempts_max: 1, ..LogConfig::default() };
+    let config = LogConfig { streams: StreamSetup::Bind, publish_retry_window: Duration::ZERO, ..LogConfig::default() };
     open_patiently(nats, patience, || connect_log_with(nats, config.clone())).await
 }
 

@@ -22,8 +22,8 @@
 //!
 //! - An append that carries a message id waits [`LogConfig::ack_timeout`] (1 s) for
 //!   its ack and is sent again, with the same id, while the broker is away (an ack
-//!   lost with a node, a stream electing its leader), up to
-//!   [`LogConfig::publish_attempts_max`] times: the broker's dedupe stores it once and
+//!   lost with a node, a stream electing its leader), for up to
+//!   [`LogConfig::publish_retry_window`]: the broker's dedupe stores it once and
 //!   answers a second copy with the first one's sequence (`duplicate`). So an ack
 //!   lost with a node costs about a second, not the whole request timeout. An append
 //!   without a message id is sent once and waits the request timeout.
@@ -70,9 +70,9 @@ const READER_EXPIRES: Duration = Duration::from_secs(10);
 /// The default [`LogConfig::ack_timeout`]: a publish round trip is about 0.2 ms
 /// here (NATS.md), so a second is an ack lost, not a slow one.
 pub const PUBLISH_ACK_TIMEOUT: Duration = Duration::from_secs(1);
-/// The default [`LogConfig::publish_attempts_max`]: with [`PUBLISH_ACK_TIMEOUT`],
-/// about ten seconds, more than nats-server's Raft election timeout (4 to 9 s).
-pub const PUBLISH_ATTEMPTS_MAX: u32 = 10;
+/// The default [`LogConfig::publish_retry_window`]: more than nats-server's Raft
+/// election timeout (4 to 9 s), so that a publish outlasts an election.
+pub const PUBLISH_RETRY_WINDOW: Duration = Duration::from_secs(12);
 /// Shortest time one send of a retried append takes, so that a broker answering at
 /// once "no responders" is not asked in a busy loop.
 const PUBLISH_ATTEMPT_MIN: Duration = Duration::from_millis(250);
@@ -101,8 +101,10 @@ pub struct LogConfig {
     /// How long an append with a message id waits for its ack before sending it again
     /// (at most `request_timeout`).
     pub ack_timeout: Duration,
-    /// Most sends of one append with a message id while the broker is away (1: no retry).
-    pub publish_attempts_max: u32,
+    /// How long one append with a message id is sent again while the broker is away
+    /// (zero: sent once). Each send takes at least 250 ms, so at most
+    /// `publish_retry_window / 250 ms + 1` sends.
+    pub publish_retry_window: Duration,
     /// Whether this client creates the streams it uses or only binds to them.
     pub streams: StreamSetup,
 }
@@ -136,7 +138,7 @@ impl Default for LogConfig {
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             ack_timeout: PUBLISH_ACK_TIMEOUT,
-            publish_attempts_max: PUBLISH_ATTEMPTS_MAX,
+            publish_retry_window: PUBLISH_RETRY_WINDOW,
             streams: StreamSetup::CreateOrCheck,
         }
     }
@@ -375,11 +377,13 @@ impl JetStreamLog {
     /// Sends `msg` and waits for its ack; with a message id, sends it again while the
     /// broker is away (see the module docs). The caller holds an in-flight permit.
     async fn append_retrying(&self, msg: Append) -> Result<Appended, LogError> {
-        let (ack_timeout, attempts_max) = match msg.msg_id {
-            Some(_) => (self.ack_timeout(), self.config.publish_attempts_max.max(1)),
-            None => (self.config.request_timeout, 1),
+        let (ack_timeout, window) = match msg.msg_id {
+            Some(_) => (self.ack_timeout(), self.config.publish_retry_window),
+            None => (self.config.request_timeout, Duration::ZERO),
         };
-        let mut attempt = 1;
+        let give_up_at = tokio::time::Instant::now() + window;
+        let attempts_max = u32::try_from(window.as_millis() / PUBLISH_ATTEMPT_MIN.as_millis()).unwrap_or(u32::MAX).saturating_add(1);
+        let mut attempt: u32 = 1;
         loop {
             let started = tokio::time::Instant::now();
             let answer = match self.send(msg.clone()).await {
@@ -397,7 +401,9 @@ impl JetStreamLog {
                 Err(err) => Err(err),
             };
             match answer {
-                Err(err @ LogError::Unavailable { .. }) if attempt < attempts_max => {
+                Err(err @ LogError::Unavailable { .. })
+                    if attempt < attempts_max && started + PUBLISH_ATTEMPT_MIN < give_up_at =>
+                {
                     tracing::debug!(
                         attempt,
                         attempts_max,
