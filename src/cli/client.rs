@@ -105,7 +105,12 @@ fn unreachable_hint(url: &str) -> String {
 /// Its appends are sent once each: [`publish`] sends them again itself.
 pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
     let patience = Patience::command(nats);
-    let config = LogConfig { streams: StreamSetup::Bind, publish_retry_window: Duration::ZERO, ..LogConfig::default() };
+    let config = LogConfig {
+        streams: StreamSetup::Bind,
+        publish_retry_window: Duration::ZERO,
+        request_timeout: COMMAND_REQUEST_TIMEOUT,
+        ..LogConfig::default()
+    };
     open_patiently(nats, patience, || connect_log_with(nats, config.clone())).await
 }
 
@@ -113,6 +118,10 @@ pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
 /// (a request timed out, no responders): JetStream electing the leader of a stream or
 /// of the cluster after a node was lost takes 4 to 9 s (docs/reliability.md).
 pub const COMMAND_UNANSWERED_WAIT: Duration = Duration::from_secs(15);
+/// Bound on each request of a command (a stream's info): a question sent while a
+/// stream elects its leader goes unanswered, and the next one, a second later, may
+/// find the new leader, rather than after the client's default 5 s.
+const COMMAND_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// What a command says, once, when it asks again.
 pub const ELECTING_NOTICE: &str = "the broker is electing a leader; retrying";
 /// Pause between two sends of a command's publish that got no answer.

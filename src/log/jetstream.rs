@@ -539,10 +539,17 @@ impl EventLog for JetStreamLog {
         }
     }
 
+    /// Bounded by the ack timeout (1 s), not the request timeout: while the stream
+    /// elects its leader the question goes unanswered, and the projector, which
+    /// asks before deciding, would wait out the whole 5 s after the election was over.
     async fn last_seq(&self) -> Result<u64, LogError> {
-        let info = self.stream.get_info().await.map_err(|err| {
-            self.unavailable(format!("cannot read stream {}: {err}", self.config.stream))
-        })?;
+        let bound = self.ack_timeout();
+        let info = tokio::time::timeout(bound, self.stream.get_info())
+            .await
+            .map_err(|_| self.unavailable(format!("no answer about stream {} within {bound:?}", self.config.stream)))?
+            .map_err(|err| {
+                self.unavailable(format!("cannot read stream {}: {err}", self.config.stream))
+            })?;
         Ok(info.state.last_sequence)
     }
 
