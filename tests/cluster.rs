@@ -103,9 +103,9 @@ fn reset(cluster: &mut Cluster) {
 }
 
 /// Submits job `id` of four tasks, then [`finish`]es. A cluster whose nodes just
-/// came back may still be electing its leaders (the command then fails with
-/// "request timed out", as the README says): the submission is tried again; a
-/// second copy stored by a retry is rejected by the fold as a duplicate.
+/// came back may still be electing its leaders: the command asks again for up to
+/// 15 s by itself; should that not do, the submission is tried again here, and a
+/// second copy stored by such a retry is rejected by the fold as a duplicate.
 fn submit_and_finish(cluster: &mut Cluster, id: &str, ps: &[usize]) {
     let file = job_file(cluster, id, 4, "exit 0");
     cluster.wait_for(&format!("job {id} to be stored"), Duration::from_secs(60), |cluster| {
@@ -210,8 +210,26 @@ fn killing_the_projectors_node_pauses_the_grid_and_then_every_task_completes() {
         .filter(|(_, connected)| *connected == Some(node))
         .map(|(name, _)| name)
         .collect();
+    // The worst case: the node about to die leads the log, the orders, the lease and
+    // every engine's consumer, so each of them must elect a new leader.
+    let groups = ["GRIDFOLD_EVENTS", "GRIDFOLD_ORDERS", "KV_GRIDFOLD_LEADER", "GRIDFOLD_ORDERS/gridfold-engine-e1", "GRIDFOLD_ORDERS/gridfold-engine-e2", "GRIDFOLD_ORDERS/gridfold-engine-e3"];
+    let led = match &cluster.broker {
+        Broker::Three(brokers) => brokers.lead_on(&cluster.runtime, node, &groups),
+        Broker::One(_) => unreachable!("three nodes"),
+    };
     brokers(&mut cluster).kill(node);
     let killed_ms = ms_since_epoch(SystemTime::now());
+
+    // A job submitted at once, while the streams that were led from the dead node
+    // elect new leaders: the command rides it out (saying so if it had to) and
+    // reports the projector's verdict on the job it stored, accepted, once.
+    let during = job_file(&cluster, "during", 2, "exit 0");
+    let submitted = cluster.try_command_said(&["submit".as_ref(), during.as_ref(), "--json".as_ref(), "--wait-secs".as_ref(), "30".as_ref()]);
+    let (stdout, stderr) = submitted.unwrap_or_else(|err| cluster.fail(&format!("a submission during the election failed: {err}")));
+    let submitted: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}"));
+    assert_eq!(submitted["verdict"], "accepted", "{submitted}\n{stderr}");
+    let retried = stderr.contains("the broker is electing a leader; retrying");
+    let submitted_ms = ms_since_epoch(SystemTime::now()) - killed_ms;
 
     let (batch_ms, completion_ms) = cluster.wait_for("an order batch and a completion after the kill", Duration::from_secs(60), |cluster| {
         let entries = cluster.entries();
@@ -228,6 +246,7 @@ fn killing_the_projectors_node_pauses_the_grid_and_then_every_task_completes() {
         }
     });
     wait_done(&mut cluster, "many", Duration::from_secs(180));
+    wait_done(&mut cluster, "during", Duration::from_secs(60));
     let runs = std::fs::read_to_string(&records).expect("the tasks' records");
     let mut per_task = std::collections::BTreeMap::<&str, u32>::new();
     for task in runs.lines() {
@@ -235,8 +254,9 @@ fn killing_the_projectors_node_pauses_the_grid_and_then_every_task_completes() {
     }
     let again: u32 = per_task.values().map(|runs| runs - 1).sum();
     eprintln!(
-        "killed node n{} (the projector's; engines there: {engines_there:?}): next order batch after {batch_ms} ms, \
-         first completion after it {completion_ms} ms after the kill; runs beyond the first: {again}",
+        "killed node n{} (the projector's; engines there: {engines_there:?}; it led {led:?}): next order batch after {batch_ms} ms, \
+         first completion after it {completion_ms} ms after the kill; runs beyond the first: {again}; \
+         a submission made at the kill was accepted after {submitted_ms} ms (retried: {retried})",
         node + 1
     );
     assert_eq!(per_task.len(), 400, "every task ran");

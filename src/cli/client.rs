@@ -99,11 +99,43 @@ fn unreachable_hint(url: &str) -> String {
 
 /// Opens the log for a command: it never creates a stream (only the projector and
 /// `gridfold setup` do); while the log's stream is not there yet it waits, up to
-/// `--wait-streams-secs`, saying so. A broker that does not answer is an error at once.
+/// `--wait-streams-secs`, saying so. A broker that cannot be reached at all is an
+/// error at once; one reached that does not answer (electing a leader) is asked
+/// again for up to [`COMMAND_UNANSWERED_WAIT`], as [`Patience::command`] says.
+/// Its appends are sent once each: [`publish`] sends them again itself.
 pub async fn connect_log(nats: &NatsArgs) -> anyhow::Result<JetStreamLog> {
     let patience = Patience::command(nats);
-    open_patiently(nats, patience, || connect_log_with(nats, LogConfig { streams: StreamSetup::Bind, ..LogConfig::default() }))
-        .await
+    let config = LogConfig {
+        streams: StreamSetup::Bind,
+        publish_retry_window: Duration::ZERO,
+        request_timeout: COMMAND_REQUEST_TIMEOUT,
+        ..LogConfig::default()
+    };
+    open_patiently(nats, patience, || connect_log_with(nats, config.clone())).await
+}
+
+/// How long a command keeps asking a broker that it reached and that does not answer
+/// (a request timed out, no responders): JetStream electing the leader of a stream or
+/// of the cluster after a node was lost takes 4 to 9 s (docs/reliability.md).
+pub const COMMAND_UNANSWERED_WAIT: Duration = Duration::from_secs(15);
+/// Bound on each request of a command (a stream's info): a question sent while a
+/// stream elects its leader goes unanswered, and the next one, a second later, may
+/// find the new leader, rather than after the client's default 5 s.
+const COMMAND_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// What a command says, once, when it asks again.
+pub const ELECTING_NOTICE: &str = "the broker is electing a leader; retrying";
+/// Pause between two sends of a command's publish that got no answer.
+const PUBLISH_RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+/// The context of an error of connecting at all (no server of the list answered,
+/// or the connection was refused): not tried again by a command.
+#[derive(Debug)]
+struct NotReached(String);
+
+impl std::fmt::Display for NotReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// How long a process waits for what it needs and does not make itself: the
@@ -115,6 +147,9 @@ pub struct Patience {
     /// How long to keep trying a broker that does not answer (not started yet,
     /// restarting, electing its leaders); zero: not at all.
     pub broker_wait: Duration,
+    /// How long to keep asking a broker that was reached and did not answer in time
+    /// (electing a leader), when that is longer than `broker_wait`.
+    pub unanswered_wait: Duration,
 }
 
 /// The first pause before trying an unanswering broker again; each next one is twice the last.
@@ -130,21 +165,26 @@ const OPEN_TRIES_MAX: u64 = 1_000_000;
 impl Patience {
     /// A command: waits for the streams as `--wait-streams-secs` says; a broker away is an error.
     pub fn command(nats: &NatsArgs) -> Patience {
-        Patience { streams_wait: Duration::from_secs(nats.wait_streams_secs), broker_wait: Duration::ZERO }
+        Patience {
+            streams_wait: Duration::from_secs(nats.wait_streams_secs),
+            broker_wait: Duration::ZERO,
+            unanswered_wait: COMMAND_UNANSWERED_WAIT,
+        }
     }
 
     /// A service (the projector, an engine): the streams as `--wait-streams-secs`
     /// says, the broker for as long as it takes.
     pub fn service(nats: &NatsArgs) -> Patience {
-        Patience { streams_wait: Duration::from_secs(nats.wait_streams_secs), broker_wait: Duration::MAX }
+        Patience { streams_wait: Duration::from_secs(nats.wait_streams_secs), broker_wait: Duration::MAX, unanswered_wait: Duration::MAX }
     }
 }
 
 /// Runs `open` until it succeeds, or fails otherwise than by a missing stream (for
 /// up to `patience.streams_wait`) or an unanswering broker (for up to
 /// `patience.broker_wait`, pausing [`BROKER_RETRY_FIRST`], then twice as long each
-/// time up to [`BROKER_RETRY_MAX`]). It says once that it waits for a stream and
-/// each time it will try the broker again; refusals (credentials, TLS, permissions)
+/// time up to [`BROKER_RETRY_MAX`]), or a broker reached that did not answer (for
+/// up to `patience.unanswered_wait`, every [`BROKER_RETRY_FIRST`]). It says once that it waits for a stream and
+/// each time it will try the broker again (a command: once, [`ELECTING_NOTICE`]); refusals (credentials, TLS, permissions)
 /// and misconfigurations are not tried again.
 pub async fn open_patiently<T, F, Fut>(nats: &NatsArgs, patience: Patience, mut open: F) -> anyhow::Result<T>
 where
@@ -153,6 +193,7 @@ where
 {
     let started = tokio::time::Instant::now();
     let mut said_waiting = false;
+    let mut said_electing = false;
     let mut pause = BROKER_RETRY_FIRST;
     for _ in 0..OPEN_TRIES_MAX {
         let err = match open().await {
@@ -185,6 +226,13 @@ where
             tracing::warn!("{err:#}; trying again in {} s", pause.as_secs());
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(BROKER_RETRY_MAX);
+        } else if broker_unavailable(&err) && !not_reached(&err) && waited < patience.unanswered_wait {
+            if !said_electing {
+                tracing::warn!("{ELECTING_NOTICE} for up to {} s ({err:#})", patience.unanswered_wait.as_secs());
+                said_electing = true;
+            }
+            tracing::debug!("{err:#}; trying again in {} s", BROKER_RETRY_FIRST.as_secs());
+            tokio::time::sleep(BROKER_RETRY_FIRST).await;
         } else {
             return Err(err);
         }
@@ -200,6 +248,11 @@ fn stream_missing(err: &anyhow::Error) -> Option<&LogError> {
     })
 }
 
+/// Whether an error is of connecting at all (see [`NotReached`]).
+fn not_reached(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<NotReached>().is_some()
+}
+
 /// Whether an error is of a broker that did not answer (rather than one that refused).
 fn broker_unavailable(err: &anyhow::Error) -> bool {
     use crate::projector::service::LeaseError;
@@ -213,20 +266,65 @@ fn broker_unavailable(err: &anyhow::Error) -> bool {
 /// one that refused the credentials or TLS, a stream that is not there.
 pub async fn connect_log_with(nats: &NatsArgs, config: LogConfig) -> anyhow::Result<JetStreamLog> {
     let access = nats.access()?;
-    JetStreamLog::open(&access, config).await.map_err(|err| match err {
-        err @ LogError::Unavailable { .. } => anyhow::Error::new(err).context(unreachable_hint(&nats.url)),
+    let connected = JetStreamLog::connect_client(&access, &config).await.map_err(|err| match err {
+        err @ LogError::Unavailable { .. } => anyhow::Error::new(err).context(NotReached(unreachable_hint(&nats.url))),
+        err => anyhow::Error::new(err),
+    })?;
+    JetStreamLog::open_connected(&access, connected, config).await.map_err(|err| match err {
+        err @ LogError::Unavailable { .. } => {
+            anyhow::Error::new(err).context(format!("the NATS broker at {} did not answer in time", nats.url))
+        }
         err => anyhow::Error::new(err),
     })
 }
 
 /// Publishes one event as an outside client would; returns its log sequence.
+///
+/// Its UUID is its `Nats-Msg-Id`, so sending it again is safe: while the broker does
+/// not answer (an ack lost with a node, a stream electing its leader) it is sent
+/// again, the same, for up to [`COMMAND_UNANSWERED_WAIT`], saying so once. A copy
+/// the broker had stored already comes back as a duplicate with the first one's
+/// sequence, so the verdict asked for afterwards is that of the event stored, never a
+/// "duplicate job" of the command's own retry.
 pub async fn publish<L: EventLog>(log: &L, source: &str, event: Event) -> anyhow::Result<u64> {
     let id = uuid::Uuid::new_v4();
     let subject = wire::subject_for(&event);
     let envelope = Envelope { id: *id.as_bytes(), source: source.to_string(), event };
     let append = Append::new(subject, Bytes::from(wire::encode(&envelope))).with_msg_id(id.to_string());
-    let appended = log.append(append).await.context("publishing the event")?;
+    let appended = append_patiently(log, append, COMMAND_UNANSWERED_WAIT).await.context("publishing the event")?;
     Ok(appended.seq)
+}
+
+/// Appends `append` (which must carry a message id), sending it again while the log
+/// is [`LogError::Unavailable`] until `wait` has passed; says [`ELECTING_NOTICE`] once.
+pub async fn append_patiently<L: EventLog>(log: &L, append: Append, wait: Duration) -> Result<crate::log::Appended, LogError> {
+    assert!(append.msg_id.is_some(), "only an append with a message id is safe to send again");
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut said = false;
+    let mut sends: u32 = 0;
+    loop {
+        sends += 1;
+        match log.append(append.clone()).await {
+            Err(err @ LogError::Unavailable { .. }) if tokio::time::Instant::now() + PUBLISH_RETRY_PAUSE < deadline => {
+                if !said {
+                    tracing::warn!("{ELECTING_NOTICE} for up to {} s ({err})", wait.as_secs());
+                    said = true;
+                }
+                tokio::time::sleep(PUBLISH_RETRY_PAUSE).await;
+            }
+            Err(LogError::Unavailable { url, detail }) if sends > 1 => {
+                return Err(LogError::Unavailable {
+                    url,
+                    detail: format!("{detail}; sent {sends} times over {} s, never answered", wait.as_secs()),
+                });
+            }
+            Ok(appended) if said => {
+                tracing::info!(seq = appended.seq, duplicate = appended.duplicate, "stored after {sends} sends");
+                return Ok(appended);
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// Asks the projector (request/reply on `gridfold.q.*`) and decodes its JSON answer.
@@ -427,7 +525,13 @@ mod patience_tests {
 
     fn away() -> anyhow::Error {
         anyhow::Error::new(LogError::Unavailable { url: "u".into(), detail: "connection refused".into() })
-            .context("cannot reach the NATS broker")
+            .context(super::NotReached("cannot reach the NATS broker".into()))
+    }
+
+    /// Reached, and a request timed out (a stream electing its leader).
+    fn unanswered() -> anyhow::Error {
+        anyhow::Error::new(LogError::Unavailable { url: "u".into(), detail: "timed out".into() })
+            .context("the NATS broker did not answer in time")
     }
 
     /// Runs `open_patiently` over answers given in turn (the last one repeated): its
@@ -442,7 +546,8 @@ mod patience_tests {
         (outcome, tries.load(Ordering::SeqCst))
     }
 
-    const SERVICE: Patience = Patience { streams_wait: Duration::from_secs(60), broker_wait: Duration::MAX };
+    const SERVICE: Patience =
+        Patience { streams_wait: Duration::from_secs(60), broker_wait: Duration::MAX, unanswered_wait: Duration::MAX };
 
     #[test]
     fn a_missing_stream_is_waited_for_and_then_used() {
@@ -463,9 +568,20 @@ mod patience_tests {
     fn a_service_tries_an_unanswering_broker_again_and_a_command_does_not() {
         let (outcome, tries) = run(SERVICE, vec![|| Err(away()), || Ok(1)]);
         assert_eq!((outcome.unwrap(), tries), (1, 2));
-        let command = Patience { broker_wait: Duration::ZERO, ..SERVICE };
+        let command = Patience { broker_wait: Duration::ZERO, unanswered_wait: Duration::from_secs(15), ..SERVICE };
         let (outcome, tries) = run(command, vec![|| Err(away()), || Ok(1)]);
         assert!(format!("{:#}", outcome.unwrap_err()).contains("cannot reach the NATS broker"));
+        assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn a_command_asks_a_reached_broker_that_did_not_answer_again_within_its_bound() {
+        let command = Patience { broker_wait: Duration::ZERO, unanswered_wait: Duration::from_secs(15), ..SERVICE };
+        let (outcome, tries) = run(command, vec![|| Err(unanswered()), || Ok(1)]);
+        assert_eq!((outcome.unwrap(), tries), (1, 2));
+        let impatient = Patience { unanswered_wait: Duration::ZERO, ..command };
+        let (outcome, tries) = run(impatient, vec![|| Err(unanswered()), || Ok(1)]);
+        assert!(format!("{:#}", outcome.unwrap_err()).contains("did not answer in time"));
         assert_eq!(tries, 1);
     }
 

@@ -55,6 +55,7 @@ pub fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
         let patience = Patience {
             streams_wait: Duration::ZERO,
             broker_wait: Duration::from_secs(args.wait_broker_secs),
+            unanswered_wait: Duration::from_secs(args.wait_broker_secs).max(super::client::COMMAND_UNANSWERED_WAIT),
         };
         let log = open_patiently(&args.nats, patience, || async {
             let log = connect_log_with(&args.nats, log_config.clone()).await?;

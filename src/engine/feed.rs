@@ -61,6 +61,15 @@ pub const RELEASE_MAX: usize = 1_000;
 pub const RELEASE_WAIT: Duration = Duration::from_secs(2);
 const PULL_EXPIRES: Duration = Duration::from_secs(10);
 const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Missed heartbeats in a row (each two [`PULL_HEARTBEAT`]s of silence) after which
+/// the feed drops its pull and asks the consumer again: the pull waited on a
+/// consumer leader that died with its node, and async-nats would pull again only
+/// when the pull expires ([`PULL_EXPIRES`] plus 5 s), 13 to 15 s after the kill.
+const PULL_MISSED_HEARTBEATS_MAX: u32 = 2;
+/// Bound on one look-up of the consumer: while its Raft group elects a leader the
+/// look-up gets no answer, and the next one, [`FEED_RETRY_BACKOFF_MAX`] later at
+/// most, may find the new leader, rather than the client's 5 s request timeout later.
+const CONSUMER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 const LOG_READ_WAIT: Duration = Duration::from_secs(5);
 
 /// One message on the engine's order subject, with what acknowledges it.
@@ -156,6 +165,8 @@ pub struct JetStreamOrderFeed {
     consumer_name: String,
     filter_subject: String,
     messages: Option<pull::Stream>,
+    /// Heartbeats missed in a row by `messages`.
+    missed_heartbeats: u32,
     /// Read ahead by `catch_up`, returned by `next` first.
     held: VecDeque<async_nats::jetstream::Message>,
     backoff: Duration,
@@ -234,6 +245,7 @@ impl JetStreamOrderFeed {
             consumer_name: consumer_name(engine),
             filter_subject: order_subject(engine),
             messages: None,
+            missed_heartbeats: 0,
             held: VecDeque::new(),
             backoff: FEED_RETRY_BACKOFF_MIN,
         };
@@ -260,15 +272,15 @@ impl JetStreamOrderFeed {
             deliver_policy: DeliverPolicy::All,
             ..Default::default()
         };
-        self.stream
-            .get_or_create_consumer(&self.consumer_name, config)
-            .await
-            .map_err(|err| {
-                format!(
-                    "cannot get or create consumer {}: {err}",
-                    self.consumer_name
-                )
-            })
+        let lookup = self.stream.get_or_create_consumer(&self.consumer_name, config);
+        match tokio::time::timeout(CONSUMER_LOOKUP_TIMEOUT, lookup).await {
+            Ok(Ok(consumer)) => Ok(consumer),
+            Ok(Err(err)) => Err(format!("cannot get or create consumer {}: {err}", self.consumer_name)),
+            Err(_) => Err(format!(
+                "no answer about consumer {} within {CONSUMER_LOOKUP_TIMEOUT:?} (its leader is being elected?)",
+                self.consumer_name
+            )),
+        }
     }
 
     fn check(&self, consumer: &PullConsumer) -> Result<(), FeedError> {
@@ -340,11 +352,22 @@ impl JetStreamOrderFeed {
             match messages.next().await {
                 Some(Ok(message)) => {
                     self.backoff = FEED_RETRY_BACKOFF_MIN;
+                    self.missed_heartbeats = 0;
                     return Ok(message);
                 }
-                // The client re-pulls by itself once it has reconnected.
+                // A heartbeat is late under load now and then: the pull stays. Two in
+                // a row: the pull is gone with a consumer leader (see
+                // [`PULL_MISSED_HEARTBEATS_MAX`]); pull again. A message that was on
+                // its way to the dropped pull comes back after the consumer's ack wait.
                 Some(Err(err)) if err.kind() == MessagesErrorKind::MissingHeartbeat => {
-                    tracing::debug!(consumer = %self.consumer_name, "order feed: {err}");
+                    self.missed_heartbeats += 1;
+                    if self.missed_heartbeats >= PULL_MISSED_HEARTBEATS_MAX {
+                        tracing::info!(consumer = %self.consumer_name, "order feed: {} heartbeats missed; pulling again", self.missed_heartbeats);
+                        self.missed_heartbeats = 0;
+                        self.messages = None;
+                    } else {
+                        tracing::debug!(consumer = %self.consumer_name, "order feed: {err}");
+                    }
                 }
                 Some(Err(err)) => {
                     self.messages = None;

@@ -20,8 +20,15 @@
 //!   a missed heartbeat or a lost consumer (broker restart); unlike it, it asks for
 //!   batches of 10,000 rather than 500 (NATS.md: about twice as fast).
 //!
-//! It does not retry appends (the caller holds the msg ids), does not create durable
-//! consumers, and knows nothing of the payloads.
+//! - An append that carries a message id waits [`LogConfig::ack_timeout`] (1 s) for
+//!   its ack and is sent again, with the same id, while the broker is away (an ack
+//!   lost with a node, a stream electing its leader), for up to
+//!   [`LogConfig::publish_retry_window`]: the broker's dedupe stores it once and
+//!   answers a second copy with the first one's sequence (`duplicate`). So an ack
+//!   lost with a node costs about a second, not the whole request timeout. An append
+//!   without a message id is sent once and waits the request timeout.
+//!
+//! It does not create durable consumers, and knows nothing of the payloads.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -60,6 +67,15 @@ const READER_INACTIVE_THRESHOLD: Duration = Duration::from_secs(60);
 /// A reader whose consumer went with a lost node notices after two missed heartbeats.
 const READER_HEARTBEAT: Duration = Duration::from_secs(1);
 const READER_EXPIRES: Duration = Duration::from_secs(10);
+/// The default [`LogConfig::ack_timeout`]: a publish round trip is about 0.2 ms
+/// here (NATS.md), so a second is an ack lost, not a slow one.
+pub const PUBLISH_ACK_TIMEOUT: Duration = Duration::from_secs(1);
+/// The default [`LogConfig::publish_retry_window`]: more than nats-server's Raft
+/// election timeout (4 to 9 s), so that a publish outlasts an election.
+pub const PUBLISH_RETRY_WINDOW: Duration = Duration::from_secs(12);
+/// Shortest time one send of a retried append takes, so that a broker answering at
+/// once "no responders" is not asked in a busy loop.
+const PUBLISH_ATTEMPT_MIN: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub struct LogConfig {
@@ -82,6 +98,13 @@ pub struct LogConfig {
     pub request_timeout: Duration,
     /// Bound on establishing the connection.
     pub connect_timeout: Duration,
+    /// How long an append with a message id waits for its ack before sending it again
+    /// (at most `request_timeout`).
+    pub ack_timeout: Duration,
+    /// How long one append with a message id is sent again while the broker is away
+    /// (zero: sent once). Each send takes at least 250 ms, so at most
+    /// `publish_retry_window / 250 ms + 1` sends.
+    pub publish_retry_window: Duration,
     /// Whether this client creates the streams it uses or only binds to them.
     pub streams: StreamSetup,
 }
@@ -114,8 +137,22 @@ impl Default for LogConfig {
             ack_inflight_max: 16_384,
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            ack_timeout: PUBLISH_ACK_TIMEOUT,
+            publish_retry_window: PUBLISH_RETRY_WINDOW,
             streams: StreamSetup::CreateOrCheck,
         }
+    }
+}
+
+/// A connection made by [`JetStreamLog::connect_client`], not yet bound to a stream.
+pub struct Connected {
+    client: async_nats::Client,
+    refusals: Refusals,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected").field("server", &connected_server(&self.client)).finish_non_exhaustive()
     }
 }
 
@@ -145,6 +182,14 @@ impl JetStreamLog {
     /// Connects to the broker as `access` says (credentials, TLS) and creates, checks
     /// or binds to the stream as `config.streams` says.
     pub async fn open(access: &BrokerAccess, config: LogConfig) -> Result<JetStreamLog, LogError> {
+        let connected = JetStreamLog::connect_client(access, &config).await?;
+        JetStreamLog::open_connected(access, connected, config).await
+    }
+
+    /// The first half of [`JetStreamLog::open`]: connects to one of the servers of
+    /// `access` (an error here is a broker that is not there or refuses this
+    /// client, never one that is busy electing leaders).
+    pub async fn connect_client(access: &BrokerAccess, config: &LogConfig) -> Result<Connected, LogError> {
         let url = access.url.as_str();
         if !config
             .subjects
@@ -159,8 +204,6 @@ impl JetStreamLog {
                 ),
             });
         }
-        let publish_window = config.publish_window.max(1);
-        let ack_inflight_max = config.ack_inflight_max.max(publish_window);
         let refusals = Refusals::default();
         let options = access
             .connect_options("gridfold", &refusals)
@@ -184,6 +227,18 @@ impl JetStreamLog {
                 },
             })?;
         tracing::info!("connected to {} (of {url})", connected_server(&client));
+        Ok(Connected { client, refusals })
+    }
+
+    /// The second half of [`JetStreamLog::open`], over a connection made by
+    /// [`JetStreamLog::connect_client`]: creates, checks or binds to the stream. An
+    /// [`LogError::Unavailable`] here is a broker connected that did not answer in
+    /// time (a stream or the cluster electing its leader, a node lost).
+    pub async fn open_connected(access: &BrokerAccess, connected: Connected, config: LogConfig) -> Result<JetStreamLog, LogError> {
+        let url = access.url.as_str();
+        let Connected { client, refusals } = connected;
+        let publish_window = config.publish_window.max(1);
+        let ack_inflight_max = config.ack_inflight_max.max(publish_window);
         let context = js::ContextBuilder::new()
             .timeout(config.request_timeout)
             .max_ack_inflight(ack_inflight_max)
@@ -314,6 +369,59 @@ impl JetStreamLog {
         })
     }
 
+    /// The ack timeout of an append with a message id (see the module docs).
+    pub fn ack_timeout(&self) -> Duration {
+        self.config.ack_timeout.min(self.config.request_timeout)
+    }
+
+    /// Sends `msg` and waits for its ack; with a message id, sends it again while the
+    /// broker is away (see the module docs). The caller holds an in-flight permit.
+    async fn append_retrying(&self, msg: Append) -> Result<Appended, LogError> {
+        let (ack_timeout, window) = match msg.msg_id {
+            Some(_) => (self.ack_timeout(), self.config.publish_retry_window),
+            None => (self.config.request_timeout, Duration::ZERO),
+        };
+        let give_up_at = tokio::time::Instant::now() + window;
+        let attempts_max = u32::try_from(window.as_millis() / PUBLISH_ATTEMPT_MIN.as_millis()).unwrap_or(u32::MAX).saturating_add(1);
+        let mut attempt: u32 = 1;
+        loop {
+            let started = tokio::time::Instant::now();
+            let answer = match self.send(msg.clone()).await {
+                Ok(in_flight) => {
+                    let (subject, expected) = (in_flight.subject.clone(), in_flight.expected);
+                    match tokio::time::timeout(ack_timeout, self.complete(in_flight)).await {
+                        Ok(answer) => answer,
+                        Err(_) => Err(self.publish_error(
+                            &subject,
+                            expected,
+                            PublishError::new(PublishErrorKind::TimedOut),
+                        )),
+                    }
+                }
+                Err(err) => Err(err),
+            };
+            match answer {
+                Err(err @ LogError::Unavailable { .. })
+                    if attempt < attempts_max && started + PUBLISH_ATTEMPT_MIN < give_up_at =>
+                {
+                    tracing::debug!(
+                        attempt,
+                        attempts_max,
+                        "publish on {}: {err}; sending it again with the same message id",
+                        msg.subject
+                    );
+                    tokio::time::sleep_until(started + PUBLISH_ATTEMPT_MIN).await;
+                    attempt += 1;
+                }
+                Ok(appended) if attempt > 1 => {
+                    tracing::info!(attempt, seq = appended.seq, duplicate = appended.duplicate, "publish on {} stored after {attempt} sends", msg.subject);
+                    return Ok(appended);
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     fn publish_error(&self, subject: &str, expected: Option<u64>, err: PublishError) -> LogError {
         match err.kind() {
             PublishErrorKind::WrongLastSequence => LogError::WrongLastSequence {
@@ -373,8 +481,7 @@ impl EventLog for JetStreamLog {
             .acquire()
             .await
             .expect("the semaphore is never closed");
-        let in_flight = self.send(msg).await?;
-        self.complete(in_flight).await
+        self.append_retrying(msg).await
     }
 
     async fn append_batch(&self, msgs: Vec<Append>) -> Result<Vec<Appended>, LogError> {
@@ -432,10 +539,17 @@ impl EventLog for JetStreamLog {
         }
     }
 
+    /// Bounded by the ack timeout (1 s), not the request timeout: while the stream
+    /// elects its leader the question goes unanswered, and the projector, which
+    /// asks before deciding, would wait out the whole 5 s after the election was over.
     async fn last_seq(&self) -> Result<u64, LogError> {
-        let info = self.stream.get_info().await.map_err(|err| {
-            self.unavailable(format!("cannot read stream {}: {err}", self.config.stream))
-        })?;
+        let bound = self.ack_timeout();
+        let info = tokio::time::timeout(bound, self.stream.get_info())
+            .await
+            .map_err(|_| self.unavailable(format!("no answer about stream {} within {bound:?}", self.config.stream)))?
+            .map_err(|err| {
+                self.unavailable(format!("cannot read stream {}: {err}", self.config.stream))
+            })?;
         Ok(info.state.last_sequence)
     }
 

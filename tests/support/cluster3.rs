@@ -21,6 +21,8 @@ use gridfold::log::nats_server::{NatsServer, NatsServerConfig};
 const CLUSTER_NAME: &str = "gridfold-test";
 /// How long the cluster gets to elect a meta leader and take the R3 stream.
 const JETSTREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long [`BrokerCluster::lead_on`] tries to move one group's leadership.
+const LEADER_MOVE_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct BrokerCluster {
     pub nodes: Vec<NatsServer>,
@@ -154,6 +156,40 @@ impl BrokerCluster {
             let mut stream = jetstream.get_stream(name).await.map_err(|err| format!("stream {name}: {err}"))?;
             let info = stream.info().await.map_err(|err| format!("stream {name}: {err}"))?;
             Ok(info.config.num_replicas)
+        })
+    }
+
+    /// Moves the leadership of each Raft group in `groups` (`STREAM` or
+    /// `STREAM/CONSUMER`) to node `node`, asking its leader to step down in favour
+    /// of it (`$JS.API.*.LEADER.STEPDOWN` with a preferred placement) until it leads
+    /// or [`LEADER_MOVE_TIMEOUT`] passed. The groups it leads at the end.
+    pub fn lead_on(&self, runtime: &tokio::runtime::Runtime, node: usize, groups: &[&str]) -> Vec<String> {
+        let servers: Vec<String> = self.client_ports.iter().map(|port| format!("nats://127.0.0.1:{port}")).collect();
+        let wanted = format!("n{}", node + 1);
+        runtime.block_on(async {
+            let Ok(client) = async_nats::connect(servers).await else { return Vec::new() };
+            let mut led = Vec::new();
+            for group in groups {
+                let api = match group.split_once('/') {
+                    Some((stream, consumer)) => format!("CONSUMER.{{}}.{stream}.{consumer}"),
+                    None => format!("STREAM.{{}}.{group}"),
+                };
+                let started = Instant::now();
+                while started.elapsed() < LEADER_MOVE_TIMEOUT {
+                    let info = client.request(format!("$JS.API.{}", api.replace("{}", "INFO")), "".into()).await;
+                    let leader = info.ok().and_then(|reply| serde_json::from_slice::<serde_json::Value>(&reply.payload).ok())
+                        .and_then(|info| info["cluster"]["leader"].as_str().map(str::to_string));
+                    if leader.as_deref() == Some(wanted.as_str()) {
+                        led.push(group.to_string());
+                        break;
+                    }
+                    let stepdown = format!("$JS.API.{}", api.replace("{}", "LEADER.STEPDOWN"));
+                    let preferred = serde_json::json!({ "placement": { "preferred": wanted } }).to_string();
+                    let _ = client.request(stepdown, preferred.into()).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            led
         })
     }
 

@@ -43,11 +43,15 @@ pub struct Proc {
 }
 
 /// What processes log unless a test asks otherwise.
+/// Replaces [`RUST_LOG_DEFAULT`] for every long-running process when set.
+const RUST_LOG_ENV: &str = "GRIDFOLD_TEST_RUST_LOG";
 const RUST_LOG_DEFAULT: &str = "warn,gridfold::projector::service=info,gridfold::engine=info,gridfold::log=info";
 
 impl Proc {
+    /// Logs by [`RUST_LOG_DEFAULT`], or by `GRIDFOLD_TEST_RUST_LOG` when set (to trace a run).
     fn spawn(dir: &Path, name: &str, args: &[OsString]) -> Proc {
-        Proc::spawn_logging(dir, name, args, RUST_LOG_DEFAULT)
+        let rust_log = std::env::var(RUST_LOG_ENV).unwrap_or_else(|_| RUST_LOG_DEFAULT.to_string());
+        Proc::spawn_logging(dir, name, args, &rust_log)
     }
 
     /// Starts `gridfold <args>` in `dir` as `name`, logging by `rust_log`, its stderr
@@ -286,6 +290,11 @@ impl Cluster {
     /// Runs a `gridfold` command with `--nats <url>` to its end (at most 60 s): its
     /// standard output, or what it said when it failed.
     pub fn try_command(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+        self.try_command_said(args).map(|(stdout, _)| stdout)
+    }
+
+    /// [`Cluster::try_command`], with what the command said on its stderr too.
+    pub fn try_command_said(&self, args: &[&std::ffi::OsStr]) -> Result<(String, String), String> {
         let url = self.url();
         let (out_path, err_path) = (self.path("command.stdout"), self.path("command.stderr"));
         let file = |path: &Path| File::create(path).expect("create an output file");
@@ -313,11 +322,11 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(10));
         };
         let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
         if !status.success() {
-            let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
             return Err(format!("gridfold {args:?} failed ({status}):\n{stdout}\n{stderr}"));
         }
-        Ok(stdout)
+        Ok((stdout, stderr))
     }
 
     /// Submits job `id` of `tasks` tasks, each running `sh -c script`.

@@ -20,7 +20,7 @@
 //! trip per message, and reports an error only after every message sent was answered.
 
 use std::collections::VecDeque;
-use std::future::Future;
+use std::future::{Future, IntoFuture as _};
 use std::path::{Path, PathBuf};
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
@@ -115,6 +115,9 @@ impl OrderSink for EmbeddedOrderSink {
 pub struct JetStreamOrderSink {
     url: String,
     context: js::Context,
+    /// How long one delivery's ack is waited for (the log's, 1 s): an ack lost with a
+    /// node fails the send after that, and the outbox sends again (same ids).
+    ack_timeout: std::time::Duration,
 }
 
 impl JetStreamOrderSink {
@@ -124,6 +127,7 @@ impl JetStreamOrderSink {
         Ok(JetStreamOrderSink {
             url: log.url().to_string(),
             context: log.context().clone(),
+            ack_timeout: log.ack_timeout(),
         })
     }
 
@@ -135,7 +139,10 @@ impl JetStreamOrderSink {
     }
 
     async fn complete(&self, ack: PublishAckFuture, id: &str) -> Result<(), LogError> {
-        let ack = ack.await.map_err(|err| match err.kind() {
+        let ack = tokio::time::timeout(self.ack_timeout, ack.into_future())
+            .await
+            .map_err(|_| self.unavailable(format!("delivery {id}: no ack within {:?}", self.ack_timeout)))?;
+        let ack = ack.map_err(|err| match err.kind() {
             PublishErrorKind::TimedOut
             | PublishErrorKind::BrokenPipe
             | PublishErrorKind::MaxAckPending => self.unavailable(format!("delivery {id}: {err}")),
