@@ -115,16 +115,20 @@ fn the_draw_gives_each_entrant_its_ticket_share_within_3_points_over_20000_cycle
     assert!(first[0].tickets > 4 * first[3].tickets, "{first:?}");
 }
 
-/// Dispatches per job in each run of `per_cycle` consecutive dispatches.
-fn cycles(orders: &[Order], per_cycle: usize) -> Vec<BTreeMap<String, usize>> {
-    let dispatched: Vec<String> = orders
+/// The job of each dispatch, in log order.
+fn dispatched_jobs(orders: &[Order]) -> Vec<String> {
+    orders
         .iter()
         .filter_map(|order| match order {
             Order::Dispatch { task, .. } => Some(task.job.to_string()),
             _ => None,
         })
-        .collect();
-    dispatched
+        .collect()
+}
+
+/// Dispatches per job in each run of `per_cycle` consecutive dispatches.
+fn cycles(orders: &[Order], per_cycle: usize) -> Vec<BTreeMap<String, usize>> {
+    dispatched_jobs(orders)
         .chunks_exact(per_cycle)
         .map(|chunk| {
             let mut counts = BTreeMap::new();
@@ -193,13 +197,7 @@ duration_jitter_ms = 2000
     assert!(widest >= 3, "the widest deviation is {widest} cores");
     assert!(john.iter().any(|&n| n > 10) && john.iter().any(|&n| n < 10), "{john:?}");
     // Not a fixed alternation: the same project often wins twice in a row.
-    let dispatched: Vec<bool> = orders
-        .iter()
-        .filter_map(|order| match order {
-            Order::Dispatch { task, .. } => Some(task.job.as_str() == "john-1"),
-            _ => None,
-        })
-        .collect();
+    let dispatched: Vec<bool> = dispatched_jobs(&orders).iter().map(|job| job == "john-1").collect();
     let repeats = dispatched.windows(2).filter(|w| w[0] == w[1]).count();
     println!("{repeats} of {} consecutive dispatches went to the same project", dispatched.len() - 1);
     assert!(repeats * 5 >= dispatched.len(), "{repeats} repeats in {} dispatches", dispatched.len());

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use super::{project_priority, user_priority, PRIORITY_NORMAL};
 use crate::core::ids::Seq;
 use crate::core::schedule::dispatch::Candidate;
-use crate::core::state::{EngineIdx, JobIdx, State};
+use crate::core::state::{CategoryIdx, EngineIdx, JobIdx, State};
 
 /// A core's place in the queue: the largest key is served first.
 type CoreKey = (u64, u32, std::cmp::Reverse<u32>);
@@ -87,6 +87,10 @@ pub(crate) struct Fixed {
     pub cpu_ms_completed: u64,
     /// Tasks dispatched or running before the run, orders in flight included.
     pub running_before: u32,
+    /// Its tasks wanting a dispatch at the start of the run, less those in flight.
+    pub wanting_before: u32,
+    pub category: CategoryIdx,
+    pub slots_per_task: u32,
 }
 
 /// The run's runnable projects, grouped per user in order of preference.
@@ -130,6 +134,9 @@ impl Projects {
                 wall_clock_ms: state.now_ms.saturating_sub(job.submitted_ms),
                 cpu_ms_completed: job.cpu_ms_completed,
                 running_before: job.counts.running + job.counts.dispatched + in_flight_of_job,
+                wanting_before: job.n_wanting_dispatch().saturating_sub(in_flight_of_job),
+                category: job.category,
+                slots_per_task: job.slots_per_task,
             });
         }
         groups.sort_by_key(|group| (self.fixed[group[0].0 as usize].expect("runnable").submit_seq, group[0]));
@@ -141,14 +148,22 @@ impl Projects {
         self.fixed[j.0 as usize].as_ref().expect("a job of the run's draws is runnable")
     }
 
-    /// Appends to `out` the first project of each group that `fits`, then
-    /// keeps the rule of Lowest projects (left out when a Normal-or-higher
-    /// project is among them).
+    /// Tasks of job `j` the run may still book, given `booked` (per job index)
+    /// this run: its wanting dispatch less those in flight and booked.
+    pub(crate) fn wanting(&self, j: JobIdx, booked: &[u32]) -> u32 {
+        self.fixed(j).wanting_before.saturating_sub(booked.get(j.0 as usize).copied().unwrap_or(0))
+    }
+
+    /// Appends to `out` the first project of each group that engine `e` with
+    /// `free` slots may take (its category and slots) and that still wants a
+    /// dispatch, then keeps the rule of Lowest projects (left out when a
+    /// Normal-or-higher project is among them).
     pub(crate) fn entrants(
         &mut self,
         state: &State,
         in_flight_of: impl Fn(JobIdx) -> u32,
-        mut fits: impl FnMut(JobIdx) -> bool,
+        (e, free): (EngineIdx, u32),
+        booked: &[u32],
         out: &mut Vec<JobIdx>,
     ) {
         if !self.built {
@@ -156,6 +171,12 @@ impl Projects {
         }
         out.clear();
         let mut normal_or_higher = false;
+        let fits = |j: JobIdx| {
+            let fixed = self.fixed(j);
+            fixed.slots_per_task <= free
+                && state.category(fixed.category).is_eligible(e)
+                && self.wanting(j, booked) > 0
+        };
         for group in &self.groups {
             if let Some(&j) = group.iter().find(|&&j| fits(j)) {
                 normal_or_higher |= self.fixed(j).project_priority <= PRIORITY_NORMAL;
@@ -166,11 +187,4 @@ impl Projects {
             out.retain(|&j| self.fixed(j).project_priority != super::PRIORITY_LOWEST);
         }
     }
-}
-
-/// Whether engine `e` with `free` slots may take a task of job `j` (its
-/// category and slots), the first of a draw's filters.
-pub(crate) fn compatible(state: &State, e: EngineIdx, free: u32, j: JobIdx) -> bool {
-    let job = state.job(j);
-    job.slots_per_task <= free && state.category(job.category).is_eligible(e)
 }

@@ -132,11 +132,16 @@ pub fn ranking(inputs: &RankingInputs) -> u128 {
 /// Tickets per entrant: the sum of the rankings over its own (at least 1).
 pub fn tickets(rankings: &[u128]) -> Vec<u64> {
     let sum: u128 = rankings.iter().sum();
-    // The same quotients in 64-bit division when the sum fits (the common case: much cheaper).
-    if let Ok(sum) = u64::try_from(sum) {
-        return rankings.iter().map(|&own| (sum / (own as u64).max(1)).max(1)).collect();
+    rankings.iter().map(|&own| tickets_of(sum, own)).collect()
+}
+
+/// One entrant's tickets: `sum / own` (at least 1), in 64-bit division when
+/// the sum fits (the common case, much cheaper; the same quotient).
+fn tickets_of(sum: u128, own: u128) -> u64 {
+    match u64::try_from(sum) {
+        Ok(sum) => (sum / (own as u64).max(1)).max(1),
+        Err(_) => u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1),
     }
-    rankings.iter().map(|&own| u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1)).collect()
 }
 
 /// Draws one ticket: the position of the entrant holding it.
@@ -184,6 +189,9 @@ pub struct TechilaOrder {
     last_winner: Option<usize>,
     /// The last draw, for tests and `why`.
     pub last_draw: Vec<Entrant>,
+    /// Reused by every cycle: the entrants' jobs, their tickets.
+    jobs_buffer: Vec<JobIdx>,
+    tickets_buffer: Vec<u64>,
 }
 
 /// Tasks dispatched or running over the grid, counting the dispatches in flight.
@@ -221,6 +229,8 @@ impl TechilaOrder {
             cores: draw::CoreQueue::default(),
             projects: draw::Projects::default(),
             last_winner: None,
+            jobs_buffer: Vec::new(),
+            tickets_buffer: Vec::new(),
             last_draw: Vec::new(),
         }
     }
@@ -247,8 +257,9 @@ impl TechilaOrder {
         let winner = if entrants.len() == 1 {
             0
         } else {
-            let tickets_each: Vec<u64> = entrants.iter().map(|entrant| entrant.tickets).collect();
-            draw(&tickets_each, &mut self.rng)
+            self.tickets_buffer.clear();
+            self.tickets_buffer.extend(entrants.iter().map(|entrant| entrant.tickets));
+            draw(&self.tickets_buffer, &mut self.rng)
         };
         let won = entrants[winner].job;
         self.last_draw = entrants;
@@ -270,26 +281,17 @@ impl TechilaOrder {
         self.booked_per_job.get(j.0 as usize).copied().unwrap_or(0)
     }
 
-    fn in_flight_of(&self, j: JobIdx) -> u32 {
-        self.in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0)
-    }
-
-    /// How many more dispatches the job can take this run.
-    fn wanting(&self, job: &Job, j: JobIdx) -> u32 {
-        let taken = self.in_flight_of(j) + self.booked_of(j);
-        job.n_wanting_dispatch().saturating_sub(taken)
-    }
-
     /// The draw's entrants for engine `e`, in creation order, with their tickets.
     pub fn entrants(&mut self, state: &State, e: EngineIdx) -> Vec<Entrant> {
         let free = state.engine(e).free_slots();
-        let mut jobs: Vec<JobIdx> = Vec::new();
+        let mut jobs: Vec<JobIdx> = std::mem::take(&mut self.jobs_buffer);
         let mut projects = std::mem::take(&mut self.projects);
         let in_flight_per_job = &self.in_flight_per_job;
         projects.entrants(
             state,
             |j| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0),
-            |j| draw::compatible(state, e, free, j) && self.wanting(state.job(j), j) > 0,
+            (e, free),
+            &self.booked_per_job,
             &mut jobs,
         );
         if jobs.len() > DRAW_ENTRANTS_MAX {
@@ -297,7 +299,8 @@ impl TechilaOrder {
             jobs.truncate(DRAW_ENTRANTS_MAX);
         }
         jobs.sort_by_key(|&j| (projects.fixed(j).submit_seq, j));
-        let mut entrants: Vec<Entrant> = Vec::with_capacity(jobs.len());
+        let mut entrants: Vec<Entrant> = std::mem::take(&mut self.last_draw);
+        entrants.clear();
         for (creation_rank, &j) in jobs.iter().enumerate() {
             let fixed = *projects.fixed(j);
             let benchmark_sum_mflops = self.benchmark_sum(state, j);
@@ -313,9 +316,10 @@ impl TechilaOrder {
             entrants.push(Entrant { job: j, inputs, ranking: ranking(&inputs), tickets: 0 });
         }
         self.projects = projects;
-        let rankings: Vec<u128> = entrants.iter().map(|entrant| entrant.ranking).collect();
-        for (entrant, t) in entrants.iter_mut().zip(tickets(&rankings)) {
-            entrant.tickets = t;
+        self.jobs_buffer = jobs;
+        let sum: u128 = entrants.iter().map(|entrant| entrant.ranking).sum();
+        for entrant in &mut entrants {
+            entrant.tickets = tickets_of(sum, entrant.ranking);
         }
         entrants
     }
