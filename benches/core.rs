@@ -19,6 +19,11 @@
 //!   functional shares, departments and a usage history (50 earlier jobs that
 //!   ran for hours and ended a day before), so every run computes the tickets
 //!   (`Tickets::for_run`) and re-keys the owners' jobs after each booking.
+//! - `schedule/fill_5000_techila`: the fill of `fill_5000_freed_slots` under
+//!   Techila's scheduler (`Algorithm::Techila`): the 1,000 jobs of 1,000 tasks
+//!   are projects of 200 users (5 each, project priorities 1 to 6 in turn, the
+//!   same 50 categories), so every decision is a cycle: the fastest free core,
+//!   at most one project per user in a seeded ticket draw over their rankings.
 //!
 //! Every input is built before the timed section from fixed seeds
 //! (`SplitMix64`), so two runs measure the same work; the builders print progress
@@ -763,6 +768,65 @@ fn build_sgeee() -> SgeeeGrid {
     SgeeeGrid { many_freed, n_dispatches: n }
 }
 
+// ---- (d) the same grid under Techila's scheduler --------------------------------------
+
+/// The grid of [`build_saturated_grid`] under `algorithm = "techila"` (no
+/// license cap): the 1,000 jobs of 1,000 tasks belong to 200 users, 5 each,
+/// with project priorities 1 to 6 in turn (no Lowest: no preemption), saturate
+/// it through the ticket draws and run for ten minutes; then ~5,000 slots free.
+fn build_techila() -> SgeeeGrid {
+    eprintln!(
+        "building a saturated techila grid: {N_ENGINES} engines, {N_JOBS} projects x {TASKS_PER_JOB} tasks of {N_USERS} users"
+    );
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0x7EC_171A);
+    let mut log = LogBuilder::new();
+    grid_opening(&mut log, 8_192, &mut rng);
+    append(
+        &mut log,
+        Event::PolicySet(Policy {
+            algorithm: Algorithm::Techila,
+            // No heartbeats in the bench: engines never time out.
+            engine_timeout_ms: 7 * 24 * HOUR_MS,
+            dispatches_per_run_max: 8_192,
+            seed: 2026,
+            ..Policy::default()
+        }),
+    );
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    for j in 0..N_JOBS {
+        let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+        spec.owner = user_name(j % N_USERS);
+        spec.options.project_priority = 1 + (j / N_USERS) as u32 % 6;
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    let running = saturate(&mut state, &mut log, started);
+    assert!(state.free_engines().next().is_none(), "the grid is saturated");
+    log.at(log.time_ms + 10 * 60_000);
+    eprintln!("saturated techila grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 11);
+    let orders = schedule(&many_freed, &InFlight::new());
+    let n = n_dispatches(&orders);
+    let mut per_user: BTreeMap<&str, usize> = BTreeMap::new();
+    for order in &orders {
+        if let Order::Dispatch { task, .. } = order {
+            let j: usize = task.job.as_str()[4..].parse().expect("job-NNNN");
+            *per_user.entry(if j % N_USERS < 100 { "users 0-99" } else { "users 100-199" }).or_default() += 1;
+        }
+    }
+    eprintln!(
+        "techila fill after {N_COMPLETIONS} completions: {n} dispatches ({per_user:?}), {} orders, digest {}",
+        orders.len(),
+        orders_digest(&orders).to_hex()
+    );
+    assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
+    SgeeeGrid { many_freed, n_dispatches: n }
+}
+
 fn bench_schedule(c: &mut Criterion) {
     let mut grids: Option<Grids> = None;
     let in_flight = InFlight::new();
@@ -782,6 +846,12 @@ fn bench_schedule(c: &mut Criterion) {
     let mut sgeee: Option<SgeeeGrid> = None;
     group.bench_function("fill_5000_sgeee", |b| {
         let grid = sgeee.get_or_insert_with(build_sgeee);
+        assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
+    });
+    let mut techila: Option<SgeeeGrid> = None;
+    group.bench_function("fill_5000_techila", |b| {
+        let grid = techila.get_or_insert_with(build_techila);
         assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
         b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
     });

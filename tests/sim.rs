@@ -495,3 +495,28 @@ fn queue_sort_seqno_fills_the_lowest_seq_no_first_and_load_the_least_loaded() {
     });
     assert!(heavy_while_light_free > 10, "the heavy engines got work once the light ones were full");
 }
+
+// ---- Techila ---------------------------------------------------------------------
+
+/// `scenarios/techila.toml`: the license of 10 holds at every point of the log,
+/// the Lowest project's tasks give way to bob's (Preempt orders) and still all
+/// complete, and the 5 fastest engines are lost at 20 s with nothing left undone.
+#[test]
+fn the_techila_scenario_keeps_its_license_of_10_preempts_the_lowest_project_and_ends_every_job() {
+    let (report, entries) = run_file_with_log("techila.toml");
+    let mut state = State::new();
+    let mut most = 0;
+    let mut preempts = 0;
+    for entry in &entries {
+        fold(&mut state, entry);
+        most = most.max(state.engines().iter().map(|engine| engine.used).sum::<u32>());
+        if let Payload::Event(envelope) = &entry.payload
+            && let Event::OrderBatch(batch) = &envelope.event
+        {
+            preempts += batch.orders.iter().filter(|order| matches!(order, Order::Preempt { .. })).count();
+        }
+    }
+    assert_eq!(most, 10, "{report}");
+    assert!(preempts > 0, "{report}");
+    assert_eq!(report.engines_lost, 5, "{report}");
+}

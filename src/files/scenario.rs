@@ -89,6 +89,9 @@ pub struct EngineGroup {
     /// Properties, and in `props.libraries` the grid libraries held at login.
     pub props: EngineProps,
     pub login_at_ms: u64,
+    /// Every engine of the group crashes silently at this time (the projector
+    /// declares it lost after the engine timeout); never if `None`.
+    pub crash_at_ms: Option<u64>,
     /// How fast the engines run: a run takes `duration × 100 / speed_percent`.
     pub speed_percent: u32,
     /// Every run of a task of these jobs fails on these engines.
@@ -462,6 +465,7 @@ struct RawEngineGroup {
     custom: BTreeMap<String, String>,
     #[serde(default)]
     login_at_ms: u64,
+    crash_at_ms: Option<u64>,
     #[serde(default)]
     libraries: Vec<Spanned<String>>,
     speed_percent: Option<Spanned<u32>>,
@@ -672,6 +676,7 @@ impl RawScenario {
                     libraries: gridserver::held_libraries(&raw.libraries)?,
                 },
                 login_at_ms: raw.login_at_ms,
+                crash_at_ms: raw.crash_at_ms,
             };
             check_group(&group).map_err(|message| (raw.name_prefix.span(), message))?;
             engines.push(group);

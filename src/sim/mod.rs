@@ -158,3 +158,5 @@ pub fn run(
 mod tests;
 #[cfg(test)]
 mod sge_tests;
+#[cfg(test)]
+mod techila_tests;

@@ -60,6 +60,8 @@ pub struct FaultCounts {
     pub runs_cancelled: u64,
     /// Of those, redundant copies stopped because another copy's result won.
     pub redundant_runs_stopped: u64,
+    /// Runs an engine killed on a `Preempt` (Techila's Lowest projects).
+    pub runs_preempted: u64,
     /// Runs that failed by an engine's `fails_jobs` rule (not counted in `task_failures`).
     pub rule_failures: u64,
     /// Library syncs engines carried out, and those that failed (`sync_failure_per_million`).
@@ -219,7 +221,7 @@ impl fmt::Display for SimReport {
         writeln!(
             f,
             "  engines      {} crashes, {} returns, {} late starts, {} task failures ({} more by fails_jobs), \
-             {} runs cancelled ({} redundant copies), {} library syncs run ({} failed)",
+             {} runs cancelled ({} redundant copies), {} preempted, {} library syncs run ({} failed)",
             c.engine_crashes,
             c.engine_returns,
             c.late_starts,
@@ -227,6 +229,7 @@ impl fmt::Display for SimReport {
             c.rule_failures,
             c.runs_cancelled,
             c.redundant_runs_stopped,
+            c.runs_preempted,
             c.library_syncs_run,
             c.library_syncs_failed
         )?;

@@ -99,6 +99,8 @@ enum SimEvent {
     RunStart { engine: usize, incarnation: u32, run: RunKey },
     RunEnd { engine: usize, incarnation: u32, run: RunKey },
     EngineReturn { engine: usize },
+    /// A scenario's planned crash of one engine (`crash_at_ms` of its group).
+    PlannedCrash { engine: usize },
     ProjectorRestart,
     ProjectorUp,
 }
@@ -211,6 +213,9 @@ impl<'a> World<'a> {
         for group in &scenario.engines {
             for _ in 0..group.count {
                 self.schedule(group.login_at_ms, SimEvent::Login { engine });
+                if let Some(at) = group.crash_at_ms {
+                    self.schedule(at.max(group.login_at_ms), SimEvent::PlannedCrash { engine });
+                }
                 engine += 1;
             }
         }
@@ -307,6 +312,13 @@ impl<'a> World<'a> {
             SimEvent::EngineReturn { engine } => {
                 self.counts.engine_returns += 1;
                 self.log_in(engine);
+            }
+            SimEvent::PlannedCrash { engine } => {
+                if self.engines[engine].alive {
+                    let intervals = self.engines[engine].crash(self.now_ms);
+                    self.busy.extend(intervals);
+                    self.counts.engine_crashes += 1;
+                }
             }
             SimEvent::Tick => {
                 let id = derived_id(self.scenario.seed, TICK_ID_SALT, self.now_ms);
@@ -458,7 +470,16 @@ impl<'a> World<'a> {
                 self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
             }
             DeliveryKind::Lost(_) => unreachable!("the news of a loss is not delivered to simulated engines"),
-            // Simulated engines have no processes to stop, and scenarios ask no suspensions.
+            // A preempted attempt is stopped on its engine (killed; the fold has
+            // queued its task again). Scenarios ask no suspensions.
+            DeliveryKind::Control(crate::core::event::Order::Preempt { task, attempt, .. }) => {
+                if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
+                    self.counts.runs_preempted += 1;
+                    if let Some(start) = run.started_ms {
+                        self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
+                    }
+                }
+            }
             DeliveryKind::Control(_) => {}
             // The simulated engines are one process per name: no one to fence out.
             DeliveryKind::LoggedIn => {}

@@ -440,26 +440,35 @@ impl Run<'_> {
             }
             let e = self.candidates.by_id[at as usize].engine;
             let mut booked = None;
-            'jobs: for j in order.jobs_for(state, e) {
-                let mut walk = JobWalk::new();
-                while let Some(index) = walk.next(state, j) {
-                    let key = TaskKey { job: j, index };
-                    if self.in_flight.is_dispatched(key) || order.has_booked(key) {
-                        continue;
-                    }
-                    match self.book_on(key, at, orders) {
-                        TaskOutcome::Booked => {
-                            booked = Some(key);
-                            break 'jobs;
+            let mut jobs = order.jobs_for(state, e);
+            let mut asked_more = false;
+            'jobs: loop {
+                for j in jobs {
+                    let mut walk = JobWalk::new();
+                    while let Some(index) = walk.next(state, j) {
+                        let key = TaskKey { job: j, index };
+                        if self.in_flight.is_dispatched(key) || order.has_booked(key) {
+                            continue;
                         }
-                        TaskOutcome::RunOver => return,
-                        TaskOutcome::PassedOver | TaskOutcome::JobDone => {
-                            if !walk.pass_over() {
-                                break;
+                        match self.book_on(key, at, orders) {
+                            TaskOutcome::Booked => {
+                                booked = Some(key);
+                                break 'jobs;
+                            }
+                            TaskOutcome::RunOver => return,
+                            TaskOutcome::PassedOver | TaskOutcome::JobDone => {
+                                if !walk.pass_over() {
+                                    break;
+                                }
                             }
                         }
                     }
                 }
+                if asked_more {
+                    break;
+                }
+                asked_more = true;
+                jobs = order.more_jobs_for(state);
             }
             order.engine_served(state, at, booked);
         }

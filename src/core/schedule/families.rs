@@ -288,6 +288,15 @@ impl EngineOrder {
         }
     }
 
+    /// The jobs engine `e` would take after those `jobs_for` named, should
+    /// none of those have had a task for it, best first (computed only then).
+    pub(crate) fn more_jobs_for(&mut self, state: &State) -> Vec<JobIdx> {
+        match self {
+            EngineOrder::FastestFirst(_) => Vec::new(),
+            EngineOrder::Techila(order) => order.more_jobs_for(state),
+        }
+    }
+
     /// Whether the run already booked this task.
     pub(crate) fn has_booked(&self, key: TaskKey) -> bool {
         match self {

@@ -63,15 +63,16 @@
 //! (the redundant-copy machinery of [`super::redundancy`] with a job's
 //! `task_max_time` gives the same copy-and-first-result-wins behaviour).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::dispatch::Candidate;
 use super::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
 use crate::core::rng::SplitMix64;
-use crate::core::state::{AccountIdx, EngineIdx, Job, JobIdx, State, TaskKey};
+use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 
+mod draw;
 #[cfg(test)]
 mod tests;
 
@@ -131,7 +132,16 @@ pub fn ranking(inputs: &RankingInputs) -> u128 {
 /// Tickets per entrant: the sum of the rankings over its own (at least 1).
 pub fn tickets(rankings: &[u128]) -> Vec<u64> {
     let sum: u128 = rankings.iter().sum();
-    rankings.iter().map(|&own| u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1)).collect()
+    rankings.iter().map(|&own| tickets_of(sum, own)).collect()
+}
+
+/// One entrant's tickets: `sum / own` (at least 1), in 64-bit division when
+/// the sum fits (the common case, much cheaper; the same quotient).
+fn tickets_of(sum: u128, own: u128) -> u64 {
+    match u64::try_from(sum) {
+        Ok(sum) => (sum / (own as u64).max(1)).max(1),
+        Err(_) => u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1),
+    }
 }
 
 /// Draws one ticket: the position of the entrant holding it.
@@ -164,14 +174,24 @@ pub struct TechilaOrder {
     license_left: u32,
     passed: BTreeSet<u32>,
     booked: BTreeSet<TaskKey>,
-    booked_per_job: BTreeMap<JobIdx, u32>,
-    /// Per job drawn so far: the sum of the mflops of the engines running it.
-    benchmark_sums: BTreeMap<JobIdx, u64>,
+    /// Per job index (dense): the tasks this run booked.
+    booked_per_job: Vec<u32>,
+    /// Per job index (dense), once drawn: the sum of the mflops of the engines running it.
+    benchmark_sums: Vec<Option<u64>>,
     /// The engine served by the last `jobs_for`.
     serving: Option<EngineIdx>,
-    in_flight_per_job: BTreeMap<JobIdx, u32>,
+    /// Per job index (dense): its dispatches in flight.
+    in_flight_per_job: Vec<u32>,
+    cores: draw::CoreQueue,
+    projects: draw::Projects,
+    /// The position of the last draw's winner among its entrants, until
+    /// `more_jobs_for` names the others.
+    last_winner: Option<usize>,
     /// The last draw, for tests and `why`.
     pub last_draw: Vec<Entrant>,
+    /// Reused by every cycle: the entrants' jobs, their tickets.
+    jobs_buffer: Vec<JobIdx>,
+    tickets_buffer: Vec<u64>,
 }
 
 /// Tasks dispatched or running over the grid, counting the dispatches in flight.
@@ -193,10 +213,24 @@ impl TechilaOrder {
             license_left,
             passed: BTreeSet::new(),
             booked: BTreeSet::new(),
-            booked_per_job: BTreeMap::new(),
-            benchmark_sums: BTreeMap::new(),
+            booked_per_job: Vec::new(),
+            benchmark_sums: Vec::new(),
             serving: None,
-            in_flight_per_job: in_flight.dispatched_per_job().collect(),
+            in_flight_per_job: {
+                let mut per_job = Vec::new();
+                for (j, n) in in_flight.dispatched_per_job() {
+                    if per_job.len() <= j.0 as usize {
+                        per_job.resize(j.0 as usize + 1, 0);
+                    }
+                    per_job[j.0 as usize] = n;
+                }
+                per_job
+            },
+            cores: draw::CoreQueue::default(),
+            projects: draw::Projects::default(),
+            last_winner: None,
+            jobs_buffer: Vec::new(),
+            tickets_buffer: Vec::new(),
             last_draw: Vec::new(),
         }
     }
@@ -206,102 +240,96 @@ impl TechilaOrder {
         if self.license_left == 0 {
             return None;
         }
-        (0..candidates.len() as u32)
-            .filter(|at| !self.passed.contains(at) && candidates[*at as usize].used < candidates[*at as usize].slots)
-            .max_by_key(|&at| {
-                let candidate = &candidates[at as usize];
-                (state.engine(candidate.engine).props.mflops, candidate.slots - candidate.used, std::cmp::Reverse(at))
-            })
+        self.cores.next(state, candidates, &self.passed)
     }
 
-    /// The projects the draw names for engine `e`: the winner first, then the
-    /// other entrants by tickets (most first), should the winner have no task
-    /// the shared rules let this engine take.
+    /// The project the draw names for engine `e`: its winner. Should the
+    /// winner have no task the shared rules let this engine take,
+    /// [`TechilaOrder::more_jobs_for`] names the other entrants.
     pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
         self.serving = Some(e);
+        self.last_winner = None;
         let entrants = self.entrants(state, e);
         if entrants.is_empty() {
             self.last_draw = entrants;
             return Vec::new();
         }
-        let tickets_each: Vec<u64> = entrants.iter().map(|entrant| entrant.tickets).collect();
-        let winner = if entrants.len() == 1 { 0 } else { draw(&tickets_each, &mut self.rng) };
-        let mut order: Vec<JobIdx> = vec![entrants[winner].job];
-        let mut rest: Vec<&Entrant> = entrants.iter().enumerate().filter(|(at, _)| *at != winner).map(|(_, en)| en).collect();
-        rest.sort_by_key(|entrant| (std::cmp::Reverse(entrant.tickets), state.job(entrant.job).submit_seq, entrant.job));
-        order.extend(rest.iter().map(|entrant| entrant.job));
+        let winner = if entrants.len() == 1 {
+            0
+        } else {
+            self.tickets_buffer.clear();
+            self.tickets_buffer.extend(entrants.iter().map(|entrant| entrant.tickets));
+            draw(&self.tickets_buffer, &mut self.rng)
+        };
+        let won = entrants[winner].job;
         self.last_draw = entrants;
-        order
+        self.last_winner = Some(winner);
+        vec![won]
     }
 
-    /// How many more dispatches the job can take this run.
-    fn wanting(&self, job: &Job, j: JobIdx) -> u32 {
-        let taken = self.in_flight_per_job.get(&j).copied().unwrap_or(0) + self.booked_per_job.get(&j).copied().unwrap_or(0);
-        job.n_wanting_dispatch().saturating_sub(taken)
+    /// The other entrants of the last draw, by tickets (most first, then
+    /// creation order), should its winner have no task for the engine.
+    pub(crate) fn more_jobs_for(&mut self, state: &State) -> Vec<JobIdx> {
+        let Some(winner) = self.last_winner.take() else { return Vec::new() };
+        let mut rest: Vec<&Entrant> =
+            self.last_draw.iter().enumerate().filter(|(at, _)| *at != winner).map(|(_, en)| en).collect();
+        rest.sort_by_key(|entrant| (std::cmp::Reverse(entrant.tickets), state.job(entrant.job).submit_seq, entrant.job));
+        rest.iter().map(|entrant| entrant.job).collect()
+    }
+
+    fn booked_of(&self, j: JobIdx) -> u32 {
+        self.booked_per_job.get(j.0 as usize).copied().unwrap_or(0)
     }
 
     /// The draw's entrants for engine `e`, in creation order, with their tickets.
     pub fn entrants(&mut self, state: &State, e: EngineIdx) -> Vec<Entrant> {
-        let engine = state.engine(e);
-        let free = engine.free_slots();
-        let simultaneous = state.policy.techila.simultaneous_projects;
-        // Per user, the most important compatible project (or every one).
-        let mut chosen: BTreeMap<(AccountIdx, u32, crate::core::ids::Seq, JobIdx), ()> = BTreeMap::new();
-        let mut best_of_user: BTreeMap<AccountIdx, (u32, crate::core::ids::Seq, JobIdx)> = BTreeMap::new();
-        for rank in state.runnable_jobs() {
-            let j = rank.job;
-            let job = state.job(j);
-            if job.slots_per_task > free || !state.category(job.category).is_eligible(e) || self.wanting(job, j) == 0 {
-                continue;
-            }
-            let key = (project_priority(job), job.submit_seq, j);
-            if simultaneous {
-                chosen.insert((job.user_account, key.0, key.1, key.2), ());
-            } else {
-                let best = best_of_user.entry(job.user_account).or_insert(key);
-                if key < *best {
-                    *best = key;
-                }
-            }
+        let free = state.engine(e).free_slots();
+        let mut jobs: Vec<JobIdx> = std::mem::take(&mut self.jobs_buffer);
+        let mut projects = std::mem::take(&mut self.projects);
+        let in_flight_per_job = &self.in_flight_per_job;
+        projects.entrants(
+            state,
+            |j| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0),
+            (e, free),
+            &self.booked_per_job,
+            &mut jobs,
+        );
+        if jobs.len() > DRAW_ENTRANTS_MAX {
+            jobs.sort_by_key(|&j| (projects.fixed(j).project_priority, projects.fixed(j).submit_seq, j));
+            jobs.truncate(DRAW_ENTRANTS_MAX);
         }
-        let mut jobs: Vec<JobIdx> = if simultaneous {
-            chosen.keys().map(|&(_, _, _, j)| j).collect()
-        } else {
-            best_of_user.values().map(|&(_, _, j)| j).collect()
-        };
-        if jobs.iter().any(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL) {
-            jobs.retain(|&j| project_priority(state.job(j)) != PRIORITY_LOWEST);
-        }
-        jobs.sort_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j));
-        jobs.truncate(DRAW_ENTRANTS_MAX);
-        jobs.sort_by_key(|&j| (state.job(j).submit_seq, j));
-        let mut entrants: Vec<Entrant> = Vec::with_capacity(jobs.len());
+        jobs.sort_by_key(|&j| (projects.fixed(j).submit_seq, j));
+        let mut entrants: Vec<Entrant> = std::mem::take(&mut self.last_draw);
+        entrants.clear();
         for (creation_rank, &j) in jobs.iter().enumerate() {
-            let job = state.job(j);
+            let fixed = *projects.fixed(j);
             let benchmark_sum_mflops = self.benchmark_sum(state, j);
             let inputs = RankingInputs {
-                user_priority: user_priority(state, job),
-                project_priority: project_priority(job),
-                wall_clock_ms: state.now_ms.saturating_sub(job.submitted_ms),
-                cpu_ms_completed: job.cpu_ms_completed,
-                running_tasks: job.counts.running
-                    + job.counts.dispatched
-                    + self.in_flight_per_job.get(&j).copied().unwrap_or(0)
-                    + self.booked_per_job.get(&j).copied().unwrap_or(0),
+                user_priority: fixed.user_priority,
+                project_priority: fixed.project_priority,
+                wall_clock_ms: fixed.wall_clock_ms,
+                cpu_ms_completed: fixed.cpu_ms_completed,
+                running_tasks: fixed.running_before + self.booked_of(j),
                 creation_rank: creation_rank as u32,
                 benchmark_sum_mflops,
             };
             entrants.push(Entrant { job: j, inputs, ranking: ranking(&inputs), tickets: 0 });
         }
-        let rankings: Vec<u128> = entrants.iter().map(|entrant| entrant.ranking).collect();
-        for (entrant, t) in entrants.iter_mut().zip(tickets(&rankings)) {
-            entrant.tickets = t;
+        self.projects = projects;
+        self.jobs_buffer = jobs;
+        let sum: u128 = entrants.iter().map(|entrant| entrant.ranking).sum();
+        for entrant in &mut entrants {
+            entrant.tickets = tickets_of(sum, entrant.ranking);
         }
         entrants
     }
 
     fn benchmark_sum(&mut self, state: &State, j: JobIdx) -> u64 {
-        *self.benchmark_sums.entry(j).or_insert_with(|| {
+        let at = j.0 as usize;
+        if self.benchmark_sums.len() <= at {
+            self.benchmark_sums.resize(at + 1, None);
+        }
+        *self.benchmark_sums[at].get_or_insert_with(|| {
             state.live_attempts_of_job_sorted(j).iter().map(|(_, live)| state.engine(live.engine).props.mflops).sum()
         })
     }
@@ -311,12 +339,17 @@ impl TechilaOrder {
     }
 
     pub(crate) fn engine_served(&mut self, state: &State, at: u32, booked: Option<TaskKey>) {
+        self.cores.served(at);
         match booked {
             Some(key) => {
                 self.booked.insert(key);
-                *self.booked_per_job.entry(key.job).or_default() += 1;
+                let j = key.job.0 as usize;
+                if self.booked_per_job.len() <= j {
+                    self.booked_per_job.resize(j + 1, 0);
+                }
+                self.booked_per_job[j] += 1;
                 self.license_left = self.license_left.saturating_sub(1);
-                if let (Some(sum), Some(e)) = (self.benchmark_sums.get_mut(&key.job), self.serving) {
+                if let (Some(Some(sum)), Some(e)) = (self.benchmark_sums.get_mut(j), self.serving) {
                     *sum += state.engine(e).props.mflops;
                 }
             }
