@@ -59,9 +59,14 @@
 //! (within the license) offers; the fold accepts such a preemption only of a
 //! Lowest project's attempt under this algorithm ([`may_preempt`]).
 //!
-//! Not done here: the expiry of tasks running past a project's expected time
-//! (the redundant-copy machinery of [`super::redundancy`] with a job's
-//! `task_max_time` gives the same copy-and-first-result-wins behaviour).
+//! A project wants capacity only with a task that could be dispatched now
+//! ([`want`]: tasks held by their dependencies do not count).
+//!
+//! # Expired tasks and cycles
+//! A task running past its project's `expected_task_time` is expired and
+//! copied once; waiting expired copies are served before any draw
+//! ([`expiry`]). The dispatch loop runs only while a scheduling cycle is due:
+//! on the seed's events and every `cycle_interval` of log time ([`cycle`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,8 +77,14 @@ use crate::core::ids::JobId;
 use crate::core::rng::SplitMix64;
 use crate::core::state::{AccountIdx, EngineIdx, Job, JobIdx, State, TaskKey};
 
+pub mod cycle;
+pub mod expiry;
+pub mod want;
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod expiry_tests;
 
 pub const PRIORITY_HIGHEST: u32 = 1;
 pub const PRIORITY_NORMAL: u32 = 4;
@@ -172,6 +183,10 @@ pub struct TechilaOrder {
     in_flight_per_job: BTreeMap<JobIdx, u32>,
     /// The last draw, for tests and `why`.
     pub last_draw: Vec<Entrant>,
+    /// A scheduling cycle is due ([`cycle::due`]): else no engine is served.
+    cycle_due: bool,
+    /// Jobs with an expired task's copy waiting, served before any draw ([`expiry`]).
+    expired_first: Vec<JobIdx>,
 }
 
 /// Tasks dispatched or running over the grid, counting the dispatches in flight.
@@ -198,12 +213,14 @@ impl TechilaOrder {
             serving: None,
             in_flight_per_job: in_flight.dispatched_per_job().collect(),
             last_draw: Vec::new(),
+            cycle_due: cycle::due(state),
+            expired_first: expiry::jobs_with_copies_waiting(state),
         }
     }
 
     /// The fastest free core not yet passed over, while the license allows.
     pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
-        if self.license_left == 0 {
+        if self.license_left == 0 || !self.cycle_due {
             return None;
         }
         (0..candidates.len() as u32)
@@ -219,14 +236,20 @@ impl TechilaOrder {
     /// the shared rules let this engine take.
     pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
         self.serving = Some(e);
+        let mut order: Vec<JobIdx> = self
+            .expired_first
+            .iter()
+            .copied()
+            .filter(|&j| self.wanting(state.job(j), j) > 0 && expiry::copy_fits(state, j, e))
+            .collect();
         let entrants = self.entrants(state, e);
         if entrants.is_empty() {
             self.last_draw = entrants;
-            return Vec::new();
+            return order;
         }
         let tickets_each: Vec<u64> = entrants.iter().map(|entrant| entrant.tickets).collect();
         let winner = if entrants.len() == 1 { 0 } else { draw(&tickets_each, &mut self.rng) };
-        let mut order: Vec<JobIdx> = vec![entrants[winner].job];
+        order.push(entrants[winner].job);
         let mut rest: Vec<&Entrant> = entrants.iter().enumerate().filter(|(at, _)| *at != winner).map(|(_, en)| en).collect();
         rest.sort_by_key(|entrant| (std::cmp::Reverse(entrant.tickets), state.job(entrant.job).submit_seq, entrant.job));
         order.extend(rest.iter().map(|entrant| entrant.job));
@@ -269,7 +292,7 @@ impl TechilaOrder {
         } else {
             best_of_user.values().map(|&(_, _, j)| j).collect()
         };
-        if jobs.iter().any(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL) {
+        if jobs.iter().any(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL && want::wants_capacity(state, j)) {
             jobs.retain(|&j| project_priority(state.job(j)) != PRIORITY_LOWEST);
         }
         jobs.sort_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j));
@@ -306,6 +329,18 @@ impl TechilaOrder {
         })
     }
 
+    /// Serves no engine this run while an expiry's copy is ordered but not yet
+    /// folded (in this run's `orders` or in flight): the fold queues the copy
+    /// and opens a cycle, which then serves it before any draw.
+    pub(crate) fn wait_for_copies(&mut self, in_flight: &InFlight, orders: &[Order]) {
+        let ordered = orders
+            .iter()
+            .any(|order| matches!(order, Order::Reschedule { reason: crate::core::event::RescheduleReason::Expired, .. }));
+        if ordered || in_flight.has_rescheduled() {
+            self.cycle_due = false;
+        }
+    }
+
     pub fn has_booked(&self, key: TaskKey) -> bool {
         self.booked.contains(&key)
     }
@@ -339,7 +374,7 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
     state
         .runnable_jobs()
         .map(|rank| rank.job)
-        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL && want::wants_capacity(state, j))
         .min_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j))
 }
 
@@ -364,7 +399,7 @@ pub fn preempt_lowest(state: &State, in_flight: &InFlight, orders: &mut Orders) 
     let mut wanting: Vec<JobIdx> = state
         .runnable_jobs()
         .map(|rank| rank.job)
-        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL && want::wants_capacity(state, j))
         .collect();
     if wanting.is_empty() {
         return;
@@ -389,7 +424,7 @@ pub fn preempt_lowest(state: &State, in_flight: &InFlight, orders: &mut Orders) 
     for &j in &wanting {
         let job = state.job(j);
         let category = state.category(job.category);
-        let want = u64::from(job.n_wanting_dispatch().saturating_sub(in_flight.dispatched_of_job(j)));
+        let want = u64::from(want::n_wanting(state, j, u32::MAX).saturating_sub(in_flight.dispatched_of_job(j)));
         let free_slots: u64 = state
             .free_engines()
             .filter(|&e| category.is_eligible(e) && !in_flight.is_lost(e))
