@@ -65,8 +65,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// (parts), an engine may be drained, a task awaits its cancel. 9: a job's
 /// options hold its Techila `project_priority`; a job its completed CPU time
 /// and the project a Techila preemption gave way to; the policy its Techila
-/// settings.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 9;
+/// settings. 10: a job's options hold its `expected_task_time_ms`, a job its
+/// expired tasks; the Techila policy its `cycle_interval_ms`; the state its
+/// Techila cycle (`CycleState`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 10;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
