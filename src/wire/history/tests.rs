@@ -276,7 +276,7 @@ fn errors_say_the_line_and_what_is_wrong() {
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_complete": {}}}}"#,
         expect![
-            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `suspend_requested`, `resume_requested`, `reschedule_requested`, `job_hold_changed`, `task_cancelled`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `job_override_tickets_set`, `engine_drain_changed`, `tick`, `order_batch`, `library_published`"
+            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `suspend_requested`, `resume_requested`, `reschedule_requested`, `job_hold_changed`, `task_cancelled`, `project_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `job_override_tickets_set`, `engine_drain_changed`, `tick`, `order_batch`, `library_published`"
         ],
     );
     check_error(

@@ -94,12 +94,15 @@ fn an_expired_task_is_copied_on_the_next_free_core_before_the_next_projects_task
     log.started("p1", 1, 2, "c2");
     log.at(1_012_000).completed("p1", 1, 2, "c2");
     expect_test::expect![[r#"
+        cancel p1/1 #1 on c1 (redundant-copy)
+        dispatch p1/0 #2 -> c2
     "#]]
     .assert_eq(&decide_once(&mut log, &mut state));
     let p1 = state.job(state.job_idx(&job_id("p1")).unwrap());
     assert_eq!(p1.counts.done, 2);
     // c1, freed by the cancel, goes to p2.
     expect_test::expect![[r#"
+        dispatch p2/0 #1 -> c1
     "#]]
     .assert_eq(&decide_once(&mut log, &mut state));
 }
