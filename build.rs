@@ -51,6 +51,8 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.PolicySet.techila",
     ".gridfold.v1.PolicySet.output",
     ".gridfold.v1.JobOptions.project_priority",
+    ".gridfold.v1.JobOptions.expected_task_time_ms",
+    ".gridfold.v1.TechilaPolicy.cycle_interval_ms",
     ".gridfold.v1.EngineProperties.libraries",
     ".gridfold.v1.RunTask.root_library",
     ".gridfold.v1.BlacklistsCleared.engine",

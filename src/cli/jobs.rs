@@ -170,6 +170,7 @@ pub(super) fn publish_for_job(
     let what = match &event {
         Event::JobCancelled { .. } => format!("the cancel of {job}"),
         Event::JobPriorityChanged { .. } => format!("the priority change of {job}"),
+        Event::ProjectPriorityChanged { .. } => format!("the project priority change of {job}"),
         Event::JobOverrideTicketsSet { .. } => format!("the override tickets of {job}"),
         Event::JobHoldChanged { held: true, .. } => format!("the hold of {job}"),
         Event::JobHoldChanged { held: false, .. } => format!("the release of {job}"),

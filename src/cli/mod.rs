@@ -22,6 +22,7 @@ pub mod setup;
 pub mod results;
 pub mod sim;
 pub mod stat;
+pub mod techila;
 pub mod web;
 
 use std::path::PathBuf;
@@ -104,6 +105,8 @@ pub enum Command {
     Hold(ops::HoldArgs),
     /// Release a held job (qrls, scontrol release).
     Release(ops::HoldArgs),
+    /// Change a Techila project's priority: 1 (Highest) to 7 (Lowest).
+    ProjectPriority(techila::ProjectPriorityArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -122,6 +125,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Rejections(args) => stat::rejections(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Priority(args) => jobs::priority(args),
+        Command::ProjectPriority(args) => techila::project_priority(args),
         Command::OverrideTickets(args) => jobs::override_tickets(args),
         Command::Suspend(args) => control::run(crate::core::state::Control::Suspend, args),
         Command::Resume(args) => control::run(crate::core::state::Control::Resume, args),

@@ -256,6 +256,9 @@ fn job_notes(job: &JobSummary) -> String {
     if job.suspended > 0 {
         notes.push(format!("{} attempt(s) suspended", job.suspended));
     }
+    if job.expired > 0 {
+        notes.push(format!("{} EXPIRED (running past expected_task_time; copied)", job.expired));
+    }
     if job.redundant_copies > 0 || job.redundant_results_ignored > 0 {
         notes.push(format!("{} redundant copies running, {} results ignored", job.redundant_copies, job.redundant_results_ignored));
     }

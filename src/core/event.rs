@@ -175,6 +175,9 @@ pub enum Event {
     /// An operator drained an engine (`drained`: no new work; its running
     /// attempts finish) or resumed it (`qmod -d`/`-e`, `scontrol update state=drain`).
     EngineDrainChanged { engine: EngineId, drained: bool },
+    /// A Techila project's (a job's) priority changed, 1 (Highest) to 7
+    /// (Lowest); another value is folded as a rejection.
+    ProjectPriorityChanged { job: JobId, priority: u32 },
 }
 
 /// A job, or one task of it, that an operator's request names.
@@ -239,6 +242,7 @@ impl Event {
             Event::JobHoldChanged { .. } => "JobHoldChanged",
             Event::TaskCancelled { .. } => "TaskCancelled",
             Event::EngineDrainChanged { .. } => "EngineDrainChanged",
+            Event::ProjectPriorityChanged { .. } => "ProjectPriorityChanged",
         }
     }
 }
@@ -314,6 +318,9 @@ pub struct JobOptions {
     /// Techila's project priority, 1 (Highest) to 7 (Lowest); 0 means the
     /// default, 4 (Normal). Read by the `techila` family only.
     pub project_priority: u32,
+    /// Techila's expected task time, in ms of log time: under `techila`, a
+    /// task running longer is expired and gets one copy on another core; 0: none.
+    pub expected_task_time_ms: u64,
 }
 
 impl JobOptions {
@@ -568,6 +575,9 @@ pub struct TechilaPolicy {
     pub simultaneous_projects: bool,
     /// End-user priorities, 1 (most important) to 7; a user not named is 4.
     pub user_priorities: BTreeMap<String, u32>,
+    /// Log time after which a scheduling cycle runs even when none of the
+    /// cycle's events came; 0 means the default, 5,000 ms.
+    pub cycle_interval_ms: u64,
 }
 
 /// Grid Engine's scheduler configuration (sched_conf(5)) for job ordering, by
@@ -957,6 +967,8 @@ pub enum RescheduleReason {
     PercentCompleted,
     Average,
     StdDev,
+    /// Techila: the task ran past its job's `expected_task_time_ms`.
+    Expired,
 }
 
 impl CancelReason {
@@ -986,6 +998,7 @@ impl RescheduleReason {
             RescheduleReason::PercentCompleted => "percent-completed",
             RescheduleReason::Average => "average",
             RescheduleReason::StdDev => "std-dev",
+            RescheduleReason::Expired => "expired",
         }
     }
 }

@@ -75,6 +75,9 @@ pub enum Detail {
         attempts: Vec<LiveInfo>,
         /// A redundant copy waits in the job's queue.
         copy_waiting: bool,
+        /// Under `techila`: the task expired and was copied.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        techila_expired: Option<super::schedule::techila::expiry::ExpiredWhy>,
         /// The engine of the newest attempt among the engines its rules allow, best first.
         ranking: Vec<EngineRank>,
     },
@@ -190,6 +193,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
+                techila_expired: super::schedule::techila::expiry::why(state, key),
                 ranking: ranking(state, key, Some(newest)),
             }
         }
@@ -380,7 +384,10 @@ impl std::fmt::Display for Explanation {
                     writeln!(f, "  no logged-in engine could ever run it; it waits for one that can")?;
                 }
             }
-            Detail::Live { attempts, copy_waiting, ranking } => {
+            Detail::Live { attempts, copy_waiting, techila_expired, ranking } => {
+                if let Some(expired) = techila_expired {
+                    writeln!(f, "  {expired}")?;
+                }
                 for live in attempts {
                     let state = if live.suspended { "suspended" } else if live.started { "running" } else { "dispatched, not yet started" };
                     writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?;

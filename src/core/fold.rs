@@ -47,6 +47,13 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
         Payload::Undecodable { detail } => rejections.push(Rejection::Undecodable { detail: detail.clone() }),
         Payload::Event(envelope) => apply(state, entry, envelope, &mut rejections),
     }
+    let applied = match &entry.payload {
+        Payload::Event(envelope) if matches!(envelope.event, Event::OrderBatch(_)) => {
+            !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }))
+        }
+        _ => rejections.is_empty(),
+    };
+    super::schedule::techila::cycle::note_entry(state, entry, applied);
     if !rejections.is_empty() {
         let source = match &entry.payload {
             Payload::Event(envelope) => envelope.source.as_str(),
@@ -70,6 +77,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
         Event::JobSubmitted(spec) => submit_job(state, seq, spec),
         Event::JobCancelled { job, .. } => cancel_job(state, job),
         Event::JobPriorityChanged { job, priority } => change_priority(state, job, *priority),
+        Event::ProjectPriorityChanged { job, priority } => change_project_priority(state, job, *priority),
         Event::JobOverrideTicketsSet { job, tickets } => set_override_tickets(state, job, *tickets),
         Event::EngineLoggedIn { engine, slots, props } => {
             if *slots == 0 {
@@ -621,6 +629,17 @@ fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> 
     Ok(())
 }
 
+/// A Techila project priority, 1 to 7, of an active job.
+fn change_project_priority(state: &mut State, id: &super::ids::JobId, priority: u32) -> Result<(), Rejection> {
+    use super::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    let job = active_job(state, id)?;
+    if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
+        return Err(Rejection::OpsRefused { target: id.to_string(), problem: OpsProblem::ProjectPriorityOutOfRange { priority } });
+    }
+    state.job_mut(job).options.project_priority = priority;
+    Ok(())
+}
+
 fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32) -> Result<(), Rejection> {
     let job = active_job(state, id)?;
     state.set_override_tickets(job, tickets);
@@ -856,6 +875,13 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::NotBlacklistable);
             }
             state.blacklist(j, e);
+        }
+        Order::Reschedule { task, reason: super::event::RescheduleReason::Expired, elapsed_ms, limit_ms } => {
+            let key = order_task(state, task, last_job)?;
+            if !super::schedule::techila::expiry::copy_wanted(state, key) {
+                return Err(OrderProblem::NoCopyWanted);
+            }
+            super::schedule::techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;

@@ -77,6 +77,8 @@ pub enum OpsProblem {
     /// More tasks added to a job submitted in parts than it declared
     /// (`tasks_total`), or a declared total below the first part's tasks.
     PartsInconsistent { tasks: u64, total: u32 },
+    /// A Techila project priority outside 1 (Highest) to 7 (Lowest).
+    ProjectPriorityOutOfRange { priority: u32 },
 }
 
 impl OpsProblem {
@@ -89,6 +91,7 @@ impl OpsProblem {
             OpsProblem::TaskAlreadyEnded => "task-already-ended",
             OpsProblem::CancelAlreadyRequested => "cancel-already-requested",
             OpsProblem::PartsInconsistent { .. } => "parts-inconsistent",
+            OpsProblem::ProjectPriorityOutOfRange { .. } => "project-priority-out-of-range",
         }
     }
 }
@@ -104,6 +107,9 @@ impl fmt::Display for OpsProblem {
             OpsProblem::CancelAlreadyRequested => f.write_str("is being cancelled already"),
             OpsProblem::PartsInconsistent { tasks, total } => {
                 write!(f, "its parts would give it {tasks} tasks, but it declared {total}")
+            }
+            OpsProblem::ProjectPriorityOutOfRange { priority } => {
+                write!(f, "cannot take project priority {priority}: it must be 1 (Highest) to 7 (Lowest)")
             }
         }
     }

@@ -332,7 +332,7 @@ impl JetStreamOrderFeed {
     }
 
     async fn wait_before_retry(&mut self, detail: String) {
-        tracing::warn!(consumer = %self.consumer_name, "order feed: {detail}; retrying in {:?}", self.backoff);
+        tracing::warn!(consumer = %self.consumer_name, "order feed: {detail}; retrying in {}", crate::human::duration(self.backoff));
         tokio::time::sleep(self.backoff).await;
         self.backoff = (self.backoff * 2).min(FEED_RETRY_BACKOFF_MAX);
     }
@@ -579,7 +579,7 @@ impl<R: LogReader + 'static> OrderFeed for LogOrderFeed<R> {
             match self.read_batch(LOG_READ_WAIT).await? {
                 Some(_) => backoff = FEED_RETRY_BACKOFF_MIN,
                 None => {
-                    tracing::warn!("order feed: retrying in {backoff:?}");
+                    tracing::warn!("order feed: retrying in {}", crate::human::duration(backoff));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(FEED_RETRY_BACKOFF_MAX);
                 }

@@ -247,7 +247,8 @@ async fn publish<L: EventLog>(
             }
             Err(LogError::Unavailable { url, detail }) if attempt < attempts_max => {
                 tracing::warn!(
-                    "publishing {what} (try {attempt} of {attempts_max}): the log at {url} is unavailable: {detail}; retrying in {backoff:?}"
+                    "publishing {what} (try {attempt} of {attempts_max}): the log at {url} is unavailable: {detail}; retrying in {}",
+                    crate::human::duration(backoff)
                 );
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(retry.backoff_max);

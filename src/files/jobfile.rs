@@ -80,6 +80,8 @@ struct JobFile {
     #[serde(default)]
     redundant_rescheduling: bool,
     task_max_time_secs: Option<Spanned<u64>>,
+    /// Techila's expected task time: a task running longer is expired and copied once.
+    expected_task_time_secs: Option<Spanned<u64>>,
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
     /// Grid Engine's initiation deadline (`qsub -dl`): a TOML date-time with its offset.
     deadline: Option<Spanned<toml::value::Datetime>>,
@@ -700,6 +702,7 @@ fn job_options(
         engine_greylisting: file.engine_greylisting,
         redundant_rescheduling: file.redundant_rescheduling,
         task_max_time: ("task_max_time_secs", &file.task_max_time_secs, 1000),
+        expected_task_time: ("expected_task_time_secs", &file.expected_task_time_secs, 1000),
         cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
         job_share: &file.job_share,
         project_priority: &file.project_priority,
@@ -728,6 +731,8 @@ pub(crate) struct OptionKeys<'a> {
     /// `task_max_time_secs` in a job file, `task_max_time_ms` in a scenario:
     /// the key, its value and how many ms one unit is.
     pub task_max_time: (&'static str, &'a Option<Spanned<u64>>, u64),
+    /// `expected_task_time_secs` in a job file, `expected_task_time_ms` in a scenario.
+    pub expected_task_time: (&'static str, &'a Option<Spanned<u64>>, u64),
     pub cancel_redundant_on_first_result: &'a Option<Spanned<bool>>,
     /// Grid Engine's `qsub -js`: the job's functional shares in ticket mode.
     pub job_share: &'a Option<Spanned<u32>>,
@@ -789,6 +794,14 @@ impl OptionKeys<'_> {
             Some(time) => time.get_ref().saturating_mul(max_time_unit_ms),
             None => 0,
         };
+        let (expected_key, expected, expected_unit_ms) = self.expected_task_time;
+        let expected_task_time_ms = match expected {
+            Some(time) if *time.get_ref() == 0 => {
+                return Err(problem_at(time, format!("{expected_key} must be at least 1 (leave it out for none)")));
+            }
+            Some(time) => time.get_ref().saturating_mul(expected_unit_ms),
+            None => 0,
+        };
         let shares_max = crate::core::schedule::sgeee::share_tree::SHARES_MAX;
         let job_share = match self.job_share {
             Some(n) if *n.get_ref() > shares_max => {
@@ -821,6 +834,7 @@ impl OptionKeys<'_> {
             engine_greylisting: self.engine_greylisting,
             redundant_rescheduling: self.redundant_rescheduling,
             task_max_time_ms,
+            expected_task_time_ms,
             cancel_redundant_on_first_result: is_on(self.cancel_redundant_on_first_result),
             deadline_ms: None,
             tasks_total: None,

@@ -112,6 +112,8 @@ pub(crate) struct TechilaSection {
     simultaneous_projects: bool,
     #[serde(default)]
     user_priorities: std::collections::BTreeMap<String, Spanned<u32>>,
+    /// Seconds of log time after which a scheduling cycle runs anyway; 5 when absent.
+    cycle_interval_secs: Option<Spanned<u64>>,
 }
 
 pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>) -> Result<TechilaPolicy, FileError> {
@@ -134,7 +136,16 @@ pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>)
         }
         user_priorities.insert(user.clone(), *priority.get_ref());
     }
+    let interval_max_secs = crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX / 1000;
+    let cycle_interval_ms = match &section.cycle_interval_secs {
+        Some(secs) if !(1..=interval_max_secs).contains(secs.get_ref()) => {
+            return Err(file_text.at(secs, format!("techila.cycle_interval_secs must be within 1..={interval_max_secs}")));
+        }
+        Some(secs) => secs.get_ref() * 1000,
+        None => 0,
+    };
     Ok(TechilaPolicy {
+        cycle_interval_ms,
         max_running_tasks: section.max_running_tasks,
         simultaneous_projects: section.simultaneous_projects,
         user_priorities,
@@ -426,6 +437,6 @@ copies_per_task_max = 3
         assert_eq!(policy.techila.user_priorities.get("alice"), Some(&2));
         check_error("[techila]\nuser_priorities = { bob = 8 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nuser_priorities = { bob = 0 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
-        check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`"]);
+        check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`, `cycle_interval_secs`"]);
     }
 }

@@ -511,6 +511,8 @@ struct RawJob {
     #[serde(default)]
     redundant_rescheduling: bool,
     task_max_time_ms: Option<Spanned<u64>>,
+    /// Techila's expected task time, in ms (the job file's `expected_task_time_secs`).
+    expected_task_time_ms: Option<Spanned<u64>>,
     cancel_redundant_on_first_result: Option<Spanned<bool>>,
     /// Grid Engine's job share (`qsub -js`), as in the job file.
     job_share: Option<Spanned<u32>>,
@@ -534,6 +536,7 @@ impl RawJob {
                 engine_greylisting: self.engine_greylisting,
                 redundant_rescheduling: self.redundant_rescheduling,
                 task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
+                expected_task_time: ("expected_task_time_ms", &self.expected_task_time_ms, 1),
                 cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
                 job_share: &self.job_share,
                 project_priority: &self.project_priority,

@@ -546,7 +546,7 @@ impl EventLog for JetStreamLog {
         let bound = self.ack_timeout();
         let info = tokio::time::timeout(bound, self.stream.get_info())
             .await
-            .map_err(|_| self.unavailable(format!("no answer about stream {} within {bound:?}", self.config.stream)))?
+            .map_err(|_| self.unavailable(format!("no answer about stream {} within {}", self.config.stream, crate::human::duration(bound))))?
             .map_err(|err| {
                 self.unavailable(format!("cannot read stream {}: {err}", self.config.stream))
             })?;
@@ -1026,8 +1026,8 @@ fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<()
     }
     if !actual.max_age.is_zero() {
         problems.push(format!(
-            "max_age is {:?}: old entries would be deleted",
-            actual.max_age
+            "max_age is {}: old entries would be deleted",
+            crate::human::duration(actual.max_age)
         ));
     }
     if actual.sealed {
@@ -1035,8 +1035,9 @@ fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<()
     }
     if actual.duplicate_window != wanted.duplicate_window {
         problems.push(format!(
-            "its duplicate window is {:?}, configured {:?}",
-            actual.duplicate_window, wanted.duplicate_window
+            "its duplicate window is {}, configured {}",
+            crate::human::duration(actual.duplicate_window),
+            crate::human::duration(wanted.duplicate_window)
         ));
     }
     if actual.num_replicas < wanted.replicas {

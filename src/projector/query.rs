@@ -504,6 +504,10 @@ pub struct JobSummary {
     /// Submitted in parts and not all have arrived: the tasks it declared.
     #[serde(default)]
     pub awaits_parts_of: Option<u32>,
+    /// Under `techila`: its tasks still running that expired (ran past
+    /// `expected_task_time`) and were copied.
+    #[serde(default)]
+    pub expired: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -568,6 +572,7 @@ impl StateSummary {
                 },
                 held: job.held,
                 awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
+                expired: crate::core::schedule::techila::expiry::n_expired_live(job),
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state

@@ -537,6 +537,7 @@ mod tests {
             waits_for_jobs: vec![EVIL.into()],
             held: true,
             awaits_parts_of: Some(8),
+            expired: 0,
         };
         let engine = EngineSummary {
             id: EVIL.into(),

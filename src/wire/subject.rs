@@ -60,6 +60,7 @@ pub fn subject_for(event: &Event) -> String {
         Event::JobHoldChanged { .. } => "gridfold.ev.job.hold".to_string(),
         Event::TaskCancelled { .. } => "gridfold.ev.job.task_cancelled".to_string(),
         Event::EngineDrainChanged { .. } => DRAIN_SUBJECT.to_string(),
+        Event::ProjectPriorityChanged { .. } => "gridfold.ev.job.project_priority".to_string(),
     }
 }
 

@@ -63,9 +63,10 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::JobHoldChanged { .. } => 23,
         Event::TaskCancelled { .. } => 24,
         Event::EngineDrainChanged { .. } => 25,
+        Event::ProjectPriorityChanged { .. } => 26,
     }
 }
-pub const EVENT_VARIANTS: usize = 26;
+pub const EVENT_VARIANTS: usize = 27;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -155,6 +156,7 @@ pub fn every_event() -> Vec<Event> {
                 engine_greylisting: true,
                 redundant_rescheduling: true,
                 task_max_time_ms: 600_000,
+                expected_task_time_ms: 90_000,
                 cancel_redundant_on_first_result: true,
                 deadline_ms: None,
                 job_share: 250,
@@ -270,6 +272,7 @@ pub fn every_event() -> Vec<Event> {
                 max_running_tasks: 500,
                 simultaneous_projects: true,
                 user_priorities: [("alice".to_string(), 2)].into(),
+                cycle_interval_ms: 2_000,
             },
             output: crate::core::event::OutputPolicy {
                 task_bytes_max: 1 << 20,
@@ -390,6 +393,8 @@ pub fn every_event() -> Vec<Event> {
         Event::TaskCancelled { task: task("render-1", 3) },
         Event::EngineDrainChanged { engine: engine("e1"), drained: true },
         Event::EngineDrainChanged { engine: engine("e1"), drained: false },
+        Event::ProjectPriorityChanged { job: job("render-1"), priority: 2 },
+        Event::ProjectPriorityChanged { job: job("render-1"), priority: 9 },
         Event::OrderBatch(OrderBatch {
             based_on_seq: Seq(44),
             algorithm: "sge-plain".to_string(),
@@ -473,12 +478,12 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
         ),
-        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32, 0..=7u32),
+        (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32, 0..=7u32, any::<u64>()),
     )
         .prop_map(
             |(
                 (root_library, affinity, depends_on_jobs, flags),
-                (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share, project_priority),
+                (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share, project_priority, expected_task_time_ms),
             )| {
                 let [
                     fail_on_dependency_failure,
@@ -499,6 +504,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     engine_greylisting,
                     redundant_rescheduling,
                     task_max_time_ms,
+                    expected_task_time_ms,
                     cancel_redundant_on_first_result,
                     deadline_ms,
                     job_share,
@@ -708,7 +714,12 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila)],
             arb_sge_policy(),
             arb_queue_sort(),
-            (any::<u32>(), any::<bool>(), prop::collection::btree_map("[a-z]{1,8}", 1..=7u32, 0..4)),
+            (
+                any::<u32>(),
+                any::<bool>(),
+                prop::collection::btree_map("[a-z]{1,8}", 1..=7u32, 0..4),
+                0..=crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX,
+            ),
             (
                 0..=crate::core::event::OUTPUT_TASK_BYTES_MAX_LIMIT,
                 0..=crate::core::event::OUTPUT_JOB_BYTES_MAX_LIMIT,
@@ -729,13 +740,18 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     algorithm,
                     sge,
                     (queue_sort_method, expression),
-                    (max_running_tasks, simultaneous_projects, user_priorities),
+                    (max_running_tasks, simultaneous_projects, user_priorities, cycle_interval_ms),
                     (task_bytes_max, job_bytes_max, work_dir_retention_ms),
                 ),
             )| {
                 Policy {
                     output: crate::core::event::OutputPolicy { task_bytes_max, job_bytes_max, work_dir_retention_ms },
-                    techila: crate::core::event::TechilaPolicy { max_running_tasks, simultaneous_projects, user_priorities },
+                    techila: crate::core::event::TechilaPolicy {
+                        max_running_tasks,
+                        simultaneous_projects,
+                        user_priorities,
+                        cycle_interval_ms,
+                    },
                     algorithm,
                     engine_timeout_ms,
                     dispatch_timeout_ms,
@@ -829,6 +845,7 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 Just(RescheduleReason::PercentCompleted),
                 Just(RescheduleReason::Average),
                 Just(RescheduleReason::StdDev),
+                Just(RescheduleReason::Expired),
             ],
             any::<u64>(),
             any::<u64>(),
@@ -977,6 +994,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         (arb_job(), any::<bool>()).prop_map(|(job, held)| Event::JobHoldChanged { job, held }),
         (arb_job(), any::<u32>()).prop_map(|(job, index)| Event::TaskCancelled { task: TaskRef::new(job, index) }),
         (arb_engine(), any::<bool>()).prop_map(|(engine, drained)| Event::EngineDrainChanged { engine, drained }),
+        (arb_job(), any::<u32>()).prop_map(|(job, priority)| Event::ProjectPriorityChanged { job, priority }),
     ]
 }
 

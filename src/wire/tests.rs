@@ -476,6 +476,8 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         TaskCancelled        gridfold.ev.job.task_cancelled       Client
         EngineDrainChanged   gridfold.ev.drain.changed            Client
         EngineDrainChanged   gridfold.ev.drain.changed            Client
+        ProjectPriorityChanged gridfold.ev.job.project_priority     Client
+        ProjectPriorityChanged gridfold.ev.job.project_priority     Client
         OrderBatch           gridfold.ev.orders                   Projector
     "#]]
     .assert_eq(&shown);

@@ -290,7 +290,11 @@ fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
 
 /// Fills free slots in the order the policy's family gives (see [`super::families`]).
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
-    fill_in_order(state, in_flight, lost, orders, families::ordering(state, in_flight));
+    let mut ordering = families::ordering(state, in_flight);
+    if let Ordering::ResourceFirst(EngineOrder::Techila(order)) = &mut ordering {
+        order.wait_for_copies(in_flight, orders.as_slice());
+    }
+    fill_in_order(state, in_flight, lost, orders, ordering);
 }
 
 /// The dispatch loop, in either shape a family's ordering asks for.

@@ -72,7 +72,10 @@ pub fn has_filters(state: &State) -> bool {
 pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee => {}
-        Algorithm::Techila => super::techila::preempt_lowest(state, in_flight, orders),
+        Algorithm::Techila => {
+            super::techila::expiry::copy_expired_tasks(state, in_flight, orders);
+            super::techila::preempt_lowest(state, in_flight, orders);
+        }
     }
 }
 

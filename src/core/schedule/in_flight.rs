@@ -141,6 +141,10 @@ impl InFlight {
     pub fn is_blacklisted(&self, job: JobIdx, engine: EngineIdx) -> bool {
         self.blacklisted.contains(&(job, engine))
     }
+    /// Whether any published `Reschedule` awaits its fold.
+    pub fn has_rescheduled(&self) -> bool {
+        !self.rescheduled.is_empty()
+    }
     pub fn is_rescheduled(&self, key: TaskKey) -> bool {
         self.rescheduled.contains(&key)
     }

@@ -311,6 +311,18 @@ pub struct Job {
     pub cpu_ms_completed: u64,
     /// Under `techila`: the project the job's latest preempted task gave way to.
     pub techila_preempted_by: Option<crate::core::ids::JobId>,
+    /// Under `techila`: the tasks that ran past `expected_task_time_ms` and were
+    /// given their one copy, by index (see `schedule::techila::expiry`).
+    pub techila_expired: BTreeMap<u32, ExpiredTask>,
+}
+
+/// A Techila task marked expired: how long it had run, against what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExpiredTask {
+    pub elapsed_ms: u64,
+    pub expected_ms: u64,
+    /// The log time the copy was ordered.
+    pub at_ms: u64,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -406,6 +418,7 @@ impl Job {
             held: false,
             cpu_ms_completed: 0,
             techila_preempted_by: None,
+            techila_expired: BTreeMap::new(),
         }
     }
 

@@ -35,7 +35,7 @@ pub use accounts::{Account, AccountIdx, Accounts};
 pub use engine::{Engine, EngineStatus};
 use index::{EngineSet, LiveAttempts, NameMap, SilenceOrder, SortedDeque};
 pub use job::{
-    isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, RotatedCursor,
+    isqrt, preference_score, CompiledPreference, CompletionTimes, ExpiredTask, Job, JobStatus, MaybeEngine, RotatedCursor,
     TaskCondition, TaskCounts, TaskState, TaskStatus, WaitingCursor,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
@@ -308,6 +308,8 @@ pub struct State {
     /// and only when not empty (see `suspension.rs`).
     #[serde(skip)]
     pub(crate) suspension: Suspensions,
+    /// Techila's scheduling cycles: when one is due (see `schedule::techila::cycle`).
+    pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
 }
 
 impl State {
@@ -1125,7 +1127,9 @@ impl State {
         job.drop_copy(key.index);
         job.mark_done(key.index);
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
-        if others_live && job.options.cancel_redundant_on_first_result {
+        let cancels = job.options.cancel_redundant_on_first_result
+            || crate::core::schedule::techila::expiry::cancels_loser(job, key.index);
+        if others_live && cancels {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }

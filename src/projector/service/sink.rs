@@ -141,7 +141,7 @@ impl JetStreamOrderSink {
     async fn complete(&self, ack: PublishAckFuture, id: &str) -> Result<(), LogError> {
         let ack = tokio::time::timeout(self.ack_timeout, ack.into_future())
             .await
-            .map_err(|_| self.unavailable(format!("delivery {id}: no ack within {:?}", self.ack_timeout)))?;
+            .map_err(|_| self.unavailable(format!("delivery {id}: no ack within {}", crate::human::duration(self.ack_timeout))))?;
         let ack = ack.map_err(|err| match err.kind() {
             PublishErrorKind::TimedOut
             | PublishErrorKind::BrokenPipe

@@ -66,8 +66,11 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// options hold its Techila `project_priority`; a job its completed CPU time
 /// and the project a Techila preemption gave way to; the policy its Techila
 /// settings. 10: an attempt record holds its output bound, a job the output
-/// budget its attempts were given, the policy its `[output]` bounds.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 10;
+/// budget its attempts were given, the policy its `[output]` bounds. 11: a
+/// job's options hold its `expected_task_time_ms`, a job its expired tasks; the
+/// Techila policy its `cycle_interval_ms`; the state its Techila cycle
+/// (`CycleState`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 11;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

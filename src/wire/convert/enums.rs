@@ -52,4 +52,5 @@ enum_both_ways!(reschedule_reason_to_proto, reschedule_reason: RescheduleReason 
     PercentCompleted,
     Average,
     StdDev,
+    Expired,
 });

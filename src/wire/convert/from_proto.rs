@@ -47,6 +47,10 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
                 priority: m.priority,
             }),
         ),
+        P::ProjectPriorityChanged(m) => (
+            "project_priority_changed",
+            job_id("job", &m.job).map(|job| Event::ProjectPriorityChanged { job, priority: m.priority }),
+        ),
         P::JobOverrideTicketsSet(m) => (
             "job_override_tickets_set",
             job_id("job", &m.job).map(|job| Event::JobOverrideTicketsSet { job, tickets: m.tickets }),
@@ -162,6 +166,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         engine_greylisting: m.engine_greylisting,
         redundant_rescheduling: m.redundant_rescheduling,
         task_max_time_ms: m.task_max_time_ms,
+        expected_task_time_ms: m.expected_task_time_ms,
         cancel_redundant_on_first_result: m.cancel_redundant_on_first_result,
         deadline_ms: m.deadline_ms,
         job_share,

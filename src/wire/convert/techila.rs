@@ -3,6 +3,7 @@
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::TechilaPolicy;
+use crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX;
 use crate::core::schedule::techila::{PRIORITY_LOWEST, PRIORITY_HIGHEST};
 
 pub(super) fn techila_to_proto(techila: &TechilaPolicy) -> Option<proto::TechilaPolicy> {
@@ -14,6 +15,7 @@ pub(super) fn techila_to_proto(techila: &TechilaPolicy) -> Option<proto::Techila
             .iter()
             .map(|(name, &amount)| proto::NamedAmount { name: name.clone(), amount })
             .collect(),
+        cycle_interval_ms: techila.cycle_interval_ms,
     };
     (message != proto::TechilaPolicy::default()).then_some(message)
 }
@@ -31,7 +33,14 @@ pub(super) fn techila(m: Option<proto::TechilaPolicy>) -> Result<TechilaPolicy, 
             ));
         }
     }
+    if m.cycle_interval_ms > CYCLE_INTERVAL_MS_MAX {
+        return Err(WireError::at(
+            "cycle_interval_ms",
+            FieldProblem::Inconsistent(format!("{} ms, more than {CYCLE_INTERVAL_MS_MAX}", m.cycle_interval_ms)),
+        ));
+    }
     Ok(TechilaPolicy {
+        cycle_interval_ms: m.cycle_interval_ms,
         max_running_tasks: m.max_running_tasks,
         simultaneous_projects: m.simultaneous_projects,
         user_priorities,

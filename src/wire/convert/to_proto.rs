@@ -88,6 +88,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         engine_greylisting: options.engine_greylisting,
         redundant_rescheduling: options.redundant_rescheduling,
         task_max_time_ms: options.task_max_time_ms,
+        expected_task_time_ms: options.expected_task_time_ms,
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),
@@ -139,6 +140,9 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
                 job: job.to_string(),
                 priority: *priority,
             })
+        }
+        Event::ProjectPriorityChanged { job, priority } => {
+            P::ProjectPriorityChanged(proto::ProjectPriorityChanged { job: job.to_string(), priority: *priority })
         }
         Event::JobOverrideTicketsSet { job, tickets } => {
             P::JobOverrideTicketsSet(proto::JobOverrideTicketsSet { job: job.to_string(), tickets: *tickets })

@@ -157,7 +157,7 @@ impl Projects {
     /// Appends to `out` the first project of each group that engine `e` with
     /// `free` slots may take (its category and slots) and that still wants a
     /// dispatch, then keeps the rule of Lowest projects (left out when a
-    /// Normal-or-higher project is among them).
+    /// Normal-or-higher project that wants capacity, [`super::want`], is among them).
     pub(crate) fn entrants(
         &mut self,
         state: &State,
@@ -179,7 +179,7 @@ impl Projects {
         };
         for group in &self.groups {
             if let Some(&j) = group.iter().find(|&&j| fits(j)) {
-                normal_or_higher |= self.fixed(j).project_priority <= PRIORITY_NORMAL;
+                normal_or_higher |= self.fixed(j).project_priority <= PRIORITY_NORMAL && super::want::wants_capacity(state, j);
                 out.push(j);
             }
         }

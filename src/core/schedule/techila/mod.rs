@@ -59,9 +59,14 @@
 //! (within the license) offers; the fold accepts such a preemption only of a
 //! Lowest project's attempt under this algorithm ([`may_preempt`]).
 //!
-//! Not done here: the expiry of tasks running past a project's expected time
-//! (the redundant-copy machinery of [`super::redundancy`] with a job's
-//! `task_max_time` gives the same copy-and-first-result-wins behaviour).
+//! A project wants capacity only with a task that could be dispatched now
+//! ([`want`]: tasks held by their dependencies do not count).
+//!
+//! # Expired tasks and cycles
+//! A task running past its project's `expected_task_time` is expired and
+//! copied once; waiting expired copies are served before any draw
+//! ([`expiry`]). The dispatch loop runs only while a scheduling cycle is due:
+//! on the seed's events and every `cycle_interval` of log time ([`cycle`]).
 
 use std::collections::BTreeSet;
 
@@ -72,9 +77,15 @@ use crate::core::ids::JobId;
 use crate::core::rng::SplitMix64;
 use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 
+pub mod cycle;
 mod draw;
+pub mod expiry;
+pub mod want;
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod expiry_tests;
 
 pub const PRIORITY_HIGHEST: u32 = 1;
 pub const PRIORITY_NORMAL: u32 = 4;
@@ -192,6 +203,10 @@ pub struct TechilaOrder {
     /// Reused by every cycle: the entrants' jobs, their tickets.
     jobs_buffer: Vec<JobIdx>,
     tickets_buffer: Vec<u64>,
+    /// A scheduling cycle is due ([`cycle::due`]): else no engine is served.
+    cycle_due: bool,
+    /// Jobs with an expired task's copy waiting, served before any draw ([`expiry`]).
+    expired_first: Vec<JobIdx>,
 }
 
 /// Tasks dispatched or running over the grid, counting the dispatches in flight.
@@ -232,12 +247,14 @@ impl TechilaOrder {
             jobs_buffer: Vec::new(),
             tickets_buffer: Vec::new(),
             last_draw: Vec::new(),
+            cycle_due: cycle::due(state),
+            expired_first: expiry::jobs_with_copies_waiting(state),
         }
     }
 
     /// The fastest free core not yet passed over, while the license allows.
     pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
-        if self.license_left == 0 {
+        if self.license_left == 0 || !self.cycle_due {
             return None;
         }
         self.cores.next(state, candidates, &self.passed)
@@ -249,10 +266,16 @@ impl TechilaOrder {
     pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
         self.serving = Some(e);
         self.last_winner = None;
+        let mut order: Vec<JobIdx> = self
+            .expired_first
+            .iter()
+            .copied()
+            .filter(|&j| self.wanting_now(state, j) > 0 && expiry::copy_fits(state, j, e))
+            .collect();
         let entrants = self.entrants(state, e);
         if entrants.is_empty() {
             self.last_draw = entrants;
-            return Vec::new();
+            return order;
         }
         let winner = if entrants.len() == 1 {
             0
@@ -261,10 +284,17 @@ impl TechilaOrder {
             self.tickets_buffer.extend(entrants.iter().map(|entrant| entrant.tickets));
             draw(&self.tickets_buffer, &mut self.rng)
         };
-        let won = entrants[winner].job;
+        order.push(entrants[winner].job);
         self.last_draw = entrants;
         self.last_winner = Some(winner);
-        vec![won]
+        order
+    }
+
+    /// Tasks of job `j` this run may still book: its waiting tasks and copies
+    /// less its dispatches in flight and those booked this run.
+    fn wanting_now(&self, state: &State, j: JobIdx) -> u32 {
+        let in_flight = self.in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0);
+        state.job(j).n_wanting_dispatch().saturating_sub(in_flight + self.booked_of(j))
     }
 
     /// The other entrants of the last draw, by tickets (most first, then
@@ -334,6 +364,18 @@ impl TechilaOrder {
         })
     }
 
+    /// Serves no engine this run while an expiry's copy is ordered but not yet
+    /// folded (in this run's `orders` or in flight): the fold queues the copy
+    /// and opens a cycle, which then serves it before any draw.
+    pub(crate) fn wait_for_copies(&mut self, in_flight: &InFlight, orders: &[Order]) {
+        let ordered = orders
+            .iter()
+            .any(|order| matches!(order, Order::Reschedule { reason: crate::core::event::RescheduleReason::Expired, .. }));
+        if ordered || in_flight.has_rescheduled() {
+            self.cycle_due = false;
+        }
+    }
+
     pub fn has_booked(&self, key: TaskKey) -> bool {
         self.booked.contains(&key)
     }
@@ -372,7 +414,7 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
     state
         .runnable_jobs()
         .map(|rank| rank.job)
-        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL && want::wants_capacity(state, j))
         .min_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j))
 }
 
@@ -397,7 +439,7 @@ pub fn preempt_lowest(state: &State, in_flight: &InFlight, orders: &mut Orders) 
     let mut wanting: Vec<JobIdx> = state
         .runnable_jobs()
         .map(|rank| rank.job)
-        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL)
+        .filter(|&j| project_priority(state.job(j)) <= PRIORITY_NORMAL && want::wants_capacity(state, j))
         .collect();
     if wanting.is_empty() {
         return;
@@ -422,7 +464,7 @@ pub fn preempt_lowest(state: &State, in_flight: &InFlight, orders: &mut Orders) 
     for &j in &wanting {
         let job = state.job(j);
         let category = state.category(job.category);
-        let want = u64::from(job.n_wanting_dispatch().saturating_sub(in_flight.dispatched_of_job(j)));
+        let want = u64::from(want::n_wanting(state, j, u32::MAX).saturating_sub(in_flight.dispatched_of_job(j)));
         let free_slots: u64 = state
             .free_engines()
             .filter(|&e| category.is_eligible(e) && !in_flight.is_lost(e))
