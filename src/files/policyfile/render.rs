@@ -82,7 +82,7 @@ pub fn policy_file_text(policy: &Policy) -> String {
 fn grid_engine_keys(policy: &Policy, top: &mut Table, notes: &mut Vec<String>) {
     let sge = &policy.sge;
     top.insert("user_sort".into(), sge.user_sort.into());
-    if sge.halftime_ms % 3_600 != 0 {
+    if !sge.halftime_ms.is_multiple_of(3_600) {
         notes.push(format!("halftime is {} ms, shown to the thousandth of an hour", sge.halftime_ms));
     }
     top.insert("halftime".into(), milli(u32::try_from(sge.halftime_ms / 3_600).unwrap_or(u32::MAX)));
@@ -191,7 +191,7 @@ fn milli(value: u32) -> Value {
 
 /// A duration in ms as whole seconds, with a note when it is not whole.
 fn secs(table: &mut Table, notes: &mut Vec<String>, name: &str, ms: u64) {
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         notes.push(format!("{} is {ms} ms, shown rounded to whole seconds", name.trim_end_matches("_secs")));
     }
     table.insert(name.into(), int(ms.div_ceil(1000)));
