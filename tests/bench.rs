@@ -52,6 +52,39 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
     assert_eq!(number("/projector/deliveries_sent"), 2020.0);
 }
 
+/// `--real` runs real commands through real processes (a projector and two
+/// engine agents this binary starts): every task completes once, the replay
+/// verifies, and the report gives each process's CPU per task and the
+/// machine's spawn limit measured in the same run.
+#[test]
+fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_process_and_the_spawn_limit() {
+    let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        .args(["bench", "--real", "--tasks", "200", "--engines", "2", "--slots", "4"])
+        .args(["--timeout-secs", "120", "--json", "--quiet"])
+        .output()
+        .expect("gridfold runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "gridfold bench --real failed:\n{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{err}: {stdout}"));
+    let number = |path: &str| {
+        report.pointer(path).and_then(serde_json::Value::as_f64).unwrap_or_else(|| panic!("{path} is not a number in {report:#}"))
+    };
+    assert_eq!(report["verify"]["ok"], true, "{report:#}");
+    assert_eq!(report["verify"]["every_task_completed_once"], true, "{report:#}");
+    assert_eq!(number("/run/tasks_completed"), 200.0);
+    assert_eq!(number("/spawn_limit/spawns"), 200.0);
+    assert_eq!(number("/spawn_limit/parallel"), 8.0, "the spawn limit runs at the grid's parallelism");
+    assert!(number("/spawn_limit/per_s") > 0.0, "{report:#}");
+    assert!(number("/run/tasks_per_s") > 0.0 && number("/run/ratio_to_spawn_limit") > 0.0, "{report:#}");
+    // Every process did work for the tasks: CPU per task is measured, not assumed.
+    assert!(number("/cpu_us_per_task/engines") > 0.0, "{report:#}");
+    assert!(number("/cpu_us_per_task/projector") > 0.0, "{report:#}");
+    assert!(number("/cpu_us_per_task/broker") > 0.0, "{report:#}");
+    assert_eq!(number("/latency_ms/slot_free_to_dispatch/samples"), 200.0);
+    assert_eq!(number("/latency_ms/dispatch_to_completed/samples"), 200.0);
+}
+
 /// `--sync-always` starts the bench's own nats-server fsyncing every message:
 /// the grid still completes and verifies, and the report says how it synced.
 #[test]

@@ -57,6 +57,7 @@ mod analysis;
 mod cpu;
 mod engines;
 mod pipeline;
+mod real;
 mod report;
 mod soak;
 mod workload;
@@ -81,6 +82,7 @@ use pipeline::measure_raw_publish;
 use report::print_report;
 use workload::{bench_jobs, sample_message_bytes};
 
+pub use real::RealReport;
 pub use report::{
     BenchConfigReport, BenchReport, BrokerInfo, CpuFigures, Latencies, MachineInfo, Percentiles, RawPublish,
     RunFigures, SimReport, Verification,
@@ -102,18 +104,27 @@ pub struct BenchArgs {
     /// instead of every 2 minutes. What it costs is what this measures.
     #[arg(long, conflicts_with = "nats")]
     pub sync_always: bool,
-    /// Tasks in all, split evenly over the jobs.
-    #[arg(long, default_value_t = 200_000)]
-    pub tasks: u32,
+    /// Tasks in all, split evenly over the jobs [default: 200000; with --real, 2000].
+    #[arg(long)]
+    pub tasks: Option<u32>,
     /// Jobs the tasks are queued in.
     #[arg(long, default_value_t = 4)]
     pub jobs: u32,
-    /// Simulated engines.
-    #[arg(long, default_value_t = 1_000)]
-    pub engines: u32,
-    /// Slots per engine.
-    #[arg(long, default_value_t = 4)]
-    pub slots: u32,
+    /// Engines: simulated ones, or engine processes with --real [default: 1000; with --real, 1].
+    #[arg(long)]
+    pub engines: Option<u32>,
+    /// Slots per engine [default: 4; with --real, 8].
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Measure the path of real tasks instead: a private nats-server, a projector
+    /// and --engines engine agents as processes of their own, one job of --tasks
+    /// runs of --command; CPU per task of each process and the machine's spawn
+    /// limit in the same run (see `bench/real.rs`).
+    #[arg(long, conflicts_with_all = ["nats", "soak", "sync_always"])]
+    pub real: bool,
+    /// With --real: the command each task runs (split on spaces).
+    #[arg(long, default_value = "/bin/true", requires = "real")]
+    pub command: String,
     /// Messages of the raw publish measurement (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub raw_messages: u32,
@@ -153,15 +164,55 @@ pub struct BenchArgs {
     pub soak_sample_every: u64,
 }
 
+impl BenchArgs {
+    pub fn tasks_or(&self, default: u32) -> u32 {
+        self.tasks.unwrap_or(default)
+    }
+
+    pub fn engines_or(&self, default: u32) -> u32 {
+        self.engines.unwrap_or(default)
+    }
+
+    pub fn slots_or(&self, default: u32) -> u32 {
+        self.slots.unwrap_or(default)
+    }
+
+    /// The simulated bench's figures, its defaults filled in.
+    pub(super) fn tasks_sim(&self) -> u32 {
+        self.tasks_or(200_000)
+    }
+
+    pub(super) fn engines_sim(&self) -> u32 {
+        self.engines_or(1_000)
+    }
+
+    pub(super) fn slots_sim(&self) -> u32 {
+        self.slots_or(4)
+    }
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if args.tasks == 0 || args.jobs == 0 || args.engines == 0 || args.slots == 0 || args.window == 0
-    {
+    if [args.tasks, args.engines, args.slots].contains(&Some(0)) || args.jobs == 0 || args.window == 0 {
         bail!("--tasks, --jobs, --engines, --slots and --window must be positive");
     }
-    if args.jobs > args.tasks {
+    if args.jobs > args.tasks_sim() && !args.real {
         bail!("--jobs must not exceed --tasks");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.real {
+        let server = NatsServer::start().context("starting a private nats-server")?;
+        let report = block_on(async {
+            tokio::time::timeout(timeout, real::run_real(&args, &server))
+                .await
+                .map_err(|_| anyhow!("the real bench did not finish within {} s", timeout.as_secs()))?
+        })?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            real::print_real(&report);
+        }
+        return Ok(if report.verify.ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     if args.soak {
         let report = block_on(async {
             tokio::time::timeout(timeout, run_soak(&args))
@@ -286,10 +337,10 @@ async fn bench_on(
             "the log stream GRIDFOLD_EVENTS at {url} is not empty: the bench needs a broker of its own (or no --nats)"
         );
     }
-    let engines: Vec<EngineId> = (1..=args.engines)
+    let engines: Vec<EngineId> = (1..=args.engines_sim())
         .map(|i| EngineId::new(&format!("sim{i:04}")).expect("a valid engine id"))
         .collect();
-    let jobs = bench_jobs(args.tasks, args.jobs);
+    let jobs = bench_jobs(args.tasks_sim(), args.jobs);
 
     // ---- the raw publish rate, on a stream of its own --------------------------------
     let payload_bytes = sample_message_bytes(&jobs[0], &engines[0]);
@@ -330,10 +381,10 @@ async fn bench_on(
     config.schedule_every_entries = args.schedule_every;
     config.snapshot_every_entries = args.snapshot_every;
     let config_report = BenchConfigReport {
-        tasks: args.tasks,
+        tasks: args.tasks_sim(),
         jobs: args.jobs,
-        engines: args.engines,
-        slots_per_engine: args.slots,
+        engines: args.engines_sim(),
+        slots_per_engine: args.slots_sim(),
         window: args.window,
         projector_read_batch_max: config.read_batch_max,
         projector_schedule_every_entries: config.schedule_every_entries,
@@ -353,9 +404,9 @@ async fn bench_on(
     let sim = spawn_simulator(
         access,
         &engines,
-        args.slots,
+        args.slots_sim(),
         args.window,
-        u64::from(args.tasks),
+        u64::from(args.tasks_sim()),
         None,
     )
     .await?;
@@ -366,7 +417,7 @@ async fn bench_on(
     let progress = sim.progress.clone();
     say(format!(
         "grid: {} tasks in {} jobs on {} simulated engines x {} slots; projector on JetStream",
-        args.tasks, args.jobs, args.engines, args.slots
+        args.tasks_sim(), args.jobs, args.engines_sim(), args.slots_sim()
     ));
 
     // ---- the jobs: the clock starts -----------------------------------------------------
@@ -378,7 +429,7 @@ async fn bench_on(
     let reporter = spawn_progress(
         handle.clone(),
         progress.clone(),
-        u64::from(args.tasks),
+        u64::from(args.tasks_sim()),
         started,
         args.quiet,
     );
@@ -404,76 +455,32 @@ async fn bench_on(
     reporter.abort();
     say(format!(
         "done: {} tasks in {seconds:.2} s ({:.0} lifecycles/s); stopping the projector",
-        args.tasks,
-        f64::from(args.tasks) / seconds
+        args.tasks_sim(),
+        f64::from(args.tasks_sim()) / seconds
     ));
     let _ = stop_projector.send(true);
     let projector_report = projector_task.await.context("the projector panicked")??;
     let cpu = cpu_after.since(
         &cpu_before,
         seconds,
-        u64::from(args.tasks),
+        u64::from(args.tasks_sim()),
         sim_report.cpu_us,
     );
 
     // ---- read the log back, replay and verify ---------------------------------------------
     say("reading the whole log back and replaying it with every batch re-derived…".to_string());
-    let read_started = Instant::now();
-    let mut reading = read_to_end(&log, 1).await?;
-    let mut raw_entries = Vec::with_capacity(reading.end_seq() as usize);
-    while let Some(batch) = reading.next_batch(crate::log::READ_BATCH_DEFAULT).await? {
-        raw_entries.extend(batch);
-    }
-    let read_seconds = read_started.elapsed().as_secs_f64();
-    let log_bytes: u64 = raw_entries.iter().map(|e| e.payload.len() as u64).sum();
-    let replay_started = Instant::now();
-    let entries: Vec<Entry> = raw_entries
-        .iter()
-        .map(|e| wire::entry_from_log(Seq(e.seq), e.time_ms, &e.subject, &e.payload))
-        .collect();
-    drop(raw_entries);
-    let options = ReplayOptions {
-        verify: true,
-        stop_at: None,
-        check_invariants: false,
-    };
-    let (state, replay_report) = replay(State::new(), &entries, &options, &mut |_| {});
-    let replay_seconds = replay_started.elapsed().as_secs_f64();
-    state.check_invariants();
-    let at_projector = ReplayOptions {
-        stop_at: Some(Seq(projector_report.last_seq)),
-        ..ReplayOptions::default()
-    };
-    let (projector_view, _) = replay(State::new(), &entries, &at_projector, &mut |_| {});
-    let projector_digest_matches = projector_view.chain == projector_report.chain_digest;
-
-    let analysis = analyse(&entries, &jobs, args.slots);
-    let every_task_completed_once = analysis.completed_once(&state, &jobs)
-        && sim_report.duplicate_runs == 0
-        && sim_report.runs_received == u64::from(args.tasks);
-    let divergence = replay_report.first_divergence.as_ref().map(ToString::to_string);
-    let ok = every_task_completed_once
-        && divergence.is_none()
-        && projector_digest_matches
-        && replay_report.rejected_entries == 0;
-    let verify = Verification {
-        every_task_completed_once,
-        completed_events: analysis.completed_events,
-        dispatches_applied: analysis.dispatches,
-        rejected_entries: replay_report.rejected_entries,
-        read_entries: entries.len() as u64,
-        read_seconds,
-        read_entries_per_s: entries.len() as f64 / read_seconds.max(1e-9),
-        replay_seconds,
-        batches_verified: replay_report.batches_verified,
-        divergence,
-        digest: state.chain.to_string(),
-        projector_digest_matches,
-        ok,
-    };
+    let engines_ran_each_once = sim_report.duplicate_runs == 0 && sim_report.runs_received == u64::from(args.tasks_sim());
+    let ReadBack { entries, log_bytes, analysis, verify } = read_back_and_verify(
+        &log,
+        &jobs,
+        args.slots_sim(),
+        (Seq(projector_report.last_seq), projector_report.chain_digest.to_string()),
+        engines_ran_each_once,
+    )
+    .await?;
 
     // ---- figures ---------------------------------------------------------------------------
-    let tasks = u64::from(args.tasks);
+    let tasks = u64::from(args.tasks_sim());
     let lifecycles_per_s = tasks as f64 / seconds;
     let run_entries = entries.len() as u64 - analysis.entries_before_jobs;
     let publishes = run_entries + sim_report.runs_received + sim_report.other_deliveries;
@@ -509,6 +516,75 @@ async fn bench_on(
         engines: sim_report,
         verify,
     })
+}
+
+/// What reading the whole log back found: its entries, their bytes, the figures
+/// `analyse` reads off them, and the verdict.
+struct ReadBack {
+    entries: Vec<Entry>,
+    log_bytes: u64,
+    analysis: analysis::Analysis,
+    verify: Verification,
+}
+
+/// Reads the whole log back, replays it with every order batch re-derived, and
+/// checks that every task of `jobs` completed exactly once, nothing was rejected,
+/// and the digest at the projector's last entry is the projector's own
+/// (`projector_at`: that entry and the digest it reported). `engines_ok` is what
+/// the engines' side says of it (no run received twice, none missing).
+async fn read_back_and_verify<L: EventLog>(
+    log: &L,
+    jobs: &[crate::core::event::JobSpec],
+    slots: u32,
+    projector_at: (Seq, String),
+    engines_ok: bool,
+) -> anyhow::Result<ReadBack> {
+    let read_started = Instant::now();
+    let mut reading = read_to_end(log, 1).await?;
+    let mut raw_entries = Vec::with_capacity(reading.end_seq() as usize);
+    while let Some(batch) = reading.next_batch(crate::log::READ_BATCH_DEFAULT).await? {
+        raw_entries.extend(batch);
+    }
+    let read_seconds = read_started.elapsed().as_secs_f64();
+    let log_bytes: u64 = raw_entries.iter().map(|e| e.payload.len() as u64).sum();
+    let replay_started = Instant::now();
+    let entries: Vec<Entry> = raw_entries
+        .iter()
+        .map(|e| wire::entry_from_log(Seq(e.seq), e.time_ms, &e.subject, &e.payload))
+        .collect();
+    drop(raw_entries);
+    let options = ReplayOptions { verify: true, stop_at: None, check_invariants: false };
+    let (state, replay_report) = replay(State::new(), &entries, &options, &mut |_| {});
+    let replay_seconds = replay_started.elapsed().as_secs_f64();
+    state.check_invariants();
+    let (projector_seq, projector_digest) = projector_at;
+    let at_projector = ReplayOptions { stop_at: Some(projector_seq), ..ReplayOptions::default() };
+    let (projector_view, _) = replay(State::new(), &entries, &at_projector, &mut |_| {});
+    let projector_digest_matches = projector_view.chain.to_string() == projector_digest;
+
+    let analysis = analyse(&entries, jobs, slots);
+    let every_task_completed_once = analysis.completed_once(&state, jobs) && engines_ok;
+    let divergence = replay_report.first_divergence.as_ref().map(ToString::to_string);
+    let ok = every_task_completed_once
+        && divergence.is_none()
+        && projector_digest_matches
+        && replay_report.rejected_entries == 0;
+    let verify = Verification {
+        every_task_completed_once,
+        completed_events: analysis.completed_events,
+        dispatches_applied: analysis.dispatches,
+        rejected_entries: replay_report.rejected_entries,
+        read_entries: entries.len() as u64,
+        read_seconds,
+        read_entries_per_s: entries.len() as f64 / read_seconds.max(1e-9),
+        replay_seconds,
+        batches_verified: replay_report.batches_verified,
+        divergence,
+        digest: state.chain.to_string(),
+        projector_digest_matches,
+        ok,
+    };
+    Ok(ReadBack { entries, log_bytes, analysis, verify })
 }
 
 /// A temporary directory removed on drop.

@@ -102,11 +102,11 @@ pub async fn soak_on(
     if log.last_seq().await? != 0 {
         bail!("the log stream GRIDFOLD_EVENTS at {url} is not empty: the soak needs a broker of its own (or no --nats)");
     }
-    let tasks = u64::from(args.tasks);
+    let tasks = u64::from(args.tasks_sim());
     let per_job = args.soak_job_tasks.max(1);
     let n_jobs = tasks.div_ceil(u64::from(per_job));
     let engines: Vec<EngineId> =
-        (1..=args.engines).map(|i| EngineId::new(&format!("sim{i:04}")).expect("a valid engine id")).collect();
+        (1..=args.engines_sim()).map(|i| EngineId::new(&format!("sim{i:04}")).expect("a valid engine id")).collect();
 
     let sink = JetStreamOrderSink::connect(&log).await?;
     let lease = KvLease::open(log.context(), url, KvLeaseConfig::default(), "soak-projector".into()).await?;
@@ -125,7 +125,7 @@ pub async fn soak_on(
     let policy = Policy { job_retention_ms: args.soak_retention_ms, ..Policy::default() };
     publish(&log, "gridfold-soak", Event::PolicySet(policy)).await?;
 
-    let sim = spawn_simulator(access, &engines, args.slots, args.window, tasks, Some(SEEN_KEPT)).await?;
+    let sim = spawn_simulator(access, &engines, args.slots_sim(), args.window, tasks, Some(SEEN_KEPT)).await?;
     handle
         .wait_for(|status| status.folded_seq >= sim.login_seq && status.leader)
         .await
@@ -133,7 +133,7 @@ pub async fn soak_on(
     let progress = sim.progress.clone();
     say(format!(
         "soak: {tasks} tasks in {n_jobs} jobs of {per_job} on {} simulated engines x {} slots; ended jobs retire after {} ms of log time",
-        args.engines, args.slots, args.soak_retention_ms
+        args.engines_sim(), args.slots_sim(), args.soak_retention_ms
     ));
 
     let load_before = load_average();
@@ -197,8 +197,8 @@ pub async fn soak_on(
         tasks,
         jobs: n_jobs,
         tasks_per_job: per_job,
-        engines: args.engines,
-        slots_per_engine: args.slots,
+        engines: args.engines_sim(),
+        slots_per_engine: args.slots_sim(),
         job_retention_ms: args.soak_retention_ms,
         seconds,
         lifecycles_per_s: tasks as f64 / seconds,

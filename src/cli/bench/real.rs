@@ -1,0 +1,439 @@
+//! `gridfold bench --real`: the path every real task takes, measured.
+//!
+//! The simulated bench (the rest of `bench`) plays every engine in one thread
+//! and saturates the log: it measures the scheduler. This one measures what a
+//! grid at ordinary load pays per real task: it starts a private nats-server,
+//! `gridfold projector` and `gridfold engine` as processes of their own (this
+//! very binary), submits one job of `--tasks` runs of `--command` (default
+//! 2,000 × `/bin/true`), and waits for the job to end. It reports:
+//!
+//! - **tasks per second**, from the log's own clock: the job's submission
+//!   durable to its last `TaskCompleted` durable;
+//! - the **CPU per task** of each process, user + system from
+//!   `/proc/<pid>/stat` between the engines' logins and the job's end, the
+//!   children's own time excluded (a task's process pays for its own run; what
+//!   the engine pays to fork and reap it is the engine's);
+//! - the **spawn limit** of this machine, measured in the same run before the
+//!   grid starts: the same number of the same command spawned and waited for at
+//!   the same parallelism (the engines' slots) without gridfold, and the ratio
+//!   of the grid's rate to it;
+//! - the **latencies** read off the log as the simulated bench reads them,
+//!   *slot free → dispatch durable* first: the scheduler's reaction time.
+//!
+//! Then it reads the log back and verifies it as the simulated bench does:
+//! every task completed exactly once, nothing rejected, every order batch
+//! re-derived, the digest at the projector's last entry the projector's own.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde::Serialize;
+
+use super::cpu::{cpu_ticks_of_pid, ticks_to_us};
+use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for};
+use crate::cli::client::publish;
+use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
+use crate::core::ids::{JobId, Seq};
+use crate::log::connect::BrokerAccess;
+use crate::log::jetstream::{JetStreamLog, LogConfig};
+use crate::log::nats_server::NatsServer;
+use crate::projector::query::{STAT_SUBJECT, StatRequest, StateSummary};
+
+/// The job the bench submits.
+const JOB_ID: &str = "real-bench";
+/// How often the bench asks the projector how far the job is: rarely enough to
+/// cost the projector nothing it would notice, often enough to end promptly.
+const POLL_EVERY: Duration = Duration::from_millis(200);
+/// How long the engines and the projector get to start and log in.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The findings of `gridfold bench --real`; `--json` prints this.
+#[derive(Debug, Clone, Serialize)]
+pub struct RealReport {
+    pub broker: BrokerInfo,
+    pub cores: usize,
+    pub config: RealConfig,
+    pub spawn_limit: SpawnLimit,
+    pub run: RealRun,
+    /// CPU time per task, µs, of each process (children excluded).
+    pub cpu_us_per_task: RealCpu,
+    pub latency_ms: Latencies,
+    pub verify: Verification,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RealConfig {
+    pub tasks: u32,
+    pub engines: u32,
+    pub slots_per_engine: u32,
+    pub command: Vec<String>,
+}
+
+/// The same commands spawned without gridfold.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpawnLimit {
+    pub spawns: u32,
+    pub parallel: u32,
+    pub seconds: f64,
+    pub per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RealRun {
+    pub tasks_completed: u64,
+    /// Log time from the job durable to its last completion durable.
+    pub seconds: f64,
+    pub tasks_per_s: f64,
+    /// `tasks_per_s` over the spawn limit's rate.
+    pub ratio_to_spawn_limit: f64,
+    /// Entries the run added to the log (the job's submission onwards).
+    pub log_entries: u64,
+    pub log_entries_per_task: f64,
+    pub order_batches: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RealCpu {
+    /// Every engine agent together.
+    pub engines: f64,
+    pub projector: f64,
+    pub broker: Option<f64>,
+}
+
+/// A process this bench started, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(name: &str, args: &[String], dir: &Path) -> anyhow::Result<Process> {
+        let exe = std::env::current_exe().context("finding this program to start its projector and engines")?;
+        let log = dir.join(format!("{name}.log"));
+        let output = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(&exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(output.try_clone()?)
+            .stderr(output)
+            .spawn()
+            .with_context(|| format!("starting {} {}", exe.display(), args.join(" ")))?;
+        Ok(Process { name: name.to_string(), child, log })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines it wrote, for an error message.
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(12)..].join("\n    ");
+        format!("{} (its log, {}):\n    {tail}", self.name, self.log.display())
+    }
+
+    /// Fails when it has exited already: nothing it was started for can happen now.
+    fn check_running(&mut self) -> anyhow::Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(anyhow!("{} exited early ({status})\n  {}", self.name, self.tail())),
+            Err(e) => Err(anyhow!("cannot tell whether {} runs: {e}", self.name)),
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill has no memory preconditions; the child is ours and not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (µs, children excluded) of a process now; 0 when it cannot be read.
+fn cpu_us(pid: u32) -> f64 {
+    cpu_ticks_of_pid(pid).map_or(0.0, ticks_to_us)
+}
+
+/// The machine's own rate: `spawns` runs of `command`, `parallel` at a time,
+/// each spawned and waited for, without gridfold.
+fn measure_spawn_limit(command: &[String], spawns: u32, parallel: u32) -> anyhow::Result<SpawnLimit> {
+    let next = AtomicU32::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..parallel.max(1))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    while next.fetch_add(1, Ordering::Relaxed) < spawns {
+                        Command::new(&command[0])
+                            .args(&command[1..])
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status()
+                            .with_context(|| format!("running {}", command.join(" ")))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().map_err(|_| anyhow!("a spawning thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(SpawnLimit { spawns, parallel, seconds, per_s: f64::from(spawns) / seconds.max(1e-9) })
+}
+
+fn real_job(tasks: u32, command: &[String]) -> JobSpec {
+    JobSpec {
+        id: JobId::new(JOB_ID).expect("a valid job id"),
+        owner: "bench".into(),
+        project: "bench".into(),
+        queue: "default".into(),
+        priority: 0,
+        requirements: String::new(),
+        max_attempts: 3,
+        wall_time_limit_ms: 600_000,
+        slots_per_task: 1,
+        template: TaskTemplate { argv: command.to_vec(), params: BTreeMap::new() },
+        tasks: TaskSet::Count(tasks),
+        options: JobOptions::default(),
+        task_conditions: BTreeMap::new(),
+    }
+}
+
+/// Asks the projector for its summary of the bench's job.
+async fn stat(client: &async_nats::Client) -> anyhow::Result<StateSummary> {
+    let question = serde_json::to_vec(&StatRequest { job: Some(JOB_ID.to_string()) })?;
+    let reply = tokio::time::timeout(Duration::from_secs(10), client.request(STAT_SUBJECT, question.into()))
+        .await
+        .map_err(|_| anyhow!("the projector did not answer on {STAT_SUBJECT} within 10 s"))?
+        .map_err(|e| anyhow!("asking the projector on {STAT_SUBJECT}: {e}"))?;
+    serde_json::from_slice(&reply.payload).context("the projector's answer does not decode")
+}
+
+/// Runs the real bench on `server`, which the caller stops once the runtime
+/// (and with it every connection to the server) is gone: a client outliving its
+/// server retries, and says so.
+pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<RealReport> {
+    let say = |line: String| {
+        if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    let tasks = args.tasks_or(2_000);
+    let engines = args.engines_or(1);
+    let slots = args.slots_or(8);
+    let command = shell_words(&args.command)?;
+
+    let spawn_limit = {
+        say(format!("spawn limit: {tasks} x {} at {} in parallel, without gridfold…", command.join(" "), engines * slots));
+        let limit = measure_spawn_limit(&command, tasks, engines * slots)?;
+        say(format!("spawn limit: {:.0} /s", limit.per_s));
+        limit
+    };
+
+    let url = server.url();
+    let broker = BrokerInfo {
+        url: url.clone(),
+        private: true,
+        nats_server_version: Some(server.version().to_string()),
+        sync: "default (the server fsyncs every 2 minutes)".to_string(),
+    };
+    let dir = tempdir_for("real")?;
+    let projector = Process::start(
+        "projector",
+        &["projector", "--nats", &url, "--state", &dir.0.join("projector").display().to_string(), "--register-key"]
+            .map(String::from),
+        &dir.0,
+    )?;
+    let mut agents = Vec::new();
+    for i in 1..=engines {
+        let name = format!("real-{i:02}");
+        let work_dir = dir.0.join(&name).display().to_string();
+        let slots = slots.to_string();
+        agents.push(Process::start(
+            &name,
+            &["engine", "--nats", &url, "--name", &name, "--slots", &slots, "--work-dir", &work_dir].map(String::from),
+            &dir.0,
+        )?);
+    }
+    let mut processes: Vec<Process> = std::iter::once(projector).chain(agents).collect();
+
+    let access = BrokerAccess::anonymous(url.clone());
+    let (client, _) = access
+        .connect("gridfold-bench", Duration::from_secs(10))
+        .await
+        .map_err(|e| anyhow!("connecting to the private nats-server at {url}: {e}"))?;
+    say(format!("grid: a projector and {engines} engine(s) x {slots} slots, as processes, on {url}"));
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        for process in &mut processes {
+            process.check_running()?;
+        }
+        if let Ok(summary) = stat(&client).await {
+            let logged_in = summary.engines.iter().filter(|e| e.status == "logged-in").count();
+            if logged_in == engines as usize {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            let tails: Vec<String> = processes.iter().map(Process::tail).collect();
+            bail!("the engines did not log in within {} s\n  {}", START_TIMEOUT.as_secs(), tails.join("\n  "));
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+
+    let log = JetStreamLog::open(&access, LogConfig::default()).await.context("opening the log")?;
+    let job = real_job(tasks, &command);
+    let cpu = |processes: &[Process]| processes.iter().map(|p| cpu_us(p.pid())).collect::<Vec<f64>>();
+    let broker_pid = server.pid();
+    let broker_before = broker_pid.map(cpu_us);
+    let before = cpu(&processes);
+    let started = Instant::now();
+    publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
+    let mut last_said = Instant::now();
+    let summary = loop {
+        tokio::time::sleep(POLL_EVERY).await;
+        for process in &mut processes {
+            process.check_running()?;
+        }
+        let summary = stat(&client).await?;
+        let Some(progress) = summary.jobs.first() else { continue };
+        if progress.status != "active" {
+            break summary;
+        }
+        if last_said.elapsed() >= Duration::from_secs(1) {
+            last_said = Instant::now();
+            let rate = f64::from(progress.done) / started.elapsed().as_secs_f64();
+            say(format!("  {}/{tasks} tasks done ({rate:.0} /s)", progress.done));
+        }
+        if started.elapsed() > Duration::from_secs(args.timeout_secs) {
+            bail!("the job did not end within {} s ({} of {tasks} done)", args.timeout_secs, progress.done);
+        }
+    };
+    let after = cpu(&processes);
+    let broker_after = broker_pid.map(cpu_us);
+    let ended = summary.jobs.first().map(|j| j.status.clone()).unwrap_or_default();
+    if ended != "done" {
+        bail!("the bench's job ended {ended}, not done: is `{}` a command that succeeds here?", command.join(" "));
+    }
+    say(format!("done in {:.2} s; stopping the engines and the projector", started.elapsed().as_secs_f64()));
+    // The projector's own word on where it stands, for the replay to match.
+    let at = (Seq(summary.last_seq), summary.chain_digest.clone());
+    drop(processes);
+
+    say("reading the whole log back and replaying it with every batch re-derived…".to_string());
+    let ReadBack { entries, analysis, verify, .. } = read_back_and_verify(&log, &[job.clone()], slots, at, true).await?;
+    let submitted_ms = entries.get(analysis.entries_before_jobs as usize).map_or(0, |e| e.time_ms);
+    let last_completion_ms = analysis.completion_times.iter().copied().max().unwrap_or(submitted_ms);
+    let seconds = (last_completion_ms.saturating_sub(submitted_ms)) as f64 / 1000.0;
+    let per_task = |us: f64| us / f64::from(tasks);
+    let engines_us: f64 = (1..after.len()).map(|i| after[i] - before[i]).sum();
+    let tasks_per_s = f64::from(tasks) / seconds.max(1e-3);
+    let run_entries = entries.len() as u64 - analysis.entries_before_jobs;
+    Ok(RealReport {
+        broker,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        config: RealConfig { tasks, engines, slots_per_engine: slots, command },
+        run: RealRun {
+            tasks_completed: analysis.completed_events,
+            seconds,
+            tasks_per_s,
+            ratio_to_spawn_limit: tasks_per_s / spawn_limit.per_s.max(1e-9),
+            log_entries: run_entries,
+            log_entries_per_task: run_entries as f64 / f64::from(tasks),
+            order_batches: analysis.batches,
+        },
+        spawn_limit,
+        cpu_us_per_task: RealCpu {
+            engines: per_task(engines_us),
+            projector: per_task(after[0] - before[0]),
+            broker: broker_before.zip(broker_after).map(|(b, a)| per_task(a - b)),
+        },
+        latency_ms: analysis.latencies(),
+        verify,
+    })
+}
+
+/// `--command` split on spaces (no quoting: a bench command, not a shell).
+fn shell_words(command: &str) -> anyhow::Result<Vec<String>> {
+    let words: Vec<String> = command.split_whitespace().map(String::from).collect();
+    if words.is_empty() {
+        bail!("--command is empty: give the program to run, e.g. /bin/true");
+    }
+    Ok(words)
+}
+
+pub(super) fn print_real(report: &RealReport) {
+    let c = &report.config;
+    let run = &report.run;
+    let lat = &report.latency_ms;
+    let cpu = &report.cpu_us_per_task;
+    let spawn = &report.spawn_limit;
+    println!();
+    println!(
+        "gridfold bench --real: {} x `{}` on {} engine process(es) x {} slots, a projector process, nats-server {} ({} cores)",
+        c.tasks,
+        c.command.join(" "),
+        c.engines,
+        c.slots_per_engine,
+        report.broker.nats_server_version.as_deref().unwrap_or("?"),
+        report.cores
+    );
+    println!();
+    println!(
+        "  real tasks:             {:>8.0} /s  ({} tasks in {:.2} s of log time, submission to last completion)",
+        run.tasks_per_s, run.tasks_completed, run.seconds
+    );
+    println!(
+        "  spawn limit:            {:>8.0} /s  ({} spawned at {} in parallel without gridfold, {:.2} s)",
+        spawn.per_s, spawn.spawns, spawn.parallel, spawn.seconds
+    );
+    println!("  ratio to spawn limit:   {:>8.2}", run.ratio_to_spawn_limit);
+    println!(
+        "  CPU per task:           engine(s) {:.0} us, projector {:.0} us, broker {} us  (children excluded)",
+        cpu.engines,
+        cpu.projector,
+        cpu.broker.map_or("?".to_string(), |us| format!("{us:.0}"))
+    );
+    println!(
+        "  slot free -> dispatch:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms",
+        lat.slot_free_to_dispatch.p50, lat.slot_free_to_dispatch.p99, lat.slot_free_to_dispatch.max
+    );
+    println!(
+        "  dispatch -> completed:  p50 {:>5} ms  p99 {:>5} ms  max {:>5} ms  (delivery, spawn, run, reports durable)",
+        lat.dispatch_to_completed.p50, lat.dispatch_to_completed.p99, lat.dispatch_to_completed.max
+    );
+    println!(
+        "  log: {} entries for the run ({:.2} per task), {} order batches",
+        run.log_entries, run.log_entries_per_task, run.order_batches
+    );
+    let v = &report.verify;
+    println!(
+        "  every task completed exactly once: {}; rejected entries: {}; batches re-derived: {}; divergence: {}; projector digest matches: {}",
+        if v.every_task_completed_once { "yes" } else { "NO" },
+        v.rejected_entries,
+        v.batches_verified,
+        v.divergence.as_deref().unwrap_or("none"),
+        if v.projector_digest_matches { "yes" } else { "NO" }
+    );
+    println!("{}", if v.ok { format!("bench verified: digest {}", v.digest) } else { "bench NOT verified".to_string() });
+}
