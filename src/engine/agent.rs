@@ -1034,10 +1034,11 @@ impl Agent {
         let Some(store) = self.config.output_store.clone() else { return };
         let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return };
         let streams = [
-            (crate::output_store::Stream::Stdout, outcome.stdout_truncated),
-            (crate::output_store::Stream::Stderr, outcome.stderr_truncated),
+            (crate::output_store::Stream::Stdout, outcome.stdout_truncated, outcome.stdout_kept_bytes),
+            (crate::output_store::Stream::Stderr, outcome.stderr_truncated, outcome.stderr_kept_bytes),
         ];
-        for (stream, truncated) in streams {
+        // A stream that kept nothing has no file: nothing to open or store.
+        for (stream, truncated, _) in streams.into_iter().filter(|(_, _, kept)| *kept > 0) {
             let path = dir.join(stream.as_str());
             match store.put(task, attempt, stream, &path, truncated, self.config.output_retention).await {
                 Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),

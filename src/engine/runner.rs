@@ -19,7 +19,7 @@
 //!   period, so a task's own children die with it.
 //! - The group is signalled only while its leader is not yet reaped: the leader's
 //!   pid, and so the group id, cannot have been reused. The supervisor waits for the
-//!   leader's exit without reaping it (`waitid(WNOWAIT)` on a helper thread), kills
+//!   leader's exit without reaping it (a pidfd the runtime polls, then `waitid(WNOWAIT)`; no thread per task), kills
 //!   whatever is left of the group, reads the leader's CPU time from
 //!   `/proc/<pid>/stat`, and only then reaps it.
 //! - **The leader dies with the engine.** Every process is forked from one thread,
@@ -81,7 +81,10 @@ pub struct LaunchSpec {
     /// then carry the record's token in their environment. `None`: not recorded.
     pub group_records: Option<GroupRecords>,
     /// Where to keep the whole stdout and stderr (files `stdout` and `stderr` in
-    /// this directory, created), each cut at `bytes_max`; `None`: not kept.
+    /// this directory), each cut at `bytes_max`; `None`: not kept. The directory
+    /// and a stream's file are made when its first byte comes: most tasks of a
+    /// grid write nothing worth a file, and every file made is an inode the
+    /// filesystem pays for twice (made now, removed at the sweep).
     pub capture: Option<Capture>,
 }
 
@@ -159,6 +162,9 @@ pub struct RunOutcome {
     /// With a [`Capture`]: whether stdout or stderr went past its bound (the files hold the first `bytes_max`).
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// With a [`Capture`]: the bytes its files hold (no file when 0).
+    pub stdout_kept_bytes: u64,
+    pub stderr_kept_bytes: u64,
 }
 
 /// The group a run's process leads, and whether the leader was reaped.
@@ -242,20 +248,9 @@ pub fn start<T: Send + 'static>(
         path: spec.work_dir.clone(),
         source,
     })?;
-    let capture_files = match &spec.capture {
-        Some(capture) => {
-            let open = |name: &str| -> io::Result<std::fs::File> {
-                std::fs::create_dir_all(&capture.dir)?;
-                std::fs::File::create(capture.dir.join(name))
-            };
-            let files = open("stdout").and_then(|out| Ok((out, open("stderr")?)));
-            match files {
-                Ok((out, err)) => Some((CaptureFile::new(out, capture.bytes_max), CaptureFile::new(err, capture.bytes_max))),
-                Err(source) => return Err(LaunchError::WorkDir { path: capture.dir.clone(), source }),
-            }
-        }
-        None => None,
-    };
+    let capture_files = spec.capture.as_ref().map(|capture| {
+        (CaptureFile::new(capture, "stdout"), CaptureFile::new(capture, "stderr"))
+    });
     let mut command = Command::new(program);
     command
         .args(args)
@@ -368,7 +363,7 @@ impl Supervisor {
         let mut kill_at: Option<Instant> = None;
         let exit_seen = loop {
             tokio::select! {
-                exit = &mut exited => break exit.ok(),
+                exit = &mut exited => break exit,
                 () = sleep_until(deadline), if stopping.is_none() => {
                     tracing::debug!(pgid = pid, "wall-time limit reached");
                     stopping = Some(RunEnd::WallTimeExceeded);
@@ -456,6 +451,8 @@ impl Supervisor {
             stderr_tail: tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX),
             stdout_truncated: head.capture.as_ref().is_some_and(|c| c.truncated),
             stderr_truncated: tail.capture.as_ref().is_some_and(|c| c.truncated),
+            stdout_kept_bytes: head.capture.as_ref().map_or(0, |c| c.written),
+            stderr_kept_bytes: tail.capture.as_ref().map_or(0, |c| c.written),
         }
     }
 }
@@ -467,10 +464,87 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Waits on a helper thread until process `pid` (our child) has exited, without
-/// reaping it, and answers its CPU time in ms (`None` if unreadable). The channel
-/// closes without an answer if the wait itself fails.
-fn wait_for_exit_without_reaping(pid: i32) -> oneshot::Receiver<Option<u64>> {
+/// Waits until process `pid` (our child) has exited, without reaping it, and
+/// answers its CPU time in ms (`None` inside if unreadable); `None` if the wait
+/// itself failed.
+///
+/// The kernel says when through a pidfd (Linux 5.3 and later) the runtime polls
+/// like a socket: no thread per task. Where pidfds are missing, a helper thread
+/// blocks in `waitid` instead. Either way the pid stays ours (not reaped) until
+/// the supervisor has killed what is left of the group.
+async fn wait_for_exit_without_reaping(pid: i32) -> Option<Option<u64>> {
+    match open_pidfd(pid) {
+        Ok(pidfd) => {
+            // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd
+            // until it drops, and always answers the same descriptor.
+            let registered =
+                unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+            let pidfd = match registered.map_err(io::Error::from) {
+                Ok(fd) => fd,
+                Err(err) => {
+                    tracing::debug!(pid, "cannot poll the task's pidfd ({err}); waiting on a thread");
+                    return wait_on_thread(pid).await.ok();
+                }
+            };
+            loop {
+                let mut ready = match pidfd.readable().await {
+                    Ok(ready) => ready,
+                    Err(err) => {
+                        tracing::warn!(pid, "cannot wait for the task's process: {err}");
+                        return None;
+                    }
+                };
+                match has_exited(pid) {
+                    Ok(true) => return Some(cpu_ms_of_zombie(pid)),
+                    Ok(false) => ready.clear_ready(),
+                    Err(err) => {
+                        tracing::warn!(pid, "cannot wait for the task's process: {err}");
+                        return None;
+                    }
+                }
+            }
+        }
+        Err(err) => {
+            tracing::debug!(pid, "no pidfd for the task's process ({err}); waiting on a thread");
+            wait_on_thread(pid).await.ok()
+        }
+    }
+}
+
+/// A pidfd of process `pid`: readable once it has exited.
+fn open_pidfd(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("pidfd_open returned an impossible descriptor"))?;
+    // SAFETY: the descriptor was just opened and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether our child `pid` has exited, leaving it unreaped.
+fn has_exited(pid: i32) -> io::Result<bool> {
+    loop {
+        // SAFETY: waitid writes only into the zeroed siginfo we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT | libc::WNOHANG)
+        };
+        if rc == 0 {
+            // SAFETY: after a successful waitid the pid field is set (0: not exited yet).
+            return Ok(unsafe { info.si_pid() } == pid);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// [`wait_for_exit_without_reaping`] on a helper thread blocked in `waitid`.
+fn wait_on_thread(pid: i32) -> oneshot::Receiver<Option<u64>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("gridfold-wait-{pid}"))
@@ -643,18 +717,34 @@ impl Tail {
     }
 }
 
-/// A stream's file, written up to its bound; what comes after is counted, not kept.
+/// A stream's file, written up to its bound; what comes after is counted, not
+/// kept. Made (with its directory) on the first byte to keep.
 #[derive(Debug)]
 struct CaptureFile {
-    file: Option<std::fs::File>,
+    path: PathBuf,
+    file: CaptureState,
     written: u64,
     bytes_max: u64,
     truncated: bool,
 }
 
+#[derive(Debug)]
+enum CaptureState {
+    NotYet,
+    Open(std::fs::File),
+    /// It could not be made or written (a full disk): nothing more is kept.
+    Failed,
+}
+
 impl CaptureFile {
-    fn new(file: std::fs::File, bytes_max: u64) -> Self {
-        CaptureFile { file: Some(file), written: 0, bytes_max, truncated: false }
+    fn new(capture: &Capture, name: &str) -> Self {
+        CaptureFile {
+            path: capture.dir.join(name),
+            file: CaptureState::NotYet,
+            written: 0,
+            bytes_max: capture.bytes_max,
+            truncated: false,
+        }
     }
 
     fn write(&mut self, data: &[u8]) {
@@ -665,15 +755,31 @@ impl CaptureFile {
         if taken == 0 {
             return;
         }
-        if let Some(file) = &mut self.file {
-            match file.write_all(&data[..taken]) {
-                Ok(()) => self.written += taken as u64,
+        if let CaptureState::NotYet = self.file {
+            let made = self
+                .path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::File::create(&self.path));
+            self.file = match made {
+                Ok(file) => CaptureState::Open(file),
                 Err(err) => {
-                    // A full disk must not stop the task: the output is kept no further.
-                    tracing::warn!("keeping a task's output: {err}");
-                    self.file = None;
-                    self.truncated = true;
+                    tracing::warn!("keeping a task's output in {}: {err}", self.path.display());
+                    CaptureState::Failed
                 }
+            };
+        }
+        let CaptureState::Open(file) = &mut self.file else {
+            self.truncated = true;
+            return;
+        };
+        match file.write_all(&data[..taken]) {
+            Ok(()) => self.written += taken as u64,
+            Err(err) => {
+                // A full disk must not stop the task: the output is kept no further.
+                tracing::warn!("keeping a task's output: {err}");
+                self.file = CaptureState::Failed;
+                self.truncated = true;
             }
         }
     }
@@ -850,6 +956,38 @@ mod tests {
         assert_eq!((outcome.stdout_truncated, outcome.stderr_truncated), (true, false));
     }
 
+    /// Most tasks print nothing: they cost no directory and no file, and say
+    /// they kept nothing; a stream that prints gets its file, and only it.
+    #[tokio::test]
+    async fn a_captured_run_that_prints_nothing_makes_no_file_and_one_that_prints_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let run_capturing = |argv: &[&str], name: &str| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let capture = Capture { dir: dir.path().join(format!("{name}.output")), bytes_max: 1_000 };
+            let spec = LaunchSpec {
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                work_dir: dir.path().join(name),
+                env: vec![],
+                wall_time_limit: None,
+                kill_grace: Duration::from_millis(200),
+                group_records: None,
+                capture: Some(capture.clone()),
+            };
+            let killer = start(spec, 1u32, tx).unwrap();
+            (killer, rx, capture)
+        };
+        let (_silent_killer, mut silent, silent_capture) = run_capturing(&["true"], "silent");
+        let (_, outcome) = silent.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert_eq!((outcome.stdout_kept_bytes, outcome.stderr_kept_bytes), (0, 0));
+        assert!(!silent_capture.dir.exists(), "no output directory for a task that printed nothing");
+        let (_loud_killer, mut loud, loud_capture) = run_capturing(&["sh", "-c", "echo err >&2"], "loud");
+        let (_, outcome) = loud.recv().await.unwrap();
+        assert_eq!((outcome.stdout_kept_bytes, outcome.stderr_kept_bytes), (0, 4));
+        assert_eq!(std::fs::read(loud_capture.dir.join("stderr")).unwrap(), b"err\n");
+        assert!(!loud_capture.dir.join("stdout").exists(), "no file for the stream that printed nothing");
+    }
+
     #[tokio::test]
     async fn runs_a_process_and_captures_its_output() {
         let (outcome, dir) = run(
@@ -890,6 +1028,36 @@ mod tests {
         assert_eq!(outcome.end, RunEnd::Exited(0));
         assert!(outcome.cpu_ms > 0, "{outcome:?}");
         assert!(outcome.cpu_ms <= outcome.wall_ms + 20, "{outcome:?}");
+    }
+
+    /// The exit of a task's process is awaited through a pidfd the runtime
+    /// polls: no thread is started per task (where pidfds exist, as here).
+    #[tokio::test]
+    async fn a_running_task_is_awaited_without_a_thread_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let spec = LaunchSpec {
+            argv: ["sleep", "1"].iter().map(|s| s.to_string()).collect(),
+            work_dir: dir.path().join("w"),
+            env: vec![],
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(200),
+            group_records: None,
+            capture: None,
+        };
+        assert!(open_pidfd(std::process::id() as i32).is_ok(), "this kernel has pidfds");
+        let _killer = start(spec, 1u32, tx).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let waiting_threads = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+            .filter(|name| name.starts_with("gridfold-wait"))
+            .count();
+        assert_eq!(waiting_threads, 0, "a thread waits for the task");
+        let (_, outcome) = rx.recv().await.unwrap();
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert!(outcome.wall_ms >= 900, "the exit was seen when it happened: {} ms", outcome.wall_ms);
     }
 
     #[tokio::test]
