@@ -325,10 +325,14 @@ async fn start_engine_process(name: &str) -> Started {
     }
 }
 
+/// The groups recorded live in the work directory (the journal's and any
+/// record files), by pgid.
 fn records_in(work_dir: &Path) -> Vec<String> {
-    std::fs::read_dir(work_dir.join(groups::RECORDS_DIR_NAME))
+    groups::read_records(&work_dir.join(groups::RECORDS_DIR_NAME))
         .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .records
+        .iter()
+        .map(|record| record.pgid.to_string())
         .collect()
 }
 

@@ -7,8 +7,8 @@
 //!   thread that lives as long as the process and asks for SIGKILL when it dies. It
 //!   covers the leader only: the kernel clears it in the leader's own children.
 //! - **Records** ([`GroupRecords`]): each running task's process group is recorded in
-//!   `<work_dir>/@groups/<pgid>` from just after its fork until just before its leader
-//!   is reaped.
+//!   the journal `<work_dir>/@groups/journal` from just after its fork until just
+//!   before its leader is reaped.
 //! - **The claim** ([`claim_work_dir`]): an engine locks `<work_dir>/@engine.lock`
 //!   (`flock`, released by the kernel however the engine ends), so one engine at a
 //!   time uses a work directory; then, before it logs in, it kills the groups its
@@ -22,9 +22,19 @@
 //! One line, `gridfold-task-group/1 pgid=<pgid> start_ticks=<t> boot_id=<id>
 //! token=<hex>`: the group (the leader's pid), the leader's start time from
 //! `/proc/<pid>/stat`, the boot it ran in, and a random token the task's processes
-//! inherit in their environment ([`TOKEN_ENV`]). Written to `<pgid>.partial` and renamed,
-//! so a reader sees a whole record or none. Not fsynced: records guard against the
-//! engine dying, not the machine, and after a reboot the boot id tells them stale.
+//! inherit in their environment ([`TOKEN_ENV`]).
+//!
+//! The journal holds `+ <record>` when a group starts and `- <pgid>` when it
+//! ends, each appended in one `write` to a file opened once: a task costs two
+//! small writes, not a file made and removed (the filesystem's inode work was
+//! the largest single cost of a short task). The live groups are those added and
+//! not removed since; when the journal holds [`JOURNAL_COMPACT_LINES`] lines and
+//! four times more than live groups, it is replaced (written beside and renamed)
+//! by their `+` lines alone, so it stays small however long the engine runs. A
+//! line the engine was writing when it died is cut short, and read as not a
+//! record. Not fsynced: records guard against the engine dying, not the machine,
+//! and after a reboot the boot id tells them stale. A file of one record each
+//! (`<pgid>`, what engines before the journal wrote) is still read at the claim.
 //!
 //! # Invariants
 //!
@@ -68,6 +78,11 @@ pub const LOCK_FILE_NAME: &str = "@engine.lock";
 pub const RECORDS_DIR_NAME: &str = "@groups";
 /// The environment variable carrying a task's token (see the module docs).
 pub const TOKEN_ENV: &str = "GRIDFOLD_GROUP_TOKEN";
+/// The journal of group records in the records directory.
+pub const JOURNAL_FILE_NAME: &str = "journal";
+/// The journal is compacted once it holds this many lines (and four times more
+/// than live groups).
+pub const JOURNAL_COMPACT_LINES: u64 = 4_096;
 /// How long a claiming engine waits for the groups it killed to be gone.
 pub const LEFTOVERS_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 const LEFTOVERS_POLL: Duration = Duration::from_millis(20);
@@ -165,6 +180,48 @@ pub fn new_token() -> String {
 pub struct GroupRecords {
     dir: PathBuf,
     boot_id: String,
+    journal: std::sync::Arc<std::sync::Mutex<Journal>>,
+}
+
+/// The open journal and what it says now.
+#[derive(Debug)]
+struct Journal {
+    path: PathBuf,
+    file: File,
+    /// The live groups' `+` lines, by group.
+    live: std::collections::BTreeMap<i32, String>,
+    /// Lines in the file.
+    lines: u64,
+}
+
+impl Journal {
+    /// A fresh, empty journal at `path` (what was there is replaced).
+    fn create(path: PathBuf) -> io::Result<Journal> {
+        let file = File::options().create(true).truncate(true).write(true).open(&path)?;
+        // Appends from here: every line goes to the end in one write.
+        drop(file);
+        let file = File::options().append(true).open(&path)?;
+        Ok(Journal { path, file, live: std::collections::BTreeMap::new(), lines: 0 })
+    }
+
+    fn append(&mut self, line: &str) -> io::Result<()> {
+        self.file.write_all(line.as_bytes())?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Replaces the file by the live groups' lines when it has grown far past them.
+    fn compact_if_due(&mut self) -> io::Result<()> {
+        let live = self.live.len() as u64;
+        if self.lines < JOURNAL_COMPACT_LINES || self.lines < 4 * live {
+            return Ok(());
+        }
+        let text: String = self.live.values().map(String::as_str).collect();
+        crate::replace_file::replace_file(&self.path, text.as_bytes(), crate::replace_file::Durability::Cached)?;
+        self.file = File::options().append(true).open(&self.path)?;
+        self.lines = live;
+        Ok(())
+    }
 }
 
 impl GroupRecords {
@@ -187,27 +244,84 @@ impl GroupRecords {
             boot_id: self.boot_id.clone(),
             token: token.to_string(),
         };
-        let path = self.path(pgid);
-        crate::replace_file::replace_file(&path, record.to_line().as_bytes(), crate::replace_file::Durability::Cached)
+        let line = format!("+ {}", record.to_line());
+        let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        journal.append(&line)?;
+        journal.live.insert(pgid, line);
+        Ok(())
     }
 
     /// Forgets the group of `pgid` (its leader about to be reaped).
     pub fn remove(&self, pgid: i32) {
-        let path = self.path(pgid);
-        if let Err(err) = std::fs::remove_file(&path)
-            && err.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(
-                pgid,
-                "cannot remove the group record {}: {err}",
-                path.display()
-            );
+        let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        if journal.live.remove(&pgid).is_none() {
+            return;
+        }
+        if let Err(err) = journal.append(&format!("- {pgid}\n")).and_then(|()| journal.compact_if_due()) {
+            tracing::warn!(pgid, "cannot forget the group record in {}: {err}", journal.path.display());
         }
     }
+}
 
-    fn path(&self, pgid: i32) -> PathBuf {
-        self.dir.join(pgid.to_string())
+/// What a records directory holds: the records of live groups (the journal's,
+/// and any file of one record), the files read, and how many lines or files
+/// were not records.
+#[derive(Debug, Default)]
+pub struct FoundRecords {
+    pub records: Vec<GroupRecord>,
+    pub files: Vec<PathBuf>,
+    pub unreadable: usize,
+}
+
+/// Reads the group records of a records directory (see the module docs).
+pub fn read_records(dir: &Path) -> io::Result<FoundRecords> {
+    let mut found = FoundRecords::default();
+    let mut live: std::collections::BTreeMap<i32, GroupRecord> = std::collections::BTreeMap::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|entry| entry.map(|e| e.path())).collect::<io::Result<_>>()?;
+    entries.sort();
+    for path in entries {
+        if !path.is_file() {
+            continue;
+        }
+        found.files.push(path.clone());
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) => {
+                tracing::warn!("ignoring {}: {err}", path.display());
+                found.unreadable += 1;
+                continue;
+            }
+        };
+        if path.file_name().is_some_and(|name| name == JOURNAL_FILE_NAME) {
+            for line in text.lines() {
+                let change = match line.split_once(' ') {
+                    Some(("+", record)) => GroupRecord::parse(record).map(|record| {
+                        live.insert(record.pgid, record);
+                    }),
+                    Some(("-", pgid)) => pgid.trim().parse::<i32>().map(|pgid| {
+                        live.remove(&pgid);
+                    }).map_err(|err| err.to_string()),
+                    _ => Err("it is neither `+ <record>` nor `- <pgid>`".to_string()),
+                };
+                if let Err(err) = change {
+                    tracing::warn!("ignoring a line of {}: not a group record: {err}", path.display());
+                    found.unreadable += 1;
+                }
+            }
+            continue;
+        }
+        match GroupRecord::parse(&text) {
+            Ok(record) => {
+                live.insert(record.pgid, record);
+            }
+            Err(err) => {
+                tracing::warn!("ignoring {}: not a group record: {err}", path.display());
+                found.unreadable += 1;
+            }
+        }
     }
+    found.records = live.into_values().collect();
+    Ok(found)
 }
 
 /// An engine's hold on its work directory: the lock, kept until dropped.
@@ -259,8 +373,10 @@ pub fn claim_work_dir(work_dir: &Path) -> Result<(WorkDirClaim, Leftovers), Clai
         tracing::warn!("cannot read the boot id; records will be judged by start times alone");
         String::new()
     });
-    let records = GroupRecords { dir, boot_id };
-    let leftovers = kill_leftovers(&records)?;
+    let leftovers = kill_leftovers(&dir, &boot_id)?;
+    let journal_path = dir.join(JOURNAL_FILE_NAME);
+    let journal = Journal::create(journal_path.clone()).map_err(|source| ClaimError::Io { path: journal_path, source })?;
+    let records = GroupRecords { dir, boot_id, journal: std::sync::Arc::new(std::sync::Mutex::new(journal)) };
     Ok((
         WorkDirClaim {
             _lock: lock,
@@ -382,40 +498,20 @@ fn judge(record: &GroupRecord, boot_id: &str) -> io::Result<Verdict> {
     })
 }
 
-fn kill_leftovers(records: &GroupRecords) -> Result<Leftovers, ClaimError> {
+fn kill_leftovers(dir: &Path, boot_id: &str) -> Result<Leftovers, ClaimError> {
     let io = |source| ClaimError::Io {
-        path: records.dir.clone(),
+        path: dir.to_path_buf(),
         source,
     };
     let mut leftovers = Leftovers::default();
-    let mut files = Vec::new();
     // (pgid, leader outside its group) of the groups killed.
     let mut killed: Vec<(i32, Option<i32>)> = Vec::new();
-    for entry in std::fs::read_dir(&records.dir).map_err(io)? {
-        let path = entry.map_err(io)?.path();
-        if !path.is_file() {
-            continue;
-        }
-        files.push(path.clone());
-        let record = match std::fs::read_to_string(&path)
-            .map_err(|err| err.to_string())
-            .and_then(|text| GroupRecord::parse(&text))
-        {
-            Ok(record) => record,
-            Err(err) => {
-                tracing::warn!("ignoring {}: not a group record: {err}", path.display());
-                leftovers.unreadable += 1;
-                continue;
-            }
-        };
-        // A record being written when the engine died, and then the same one renamed.
-        if killed.iter().any(|&(pgid, _)| pgid == record.pgid)
-            || leftovers.spared.contains(&record.pgid)
-        {
-            continue;
-        }
+    let FoundRecords { records, files, unreadable } = read_records(dir).map_err(io)?;
+    leftovers.unreadable = unreadable;
+    // One record per group: `read_records` keeps the last word on each.
+    for record in records {
         let pgid = record.pgid;
-        match judge(&record, &records.boot_id).map_err(|source| ClaimError::Io {
+        match judge(&record, boot_id).map_err(|source| ClaimError::Io {
             path: PathBuf::from("/proc"),
             source,
         })? {
@@ -598,6 +694,35 @@ mod tests {
                 ..Leftovers::default()
             }
         );
-        assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0);
+        let left: Vec<_> = std::fs::read_dir(&records).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [JOURNAL_FILE_NAME], "only the new, empty journal is left");
+        assert_eq!(std::fs::read(records.join(JOURNAL_FILE_NAME)).unwrap(), b"");
+    }
+
+    /// A group is a line added and a line removed in the journal; the journal
+    /// reads back as the live groups, is compacted once long, and a line cut
+    /// short by a dying engine is not a record.
+    #[test]
+    fn the_journal_holds_the_live_groups_and_stays_small_however_many_tasks_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let (claim, _) = claim_work_dir(dir.path()).unwrap();
+        let records = claim.records();
+        let journal = records.dir().join(JOURNAL_FILE_NAME);
+        // Our own pid stands for a task leader: record reads its start time.
+        let me = std::process::id() as i32;
+        for _ in 0..5_000 {
+            records.record(me, "t").unwrap();
+            records.remove(me);
+        }
+        let lines = std::fs::read_to_string(&journal).unwrap().lines().count() as u64;
+        assert!(lines < JOURNAL_COMPACT_LINES, "10,000 lines written, {lines} kept");
+        assert!(read_records(records.dir()).unwrap().records.is_empty());
+        records.record(me, "live").unwrap();
+        let found = read_records(records.dir()).unwrap();
+        assert_eq!((found.records.len(), found.records[0].token.as_str(), found.unreadable), (1, "live", 0));
+        // An engine dying in the middle of a line leaves half of it.
+        std::fs::OpenOptions::new().append(true).open(&journal).unwrap().write_all(b"+ gridfold-task-group/1 pgid=77 sta").unwrap();
+        let found = read_records(records.dir()).unwrap();
+        assert_eq!((found.records.len(), found.unreadable), (1, 1));
     }
 }

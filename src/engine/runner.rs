@@ -1100,8 +1100,9 @@ mod tests {
         // SAFETY: mkfifo reads the path only.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let killer = start(spec, (), tx).unwrap();
-        let path = claim.records().dir().join(killer.pgid().to_string());
-        let record = groups::GroupRecord::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let recorded = || groups::read_records(claim.records().dir()).unwrap().records;
+        let [record] = &recorded()[..] else { panic!("one group recorded: {:?}", recorded()) };
+        let record = record.clone();
         assert_eq!(record.pgid, killer.pgid());
         assert_eq!(
             Some(record.start_ticks),
@@ -1114,7 +1115,7 @@ mod tests {
             outcome.stdout_head,
             format!("{}\n", record.token).into_bytes()
         );
-        assert!(!path.exists(), "the record went with the group");
+        assert_eq!(recorded(), [], "the record went with the group");
     }
 
     #[tokio::test]
