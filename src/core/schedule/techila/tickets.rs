@@ -443,9 +443,8 @@ impl Projects {
             let class = &self.classes[entry.class as usize];
             entry.total = if leave_out_lowest { class.total_not_lowest } else { class.total_all };
         }
-        for at in 0..complex.len() {
-            let (j, lowest, _) = complex[at];
-            complex[at].2 = if lowest && leave_out_lowest { 0 } else { self.tickets(j) };
+        for entry in &mut complex {
+            entry.2 = if entry.1 && leave_out_lowest { 0 } else { self.tickets(entry.0) };
         }
         let total: u128 =
             eligible.iter().map(|entry| entry.total).sum::<u128>() + complex.iter().map(|&(_, _, t)| t).sum::<u128>();
