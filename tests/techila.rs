@@ -154,3 +154,77 @@ fn under_a_license_of_2_never_more_than_2_tasks_run_and_a_preempted_lowest_task_
         .collect();
     assert_eq!(completed, [1, 1, 1], "each Lowest task completed on its first attempt");
 }
+
+/// The order in which the log dispatched tasks (`job/index`), first attempts and retries alike.
+fn dispatched(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .entries()
+        .iter()
+        .filter_map(|entry| match event(entry) {
+            Some(Event::OrderBatch(batch)) => Some(batch.orders.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|order| match order {
+            Order::Dispatch { task, .. } => Some(task.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn project_priority_raises_a_running_projects_priority_so_its_tasks_go_next_and_refuses_0_8_and_an_unknown_job() {
+    let mut cluster = Cluster::start("algorithm = \"techila\"\nengine_timeout_secs = 5\ndispatch_timeout_secs = 10\nseed = 5\n");
+    cluster.projector();
+    let work = cluster.path("e1-work");
+    cluster.engine("engine-e1", "e1", 1, &work);
+    cluster.wait_logged_in(&["e1"]);
+    // Ann's two projects of equal priority on one core: `first` (created
+    // first) goes first; its tasks wait for the test's `go` file.
+    let dir = cluster.path("gate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let gate = format!("while [ ! -e {}/go ]; do sleep 0.1; done", dir.display());
+    submit(&cluster, "first", "ann", 4, 2, &gate);
+    submit(&cluster, "second", "ann", 4, 2, "true");
+    cluster.wait_for("first/0 to run", Duration::from_secs(20), |cluster| match job_field(cluster, "first", "running")? {
+        1 => Ok(()),
+        n => Err(format!("{n} running")),
+    });
+    let why = cluster.command(&["why".as_ref(), "second/0".as_ref()]);
+    assert!(why.contains("waiting behind the user's higher-priority project first (project priority 4)"), "{why}");
+
+    // Raise `second` to Highest: applied, and `why` of first's waiting task now names it.
+    let said = cluster.command(&["project-priority".as_ref(), "second".as_ref(), "1".as_ref()]);
+    assert!(said.contains("project priority 1 of second applied at seq"), "{said}");
+    let why = cluster.command(&["why".as_ref(), "first/1".as_ref()]);
+    assert!(why.contains("waiting behind the user's higher-priority project second (project priority 1)"), "{why}");
+    let changed = cluster.entries().iter().any(|entry| {
+        matches!(event(entry), Some(Event::ProjectPriorityChanged { job, priority: 1 }) if job.as_str() == "second")
+    });
+    assert!(changed, "the change is on the log");
+
+    // Bad values are refused with a clear message and a non-zero exit; nothing is published.
+    for bad in ["0", "8"] {
+        let err = cluster.try_command(&["project-priority".as_ref(), "second".as_ref(), bad.as_ref()]).unwrap_err();
+        assert!(err.contains(&format!("project priority {bad}: it must be 1 (Highest) to 7 (Lowest)")), "{err}");
+        assert!(err.contains("exit status: 2"), "{err}");
+    }
+    let err = cluster.try_command(&["project-priority".as_ref(), "nope".as_ref(), "2".as_ref()]).unwrap_err();
+    assert!(err.contains("exit status: 1") && err.contains("nope"), "{err}");
+    let n_changes = cluster
+        .entries()
+        .iter()
+        .filter(|entry| matches!(event(entry), Some(Event::ProjectPriorityChanged { .. })))
+        .count();
+    assert_eq!(n_changes, 2, "0 and 8 were never published; the unknown job's change was, and refused");
+
+    // The core freed by first/0 goes to `second`'s tasks before first/1.
+    std::fs::write(dir.join("go"), "").unwrap();
+    cluster.wait_for("both projects to be done", Duration::from_secs(30), |cluster| {
+        match (job_field(cluster, "first", "done")?, job_field(cluster, "second", "done")?) {
+            (2, 2) => Ok(()),
+            (a, b) => Err(format!("first {a} done, second {b} done")),
+        }
+    });
+    assert_eq!(dispatched(&cluster), ["first/0", "second/0", "second/1", "first/1"]);
+}

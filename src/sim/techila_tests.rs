@@ -97,9 +97,10 @@ fn the_draw_gives_each_entrant_its_ticket_share_within_3_points_over_20000_cycle
     let mut expected: BTreeMap<JobId, f64> = BTreeMap::new();
     for _ in 0..CYCLES {
         let named = order.jobs_for(&state, e);
-        let total: u64 = order.last_draw.iter().map(|entrant| entrant.tickets).sum();
-        assert_eq!(order.last_draw.len(), 4, "the four users' projects enter every draw");
-        for entrant in &order.last_draw {
+        let last_draw = order.last_draw(&state);
+        let total: u128 = last_draw.iter().map(|entrant| entrant.tickets).sum();
+        assert_eq!(last_draw.len(), 4, "the four users' projects enter every draw");
+        for entrant in &last_draw {
             *expected.entry(state.job(entrant.job).id.clone()).or_default() += entrant.tickets as f64 / total as f64;
         }
         *wins.entry(state.job(named[0]).id.clone()).or_default() += 1;
@@ -111,7 +112,7 @@ fn the_draw_gives_each_entrant_its_ticket_share_within_3_points_over_20000_cycle
         assert!((won - expected).abs() <= 3.0, "{job} won {won:.2}%, its tickets are {expected:.2}%");
     }
     // The tickets really differ: the Highest project holds several times the Lowest-but-one's.
-    let first = &order.last_draw;
+    let first = &order.last_draw(&state);
     assert!(first[0].tickets > 4 * first[3].tickets, "{first:?}");
 }
 
@@ -334,4 +335,90 @@ fn a_license_of_500_on_600_dual_core_engines_runs_500_tasks_on_the_500_fastest_c
     println!("after 50 of the fastest engines are lost: {:?}", used_per_group(&after));
     assert_eq!(used_per_group(&after), next, "the work moved to the next fastest cores");
     assert_eq!(report.engines_lost, 50, "{report}");
+}
+
+/// A grid whose fastest engine by benchmark is slow in truth: `slow` (one
+/// core, 3,000 mflops, running at 10% speed) and 4 `fast` cores (2,000
+/// mflops, full speed); one project of 24 tasks of 1 s, expected 2 s.
+fn slow_engine_grid(expected_task_time_ms: u64) -> Scenario {
+    let text = r#"
+seed = 12
+
+[policy]
+engine_timeout_ms = 60000
+dispatch_timeout_ms = 60000
+
+[[engines]]
+count = 1
+name_prefix = "slow"
+slots = 1
+os = "linux"
+mflops = 3000
+speed_percent = 10
+
+[[engines]]
+count = 4
+name_prefix = "fast"
+slots = 1
+os = "linux"
+mflops = 2000
+
+[[jobs]]
+id = "p"
+owner = "ann"
+tasks = 24
+duration_ms = 1000
+"#;
+    let mut scenario = techila_scenario(text, TechilaPolicy::default(), None);
+    scenario.jobs[0].options.expected_task_time_ms = expected_task_time_ms;
+    scenario
+}
+
+#[test]
+fn against_a_slow_engine_expired_tasks_are_copied_the_fast_copy_wins_the_slow_one_is_cancelled_and_the_makespan_falls_by_a_third() {
+    let (with, entries) = run_checked(&slow_engine_grid(2_000));
+    let (without, _) = run_checked(&slow_engine_grid(0));
+    assert_eq!((with.outcome, without.outcome), (Outcome::AllJobsEnded, Outcome::AllJobsEnded), "{with}\n{without}");
+    let orders = orders_of(&entries);
+    let expired: BTreeSet<String> = orders
+        .iter()
+        .filter_map(|order| match order {
+            Order::Reschedule { task, reason: crate::core::event::RescheduleReason::Expired, .. } => Some(task.to_string()),
+            _ => None,
+        })
+        .collect();
+    let cancelled_on_slow: BTreeSet<String> = orders
+        .iter()
+        .filter_map(|order| match order {
+            Order::Cancel { task, engine, .. } if engine.as_str().starts_with("slow") => Some(task.to_string()),
+            _ => None,
+        })
+        .collect();
+    // Each expired task completed once, on a fast core, by its copy (attempt 2).
+    let completions: BTreeMap<String, (u32, String)> = entries
+        .iter()
+        .filter_map(|entry| match entry.payload_event() {
+            Some(Event::TaskCompleted { task, attempt, engine, .. }) => Some((task.to_string(), (*attempt, engine.to_string()))),
+            _ => None,
+        })
+        .collect();
+    println!(
+        "expired and copied: {} tasks {expired:?}; slow copies cancelled: {}; makespan {} ms with expected_task_time, {} ms without",
+        expired.len(),
+        cancelled_on_slow.len(),
+        with.makespan_ms,
+        without.makespan_ms
+    );
+    assert!(expired.len() >= 2, "the slow engine's tasks expire, more than once: {expired:?}");
+    for task in &expired {
+        let (attempt, engine) = &completions[task];
+        assert!(engine.starts_with("fast") && *attempt == 2, "{task}: completed by attempt {attempt} on {engine}");
+    }
+    // Cancelled as the redundant copy of a finished task, or with the job when it was its last.
+    assert_eq!(cancelled_on_slow, expired, "every expired task's slow original is cancelled");
+    assert_eq!(with.tasks_done, 24, "{with}");
+    // Without expected_task_time the last task waits on the slow engine
+    // (10 s a task); with it, the copies finish the project in at most two thirds of that.
+    assert!(without.makespan_ms >= 10_000, "{without}");
+    assert!(with.makespan_ms * 3 <= without.makespan_ms * 2, "{} ms against {} ms", with.makespan_ms, without.makespan_ms);
 }

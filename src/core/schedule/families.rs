@@ -267,10 +267,8 @@ impl MovingOrder {
 }
 
 /// A resource-first ordering: which free engine next, and the jobs it would
-/// take, best first. No policy selects one yet; the test family
-/// ([`super::fastest_first`]) shows the loop's shape.
+/// take, best first (Techila's, [`super::techila`]).
 pub enum EngineOrder {
-    FastestFirst(super::fastest_first::FastestFirst),
     Techila(Box<super::techila::TechilaOrder>),
 }
 
@@ -278,7 +276,6 @@ impl EngineOrder {
     /// The next free engine to serve (its position among the run's candidates).
     pub(crate) fn next_engine(&mut self, state: &State, candidates: &[Candidate]) -> Option<u32> {
         match self {
-            EngineOrder::FastestFirst(order) => order.next_engine(state, candidates),
             EngineOrder::Techila(order) => order.next_engine(state, candidates),
         }
     }
@@ -286,7 +283,6 @@ impl EngineOrder {
     /// The jobs engine `e` would take, best first.
     pub(crate) fn jobs_for(&mut self, state: &State, e: EngineIdx) -> Vec<JobIdx> {
         match self {
-            EngineOrder::FastestFirst(order) => order.jobs_for(state, e),
             EngineOrder::Techila(order) => order.jobs_for(state, e),
         }
     }
@@ -295,7 +291,6 @@ impl EngineOrder {
     /// none of those have had a task for it, best first (computed only then).
     pub(crate) fn more_jobs_for(&mut self, state: &State) -> Vec<JobIdx> {
         match self {
-            EngineOrder::FastestFirst(_) => Vec::new(),
             EngineOrder::Techila(order) => order.more_jobs_for(state),
         }
     }
@@ -303,7 +298,6 @@ impl EngineOrder {
     /// Whether the run already booked this task.
     pub(crate) fn has_booked(&self, key: TaskKey) -> bool {
         match self {
-            EngineOrder::FastestFirst(order) => order.has_booked(key),
             EngineOrder::Techila(order) => order.has_booked(key),
         }
     }
@@ -311,7 +305,6 @@ impl EngineOrder {
     /// The engine at `at` was served (and booked `task`, or nothing).
     pub(crate) fn engine_served(&mut self, state: &State, at: u32, booked: Option<TaskKey>) {
         match self {
-            EngineOrder::FastestFirst(order) => order.engine_served(at, booked),
             EngineOrder::Techila(order) => order.engine_served(state, at, booked),
         }
     }

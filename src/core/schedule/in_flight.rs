@@ -145,6 +145,10 @@ impl InFlight {
     pub fn has_rescheduled(&self) -> bool {
         !self.rescheduled.is_empty()
     }
+    /// The tasks whose published `Reschedule` awaits its fold, in key order.
+    pub fn rescheduled(&self) -> impl Iterator<Item = TaskKey> + '_ {
+        self.rescheduled.iter().copied()
+    }
     pub fn is_rescheduled(&self, key: TaskKey) -> bool {
         self.rescheduled.contains(&key)
     }

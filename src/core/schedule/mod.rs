@@ -40,7 +40,6 @@ pub mod budget;
 pub mod dependencies;
 pub mod dispatch;
 pub mod families;
-pub mod fastest_first;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
@@ -53,8 +52,6 @@ pub mod techila;
 
 #[cfg(test)]
 mod busy_grid_tests;
-#[cfg(test)]
-mod fastest_first_tests;
 #[cfg(test)]
 mod gridserver_tests;
 #[cfg(test)]
@@ -76,7 +73,10 @@ use super::state::State;
 /// this version). 3: the chain digest over stored bytes, epochs, one order budget.
 /// 4: ended jobs retire; a job's walk past 10,000 held tasks goes on over its
 /// fresh ones; an attempt is ended by one order per run.
-pub const ALGORITHM_VERSION: u32 = 4;
+/// 5: Techila's tickets are a fixed numerator over a project's own ranking
+/// (not the sum of the entrants' rankings), its creation rank counts the run's
+/// projects, and the draw takes the entrants in class order (`techila::tickets`).
+pub const ALGORITHM_VERSION: u32 = 5;
 
 /// The next orders, given the state folded so far and the orders in flight.
 /// Every stage is capped, and all draw from one [`Orders`] budget, so the batch

@@ -468,6 +468,19 @@ impl LiveAttempts {
         all
     }
 
+    /// Adds `figure` of every live attempt to its job's entry of `per_job`
+    /// (dense by job index, grown as needed). A sum does not depend on the
+    /// table's order, so that order stays unexposed.
+    pub fn add_per_job(&self, per_job: &mut Vec<u64>, figure: impl Fn(&LiveAttempt) -> u64) {
+        for (key, live) in &self.map {
+            let j = key.job.0 as usize;
+            if per_job.len() <= j {
+                per_job.resize(j + 1, 0);
+            }
+            per_job[j] = per_job[j].saturating_add(figure(live));
+        }
+    }
+
     /// The tasks of one job with a live attempt, in task order.
     pub fn tasks_of_job(&self, job: JobIdx) -> Vec<TaskKey> {
         let mut keys: Vec<TaskKey> = self.map.keys().filter(|key| key.job == job).copied().collect();

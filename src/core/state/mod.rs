@@ -425,6 +425,20 @@ impl State {
         self.dependents.iter().filter(|(_, dependents)| dependents.contains(&j)).map(|(&dependency, _)| dependency).collect()
     }
 
+    /// Per job index (dense): the sum of the mflops of the engines running its
+    /// live attempts (copies included), in one pass over the live attempts.
+    pub fn mflops_running_per_job(&self) -> Vec<u64> {
+        let mut per_job = Vec::new();
+        self.live.add_per_job(&mut per_job, |live| self.engine(live.engine).props.mflops);
+        for (&(key, _), live) in &self.copies {
+            let j = key.job.0 as usize;
+            if per_job.len() <= j {
+                per_job.resize(j + 1, 0);
+            }
+            per_job[j] = per_job[j].saturating_add(self.engine(live.engine).props.mflops);
+        }
+        per_job
+    }
     /// Every live attempt of one job, in (task, attempt) order.
     pub fn live_attempts_of_job_sorted(&self, j: JobIdx) -> Vec<(TaskKey, LiveAttempt)> {
         let mut all: Vec<(TaskKey, LiveAttempt)> =

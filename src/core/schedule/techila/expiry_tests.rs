@@ -72,7 +72,7 @@ fn an_expired_task_is_copied_on_the_next_free_core_before_the_next_projects_task
     log.at(1_010_000).push(Event::Tick);
     assert_eq!(decide_once(&mut log, &mut state), "(no orders)\n");
     // p1/2 completes on c2 at 11 s, as p1/0 and p1/1 pass their expected 10 s:
-    // both are expired; the cycle waits for their copies to be queued.
+    // both are expired; the free c2 is held back for a copy until the copies are queued.
     log.at(1_011_000).completed("p1", 2, 1, "c2");
     expect_test::expect![[r#"
         reschedule p1/0 (expired: 11000 ms > 10000 ms)
@@ -298,4 +298,50 @@ fn a_normal_project_whose_tasks_all_wait_for_dependencies_preempts_no_lowest_pro
     log.submit(normal);
     assert_eq!(decide_once(&mut log, &mut state), "(no orders)\n", "a held Normal project preempts no Lowest one");
     assert!(!want::wants_capacity(&state, state.job_idx(&job_id("normal")).unwrap()));
+}
+
+#[test]
+fn a_copy_in_flight_holds_back_one_core_and_the_other_free_cores_are_served() {
+    let mut log = LogBuilder::new();
+    log.push(techila(TechilaPolicy::default()));
+    log.login("c0", 1, props(3_000));
+    log.submit(project("p1", "ann", 1, 10_000));
+    let mut state = State::new();
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch p1/0 #1 -> c0\n");
+    log.started("p1", 0, 1, "c0");
+    // At 11 s p1/0 has run past its expected 10 s as two cores log in and bob submits.
+    log.at(1_011_000);
+    log.login("c1", 1, props(2_000));
+    log.login("c2", 1, props(1_000));
+    log.submit(project("p2", "bob", 5, 0));
+    // The run orders the copy and holds back the fastest free core it may take
+    // (c1); the other free core (c2) is served at once, not paused.
+    expect_test::expect![[r#"
+        reschedule p1/0 (expired: 11000 ms > 10000 ms)
+        dispatch p2/0 #1 -> c2
+    "#]]
+    .assert_eq(&decide_once(&mut log, &mut state));
+    // Folded, the copy takes the held core before any task of p2.
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch p1/0 #2 -> c1\n");
+}
+
+#[test]
+fn a_copy_running_alone_past_the_expected_time_is_not_copied_again() {
+    let (mut log, mut state) = figure_3();
+    log.at(1_011_000).completed("p1", 2, 1, "c2");
+    decide_once(&mut log, &mut state);
+    assert_eq!(decide_once(&mut log, &mut state), "dispatch p1/1 #2 -> c2\n");
+    log.started("p1", 1, 2, "c2");
+    // The original's engine leaves: the copy runs on alone, and long past the
+    // expected time it is still not expired a second time (no third attempt).
+    log.push(Event::EngineLoggedOut { engine: engine_id("c1") });
+    decide_once(&mut log, &mut state);
+    // At 25 s the copy has run 14 s (expected 10 s), its engine still in time.
+    log.at(1_025_000).push(Event::Tick);
+    let orders = decide_once(&mut log, &mut state);
+    assert!(!orders.contains("reschedule p1/1"), "{orders}");
+    let p1 = state.job(state.job_idx(&job_id("p1")).unwrap());
+    let key = TaskKey { job: state.job_idx(&job_id("p1")).unwrap(), index: 1 };
+    assert_eq!(state.live_attempts_of(key).len(), 1, "the copy alone runs");
+    assert!(p1.tasks[1].is_live());
 }

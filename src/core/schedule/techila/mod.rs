@@ -8,13 +8,14 @@
 //! the projects compatible with it (their category's requirements and slots)
 //! enter a **ticket draw**, at most one per user (the user's most important:
 //! lowest project priority number, then earliest created) unless the policy's
-//! `simultaneous_projects`; each gets `sum of rankings / own ranking` tickets
-//! (at least 1); one ticket is drawn with the run's seeded PRNG
+//! `simultaneous_projects`; each holds tickets in inverse proportion to its
+//! ranking (below); one ticket is drawn with the run's seeded PRNG
 //! ([`crate::core::rng::SplitMix64::for_sequence`] of the policy's seed and
-//! the sequence the run is based on, advanced once per draw), so replay draws
-//! the same; one task of the winner goes to that core. The cycle repeats while
-//! cores, tasks and the license allow. When a Normal-or-higher project (1 to 4)
-//! is among a draw's entrants, Lowest (7) projects are left out of it.
+//! the sequence the run is based on, advanced once per draw of two or more
+//! entrants), so replay draws the same; one task of the winner goes to that
+//! core. The cycle repeats while cores, tasks and the license allow. When a
+//! Normal-or-higher project (1 to 4) that wants capacity is among a draw's
+//! entrants, Lowest (7) projects are left out of it.
 //!
 //! # The ranking (lower ranking, more tickets)
 //! With integers only (u128, no overflow for any u32/u64 input):
@@ -23,7 +24,7 @@
 //! ranking = user_priority × project_priority
 //!         × (1000 + 1000 × running_tasks + benchmark_sum_mflops
 //!            + 1000 × cpu_ms_completed / (wall_clock_ms + 60_000))
-//!         × (100 + creation_rank)
+//!         × (1000 + creation_rank)
 //! ```
 //!
 //! Why each input moves it:
@@ -43,10 +44,29 @@
 //!   zero): the average number of cores' worth of work it has consumed over its
 //!   life, in thousandths. A project that has used much recently ranks higher;
 //!   an old project that used the same total slowly is not punished for its age.
-//! - **creation order** (0 for the earliest entrant of the draw): each later
-//!   project ranks 1% higher, so between otherwise equal projects the older one
-//!   is favoured a little, as Techila processes projects in creation order.
+//! - **creation order** (0 for the earliest created of the run's runnable
+//!   projects, every user's counted): each later project ranks 0.1% higher, so
+//!   between otherwise equal projects the older one is favoured a little, as
+//!   Techila processes projects in creation order (a thousand projects apart,
+//!   the older holds twice the tickets).
 //! - the base 1000 keeps the ranking positive for a project that has run nothing.
+//!
+//! # The tickets
+//! A project holds `2^96 / ranking` tickets (at least 1), [`TICKETS_NUMERATOR`]:
+//! the seed's `sum of rankings / own ranking` gives every entrant the same odds
+//! (both are proportional to `1 / own`), but a fixed numerator makes a
+//! project's tickets depend on its own inputs only, so a booking changes one
+//! project's tickets and a draw costs `O(log n)` ([`tickets`]: Fenwick trees of
+//! tickets per class of projects). Why 2^96: the integer division rounds each
+//! count down by less than one ticket, a relative error below
+//! `ranking / 2^96`. The smallest ranking is 10^6 (1 × 1 × 1000 × 1000), so a
+//! project holds at most 2^76 tickets and any number of entrants a u128 sum
+//! holds (2^52) fits; the rankings the limits allow stay below 2^70 (49 ×
+//! (1000 × 10^7 tasks running + 10^7 cores of 10^6 mflops + …) × (1000 +
+//! 10^5 projects) ≈ 2^66), so the error stays below 2^-26 of a share, far below
+//! the 3 points the draw is measured against. A ranking above 2^96 (absurd
+//! inputs) holds 1 ticket. The ticket is drawn as `rng.below(total)` over the
+//! entrants in the draw's order ([`tickets`]): 128-bit when the total exceeds 64 bits.
 //!
 //! # The license cap and preemption
 //! Policy `max_running_tasks` caps the tasks dispatched or running at once
@@ -80,6 +100,7 @@ use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 pub mod cycle;
 mod draw;
 pub mod expiry;
+mod tickets;
 pub mod want;
 
 #[cfg(test)]
@@ -91,8 +112,8 @@ pub const PRIORITY_HIGHEST: u32 = 1;
 pub const PRIORITY_NORMAL: u32 = 4;
 pub const PRIORITY_LOWEST: u32 = 7;
 
-/// Most projects entering one draw (one per user, or every project with
-/// `simultaneous_projects`): the rest, least important first, wait a cycle.
+/// Most entrants of a draw listed (by `why`, and for the losers of a draw
+/// whose winner had no task for the core); the draw itself takes every one.
 pub const DRAW_ENTRANTS_MAX: usize = 4_096;
 /// Most Preempt orders one run gives.
 pub const PREEMPTS_PER_RUN_MAX: usize = 1_024;
@@ -137,29 +158,28 @@ pub fn ranking(inputs: &RankingInputs) -> u128 {
     u128::from(inputs.user_priority.max(1))
         * u128::from(inputs.project_priority.max(1))
         * consumption
-        * (100 + u128::from(inputs.creation_rank))
+        * (1000 + u128::from(inputs.creation_rank))
 }
 
-/// Tickets per entrant: the sum of the rankings over its own (at least 1).
-pub fn tickets(rankings: &[u128]) -> Vec<u64> {
-    let sum: u128 = rankings.iter().sum();
-    rankings.iter().map(|&own| tickets_of(sum, own)).collect()
+/// The tickets' fixed numerator, 2^96: a project holds `2^96 / ranking`
+/// tickets (module doc, "The tickets").
+pub const TICKETS_NUMERATOR: u128 = 1 << 96;
+
+/// Tickets per entrant: the fixed numerator over its own ranking (at least 1).
+pub fn tickets(rankings: &[u128]) -> Vec<u128> {
+    rankings.iter().map(|&own| tickets_of(own)).collect()
 }
 
-/// One entrant's tickets: `sum / own` (at least 1), in 64-bit division when
-/// the sum fits (the common case, much cheaper; the same quotient).
-fn tickets_of(sum: u128, own: u128) -> u64 {
-    match u64::try_from(sum) {
-        Ok(sum) => (sum / (own as u64).max(1)).max(1),
-        Err(_) => u64::try_from(sum / own.max(1)).unwrap_or(u64::MAX / 8192).max(1),
-    }
+/// One project's tickets: `TICKETS_NUMERATOR / ranking` (at least 1).
+fn tickets_of(own: u128) -> u128 {
+    (TICKETS_NUMERATOR / own.max(1)).max(1)
 }
 
 /// Draws one ticket: the position of the entrant holding it.
-pub fn draw(tickets: &[u64], rng: &mut SplitMix64) -> usize {
+pub fn draw(tickets: &[u128], rng: &mut SplitMix64) -> usize {
     assert!(!tickets.is_empty(), "a draw has entrants");
-    let total: u64 = tickets.iter().fold(0u64, |sum, &t| sum.saturating_add(t));
-    let mut ticket = rng.below(total);
+    let total: u128 = tickets.iter().fold(0u128, |sum, &t| sum.saturating_add(t));
+    let mut ticket = tickets::below(rng, total);
     for (at, &t) in tickets.iter().enumerate() {
         if ticket < t {
             return at;
@@ -175,7 +195,7 @@ pub struct Entrant {
     pub job: JobIdx,
     pub inputs: RankingInputs,
     pub ranking: u128,
-    pub tickets: u64,
+    pub tickets: u128,
 }
 
 /// The Techila ordering of one run: its draws and bookings.
@@ -184,29 +204,22 @@ pub struct TechilaOrder {
     /// Tasks the license still allows this run (`u32::MAX`: no cap).
     license_left: u32,
     passed: BTreeSet<u32>,
-    booked: BTreeSet<TaskKey>,
-    /// Per job index (dense): the tasks this run booked.
-    booked_per_job: Vec<u32>,
-    /// Per job index (dense), once drawn: the sum of the mflops of the engines running it.
-    benchmark_sums: Vec<Option<u64>>,
+    /// Per job index (dense): the task indexes this run booked, sorted.
+    booked: Vec<Vec<u32>>,
     /// The engine served by the last `jobs_for`.
     serving: Option<EngineIdx>,
     /// Per job index (dense): its dispatches in flight.
     in_flight_per_job: Vec<u32>,
     cores: draw::CoreQueue,
-    projects: draw::Projects,
-    /// The position of the last draw's winner among its entrants, until
-    /// `more_jobs_for` names the others.
-    last_winner: Option<usize>,
-    /// The last draw, for tests and `why`.
-    pub last_draw: Vec<Entrant>,
-    /// Reused by every cycle: the entrants' jobs, their tickets.
-    jobs_buffer: Vec<JobIdx>,
-    tickets_buffer: Vec<u64>,
+    projects: tickets::Projects,
+    /// The last draw's winner, until `more_jobs_for` names the others.
+    last_winner: Option<JobIdx>,
     /// A scheduling cycle is due ([`cycle::due`]): else no engine is served.
     cycle_due: bool,
     /// Jobs with an expired task's copy waiting, served before any draw ([`expiry`]).
     expired_first: Vec<JobIdx>,
+    /// Copies ordered but not yet folded, each to hold back a core ([`TechilaOrder::wait_for_copies`]).
+    copies_pending: Vec<TaskKey>,
 }
 
 /// Tasks dispatched or running over the grid, counting the dispatches in flight.
@@ -227,9 +240,7 @@ impl TechilaOrder {
             rng: SplitMix64::for_sequence(state.policy.seed, state.last_seq.0),
             license_left,
             passed: BTreeSet::new(),
-            booked: BTreeSet::new(),
-            booked_per_job: Vec::new(),
-            benchmark_sums: Vec::new(),
+            booked: Vec::new(),
             serving: None,
             in_flight_per_job: {
                 let mut per_job = Vec::new();
@@ -242,13 +253,11 @@ impl TechilaOrder {
                 per_job
             },
             cores: draw::CoreQueue::default(),
-            projects: draw::Projects::default(),
+            projects: tickets::Projects::default(),
             last_winner: None,
-            jobs_buffer: Vec::new(),
-            tickets_buffer: Vec::new(),
-            last_draw: Vec::new(),
             cycle_due: cycle::due(state),
             expired_first: expiry::jobs_with_copies_waiting(state),
+            copies_pending: Vec::new(),
         }
     }
 
@@ -257,7 +266,17 @@ impl TechilaOrder {
         if self.license_left == 0 || !self.cycle_due {
             return None;
         }
-        self.cores.next(state, candidates, &self.passed)
+        loop {
+            let at = self.cores.next(state, candidates, &self.passed)?;
+            if self.copies_pending.is_empty() || !self.holds_back(state, candidates[at as usize].engine) {
+                return Some(at);
+            }
+            self.license_left = self.license_left.saturating_sub(1);
+            self.engine_served(state, at, None);
+            if self.license_left == 0 {
+                return None;
+            }
+        }
     }
 
     /// The project the draw names for engine `e`: its winner. Should the
@@ -272,21 +291,13 @@ impl TechilaOrder {
             .copied()
             .filter(|&j| self.wanting_now(state, j) > 0 && expiry::copy_fits(state, j, e))
             .collect();
-        let entrants = self.entrants(state, e);
-        if entrants.is_empty() {
-            self.last_draw = entrants;
-            return order;
+        let in_flight_per_job = &self.in_flight_per_job;
+        let in_flight_of = |j: JobIdx| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0);
+        let winner = self.projects.draw(state, &in_flight_of, (e, state.engine(e).free_slots()), &mut self.rng);
+        if let Some(j) = winner {
+            order.push(j);
         }
-        let winner = if entrants.len() == 1 {
-            0
-        } else {
-            self.tickets_buffer.clear();
-            self.tickets_buffer.extend(entrants.iter().map(|entrant| entrant.tickets));
-            draw(&self.tickets_buffer, &mut self.rng)
-        };
-        order.push(entrants[winner].job);
-        self.last_draw = entrants;
-        self.last_winner = Some(winner);
+        self.last_winner = winner;
         order
     }
 
@@ -294,106 +305,103 @@ impl TechilaOrder {
     /// less its dispatches in flight and those booked this run.
     fn wanting_now(&self, state: &State, j: JobIdx) -> u32 {
         let in_flight = self.in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0);
-        state.job(j).n_wanting_dispatch().saturating_sub(in_flight + self.booked_of(j))
+        let booked = self.booked.get(j.0 as usize).map_or(0, |indexes| indexes.len() as u32);
+        state.job(j).n_wanting_dispatch().saturating_sub(in_flight + booked)
     }
 
     /// The other entrants of the last draw, by tickets (most first, then
     /// creation order), should its winner have no task for the engine.
     pub(crate) fn more_jobs_for(&mut self, state: &State) -> Vec<JobIdx> {
-        let Some(winner) = self.last_winner.take() else { return Vec::new() };
-        let mut rest: Vec<&Entrant> =
-            self.last_draw.iter().enumerate().filter(|(at, _)| *at != winner).map(|(_, en)| en).collect();
+        let (Some(winner), Some(e)) = (self.last_winner.take(), self.serving) else { return Vec::new() };
+        let mut rest: Vec<Entrant> = self.entrants(state, e);
+        rest.retain(|entrant| entrant.job != winner);
         rest.sort_by_key(|entrant| (std::cmp::Reverse(entrant.tickets), state.job(entrant.job).submit_seq, entrant.job));
         rest.iter().map(|entrant| entrant.job).collect()
     }
 
-    fn booked_of(&self, j: JobIdx) -> u32 {
-        self.booked_per_job.get(j.0 as usize).copied().unwrap_or(0)
-    }
-
-    /// The draw's entrants for engine `e`, in creation order, with their tickets.
+    /// The entrants of a draw for engine `e` now, in the draw's order, with
+    /// their tickets (at most [`DRAW_ENTRANTS_MAX`]).
     pub fn entrants(&mut self, state: &State, e: EngineIdx) -> Vec<Entrant> {
-        let free = state.engine(e).free_slots();
-        let mut jobs: Vec<JobIdx> = std::mem::take(&mut self.jobs_buffer);
-        let mut projects = std::mem::take(&mut self.projects);
         let in_flight_per_job = &self.in_flight_per_job;
-        projects.entrants(
-            state,
-            |j| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0),
-            (e, free),
-            &self.booked_per_job,
-            &mut jobs,
-        );
-        if jobs.len() > DRAW_ENTRANTS_MAX {
-            jobs.sort_by_key(|&j| (projects.fixed(j).project_priority, projects.fixed(j).submit_seq, j));
-            jobs.truncate(DRAW_ENTRANTS_MAX);
-        }
-        jobs.sort_by_key(|&j| (projects.fixed(j).submit_seq, j));
-        let mut entrants: Vec<Entrant> = std::mem::take(&mut self.last_draw);
-        entrants.clear();
-        for (creation_rank, &j) in jobs.iter().enumerate() {
-            let fixed = *projects.fixed(j);
-            let benchmark_sum_mflops = self.benchmark_sum(state, j);
-            let inputs = RankingInputs {
-                user_priority: fixed.user_priority,
-                project_priority: fixed.project_priority,
-                wall_clock_ms: fixed.wall_clock_ms,
-                cpu_ms_completed: fixed.cpu_ms_completed,
-                running_tasks: fixed.running_before + self.booked_of(j),
-                creation_rank: creation_rank as u32,
-                benchmark_sum_mflops,
-            };
-            entrants.push(Entrant { job: j, inputs, ranking: ranking(&inputs), tickets: 0 });
-        }
-        self.projects = projects;
-        self.jobs_buffer = jobs;
-        let sum: u128 = entrants.iter().map(|entrant| entrant.ranking).sum();
-        for entrant in &mut entrants {
-            entrant.tickets = tickets_of(sum, entrant.ranking);
-        }
-        entrants
+        let in_flight_of = |j: JobIdx| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0);
+        self.projects
+            .entrants(state, &in_flight_of, (e, state.engine(e).free_slots()), DRAW_ENTRANTS_MAX)
+            .into_iter()
+            .map(|listed| Entrant { job: listed.job, inputs: listed.inputs, ranking: listed.ranking, tickets: listed.tickets })
+            .collect()
     }
 
-    fn benchmark_sum(&mut self, state: &State, j: JobIdx) -> u64 {
-        let at = j.0 as usize;
-        if self.benchmark_sums.len() <= at {
-            self.benchmark_sums.resize(at + 1, None);
+    /// The entrants of the last draw (the engine last served), as they stand now.
+    pub fn last_draw(&mut self, state: &State) -> Vec<Entrant> {
+        match self.serving {
+            Some(e) => self.entrants(state, e),
+            None => Vec::new(),
         }
-        *self.benchmark_sums[at].get_or_insert_with(|| {
-            state.live_attempts_of_job_sorted(j).iter().map(|(_, live)| state.engine(live.engine).props.mflops).sum()
-        })
     }
 
-    /// Serves no engine this run while an expiry's copy is ordered but not yet
-    /// folded (in this run's `orders` or in flight): the fold queues the copy
-    /// and opens a cycle, which then serves it before any draw.
-    pub(crate) fn wait_for_copies(&mut self, in_flight: &InFlight, orders: &[Order]) {
-        let ordered = orders
-            .iter()
-            .any(|order| matches!(order, Order::Reschedule { reason: crate::core::event::RescheduleReason::Expired, .. }));
-        if ordered || in_flight.has_rescheduled() {
-            self.cycle_due = false;
-        }
+    /// The entrants for engine `e` and their total tickets as the run's trees
+    /// count them (tests check them against [`TechilaOrder::entrants`]).
+    #[cfg(test)]
+    pub(crate) fn counted(&mut self, state: &State, e: EngineIdx) -> (u32, u128) {
+        let in_flight_per_job = &self.in_flight_per_job;
+        let in_flight_of = |j: JobIdx| in_flight_per_job.get(j.0 as usize).copied().unwrap_or(0);
+        self.projects.counted(state, &in_flight_of, (e, state.engine(e).free_slots()))
+    }
+
+    /// Books a task of `j` on engine `e` as the dispatch loop would (tests).
+    #[cfg(test)]
+    pub(crate) fn book_for_test(&mut self, state: &State, e: EngineIdx, j: JobIdx) {
+        self.projects.booked(state, j, state.engine(e).props.mflops);
+    }
+
+    /// Notes the copies ordered but not yet folded (an expiry's `Reschedule`
+    /// in this run's `orders`, or any `Reschedule` in flight): each holds back
+    /// the fastest free core it could take ([`TechilaOrder::next_engine`]), so
+    /// the copy, queued by the fold, gets that core at the next cycle before
+    /// any task of another project; the other free cores are served as usual.
+    pub(crate) fn wait_for_copies(&mut self, state: &State, in_flight: &InFlight, orders: &[Order]) {
+        let ordered = orders.iter().filter_map(|order| match order {
+            Order::Reschedule { task, reason: crate::core::event::RescheduleReason::Expired, .. } => state.task_key(task),
+            _ => None,
+        });
+        let mut pending: Vec<TaskKey> = ordered.chain(in_flight.rescheduled()).collect();
+        pending.sort_unstable();
+        pending.dedup();
+        pending.truncate(expiry::EXPIRIES_PER_RUN_MAX);
+        self.copies_pending = pending;
+    }
+
+    /// Whether a pending copy may take engine `e` (then it holds it back):
+    /// the job's category, its slots, and not the engine running the task.
+    fn holds_back(&mut self, state: &State, e: EngineIdx) -> bool {
+        let engine = state.engine(e);
+        let at = self.copies_pending.iter().position(|&key| {
+            let job = state.job(key.job);
+            job.slots_per_task <= engine.free_slots()
+                && state.category(job.category).is_eligible(e)
+                && !state.live_attempts_of(key).iter().any(|live| live.engine == e)
+        });
+        at.map(|at| self.copies_pending.remove(at)).is_some()
     }
 
     pub fn has_booked(&self, key: TaskKey) -> bool {
-        self.booked.contains(&key)
+        self.booked.get(key.job.0 as usize).is_some_and(|indexes| indexes.binary_search(&key.index).is_ok())
     }
 
     pub(crate) fn engine_served(&mut self, state: &State, at: u32, booked: Option<TaskKey>) {
         self.cores.served(at);
         match booked {
             Some(key) => {
-                self.booked.insert(key);
                 let j = key.job.0 as usize;
-                if self.booked_per_job.len() <= j {
-                    self.booked_per_job.resize(j + 1, 0);
+                if self.booked.len() <= j {
+                    self.booked.resize_with(j + 1, Vec::new);
                 }
-                self.booked_per_job[j] += 1;
+                if let Err(at) = self.booked[j].binary_search(&key.index) {
+                    self.booked[j].insert(at, key.index);
+                }
                 self.license_left = self.license_left.saturating_sub(1);
-                if let (Some(Some(sum)), Some(e)) = (self.benchmark_sums.get_mut(j), self.serving) {
-                    *sum += state.engine(e).props.mflops;
-                }
+                let mflops = self.serving.map_or(0, |e| state.engine(e).props.mflops);
+                self.projects.booked(state, key.job, mflops);
             }
             None => {
                 self.passed.insert(at);
@@ -508,7 +516,7 @@ pub enum TechilaWhy {
     BehindUsersProject { project: JobId, project_priority: u32 },
     /// The job takes part in the draws; the tickets of each entrant of a
     /// cycle now on the fastest free core that may take it.
-    InTheDraw { engine: String, tickets: Vec<(JobId, u64)> },
+    InTheDraw { engine: String, tickets: Vec<(JobId, u128)> },
     /// No free core may take it now.
     NoFreeCore,
     /// Its task was preempted (a Lowest project) in favour of project `by`.
