@@ -62,6 +62,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.EngineLoad.values_milli",
     ".gridfold.v1.LoadFormula.expression",
     ".gridfold.v1.PolicySet.queue_sort_method",
+    ".gridfold.v1.JobOptions.soft",
 ];
 
 fn main() {

@@ -321,6 +321,12 @@ pub struct JobOptions {
     /// Techila's expected task time, in ms of log time: under `techila`, a
     /// task running longer is expired and gets one copy on another core; 0: none.
     pub expected_task_time_ms: u64,
+    /// Grid Engine's soft requests (`qsub -soft -l`): a requirements expression
+    /// that engines satisfying it rank first among those that may take a task,
+    /// without excluding the others (empty: none). Same grammar and limits as
+    /// `requirements`.
+    #[serde(default)]
+    pub soft: String,
 }
 
 impl JobOptions {

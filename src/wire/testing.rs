@@ -162,6 +162,7 @@ pub fn every_event() -> Vec<Event> {
                 job_share: 250,
                 tasks_total: Some(4),
                 project_priority: 2,
+                soft: "site == \"lyon\"".into(),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -477,12 +478,13 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             arb_preferences(),
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
+            prop::option::of("[a-z_ =\"<>0-9]{0,20}"),
         ),
         (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32, 0..=7u32, any::<u64>()),
     )
         .prop_map(
             |(
-                (root_library, affinity, depends_on_jobs, flags),
+                (root_library, affinity, depends_on_jobs, flags, soft),
                 (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share, project_priority, expected_task_time_ms),
             )| {
                 let [
@@ -510,6 +512,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     job_share,
                     tasks_total: None,
                     project_priority,
+                    soft: soft.unwrap_or_default(),
                 }
             },
         );

@@ -17,7 +17,8 @@
 //!    picks the job (priority, then submission order: Grid Engine's SGE mode) and
 //!    the task (queue jumps first); *filters* ([`filters`]) say whether an engine
 //!    may take it, each with a reason (requirements, discriminator, library,
-//!    blacklist, ...); *ranking* orders the engines that may: tier, then score
+//!    blacklist, ...); *ranking* orders the engines that may: tier, then the
+//!    job's [`soft`] request (met first), then score
 //!    (affinity, task affinity, greylisting), then [`queue_sort`] (Grid
 //!    Engine's `queue_sort_method` over the load formula and `seq_no`), then
 //!    engine id.
@@ -48,6 +49,7 @@ pub mod queue_sort;
 pub mod redundancy;
 pub mod sge;
 pub mod sgeee;
+pub mod soft;
 pub mod suspension;
 pub mod techila;
 
@@ -63,6 +65,8 @@ mod queue_sort_tests;
 mod retire_tests;
 #[cfg(test)]
 mod sge_tests;
+#[cfg(test)]
+mod soft_tests;
 pub mod lifecycle;
 
 pub use budget::Orders;

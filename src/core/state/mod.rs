@@ -1354,6 +1354,9 @@ impl State {
             for preference in preferences {
                 preference.rebuild().map_err(|e| broken(&format!("affinity of job {}", job.id), e))?;
             }
+            if let Some(soft) = job.soft.as_mut() {
+                soft.rebuild().map_err(|e| broken(&format!("soft requests of job {}", job.id), e))?;
+            }
         }
         state.tier_exprs = compile_tiers(&state.policy.engine_tiers).map_err(|e| broken("engine tiers", e))?;
         state.users.rebuild_index();

@@ -171,6 +171,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         deadline_ms: m.deadline_ms,
         job_share,
         tasks_total: m.tasks_total,
+        soft: m.soft,
     })
 }
 

@@ -94,6 +94,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         job_share: (options.job_share != 0).then_some(options.job_share),
         tasks_total: options.tasks_total,
         project_priority: options.project_priority,
+        soft: options.soft.clone(),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
