@@ -101,6 +101,10 @@ pub struct LiveInfo {
     pub dispatched_ms: u64,
     /// Suspended by an operator (`gridfold suspend`): stopped, its slots kept.
     pub suspended: bool,
+    /// Suspended by a suspend threshold (policy `suspend_thresholds`): which
+    /// load value, its value and the threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended_by_threshold: Option<super::state::thresholds::ThresholdCause>,
 }
 
 /// One engine as the dispatcher ranks it for the task: lower tier, then higher
@@ -196,6 +200,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                         started: live.started_ms.is_some(),
                         dispatched_ms: live.dispatched_ms,
                         suspended: state.suspended_since(key, live.attempt).is_some(),
+                        suspended_by_threshold: state.suspended_by_threshold(key, live.attempt).cloned(),
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
@@ -407,7 +412,10 @@ impl std::fmt::Display for Explanation {
                 }
                 for live in attempts {
                     let state = if live.suspended { "suspended" } else if live.started { "running" } else { "dispatched, not yet started" };
-                    writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?;
+                    match &live.suspended_by_threshold {
+                        Some(cause) => writeln!(f, "  attempt {} {state} on {}: suspended by a threshold: {cause}", live.attempt, live.engine)?,
+                        None => writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?,
+                    }
                 }
                 if *copy_waiting {
                     writeln!(f, "  a redundant copy waits in the queue")?;

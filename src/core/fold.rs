@@ -941,6 +941,17 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let requested = state.control_requested(key, *attempt) == Some(action);
             // Techila preempts a Lowest project's task on its own rule.
             let techila = !requested && action == Control::Preempt && super::schedule::techila::may_preempt(state, key);
+            // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
+            let threshold = match state.live_attempt_numbered(key, *attempt) {
+                Some(live) if !requested && !techila && on_engine => {
+                    state.threshold_justifies(key, *attempt, live.engine, action).map(|cause| (live.engine, cause))
+                }
+                _ => None,
+            };
+            if let Some((e, cause)) = threshold {
+                state.threshold_acted(key, *attempt, e, action, cause);
+                return Ok(());
+            }
             if !(requested || techila) || !on_engine {
                 return Err(OrderProblem::NotRequested);
             }

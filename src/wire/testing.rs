@@ -242,6 +242,11 @@ pub fn every_event() -> Vec<Event> {
             error_tail: String::new(),
         },
         Event::PolicySet(Policy {
+            suspend_thresholds: crate::core::event::SuspendThresholds {
+                thresholds: vec![("np_load_avg".into(), 1_750), ("mem_used".into(), 8_000_000)],
+                interval_ms: 60_000,
+                nsuspend: 2,
+            },
             algorithm: Algorithm::SgePlain,
             engine_timeout_ms: 30_000,
             dispatch_timeout_ms: 60_000,
@@ -748,6 +753,11 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 ),
             )| {
                 Policy {
+                    suspend_thresholds: crate::core::event::SuspendThresholds {
+                        thresholds: vec![("np_load_avg".into(), (work_dir_retention_ms % 5_000) as i64)],
+                        interval_ms: 1 + cycle_interval_ms % 1_000_000,
+                        nsuspend: 1 + (max_running_tasks % 1_024),
+                    },
                     output: crate::core::event::OutputPolicy { task_bytes_max, job_bytes_max, work_dir_retention_ms },
                     techila: crate::core::event::TechilaPolicy {
                         max_running_tasks,

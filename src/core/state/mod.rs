@@ -26,6 +26,7 @@ pub mod accounts;
 pub mod attempts;
 mod retire;
 mod suspension;
+pub mod thresholds;
 mod ops;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

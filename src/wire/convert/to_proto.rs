@@ -243,6 +243,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             },
             techila: super::techila::techila_to_proto(&policy.techila),
             output: super::output::output_to_proto(&policy.output),
+            suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
