@@ -310,7 +310,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
 /// [`RANKED_ENGINES_MAX`] (the chosen engine always among them).
 fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<EngineRank> {
     let job = state.job(key.job);
-    let mut ranks: Vec<(EngineRank, (u32, bool, i64, SortKey, EngineId))> = Vec::new();
+    type RankKey = (u32, bool, i64, SortKey, EngineId);
+    let mut ranks: Vec<(EngineRank, RankKey)> = Vec::new();
     let rules = TaskRules::new(state, key);
     for (id, e) in engines_by_id(state) {
         let engine = state.engine(e);

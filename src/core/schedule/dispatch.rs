@@ -7,9 +7,9 @@
 //! the first task it is eligible for (GridServer's discriminator rule).
 //!
 //! Ranking, best first (Nomad's rank stage, as one integer tuple so ties are exact):
-//! 1. the engine tier (policy `engine_tiers`): a higher tier always wins;
-//! 1a. the job's soft request ([`super::soft`], Grid Engine's `qsub -soft`):
-//!    engines that meet it first;
+//! 1. the engine tier (policy `engine_tiers`): a higher tier always wins,
+//!    then the job's soft request ([`super::soft`], Grid Engine's
+//!    `qsub -soft`): engines that meet it first;
 //! 2. the score, highest first: the job's and task's affinity preferences, task
 //!    affinity to the engines that ran the named tasks, minus the greylist
 //!    penalty of each failure the engine had on the job;

@@ -208,6 +208,15 @@ fn secs(table: &mut Table, notes: &mut Vec<String>, name: &str, ms: u64) {
     table.insert(name.into(), int(ms.div_ceil(1000)));
 }
 
+/// A milli-unit threshold as the policy file writes it, exactly: 1750 -> "1.75".
+fn milli_decimal(milli: i64) -> String {
+    let sign = if milli < 0 { "-" } else { "" };
+    let magnitude = milli.unsigned_abs();
+    let fraction = format!("{:03}", magnitude % 1000);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() { format!("{sign}{}", magnitude / 1000) } else { format!("{sign}{}.{fraction}", magnitude / 1000) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse_policy;
@@ -279,11 +288,3 @@ work_dir_retention_secs = 60
     }
 }
 
-/// A milli-unit threshold as the policy file writes it, exactly: 1750 -> "1.75".
-fn milli_decimal(milli: i64) -> String {
-    let sign = if milli < 0 { "-" } else { "" };
-    let magnitude = milli.unsigned_abs();
-    let fraction = format!("{:03}", magnitude % 1000);
-    let fraction = fraction.trim_end_matches('0');
-    if fraction.is_empty() { format!("{sign}{}", magnitude / 1000) } else { format!("{sign}{}.{fraction}", magnitude / 1000) }
-}
