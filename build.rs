@@ -62,6 +62,8 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.EngineLoad.values_milli",
     ".gridfold.v1.LoadFormula.expression",
     ".gridfold.v1.PolicySet.queue_sort_method",
+    ".gridfold.v1.JobOptions.soft",
+    ".gridfold.v1.PolicySet.suspend_thresholds",
 ];
 
 fn main() {

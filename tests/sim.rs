@@ -496,6 +496,23 @@ fn queue_sort_seqno_fills_the_lowest_seq_no_first_and_load_the_least_loaded() {
     assert!(heavy_while_light_free > 10, "the heavy engines got work once the light ones were full");
 }
 
+/// `scenarios/soft-requests.toml`: a task of the job with a soft request goes
+/// to an engine that does not meet it only while every engine that does is
+/// full, and some do go there (the request excludes none).
+#[test]
+fn soft_requests_fill_the_engines_meeting_them_first_without_excluding_the_others() {
+    let (report, entries) = run_file_with_log("soft-requests.toml");
+    assert_eq!((report.jobs_done, report.tasks_done), (2, 90), "{report}");
+    let wants_gpu = |_: &State, task: &TaskRef| task.job.as_str() == "wants-gpu";
+    let on_cpu = preferred_were_full(
+        &entries,
+        |state, task, engine| wants_gpu(state, task) && prefix(engine) == "cpu",
+        |_, _, other, _| prefix(other) == "gpu",
+    );
+    let on_gpu = preferred_were_full(&entries, |state, task, engine| wants_gpu(state, task) && prefix(engine) == "gpu", |_, _, _, _| false);
+    assert!(on_cpu > 0 && on_gpu > 0, "{on_gpu} task(s) on gpu engines, {on_cpu} on the others: {report}");
+}
+
 // ---- Techila ---------------------------------------------------------------------
 
 /// `scenarios/techila.toml`: the license of 10 holds at every point of the log,

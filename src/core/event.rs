@@ -321,6 +321,12 @@ pub struct JobOptions {
     /// Techila's expected task time, in ms of log time: under `techila`, a
     /// task running longer is expired and gets one copy on another core; 0: none.
     pub expected_task_time_ms: u64,
+    /// Grid Engine's soft requests (`qsub -soft -l`): a requirements expression
+    /// that engines satisfying it rank first among those that may take a task,
+    /// without excluding the others (empty: none). Same grammar and limits as
+    /// `requirements`.
+    #[serde(default)]
+    pub soft: String,
 }
 
 impl JobOptions {
@@ -530,6 +536,38 @@ pub struct Policy {
     pub techila: TechilaPolicy,
     /// How much of tasks' output engines keep, and for how long their work directories stay.
     pub output: OutputPolicy,
+    /// Grid Engine's `suspend_thresholds`, `suspend_interval` and `nsuspend`
+    /// (queue_conf(5)); see `schedule::thresholds`.
+    pub suspend_thresholds: SuspendThresholds,
+}
+
+/// Grid Engine's suspend thresholds (queue_conf(5)), for every engine: while
+/// one of an engine's reported load values is above its threshold, every
+/// `interval_ms` of log time its `nsuspend` lowest-priority running tasks are
+/// suspended; once none is, as many threshold-suspended tasks are resumed per
+/// interval. No threshold (the default): the rule is off.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SuspendThresholds {
+    /// (load value name, threshold in milli-units), in the order given; at most
+    /// [`SUSPEND_THRESHOLDS_MAX`], names unique.
+    pub thresholds: Vec<(String, i64)>,
+    /// Grid Engine's `suspend_interval` (default 5 minutes), log time.
+    pub interval_ms: u64,
+    /// Grid Engine's `nsuspend` (default 1): tasks suspended (or resumed) per interval.
+    pub nsuspend: u32,
+}
+
+/// Most thresholds one policy may give.
+pub const SUSPEND_THRESHOLDS_MAX: usize = 16;
+/// Most tasks suspended or resumed per engine and interval.
+pub const NSUSPEND_MAX: u32 = 1_024;
+/// The longest `suspend_interval`: a day.
+pub const SUSPEND_INTERVAL_MS_MAX: u64 = 86_400_000;
+
+impl Default for SuspendThresholds {
+    fn default() -> Self {
+        SuspendThresholds { thresholds: Vec::new(), interval_ms: 300_000, nsuspend: 1 }
+    }
 }
 
 /// The bounds on tasks' whole output (stored by engines in the object store,
@@ -735,6 +773,7 @@ impl Default for Policy {
             queue_sort_method: QueueSort::default(),
             techila: TechilaPolicy::default(),
             output: OutputPolicy::default(),
+            suspend_thresholds: SuspendThresholds::default(),
         }
     }
 }

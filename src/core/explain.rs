@@ -32,6 +32,10 @@ pub struct Explanation {
     pub failures: u16,
     #[serde(flatten)]
     pub detail: Detail,
+    /// The task went (or would go) to an engine that does not meet its job's
+    /// soft request (`schedule::soft`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_unmet: Option<super::schedule::soft::SoftUnmet>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -97,6 +101,10 @@ pub struct LiveInfo {
     pub dispatched_ms: u64,
     /// Suspended by an operator (`gridfold suspend`): stopped, its slots kept.
     pub suspended: bool,
+    /// Suspended by a suspend threshold (policy `suspend_thresholds`): which
+    /// load value, its value and the threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended_by_threshold: Option<super::state::thresholds::ThresholdCause>,
 }
 
 /// One engine as the dispatcher ranks it for the task: lower tier, then higher
@@ -176,11 +184,13 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
     })?;
     let task_state = state.task(key);
     let engine_name = |e: EngineIdx| state.engine(e).id.to_string();
+    let mut went_to = None;
     let detail = match task_state.status {
         TaskStatus::Waiting if job.status == JobStatus::Active => waiting(state, key),
         TaskStatus::Dispatched | TaskStatus::Running => {
             let live = state.live_attempts_of(key);
             let newest = live.iter().max_by_key(|live| live.attempt).expect("live tasks have attempts").engine;
+            went_to = Some(newest);
             Detail::Live {
                 attempts: live
                     .iter()
@@ -190,6 +200,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                         started: live.started_ms.is_some(),
                         dispatched_ms: live.dispatched_ms,
                         suspended: state.suspended_since(key, live.attempt).is_some(),
+                        suspended_by_threshold: state.suspended_by_threshold(key, live.attempt).cloned(),
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
@@ -199,12 +210,21 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         }
         _ => {
             let last = task_state.last_engine.get();
+            went_to = last;
             Detail::Ended {
                 last_engine: last.map(engine_name),
                 last_failed_on: task_state.last_failed_on.get().map(engine_name),
                 ranking: if last.is_some() { ranking(state, key, last) } else { Vec::new() },
             }
         }
+    };
+    let soft_unmet = match &detail {
+        Detail::Waiting { fit_now, .. } => {
+            let could_take: Vec<EngineIdx> =
+                fit_now.iter().filter_map(|id| EngineId::new(id).ok().and_then(|id| state.engine_idx(&id))).collect();
+            super::schedule::soft::SoftUnmet::of(state, job, None, &could_take)
+        }
+        _ => went_to.and_then(|e| super::schedule::soft::SoftUnmet::of(state, job, Some(e), &[])),
     };
     Ok(Explanation {
         task: task.to_string(),
@@ -213,6 +233,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         attempts: task_state.attempts,
         failures: task_state.failures,
         detail,
+        soft_unmet,
     })
 }
 
@@ -289,7 +310,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
 /// [`RANKED_ENGINES_MAX`] (the chosen engine always among them).
 fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<EngineRank> {
     let job = state.job(key.job);
-    let mut ranks: Vec<(EngineRank, (u32, i64, SortKey, EngineId))> = Vec::new();
+    type RankKey = (u32, bool, i64, SortKey, EngineId);
+    let mut ranks: Vec<(EngineRank, RankKey)> = Vec::new();
     let rules = TaskRules::new(state, key);
     for (id, e) in engines_by_id(state) {
         let engine = state.engine(e);
@@ -314,7 +336,8 @@ fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<Engine
             load_index: load,
             seq_no: queue_sort::seq_no(engine),
         };
-        ranks.push((rank, (engine.tier, -(job_part + task_part), key, id.clone())));
+        let soft_unmet = super::schedule::soft::unmet(job, engine);
+        ranks.push((rank, (engine.tier, soft_unmet, -(job_part + task_part), key, id.clone())));
     }
     ranks.sort_by(|a, b| a.1.cmp(&b.1));
     let chosen_at = ranks.iter().position(|(rank, _)| rank.chosen);
@@ -390,7 +413,10 @@ impl std::fmt::Display for Explanation {
                 }
                 for live in attempts {
                     let state = if live.suspended { "suspended" } else if live.started { "running" } else { "dispatched, not yet started" };
-                    writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?;
+                    match &live.suspended_by_threshold {
+                        Some(cause) => writeln!(f, "  attempt {} {state} on {}: suspended by a threshold: {cause}", live.attempt, live.engine)?,
+                        None => writeln!(f, "  attempt {} {state} on {}", live.attempt, live.engine)?,
+                    }
                 }
                 if *copy_waiting {
                     writeln!(f, "  a redundant copy waits in the queue")?;
@@ -406,6 +432,9 @@ impl std::fmt::Display for Explanation {
                 }
                 write_ranking(f, ranking)?;
             }
+        }
+        if let Some(soft_unmet) = &self.soft_unmet {
+            writeln!(f, "  {soft_unmet}")?;
         }
         Ok(())
     }

@@ -265,6 +265,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
         library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
     }
     let affinity = compile_preferences(&spec.options.affinity, None).map_err(invalid)?;
+    let soft = super::schedule::soft::compile(&spec.options.soft).map_err(invalid)?;
     if spec.options.depends_on_jobs.len() > DEPENDENCIES_MAX {
         return Err(invalid(JobProblem::TooManyTasks { tasks: spec.options.depends_on_jobs.len() as u64, max: DEPENDENCIES_MAX as u32 }));
     }
@@ -304,6 +305,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     let category = state.category_for(expr, spec.slots_per_task, library);
     let mut job = Job::new(spec, category, seq, state.now_ms);
     job.affinity = affinity;
+    job.soft = soft;
     for (index, condition, queue_jump) in materialize(state, &shape, conditions) {
         job.set_condition(index, condition, queue_jump);
     }
@@ -939,6 +941,17 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let requested = state.control_requested(key, *attempt) == Some(action);
             // Techila preempts a Lowest project's task on its own rule.
             let techila = !requested && action == Control::Preempt && super::schedule::techila::may_preempt(state, key);
+            // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
+            let threshold = match state.live_attempt_numbered(key, *attempt) {
+                Some(live) if !requested && !techila && on_engine => {
+                    state.threshold_justifies(key, *attempt, live.engine, action).map(|cause| (live.engine, cause))
+                }
+                _ => None,
+            };
+            if let Some((e, cause)) = threshold {
+                state.threshold_acted(key, *attempt, e, action, cause);
+                return Ok(());
+            }
             if !(requested || techila) || !on_engine {
                 return Err(OrderProblem::NotRequested);
             }
@@ -989,4 +1002,4 @@ fn live_order_attempt(state: &State, key: TaskKey, attempt: Attempt) -> Result<(
 
 #[cfg(test)]
 #[path = "fold_tests.rs"]
-mod tests;
+pub(crate) mod tests;

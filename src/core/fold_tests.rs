@@ -38,7 +38,7 @@ fn as_if_rejected(before: &State, after: &State) -> State {
 }
 
 /// Folds one entry and checks the three promises. Returns the rejections.
-fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
+pub(crate) fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     let before = state.clone();
     let rejections = fold(state, entry);
     state.check_invariants();

@@ -225,7 +225,7 @@ pub enum OrderProblem {
     DependencyNotFailed,
     /// A library sync ordered of an engine that holds it or is syncing something.
     SyncNotNeeded,
-    /// A Suspend, Resume or Preempt that no operator's request awaits.
+    /// A Suspend, Resume or Preempt that no operator's request awaits (nor Techila's preemption rule, nor the suspend-threshold rule re-checked at fold time).
     NotRequested,
 }
 

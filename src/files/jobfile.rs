@@ -89,6 +89,8 @@ struct JobFile {
     job_share: Option<Spanned<u32>>,
     /// Techila's project priority, 1 (Highest) to 7 (Lowest); 4 when absent.
     project_priority: Option<Spanned<u32>>,
+    /// Grid Engine's soft requests (`qsub -soft -l`): engines meeting it rank first.
+    soft: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -706,6 +708,7 @@ fn job_options(
         cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
         job_share: &file.job_share,
         project_priority: &file.project_priority,
+        soft: &file.soft,
     };
     let depends_on_job = |what: &str, job: &Spanned<String>| {
         let job_id = JobId::new(job.get_ref()).map_err(|problem| problem_at(job, format!("{what}: {problem}")))?;
@@ -737,6 +740,8 @@ pub(crate) struct OptionKeys<'a> {
     /// Grid Engine's `qsub -js`: the job's functional shares in ticket mode.
     pub job_share: &'a Option<Spanned<u32>>,
     pub project_priority: &'a Option<Spanned<u32>>,
+    /// Grid Engine's soft requests (`qsub -soft -l`): a requirements expression.
+    pub soft: &'a Option<Spanned<String>>,
 }
 
 impl OptionKeys<'_> {
@@ -752,6 +757,10 @@ impl OptionKeys<'_> {
         task_conditions: impl FnOnce() -> Result<BTreeMap<u32, TaskConditions>, ValueProblem>,
     ) -> Result<(JobOptions, BTreeMap<u32, TaskConditions>), ValueProblem> {
         let affinity = preferences("affinity", self.affinity)?;
+        let soft = match self.soft {
+            Some(source) => expression("soft", source)?,
+            None => String::new(),
+        };
         bounded("depends_on", self.depends_on)?;
         let depends_on_jobs = self
             .depends_on
@@ -838,6 +847,7 @@ impl OptionKeys<'_> {
             cancel_redundant_on_first_result: is_on(self.cancel_redundant_on_first_result),
             deadline_ms: None,
             tasks_total: None,
+            soft,
         };
         Ok((options, task_conditions))
     }

@@ -520,6 +520,8 @@ struct RawJob {
     project_priority: Option<Spanned<u32>>,
     #[serde(default)]
     condition: Vec<Spanned<RawCondition>>,
+    /// Grid Engine's soft requests (`qsub -soft -l`), as in the job file.
+    soft: Option<Spanned<String>>,
 }
 
 impl RawJob {
@@ -540,6 +542,7 @@ impl RawJob {
                 cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
                 job_share: &self.job_share,
                 project_priority: &self.project_priority,
+                soft: &self.soft,
             },
             condition: &self.condition,
         }

@@ -162,6 +162,7 @@ pub fn every_event() -> Vec<Event> {
                 job_share: 250,
                 tasks_total: Some(4),
                 project_priority: 2,
+                soft: "site == \"lyon\"".into(),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -241,6 +242,11 @@ pub fn every_event() -> Vec<Event> {
             error_tail: String::new(),
         },
         Event::PolicySet(Policy {
+            suspend_thresholds: crate::core::event::SuspendThresholds {
+                thresholds: vec![("np_load_avg".into(), 1_750), ("mem_used".into(), 8_000_000)],
+                interval_ms: 60_000,
+                nsuspend: 2,
+            },
             algorithm: Algorithm::SgePlain,
             engine_timeout_ms: 30_000,
             dispatch_timeout_ms: 60_000,
@@ -477,12 +483,13 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
             arb_preferences(),
             prop::collection::vec(arb_job(), 0..3),
             any::<[bool; 6]>(),
+            prop::option::of("[a-z_ =\"<>0-9]{0,20}"),
         ),
         (any::<u32>(), any::<u64>(), prop::option::of(any::<u64>()), 0..=1_000_000u32, 0..=7u32, any::<u64>()),
     )
         .prop_map(
             |(
-                (root_library, affinity, depends_on_jobs, flags),
+                (root_library, affinity, depends_on_jobs, flags, soft),
                 (failures_before_blacklist, task_max_time_ms, deadline_ms, job_share, project_priority, expected_task_time_ms),
             )| {
                 let [
@@ -510,6 +517,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     job_share,
                     tasks_total: None,
                     project_priority,
+                    soft: soft.unwrap_or_default(),
                 }
             },
         );
@@ -745,6 +753,11 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 ),
             )| {
                 Policy {
+                    suspend_thresholds: crate::core::event::SuspendThresholds {
+                        thresholds: vec![("np_load_avg".into(), (work_dir_retention_ms % 5_000) as i64)],
+                        interval_ms: 1 + cycle_interval_ms % 1_000_000,
+                        nsuspend: 1 + (max_running_tasks % 1_024),
+                    },
                     output: crate::core::event::OutputPolicy { task_bytes_max, job_bytes_max, work_dir_retention_ms },
                     techila: crate::core::event::TechilaPolicy {
                         max_running_tasks,

@@ -7,7 +7,9 @@
 //! the first task it is eligible for (GridServer's discriminator rule).
 //!
 //! Ranking, best first (Nomad's rank stage, as one integer tuple so ties are exact):
-//! 1. the engine tier (policy `engine_tiers`): a higher tier always wins;
+//! 1. the engine tier (policy `engine_tiers`): a higher tier always wins,
+//!    then the job's soft request ([`super::soft`], Grid Engine's
+//!    `qsub -soft`): engines that meet it first;
 //! 2. the score, highest first: the job's and task's affinity preferences, task
 //!    affinity to the engines that ran the named tasks, minus the greylist
 //!    penalty of each failure the engine had on the job;
@@ -41,7 +43,7 @@ use super::filters::{self, TaskRules};
 use super::{InFlight, Orders};
 use crate::core::event::Order;
 use crate::core::state::{
-    Category, CategoryIdx, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
+    Category, CategoryIdx, CompiledPreference, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
 };
 
 pub use super::queue_sort::load_index;
@@ -99,9 +101,10 @@ fn resume_point(state: &State, j: JobIdx) -> u64 {
     crate::core::rng::SplitMix64::for_sequence(state.policy.seed ^ u64::from(j.0), state.last_seq.0).next_u64()
 }
 
-/// (tier, negated score, queue sort key, position in `Candidates::by_id`): the
-/// rank of a candidate, least first; the position stands for the engine id.
-type Rank = (u32, i64, SortKey, u32);
+/// (tier, soft request unmet, negated score, queue sort key, position in
+/// `Candidates::by_id`): the rank of a candidate, least first; the position
+/// stands for the engine id.
+type Rank = (u32, bool, i64, SortKey, u32);
 
 /// Candidates ranked, least rank first.
 type RankQueue = BinaryHeap<Reverse<Rank>>;
@@ -115,12 +118,19 @@ struct PickRules<'a> {
     job_score: Option<(JobIdx, &'a dyn Fn(EngineIdx) -> i64)>,
     /// The task's own share (its preferences, task affinity): ranked by a walk.
     task_score: Option<&'a dyn Fn(EngineIdx) -> i64>,
+    /// The job's soft request ([`super::soft`]), if any.
+    soft: Option<&'a CompiledPreference>,
 }
 
 impl PickRules<'_> {
     fn score(&self, e: EngineIdx) -> i64 {
         self.job_score.map_or(0, |(_, score)| score(e)) + self.task_score.map_or(0, |score| score(e))
     }
+}
+
+/// Whether the engine fails the soft request (false without one).
+fn soft_unmet(state: &State, soft: Option<&CompiledPreference>, e: EngineIdx) -> bool {
+    soft.is_some_and(|soft| !soft.holds(state.engine(e)))
 }
 
 /// The free engines of one run, ranked; updated as the run books slots.
@@ -138,6 +148,9 @@ struct Candidates<'s> {
     /// engines: ranked with its score, built when the job is reached, dropped
     /// when the run moves on.
     job_queue: Option<((JobIdx, CategoryIdx), RankQueue)>,
+    /// The same per (category, soft request) for jobs with a soft request and
+    /// no score: shared by every job of the category asking the same.
+    soft_queues: BTreeMap<CategoryIdx, BTreeMap<String, RankQueue>>,
 }
 
 impl<'s> Candidates<'s> {
@@ -155,7 +168,7 @@ impl<'s> Candidates<'s> {
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));
         let n_open = by_id.len();
-        Candidates { state, by_id, n_open, queues: Vec::new(), job_queue: None }
+        Candidates { state, by_id, n_open, queues: Vec::new(), job_queue: None, soft_queues: BTreeMap::new() }
     }
 
     fn load(&self, candidate: &Candidate) -> SortKey {
@@ -189,7 +202,8 @@ impl<'s> Candidates<'s> {
             {
                 continue;
             }
-            let rank = (self.tier(candidate), -rules.score(candidate.engine), self.load(candidate), at as u32);
+            let unmet = soft_unmet(self.state, rules.soft, candidate.engine);
+            let rank = (self.tier(candidate), unmet, -rules.score(candidate.engine), self.load(candidate), at as u32);
             if best.is_none_or(|b| rank < b) {
                 best = Some(rank);
             }
@@ -198,12 +212,19 @@ impl<'s> Candidates<'s> {
     }
 
     /// The eligible candidates with room, ranked with `score`.
-    fn ranked(&self, category: &Category, score: impl Fn(EngineIdx) -> i64) -> RankQueue {
+    fn ranked(
+        &self,
+        category: &Category,
+        score: impl Fn(EngineIdx) -> i64,
+        soft: Option<&CompiledPreference>,
+    ) -> RankQueue {
         let slots = category.slots_per_task;
         let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
         for (at, candidate) in self.by_id.iter().enumerate() {
             if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
-                eligible.push(Reverse((self.tier(candidate), -score(candidate.engine), self.load(candidate), at as u32)));
+                let e = candidate.engine;
+                let unmet = soft_unmet(self.state, soft, e);
+                eligible.push(Reverse((self.tier(candidate), unmet, -score(e), self.load(candidate), at as u32)));
             }
         }
         BinaryHeap::from(eligible)
@@ -211,18 +232,27 @@ impl<'s> Candidates<'s> {
 
     fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
         let queue = match rules.job_score {
+            None if rules.soft.is_some() => {
+                let soft = rules.soft.expect("just checked");
+                let built = self.soft_queues.get(&c).is_some_and(|queues| queues.contains_key(&soft.when));
+                if !built {
+                    let queue = self.ranked(category, |_| 0, rules.soft);
+                    self.soft_queues.entry(c).or_default().insert(soft.when.clone(), queue);
+                }
+                self.soft_queues.get_mut(&c).and_then(|queues| queues.get_mut(&soft.when)).expect("just built")
+            }
             None => {
                 if self.queues.is_empty() {
                     self.queues.resize_with(self.state.categories().len(), || None);
                 }
                 if self.queues[c.0 as usize].is_none() {
-                    self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0));
+                    self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0, None));
                 }
                 self.queues[c.0 as usize].as_mut().expect("just built")
             }
             Some((j, score)) => {
                 if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c)) {
-                    self.job_queue = Some(((j, c), self.ranked(category, score)));
+                    self.job_queue = Some(((j, c), self.ranked(category, score, rules.soft)));
                 }
                 &mut self.job_queue.as_mut().expect("just built").1
             }
@@ -260,7 +290,7 @@ fn pop_best(
 ) -> Option<u32> {
     let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
     let found = loop {
-        let Some(&Reverse((tier, neg_score, load, at))) = queue.peek() else { break None };
+        let Some(&Reverse((tier, unmet, neg_score, load, at))) = queue.peek() else { break None };
         let candidate = &by_id[at as usize];
         if candidate.slots - candidate.used < slots {
             queue.pop();
@@ -269,7 +299,7 @@ fn pop_best(
         let now = candidate_key(state, candidate);
         if now != load {
             queue.pop();
-            queue.push(Reverse((tier, neg_score, now, at)));
+            queue.push(Reverse((tier, unmet, neg_score, now, at)));
             continue;
         }
         if (rules.excluded)(candidate.engine) {
@@ -552,6 +582,7 @@ impl Run<'_> {
             excluded: &excluded,
             job_score: job.has_scores().then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
             task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
+            soft: job.soft.as_ref(),
         };
         let Some(at) = self.candidates.pick(c, category, &rules) else {
             // Nothing free may take it. Unless the task's own rules were in the

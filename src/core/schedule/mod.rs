@@ -6,7 +6,9 @@
 //!    dispatches not started within `dispatch_timeout` are requeued; live attempts
 //!    of ended jobs (and redundant copies a job cancels at once) are cancelled.
 //!    [`suspension`]: operators' requests to suspend, resume or reschedule live
-//!    attempts are answered with `Suspend`, `Resume` and `Preempt` orders.
+//!    attempts are answered with `Suspend`, `Resume` and `Preempt` orders;
+//!    [`thresholds`]: Grid Engine's suspend thresholds suspend and resume
+//!    tasks on engines whose load values cross them.
 //! 2. [`dependencies`]: jobs and tasks whose dependency failed fail with it, when
 //!    they asked to.
 //! 3. [`blacklist`]: engines that reached a job's failure count are blacklisted for it.
@@ -17,7 +19,8 @@
 //!    picks the job (priority, then submission order: Grid Engine's SGE mode) and
 //!    the task (queue jumps first); *filters* ([`filters`]) say whether an engine
 //!    may take it, each with a reason (requirements, discriminator, library,
-//!    blacklist, ...); *ranking* orders the engines that may: tier, then score
+//!    blacklist, ...); *ranking* orders the engines that may: tier, then the
+//!    job's [`soft`] request (met first), then score
 //!    (affinity, task affinity, greylisting), then [`queue_sort`] (Grid
 //!    Engine's `queue_sort_method` over the load formula and `seq_no`), then
 //!    engine id.
@@ -47,8 +50,10 @@ pub mod queue_sort;
 pub mod redundancy;
 pub mod sge;
 pub mod sgeee;
+pub mod soft;
 pub mod suspension;
 pub mod techila;
+pub mod thresholds;
 
 #[cfg(test)]
 mod busy_grid_tests;
@@ -60,6 +65,10 @@ mod queue_sort_tests;
 mod retire_tests;
 #[cfg(test)]
 mod sge_tests;
+#[cfg(test)]
+mod soft_tests;
+#[cfg(test)]
+mod thresholds_tests;
 pub mod lifecycle;
 
 pub use budget::Orders;
@@ -88,6 +97,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     lifecycle::requeue_unstarted(state, in_flight, &lost, &mut orders);
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
     suspension::answer_control_requests(state, in_flight, &lost, &mut orders);
+    thresholds::apply_suspend_thresholds(state, in_flight, &lost, &mut orders);
     dependencies::fail_dependents(state, in_flight, &mut orders);
     blacklist::blacklist_failing_engines(state, in_flight, &mut orders);
     redundancy::reschedule_long_tasks(state, in_flight, &lost, &mut orders);

@@ -314,6 +314,9 @@ pub struct Job {
     /// Under `techila`: the tasks that ran past `expected_task_time_ms` and were
     /// given their one copy, by index (see `schedule::techila::expiry`).
     pub techila_expired: BTreeMap<u32, ExpiredTask>,
+    /// Grid Engine's soft requests (`qsub -soft -l`), compiled from
+    /// `options.soft` (weight unused); `None` without any. See `schedule::soft`.
+    pub(crate) soft: Option<CompiledPreference>,
 }
 
 /// A Techila task marked expired: how long it had run, against what.
@@ -419,6 +422,7 @@ impl Job {
             cpu_ms_completed: 0,
             techila_preempted_by: None,
             techila_expired: BTreeMap::new(),
+            soft: None,
         }
     }
 

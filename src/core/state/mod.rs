@@ -26,6 +26,7 @@ pub mod accounts;
 pub mod attempts;
 mod retire;
 mod suspension;
+pub mod thresholds;
 mod ops;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -1367,6 +1368,9 @@ impl State {
             let preferences = job.affinity.iter_mut().chain(job.conditions.values_mut().flat_map(|c| c.affinity.iter_mut()));
             for preference in preferences {
                 preference.rebuild().map_err(|e| broken(&format!("affinity of job {}", job.id), e))?;
+            }
+            if let Some(soft) = job.soft.as_mut() {
+                soft.rebuild().map_err(|e| broken(&format!("soft requests of job {}", job.id), e))?;
             }
         }
         state.tier_exprs = compile_tiers(&state.policy.engine_tiers).map_err(|e| broken("engine tiers", e))?;

@@ -56,6 +56,10 @@ pub struct Suspensions {
     pub(crate) suspended: BTreeMap<(TaskKey, Attempt), u64>,
     /// Attempts preempted over the whole history.
     pub preempted: u64,
+    /// Suspended attempts the suspend-threshold rule suspended, with why (see `state/thresholds.rs`).
+    pub(crate) by_threshold: BTreeMap<(TaskKey, Attempt), super::thresholds::ThresholdCause>,
+    /// Each engine's current suspend interval.
+    pub(crate) threshold_windows: BTreeMap<super::EngineIdx, super::thresholds::ThresholdWindow>,
 }
 
 impl Suspensions {
@@ -121,6 +125,7 @@ impl State {
     pub(crate) fn resume_attempt(&mut self, key: TaskKey, attempt: Attempt) {
         self.suspension.requested.remove(&(key, attempt));
         self.suspension.suspended.remove(&(key, attempt));
+        self.suspension.by_threshold.remove(&(key, attempt));
     }
 
     /// A Preempt order took effect: the attempt ends, not as a failure, and when
@@ -150,6 +155,9 @@ impl State {
         }
         if !self.suspension.suspended.is_empty() {
             self.suspension.suspended.remove(&(key, attempt));
+        }
+        if !self.suspension.by_threshold.is_empty() {
+            self.suspension.by_threshold.remove(&(key, attempt));
         }
     }
 
@@ -181,5 +189,6 @@ impl State {
         for &(key, attempt) in self.suspension.suspended.keys() {
             assert!(self.live_attempt_numbered(key, attempt).is_some(), "a suspended attempt is live");
         }
+        self.check_threshold_invariants();
     }
 }

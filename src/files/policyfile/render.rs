@@ -33,6 +33,17 @@ pub fn policy_file_text(policy: &Policy) -> String {
     top.insert("queue_sort_method".into(), policy.queue_sort_method.name().into());
     top.insert("engine_tiers".into(), Value::Array(policy.engine_tiers.iter().map(|t| Value::from(t.as_str())).collect()));
     top.insert("greylist_affinity".into(), int(u64::from(policy.greylist_affinity)));
+    let thresholds = &policy.suspend_thresholds;
+    if !thresholds.thresholds.is_empty() {
+        let list: Vec<String> = thresholds
+            .thresholds
+            .iter()
+            .map(|(name, threshold)| format!("{name}={}", milli_decimal(*threshold)))
+            .collect();
+        top.insert("suspend_thresholds".into(), list.join(",").into());
+    }
+    secs(&mut top, &mut notes, "suspend_interval_secs", thresholds.interval_ms);
+    top.insert("nsuspend".into(), int(u64::from(thresholds.nsuspend)));
 
     let mut load_formula = Table::new();
     load_formula.insert("slots_weight".into(), int(u64::from(policy.load_formula.slots_weight)));
@@ -197,6 +208,15 @@ fn secs(table: &mut Table, notes: &mut Vec<String>, name: &str, ms: u64) {
     table.insert(name.into(), int(ms.div_ceil(1000)));
 }
 
+/// A milli-unit threshold as the policy file writes it, exactly: 1750 -> "1.75".
+fn milli_decimal(milli: i64) -> String {
+    let sign = if milli < 0 { "-" } else { "" };
+    let magnitude = milli.unsigned_abs();
+    let fraction = format!("{:03}", magnitude % 1000);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() { format!("{sign}{}", magnitude / 1000) } else { format!("{sign}{}.{fraction}", magnitude / 1000) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse_policy;
@@ -267,3 +287,4 @@ work_dir_retention_secs = 60
         assert!(shown.contains("# note: seed is 18446744073709551615"), "{shown}");
     }
 }
+

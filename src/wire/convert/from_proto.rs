@@ -171,6 +171,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         deadline_ms: m.deadline_ms,
         job_share,
         tasks_total: m.tasks_total,
+        soft: m.soft,
     })
 }
 
@@ -319,6 +320,8 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         },
         techila: super::techila::techila(m.techila).map_err(|e| e.within("techila"))?,
         output: super::output::output(m.output).map_err(|e| e.within("output"))?,
+        suspend_thresholds: super::thresholds::thresholds(m.suspend_thresholds)
+            .map_err(|e| e.within("suspend_thresholds"))?,
     })
 }
 

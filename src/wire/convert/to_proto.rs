@@ -94,6 +94,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         job_share: (options.job_share != 0).then_some(options.job_share),
         tasks_total: options.tasks_total,
         project_priority: options.project_priority,
+        soft: options.soft.clone(),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -242,6 +243,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             },
             techila: super::techila::techila_to_proto(&policy.techila),
             output: super::output::output_to_proto(&policy.output),
+            suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
