@@ -62,6 +62,9 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.EngineLoad.values_milli",
     ".gridfold.v1.LoadFormula.expression",
     ".gridfold.v1.PolicySet.queue_sort_method",
+    ".gridfold.v1.JobOptions.span",
+    ".gridfold.v1.RunTask.nodes",
+    ".gridfold.v1.RunTask.companion",
 ];
 
 fn main() {

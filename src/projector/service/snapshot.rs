@@ -422,6 +422,8 @@ mod tests {
                 root_library: None,
                 output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
                 work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
+                nodes: Vec::new(),
+                companion: false,
             }),
         }
     }
