@@ -69,8 +69,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// budget its attempts were given, the policy its `[output]` bounds. 11: a
 /// job's options hold its `expected_task_time_ms`, a job its expired tasks; the
 /// Techila policy its `cycle_interval_ms`; the state its Techila cycle
-/// (`CycleState`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 11;
+/// (`CycleState`). 12: a job's options hold its `span`; the state its parallel
+/// tasks' companion bookings (`ParallelBookings`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 12;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
