@@ -28,6 +28,8 @@ pub fn write(work_dir: &Path, run: &RunTask) -> io::Result<Option<PathBuf>> {
     if run.nodes.is_empty() {
         return Ok(None);
     }
+    // The runner makes the work directory too (create_dir_all), after this.
+    std::fs::create_dir_all(work_dir)?;
     let path = work_dir.join(NODEFILE_NAME);
     std::fs::write(&path, contents(&run.nodes))?;
     Ok(Some(path))
