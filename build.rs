@@ -64,6 +64,9 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.PolicySet.queue_sort_method",
     ".gridfold.v1.JobOptions.soft",
     ".gridfold.v1.PolicySet.suspend_thresholds",
+    ".gridfold.v1.JobOptions.span",
+    ".gridfold.v1.RunTask.nodes",
+    ".gridfold.v1.RunTask.companion",
 ];
 
 fn main() {

@@ -318,6 +318,8 @@ fn run(
         root_library: None,
         output_bytes_max: gridfold::core::event::OutputPolicy::default().task_bytes_max,
         work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
+        nodes: Vec::new(),
+        companion: false,
     };
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),

@@ -121,6 +121,8 @@ impl Broker {
                 root_library: None,
                 output_bytes_max: gridfold::core::event::OutputPolicy::default().task_bytes_max,
                 work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
+                nodes: Vec::new(),
+                companion: false,
             }),
         };
         let message = PublishMessage::build()

@@ -327,6 +327,45 @@ pub struct JobOptions {
     /// `requirements`.
     #[serde(default)]
     pub soft: String,
+    /// How a task's `slots_per_task` may be spread (Grid Engine's parallel
+    /// environment `allocation_rule`): on one engine, or over the engines of one site.
+    #[serde(default)]
+    pub span: Span,
+}
+
+/// Where a task's slots may be (see [`crate::core::schedule::parallel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
+pub enum Span {
+    /// All on one engine (Grid Engine's `$pe_slots`): the default.
+    #[default]
+    Engine,
+    /// Over engines sharing the value of the `site` property, filled one after
+    /// the other in ranking order (Grid Engine's `$fill_up`).
+    Site,
+}
+
+impl Span {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Span::Engine => "engine",
+            Span::Site => "site",
+        }
+    }
+}
+
+/// Most slots one task may ask for (`slots`), whatever its span.
+pub const SLOTS_PER_TASK_MAX: u32 = 4_096;
+/// Most engines one parallel task may span: its orders (one per engine, each
+/// naming every part) stay well within a batch.
+pub const PARALLEL_PARTS_MAX: usize = 32;
+
+/// One engine's share of a parallel task: the engine, the login epoch the
+/// decision was made for, and the slots it holds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ParallelPart {
+    pub engine: EngineId,
+    pub epoch: Epoch,
+    pub slots: u32,
 }
 
 impl JobOptions {
@@ -899,6 +938,11 @@ pub enum Order {
     /// queue, as an operator asked: not a failure, and the attempt is not used
     /// (its number goes to the next dispatch).
     Preempt { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// One engine's part of an attempt of a parallel task (`span = "site"`):
+    /// one such order per part, in one batch, each naming every part; the
+    /// first part is the master, which runs the command. `engine` and `epoch`
+    /// are this order's part.
+    DispatchParallel { task: TaskRef, attempt: Attempt, engine: EngineId, epoch: Epoch, parts: Vec<ParallelPart> },
 }
 
 impl Order {
@@ -928,6 +972,11 @@ impl Order {
             Order::Blacklist { job, engine, .. } => text(job.as_str()) + text(engine.as_str()),
             Order::Reschedule { task, .. } => text(task.job.as_str()),
             Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
+            Order::DispatchParallel { task, engine, parts, .. } => {
+                text(task.job.as_str())
+                    + text(engine.as_str())
+                    + parts.iter().map(|part| text(part.engine.as_str()) + PARALLEL_PART_OVERHEAD_BYTES_MAX).sum::<usize>()
+            }
         };
         ORDER_OVERHEAD_BYTES_MAX + strings
     }
@@ -946,6 +995,7 @@ impl Order {
             Order::Suspend { .. } => "Suspend",
             Order::Resume { .. } => "Resume",
             Order::Preempt { .. } => "Preempt",
+            Order::DispatchParallel { .. } => "DispatchParallel",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -956,7 +1006,8 @@ impl Order {
             | Order::Requeue { engine, .. }
             | Order::Suspend { engine, .. }
             | Order::Resume { engine, .. }
-            | Order::Preempt { engine, .. } => Some(engine),
+            | Order::Preempt { engine, .. }
+            | Order::DispatchParallel { engine, .. } => Some(engine),
             Order::EngineLost { engine, .. } | Order::SyncLibrary { engine, .. } => Some(engine),
             _ => None,
         }
@@ -967,6 +1018,9 @@ impl Order {
 /// and length, nested messages' tags and lengths, and every integer and enum
 /// at its longest varint.
 pub const ORDER_OVERHEAD_BYTES_MAX: usize = 64;
+/// What one part of a `DispatchParallel` takes beyond its engine id: its
+/// message's tag and length, the epoch and the slots at their longest varints.
+pub const PARALLEL_PART_OVERHEAD_BYTES_MAX: usize = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
@@ -987,6 +1041,9 @@ pub enum RequeueReason {
     /// ended (the engine restarted, or another engine took its name), and nothing
     /// runs it any more.
     EngineRestarted,
+    /// Another part of the parallel task's attempt lost its engine (lost,
+    /// logged out or logged in again): the whole attempt is given up.
+    PartLost,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -1026,6 +1083,7 @@ impl RequeueReason {
         match self {
             RequeueReason::DispatchTimeout => "dispatch-timeout",
             RequeueReason::EngineRestarted => "engine-restarted",
+            RequeueReason::PartLost => "part-lost",
         }
     }
 }
@@ -1077,6 +1135,14 @@ impl std::fmt::Display for Order {
             Order::Suspend { task, attempt, engine } => write!(f, "suspend {task} #{attempt} on {engine}"),
             Order::Resume { task, attempt, engine } => write!(f, "resume {task} #{attempt} on {engine}"),
             Order::Preempt { task, attempt, engine } => write!(f, "preempt {task} #{attempt} on {engine}"),
+            Order::DispatchParallel { task, attempt, engine, parts, .. } => {
+                let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
+                write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;
+                for part in parts {
+                    write!(f, " {}:{}", part.engine, part.slots)?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }

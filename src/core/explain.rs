@@ -73,6 +73,10 @@ pub enum Detail {
         /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
         #[serde(skip_serializing_if = "Option::is_none")]
         techila: Option<Box<super::schedule::techila::TechilaWhy>>,
+        /// A parallel task (`span = "site"`): the slots it needs at once and
+        /// the free slots of the engines that may take a part, by site.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parallel: Option<Box<super::schedule::parallel::ParallelWhy>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -84,6 +88,9 @@ pub enum Detail {
         techila_expired: Option<super::schedule::techila::expiry::ExpiredWhy>,
         /// The engine of the newest attempt among the engines its rules allow, best first.
         ranking: Vec<EngineRank>,
+        /// A parallel task's parts (engine, slots), the master first.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<(String, u32)>,
     },
     /// The task has ended.
     Ended {
@@ -206,6 +213,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                 copy_waiting: job.copy_waits(key.index),
                 techila_expired: super::schedule::techila::expiry::why(state, key),
                 ranking: ranking(state, key, Some(newest)),
+                parts: super::schedule::parallel::parts_of_task(state, key),
             }
         }
         _ => {
@@ -302,6 +310,7 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
         techila: (state.policy.algorithm == super::event::Algorithm::Techila)
             .then(|| Box::new(super::schedule::techila::why(state, key))),
+        parallel: super::schedule::parallel::why(state, key).map(Box::new),
     }
 }
 
@@ -368,6 +377,7 @@ impl std::fmt::Display for Explanation {
                 held: job_held,
                 awaits_parts,
                 techila,
+                parallel,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -377,6 +387,9 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(techila) = techila {
                     writeln!(f, "  {techila}")?;
+                }
+                if let Some(parallel) = parallel {
+                    writeln!(f, "  {parallel}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
@@ -407,7 +420,7 @@ impl std::fmt::Display for Explanation {
                     writeln!(f, "  no logged-in engine could ever run it; it waits for one that can")?;
                 }
             }
-            Detail::Live { attempts, copy_waiting, techila_expired, ranking } => {
+            Detail::Live { attempts, copy_waiting, techila_expired, ranking, parts } => {
                 if let Some(expired) = techila_expired {
                     writeln!(f, "  {expired}")?;
                 }
@@ -420,6 +433,10 @@ impl std::fmt::Display for Explanation {
                 }
                 if *copy_waiting {
                     writeln!(f, "  a redundant copy waits in the queue")?;
+                }
+                if !parts.is_empty() {
+                    let named: Vec<String> = parts.iter().map(|(engine, slots)| format!("{engine} ({slots})")).collect();
+                    writeln!(f, "  a parallel task on {} (the first runs the command)", named.join(", "))?;
                 }
                 write_ranking(f, ranking)?;
             }

@@ -251,6 +251,10 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     if spec.slots_per_task == 0 {
         return Err(invalid(JobProblem::ZeroSlotsPerTask));
     }
+    if spec.slots_per_task > super::event::SLOTS_PER_TASK_MAX {
+        let max = super::event::SLOTS_PER_TASK_MAX;
+        return Err(invalid(JobProblem::TooManySlots { slots: spec.slots_per_task, max }));
+    }
     if spec.max_attempts == 0 {
         return Err(invalid(JobProblem::ZeroMaxAttempts));
     }
@@ -302,7 +306,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     // category (nor anything else) behind.
     let conditions =
         resolve_conditions(state, &shape, &expr, job_idx, 0, n_tasks, &spec.task_conditions).map_err(invalid)?;
-    let category = state.category_for(expr, spec.slots_per_task, library);
+    let category = state.category_for(expr, shape.slots_per_task, library);
     let mut job = Job::new(spec, category, seq, state.now_ms);
     job.affinity = affinity;
     job.soft = soft;
@@ -469,10 +473,12 @@ struct JobShape {
 
 impl JobShape {
     fn of_spec(spec: &JobSpec) -> Self {
-        JobShape { id: spec.id.clone(), slots_per_task: spec.slots_per_task, root_library: spec.options.root_library.clone() }
+        let slots_per_task = super::schedule::parallel::slots_per_engine(spec.slots_per_task, spec.options.span);
+        JobShape { id: spec.id.clone(), slots_per_task, root_library: spec.options.root_library.clone() }
     }
     fn of_job(job: &Job) -> Self {
-        JobShape { id: job.id.clone(), slots_per_task: job.slots_per_task, root_library: job.options.root_library.clone() }
+        let slots_per_task = super::schedule::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+        JobShape { id: job.id.clone(), slots_per_task, root_library: job.options.root_library.clone() }
     }
 }
 
@@ -808,15 +814,12 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         Order::Dispatch { task, attempt, engine, epoch } => {
             let key = order_task(state, task, last_job)?;
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            let engine = state.engine(e);
-            if engine.status != EngineStatus::LoggedIn {
-                return Err(OrderProblem::EngineNotLoggedIn);
-            }
-            if engine.epoch != *epoch {
-                return Err(OrderProblem::EpochClosed { epoch: *epoch, current: engine.epoch });
-            }
+            check_engine_state(state, e, *epoch)?;
             let current = state.task(key);
             let job = state.job(key.job);
+            if job.options.span == super::event::Span::Site {
+                return Err(OrderProblem::BadParts { problem: super::reject::PartsProblem::SpanMismatch });
+            }
             let copy_waits = current.is_live() && job.copies_waiting.contains(&key.index);
             if !(current.status == TaskStatus::Waiting || copy_waits) || !job.is_active() {
                 return Err(OrderProblem::TaskNotWaiting);
@@ -824,22 +827,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             if *attempt != current.attempts + 1 {
                 return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
             }
-            let needed = job.slots_per_task;
-            if engine.free_slots() < needed {
-                return Err(OrderProblem::NotEnoughFreeSlots { free: engine.free_slots(), needed });
-            }
-            if job.options.root_library.as_ref().is_some_and(|library| !engine.holds(library)) {
-                return Err(OrderProblem::LibraryNotSynced);
-            }
-            // The engine may have logged in again with other properties between
-            // the decision and this fold: the task's category decides, as it did.
-            let category = job.condition(key.index).and_then(|condition| condition.category).unwrap_or(job.category);
-            if !state.category(category).is_eligible(e) {
-                return Err(OrderProblem::EngineNotEligible);
-            }
-            if job.blacklist.contains(&e) {
-                return Err(OrderProblem::EngineBlacklisted);
-            }
+            check_engine_takes(state, key, e, job.slots_per_task)?;
             if copy_waits && state.live_attempts_of(key).iter().any(|live| live.engine == e) {
                 return Err(OrderProblem::EngineRunsTask);
             }
@@ -965,6 +953,10 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 Control::Preempt => state.preempt(key, *attempt),
             }
         }
+        Order::DispatchParallel { task, attempt, engine, epoch, parts } => {
+            let key = order_task(state, task, last_job)?;
+            super::schedule::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
+        }
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
             let category = state.category(state.job(j).category);
@@ -973,6 +965,41 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             state.job_mut(j).unschedulable = Some(*reason);
         }
+    }
+    Ok(())
+}
+
+/// The engine is logged in, in the epoch the order was decided for.
+pub(crate) fn check_engine_state(state: &State, e: EngineIdx, epoch: u64) -> Result<(), OrderProblem> {
+    let engine = state.engine(e);
+    if engine.status != EngineStatus::LoggedIn {
+        return Err(OrderProblem::EngineNotLoggedIn);
+    }
+    if engine.epoch != epoch {
+        return Err(OrderProblem::EpochClosed { epoch, current: engine.epoch });
+    }
+    Ok(())
+}
+
+/// The engine may take `needed` slots of the task now: free slots, library,
+/// eligibility for the task's category, blacklist.
+pub(crate) fn check_engine_takes(state: &State, key: TaskKey, e: EngineIdx, needed: u32) -> Result<(), OrderProblem> {
+    let engine = state.engine(e);
+    let job = state.job(key.job);
+    if engine.free_slots() < needed {
+        return Err(OrderProblem::NotEnoughFreeSlots { free: engine.free_slots(), needed });
+    }
+    if job.options.root_library.as_ref().is_some_and(|library| !engine.holds(library)) {
+        return Err(OrderProblem::LibraryNotSynced);
+    }
+    // The engine may have logged in again with other properties between
+    // the decision and this fold: the task's category decides, as it did.
+    let category = job.condition(key.index).and_then(|condition| condition.category).unwrap_or(job.category);
+    if !state.category(category).is_eligible(e) {
+        return Err(OrderProblem::EngineNotEligible);
+    }
+    if job.blacklist.contains(&e) {
+        return Err(OrderProblem::EngineBlacklisted);
     }
     Ok(())
 }

@@ -187,6 +187,8 @@ pub enum JobProblem {
     /// A task dependency on a task of a retired job that did not end done: the
     /// state keeps only the job's outcome, not how each of its tasks ended.
     RetiredDependency { dependency: String, status: String },
+    /// More slots per task than a task may ask for.
+    TooManySlots { slots: u32, max: u32 },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -227,6 +229,45 @@ pub enum OrderProblem {
     SyncNotNeeded,
     /// A Suspend, Resume or Preempt that no operator's request awaits (nor Techila's preemption rule, nor the suspend-threshold rule re-checked at fold time).
     NotRequested,
+    /// A `DispatchParallel` whose parts do not describe a parallel task the
+    /// job may run (see [`PartsProblem`]), or a `Dispatch` of a site-spanning job.
+    BadParts { problem: PartsProblem },
+}
+
+/// What is wrong with the parts of a `DispatchParallel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PartsProblem {
+    /// The job's span is `engine`, or a plain `Dispatch` names a `site` job.
+    SpanMismatch,
+    /// No parts, or more than `PARALLEL_PARTS_MAX`.
+    PartCount,
+    /// A part of 0 slots.
+    ZeroSlots,
+    /// Two parts name one engine.
+    DuplicateEngine,
+    /// The parts' slots do not add up to the task's.
+    SlotsDoNotAddUp,
+    /// The parts' engines do not share one `site` (or have none).
+    DifferentSites,
+    /// The order's engine is not one of its parts, or its epoch is not its part's.
+    NotAPart,
+    /// A companion's order whose attempt was not booked with these parts.
+    NotBooked,
+}
+
+impl PartsProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartsProblem::SpanMismatch => "span-mismatch",
+            PartsProblem::PartCount => "part-count",
+            PartsProblem::ZeroSlots => "zero-slots",
+            PartsProblem::DuplicateEngine => "duplicate-engine",
+            PartsProblem::SlotsDoNotAddUp => "slots-do-not-add-up",
+            PartsProblem::DifferentSites => "different-sites",
+            PartsProblem::NotAPart => "not-a-part",
+            PartsProblem::NotBooked => "not-booked",
+        }
+    }
 }
 
 impl fmt::Display for OrderProblem {
@@ -237,6 +278,7 @@ impl fmt::Display for OrderProblem {
                 write!(f, "not-enough-free-slots ({free} free, {needed} needed)")
             }
             OrderProblem::EpochClosed { epoch, current } => write!(f, "epoch-closed (epoch {epoch}, now {current})"),
+            OrderProblem::BadParts { problem } => write!(f, "bad-parts ({})", problem.as_str()),
             other => f.write_str(other.kind_name()),
         }
     }
@@ -266,6 +308,7 @@ impl OrderProblem {
             OrderProblem::DependencyNotFailed => "dependency-not-failed",
             OrderProblem::SyncNotNeeded => "sync-not-needed",
             OrderProblem::NotRequested => "not-requested",
+            OrderProblem::BadParts { .. } => "bad-parts",
         }
     }
 }
@@ -390,6 +433,7 @@ impl fmt::Display for JobProblem {
             JobProblem::NoTasks => f.write_str("it has no tasks"),
             JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
             JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
+            JobProblem::TooManySlots { slots, max } => write!(f, "{slots} slots per task, more than {max}"),
             JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
             JobProblem::TooManyAttempts { max_attempts, max } => {
                 write!(f, "max_attempts is {max_attempts}; at most {max} are allowed")

@@ -626,6 +626,10 @@ impl Agent {
             return Ok(());
         }
         self.report.deliveries += 1;
+        if run.companion {
+            super::nodefile::note_companion(self.engine(), &run);
+            return Ok(());
+        }
         let slots = run.slots.max(1);
         let free = self.config.slots - self.slots_used;
         if slots > free {
@@ -657,9 +661,15 @@ impl Agent {
             Ok(dir) => dir,
             Err(message) => return self.launch_failed(&run, message).await,
         };
+        let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
+        match super::nodefile::write(&work_dir, &run) {
+            Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),
+            Ok(None) => {}
+            Err(e) => return self.launch_failed(&run, format!("cannot write the node file: {e}")).await,
+        }
         let spec = LaunchSpec {
             argv: run.argv.clone(),
-            env: task_env(self.engine(), &run, &work_dir, &self.library_dir),
+            env,
             work_dir: work_dir.clone(),
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
@@ -1237,6 +1247,8 @@ mod tests {
             root_library: None,
             output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
             work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
+            nodes: Vec::new(),
+            companion: false,
         };
         let env_of = |run: &RunTask| -> BTreeMap<String, String> {
             let engine = EngineId::new("e1").unwrap();

@@ -99,6 +99,7 @@ mod agent;
 pub mod feed;
 pub mod groups;
 pub mod library;
+pub mod nodefile;
 pub mod probe;
 pub mod procfs;
 mod report;

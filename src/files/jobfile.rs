@@ -56,8 +56,11 @@ struct JobFile {
     max_attempts: Spanned<u32>,
     #[serde(default)]
     wall_time_limit_secs: u64,
-    #[serde(default = "default_slots")]
-    slots_per_task: Spanned<u32>,
+    /// The slots one task needs; `slots` is its synonym (give one of them).
+    slots_per_task: Option<Spanned<u32>>,
+    slots: Option<Spanned<u32>>,
+    /// Where those slots may be: "engine" (the default) or "site".
+    span: Option<Spanned<String>>,
     task: Spanned<TaskSection>,
     tasks: Option<Spanned<Tasks>>,
     task_list: Option<Spanned<Vec<Spanned<TaskTable>>>>,
@@ -354,9 +357,28 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     if *file.max_attempts.get_ref() > MAX_ATTEMPTS_MAX {
         return Err(file_text.at(&file.max_attempts, format!("max_attempts may be at most {MAX_ATTEMPTS_MAX}")));
     }
-    if *file.slots_per_task.get_ref() == 0 {
-        return Err(file_text.at(&file.slots_per_task, "slots_per_task must be at least 1"));
+    let slots_per_task = match (&file.slots_per_task, &file.slots) {
+        (Some(_), Some(slots)) => return Err(file_text.at(slots, "give slots or slots_per_task (its synonym), not both")),
+        (Some(n), None) | (None, Some(n)) => n,
+        (None, None) => &default_slots(),
+    };
+    let key = if file.slots.is_some() { "slots" } else { "slots_per_task" };
+    if *slots_per_task.get_ref() == 0 {
+        return Err(file_text.at(slots_per_task, format!("{key} must be at least 1")));
     }
+    let slots_max = crate::core::event::SLOTS_PER_TASK_MAX;
+    if *slots_per_task.get_ref() > slots_max {
+        return Err(file_text.at(slots_per_task, format!("{key} may be at most {slots_max}")));
+    }
+    let span = match &file.span {
+        None => crate::core::event::Span::Engine,
+        Some(span) => match span.get_ref().as_str() {
+            "engine" => crate::core::event::Span::Engine,
+            "site" => crate::core::event::Span::Site,
+            other => return Err(file_text.at(span, format!("span must be \"engine\" or \"site\", not {other:?}"))),
+        },
+    };
+    let slots_per_task = *slots_per_task.get_ref();
     let task = file.task.get_ref();
     if task.argv.is_empty() {
         return Err(file_text.at(&file.task, "[task] argv must name a program to run"));
@@ -371,6 +393,7 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     };
     let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
     let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
+    options.span = span;
     if let Some(deadline) = &file.deadline {
         options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
     }
@@ -383,7 +406,7 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         requirements,
         max_attempts: *file.max_attempts.get_ref(),
         wall_time_limit_ms: file.wall_time_limit_secs.saturating_mul(1000),
-        slots_per_task: *file.slots_per_task.get_ref(),
+        slots_per_task,
         template: TaskTemplate { argv: task.argv.clone(), params: task.params.clone() },
         tasks,
         options,
@@ -848,6 +871,7 @@ impl OptionKeys<'_> {
             deadline_ms: None,
             tasks_total: None,
             soft,
+            span: crate::core::event::Span::Engine,
         };
         Ok((options, task_conditions))
     }

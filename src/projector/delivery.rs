@@ -62,6 +62,28 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
                     root_library: job.options.root_library.clone(),
                     output_bytes_max: job.attempt_log.record(task.index, *attempt).map_or(0, |r| r.output_bytes_max),
                     work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
+                    nodes: Vec::new(),
+                    companion: false,
+                };
+                (engine.clone(), DeliveryKind::Run(run))
+            }
+            Order::DispatchParallel { task, attempt, engine, parts, .. } => {
+                let Some(j) = state.job_idx(&task.job) else { continue };
+                let job = state.job(j);
+                let (argv, params) = job.task_command(task.index);
+                let mine = parts.iter().find(|part| part.engine == *engine).map_or(0, |part| part.slots);
+                let run = RunTask {
+                    task: task.clone(),
+                    attempt: *attempt,
+                    argv,
+                    params,
+                    wall_time_limit_ms: job.wall_time_limit_ms,
+                    slots: mine,
+                    root_library: job.options.root_library.clone(),
+                    output_bytes_max: job.attempt_log.record(task.index, *attempt).map_or(0, |r| r.output_bytes_max),
+                    work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
+                    nodes: parts.iter().map(|part| (part.engine.clone(), part.slots)).collect(),
+                    companion: parts.first().is_none_or(|master| master.engine != *engine),
                 };
                 (engine.clone(), DeliveryKind::Run(run))
             }

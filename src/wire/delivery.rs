@@ -84,6 +84,11 @@ pub struct RunTask {
     pub output_bytes_max: u64,
     /// How long to keep the attempt's work directory after it ends.
     pub work_dir_retention_ms: u64,
+    /// A parallel task: every engine of the attempt with its slots, the
+    /// master first (`GRIDFOLD_NODEFILE`); empty for other tasks.
+    pub nodes: Vec<(EngineId, u32)>,
+    /// A part that is not the master: the engine holds its slots, runs nothing.
+    pub companion: bool,
 }
 
 impl Delivery {
@@ -106,6 +111,8 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
             root_library: run.root_library.as_ref().map(library_to_proto),
             output_bytes_max: run.output_bytes_max,
             work_dir_retention_ms: run.work_dir_retention_ms,
+            nodes: run.nodes.iter().map(|(engine, slots)| proto::NodeSlots { engine: engine.to_string(), slots: *slots }).collect(),
+            companion: run.companion,
         }),
         DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) | DeliveryKind::Control(order) => {
             match order_to_proto(order).kind {
@@ -141,7 +148,17 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
     use proto::delivery::Kind;
     let message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
     let kind = match message.kind {
+        Some(Kind::Run(run)) if run.nodes.len() > crate::core::event::PARALLEL_PARTS_MAX => {
+            let problem = format!("{} nodes, more than {}", run.nodes.len(), crate::core::event::PARALLEL_PARTS_MAX);
+            return Err(WireError::Field { field: "run.nodes".into(), problem: super::convert::FieldProblem::Inconsistent(problem) });
+        }
         Some(Kind::Run(run)) => DeliveryKind::Run(RunTask {
+            nodes: run
+                .nodes
+                .iter()
+                .map(|node| Ok((engine_id("nodes.engine", &node.engine)?, node.slots)))
+                .collect::<Result<_, WireError>>()?,
+            companion: run.companion,
             task: task_ref(run.task)?,
             attempt: run.attempt,
             argv: run.argv,
@@ -207,6 +224,8 @@ mod tests {
                 root_library: None,
                 output_bytes_max: 1 << 20,
                 work_dir_retention_ms: 60_000,
+                nodes: Vec::new(),
+                companion: false,
             }),
             DeliveryKind::Run(RunTask {
                 task: task("render", 4),
@@ -218,6 +237,8 @@ mod tests {
                 root_library: Some(LibraryRef::new("render-lib", "2.1.0")),
                 output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
                 work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
+                nodes: Vec::new(),
+                companion: false,
             }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),

@@ -83,9 +83,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::Suspend { .. } => 9,
         Order::Resume { .. } => 10,
         Order::Preempt { .. } => 11,
+        Order::DispatchParallel { .. } => 12,
     }
 }
-pub const ORDER_VARIANTS: usize = 12;
+pub const ORDER_VARIANTS: usize = 13;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -163,6 +164,7 @@ pub fn every_event() -> Vec<Event> {
                 tasks_total: Some(4),
                 project_priority: 2,
                 soft: "site == \"lyon\"".into(),
+                span: crate::core::event::Span::Site,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -409,6 +411,16 @@ pub fn every_event() -> Vec<Event> {
                 Order::Suspend { task: task("render-1", 7), attempt: 1, engine: engine("e1") },
                 Order::Resume { task: task("render-1", 7), attempt: 1, engine: engine("e1") },
                 Order::Preempt { task: task("render-1", 0), attempt: 2, engine: engine("e3") },
+                Order::DispatchParallel {
+                    task: task("render-1", 1),
+                    attempt: 1,
+                    engine: engine("e2"),
+                    epoch: 7,
+                    parts: vec![
+                        crate::core::event::ParallelPart { engine: engine("e1"), epoch: 5, slots: 2 },
+                        crate::core::event::ParallelPart { engine: engine("e2"), epoch: 7, slots: 3 },
+                    ],
+                },
             ],
         }),
     ]
@@ -518,6 +530,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     tasks_total: None,
                     project_priority,
                     soft: soft.unwrap_or_default(),
+                    span: if flags[0] { crate::core::event::Span::Site } else { crate::core::event::Span::Engine },
                 }
             },
         );
@@ -881,6 +894,17 @@ fn arb_order() -> impl Strategy<Value = Order> {
             1 => Order::Resume { task, attempt, engine },
             _ => Order::Preempt { task, attempt, engine },
         }),
+        (arb_task(), any::<u32>(), arb_engine(), any::<u64>(), prop::collection::vec((arb_engine(), any::<u64>(), any::<u32>()), 0..4))
+            .prop_map(|(task, attempt, engine, epoch, parts)| Order::DispatchParallel {
+                task,
+                attempt,
+                engine,
+                epoch,
+                parts: parts
+                    .into_iter()
+                    .map(|(engine, epoch, slots)| crate::core::event::ParallelPart { engine, epoch, slots })
+                    .collect(),
+            }),
     ]
 }
 

@@ -70,6 +70,8 @@ pub(super) fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
             root_library: job.options.root_library.clone(),
             output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
             work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
+            nodes: Vec::new(),
+            companion: false,
         }),
     };
     let (started, completed) = reports(engine, &task, 1);

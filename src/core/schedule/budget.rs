@@ -55,6 +55,16 @@ impl Orders {
         true
     }
 
+    /// Adds every order or none (the parts of one parallel task); says whether it did.
+    #[must_use = "a stage stops when the budget is spent"]
+    pub fn push_all(&mut self, orders: Vec<Order>) -> bool {
+        let bytes: usize = orders.iter().map(Order::encoded_len_max).sum();
+        if self.orders.len() + orders.len() > ORDERS_PER_BATCH_MAX || self.bytes + bytes > ORDER_BATCH_BYTES_MAX {
+            return false;
+        }
+        orders.into_iter().all(|order| self.push(order))
+    }
+
     /// Whether an order of this run already ends the attempt.
     pub fn ends(&self, task: &TaskRef, attempt: Attempt) -> bool {
         !self.ended.is_empty() && self.ended.contains(&(task.clone(), attempt))

@@ -514,6 +514,7 @@ impl Run<'_> {
         let job = state.job(key.job);
         let candidate = &self.candidates.by_id[at as usize];
         if self.is_held(key)
+            || job.options.span == crate::core::event::Span::Site
             || candidate.slots - candidate.used < job.slots_per_task
             || !state.category(task_category(job, key.index)).is_eligible(candidate.engine)
             || TaskRules::new(state, key).check(candidate.engine).is_err()
@@ -569,6 +570,9 @@ impl Run<'_> {
         if self.is_held(key) || self.exhausted[c.0 as usize] {
             return TaskOutcome::PassedOver;
         }
+        if job.options.span == crate::core::event::Span::Site {
+            return self.serve_parallel(key, c, orders);
+        }
         let category = state.category(c);
         assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
         let task_rules = TaskRules::new(state, key);
@@ -597,6 +601,44 @@ impl Run<'_> {
             return TaskOutcome::PassedOver;
         };
         self.dispatch(key, at, orders)
+    }
+
+    /// A task of span `site`: all its slots at once over engines of one site
+    /// (see [`super::parallel`]), or nothing.
+    fn serve_parallel(&mut self, key: TaskKey, c: CategoryIdx, orders: &mut Orders) -> TaskOutcome {
+        let state = self.state;
+        let job = state.job(key.job);
+        if state.task(key).is_live() {
+            return TaskOutcome::PassedOver; // a parallel task takes no redundant copy
+        }
+        let category = state.category(c);
+        let task_rules = TaskRules::new(state, key);
+        let mut ranked: Vec<(Rank, super::parallel::Offer)> = Vec::new();
+        for (at, candidate) in self.candidates.by_id.iter().enumerate() {
+            let e = candidate.engine;
+            if candidate.used >= candidate.slots || !category.is_eligible(e) || task_rules.check(e).is_err() {
+                continue;
+            }
+            let score = job_score(state, job, e) + task_score(state, job, key.index, e);
+            let unmet = soft_unmet(state, job.soft.as_ref(), e);
+            let rank = (self.candidates.tier(candidate), unmet, -score, self.candidates.load(candidate), at as u32);
+            ranked.push((rank, super::parallel::Offer { engine: e, at: at as u32, free: candidate.slots - candidate.used }));
+        }
+        ranked.sort_unstable_by_key(|&(rank, _)| rank);
+        let Some(parts) = super::parallel::fill_up(state, job.slots_per_task, ranked.into_iter().map(|(_, offer)| offer))
+        else {
+            return if job.conditions_are_empty() { TaskOutcome::JobDone } else { TaskOutcome::PassedOver };
+        };
+        let attempt = state.task(key).attempts + 1;
+        let named: Vec<(EngineIdx, u32)> = parts.iter().map(|(offer, slots)| (offer.engine, *slots)).collect();
+        if !orders.push_all(super::parallel::orders_for(state, key, attempt, &named)) {
+            return TaskOutcome::RunOver;
+        }
+        for (offer, slots) in parts {
+            self.candidates.book(offer.at, slots);
+        }
+        self.n_dispatched += 1;
+        TaskOutcome::Booked
     }
 
     fn dispatch(&mut self, key: TaskKey, at: u32, orders: &mut Orders) -> TaskOutcome {

@@ -85,10 +85,12 @@ pub fn requirements(state: &State, job: &Job, engine: &Engine) -> Result<(), Unf
 }
 
 pub fn enough_slots(job: &Job, engine: &Engine) -> Result<(), Unfit> {
-    if engine.slots >= job.slots_per_task {
+    // A task of span `site` needs one slot of an engine to take a part there.
+    let needed = super::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+    if engine.slots >= needed {
         Ok(())
     } else {
-        Err(Unfit::TooFewSlots { slots: engine.slots, needed: job.slots_per_task })
+        Err(Unfit::TooFewSlots { slots: engine.slots, needed })
     }
 }
 
@@ -177,7 +179,8 @@ pub fn not_blacklisted(state: &State, j: JobIdx, e: EngineIdx) -> Result<(), Unf
 
 pub fn free_slot(job: &Job, engine: &Engine, booked_in_flight: u32) -> Result<(), Unfit> {
     let free = engine.free_slots().saturating_sub(booked_in_flight);
-    if free >= job.slots_per_task { Ok(()) } else { Err(Unfit::NoFreeSlot { free, needed: job.slots_per_task }) }
+    let needed = super::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+    if free >= needed { Ok(()) } else { Err(Unfit::NoFreeSlot { free, needed }) }
 }
 
 /// Every per-engine rule but the tier, in reporting order.

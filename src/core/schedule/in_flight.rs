@@ -49,6 +49,21 @@ impl InFlight {
                         *self.booked.entry(e).or_default() += state.job(key.job).slots_per_task;
                     }
                 }
+                Order::DispatchParallel { task, engine, parts, .. } => {
+                    // The master's order stands for every part.
+                    if parts.first().is_none_or(|master| master.engine != *engine) {
+                        continue;
+                    }
+                    let Some(key) = state.task_key(task) else { continue };
+                    if self.dispatched.insert(key) {
+                        *self.dispatched_per_job.entry(key.job).or_default() += 1;
+                        for part in parts {
+                            if let Some(e) = state.engine_idx(&part.engine) {
+                                *self.booked.entry(e).or_default() += part.slots;
+                            }
+                        }
+                    }
+                }
                 Order::Cancel { task, attempt, .. } | Order::Requeue { task, attempt, .. } => {
                     if let Some(key) = state.task_key(task) {
                         self.ending.insert((key, *attempt));

@@ -24,6 +24,9 @@
 //!    (affinity, task affinity, greylisting), then [`queue_sort`] (Grid
 //!    Engine's `queue_sort_method` over the load formula and `seq_no`), then
 //!    engine id.
+//!    [`parallel`]: a task of span `site` is booked over several engines of one
+//!    site at once (Grid Engine's `$fill_up`), one `DispatchParallel` per engine;
+//!    an attempt whose companion engine is gone is requeued (`part-lost`).
 //! 7. [`lifecycle::unschedulable`]: jobs no logged-in engine could ever run are
 //!    flagged, so their submitters hear it now rather than never.
 //!
@@ -46,6 +49,7 @@ pub mod families;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
+pub mod parallel;
 pub mod queue_sort;
 pub mod redundancy;
 pub mod sge;
@@ -59,6 +63,8 @@ pub mod thresholds;
 mod busy_grid_tests;
 #[cfg(test)]
 mod gridserver_tests;
+#[cfg(test)]
+mod parallel_tests;
 #[cfg(test)]
 mod queue_sort_tests;
 #[cfg(test)]
@@ -94,6 +100,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     let mut orders = Orders::new();
     let lost = lifecycle::lose_silent_engines(state, in_flight, &mut orders);
     lifecycle::requeue_closed_epochs(state, in_flight, &lost, &mut orders);
+    parallel::requeue_broken(state, in_flight, &lost, &mut orders);
     lifecycle::requeue_unstarted(state, in_flight, &lost, &mut orders);
     lifecycle::cancel_ended_jobs(state, in_flight, &lost, &mut orders);
     suspension::answer_control_requests(state, in_flight, &lost, &mut orders);

@@ -28,6 +28,7 @@ mod retire;
 mod suspension;
 pub mod thresholds;
 mod ops;
+pub mod parallel;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -41,6 +42,7 @@ pub use job::{
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
 pub use suspension::{Control, Suspensions};
+pub use parallel::{BookedPart, ParallelBookings};
 
 use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
@@ -311,6 +313,8 @@ pub struct State {
     pub(crate) suspension: Suspensions,
     /// Techila's scheduling cycles: when one is due (see `schedule::techila::cycle`).
     pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
+    /// Parallel tasks' companion bookings on other engines (see `parallel.rs`).
+    pub(crate) parallel: ParallelBookings,
 }
 
 impl State {
@@ -594,6 +598,7 @@ impl State {
         }
         self.engines[idx.0 as usize].status = EngineStatus::LoggedOut;
         self.free_engines.remove(idx);
+        self.break_companions_on(idx);
     }
 
     pub(crate) fn mark_engine_lost(&mut self, idx: EngineIdx) {
@@ -1005,6 +1010,7 @@ impl State {
     /// engine as the given attempt.
     pub(crate) fn dispatch(&mut self, key: TaskKey, attempt: Attempt, e: EngineIdx) {
         let now = self.now_ms;
+        let engine_slots = self.attempt_slots(key, attempt);
         let job = &mut self.jobs[key.job.0 as usize];
         let was_runnable = job.is_runnable();
         let slots = job.slots_per_task;
@@ -1016,7 +1022,7 @@ impl State {
         }
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(e);
         let engine = &mut self.engines[e.0 as usize];
-        engine.used += slots;
+        engine.used += engine_slots;
         assert!(engine.used <= engine.slots, "engine {} booked above its slots", engine.id);
         engine.live += 1;
         let live = LiveAttempt { attempt, engine: e, epoch: engine.epoch, dispatched_ms: now, started_ms: None };
@@ -1065,6 +1071,7 @@ impl State {
         // Without copies anywhere, the released attempt is the task's only one:
         // the common case skips the copy bookkeeping and a second lookup.
         let had_copies = !self.copies.is_empty();
+        let engine_slots = self.attempt_slots(key, attempt);
         let live = match self.live.get(&key) {
             Some(first) if first.attempt == attempt => {
                 let first = self.live.remove(&key).expect("just seen");
@@ -1088,7 +1095,7 @@ impl State {
         self.users.attempt_ended(user, slots, live.dispatched_ms, now, halftime_ms);
         self.projects.attempt_ended(project, slots, live.dispatched_ms, now, halftime_ms);
         let engine = &mut self.engines[live.engine.0 as usize];
-        engine.used -= slots;
+        engine.used -= engine_slots;
         engine.live -= 1;
         if live.epoch < engine.epoch {
             engine.closed_epoch_live -= 1;
@@ -1097,6 +1104,7 @@ impl State {
             }
         }
         self.refresh_free(live.engine);
+        self.release_companions(key, attempt);
         (live, had_copies && self.live.contains_key(&key))
     }
 
@@ -1415,7 +1423,7 @@ impl State {
                 );
             }
             let job = self.job(key.job);
-            used[live.engine.0 as usize] += job.slots_per_task;
+            used[live.engine.0 as usize] += self.attempt_slots(key, live.attempt);
             live_per_engine[live.engine.0 as usize] += 1;
             for (figures, account) in [(&mut user_live, job.user_account), (&mut project_live, job.project_account)] {
                 let entry = &mut figures[account.0 as usize];
@@ -1445,7 +1453,12 @@ impl State {
                 assert!(all.iter().all(|other| other.attempt >= live.attempt), "the first live attempt is the oldest");
             }
         }
+        let companions = self.companion_slots();
+        for (&e, &(slots, _)) in &companions {
+            used[e.0 as usize] += slots;
+        }
         for (e, engine) in self.engines.iter().enumerate() {
+            let broken_part = companions.get(&EngineIdx(e as u32)).is_some_and(|&(_, broken)| broken);
             assert_eq!(engine.closed_epoch_live, closed_per_engine[e], "closed-epoch attempts of engine {}", engine.id);
             assert_eq!(
                 engine.closed_epoch_live > 0,
@@ -1454,7 +1467,7 @@ impl State {
                 engine.id
             );
             assert!(
-                engine.used <= engine.slots || engine.closed_epoch_live > 0,
+                engine.used <= engine.slots || engine.closed_epoch_live > 0 || broken_part,
                 "engine {} above its slots with no attempts of a closed epoch",
                 engine.id
             );
@@ -1506,6 +1519,7 @@ impl State {
         }
         self.check_retirement_invariants();
         self.check_suspension_invariants();
+        self.check_parallel_invariants();
     }
 }
 

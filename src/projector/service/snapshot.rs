@@ -69,9 +69,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// budget its attempts were given, the policy its `[output]` bounds. 11: a
 /// job's options hold its `expected_task_time_ms`, a job its expired tasks; the
 /// Techila policy its `cycle_interval_ms`; the state its Techila cycle
-/// (`CycleState`). 12: a job's options hold its `soft` request, a job its
-/// compiled soft request; the policy its suspend thresholds, the suspensions
-/// which attempts a threshold suspended and each engine's suspend interval.
+/// (`CycleState`). 12: a job's options hold its `soft` request and its `span`, a
+/// job its compiled soft request; the policy its suspend thresholds, the
+/// suspensions which attempts a threshold suspended and each engine's suspend
+/// interval; the state its parallel tasks' companion bookings (`ParallelBookings`).
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 12;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
@@ -424,6 +425,8 @@ mod tests {
                 root_library: None,
                 output_bytes_max: crate::core::event::OutputPolicy::default().task_bytes_max,
                 work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
+                nodes: Vec::new(),
+                companion: false,
             }),
         }
     }

@@ -41,6 +41,7 @@ enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelRe
 enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> RequeueReason {
     DispatchTimeout,
     EngineRestarted,
+    PartLost,
 });
 enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unschedulable {
     NoEngineMatchesRequirements,

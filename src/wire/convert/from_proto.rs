@@ -151,7 +151,12 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         return Err(WireError::at("job_share", FieldProblem::Inconsistent(format!("{job_share} shares, more than {shares_max}"))));
     }
     let project_priority = super::techila::project_priority(m.project_priority)?;
+    let span = match super::fields::known_enum::<proto::Span>("span", m.span)? {
+        proto::Span::Unspecified | proto::Span::Engine => crate::core::event::Span::Engine,
+        proto::Span::Site => crate::core::event::Span::Site,
+    };
     Ok(JobOptions {
+        span,
         project_priority,
         root_library: m
             .root_library

@@ -94,6 +94,16 @@ pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
         Order::Suspend { task, attempt, engine } => P::Suspend(attempt_order_to_proto(task, *attempt, engine)),
         Order::Resume { task, attempt, engine } => P::Resume(attempt_order_to_proto(task, *attempt, engine)),
         Order::Preempt { task, attempt, engine } => P::Preempt(attempt_order_to_proto(task, *attempt, engine)),
+        Order::DispatchParallel { task, attempt, engine, epoch, parts } => P::DispatchParallel(proto::DispatchParallel {
+            task: task_ref_to_proto(task),
+            attempt: *attempt,
+            engine: engine.to_string(),
+            epoch: *epoch,
+            parts: parts
+                .iter()
+                .map(|part| proto::ParallelPart { engine: part.engine.to_string(), epoch: part.epoch, slots: part.slots })
+                .collect(),
+        }),
     };
     proto::Order { kind: Some(kind) }
 }
@@ -152,6 +162,7 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
         P::Suspend(m) => ("suspend", attempt_order(m).map(|(task, attempt, engine)| Order::Suspend { task, attempt, engine })),
         P::Resume(m) => ("resume", attempt_order(m).map(|(task, attempt, engine)| Order::Resume { task, attempt, engine })),
         P::Preempt(m) => ("preempt", attempt_order(m).map(|(task, attempt, engine)| Order::Preempt { task, attempt, engine })),
+        P::DispatchParallel(m) => ("dispatch_parallel", dispatch_parallel(m)),
     };
     order.map_err(|e| e.within(name))
 }
@@ -224,5 +235,24 @@ fn reschedule(m: proto::Reschedule) -> Result<Order, WireError> {
         reason,
         elapsed_ms: m.elapsed_ms,
         limit_ms: m.limit_ms,
+    })
+}
+
+/// At most `PARALLEL_PARTS_MAX` parts decode; what they mean is the fold's to judge.
+fn dispatch_parallel(m: proto::DispatchParallel) -> Result<Order, WireError> {
+    use crate::core::event::{ParallelPart, PARALLEL_PARTS_MAX};
+    if m.parts.len() > PARALLEL_PARTS_MAX {
+        let problem = format!("{} parts, more than {PARALLEL_PARTS_MAX}", m.parts.len());
+        return Err(WireError::Field { field: "parts".into(), problem: FieldProblem::Inconsistent(problem) });
+    }
+    let parts = each("parts", m.parts, |part| {
+        Ok(ParallelPart { engine: engine_id("engine", &part.engine)?, epoch: part.epoch, slots: part.slots })
+    })?;
+    Ok(Order::DispatchParallel {
+        task: task_ref(m.task)?,
+        attempt: m.attempt,
+        engine: engine_id("engine", &m.engine)?,
+        epoch: m.epoch,
+        parts,
     })
 }

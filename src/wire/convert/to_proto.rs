@@ -89,6 +89,11 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         redundant_rescheduling: options.redundant_rescheduling,
         task_max_time_ms: options.task_max_time_ms,
         expected_task_time_ms: options.expected_task_time_ms,
+        // Engine (the default) is written as absent, as before spans existed.
+        span: match options.span {
+            crate::core::event::Span::Engine => proto::Span::Unspecified as i32,
+            crate::core::event::Span::Site => proto::Span::Site as i32,
+        },
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),

@@ -1,0 +1,260 @@
+//! Parallel tasks over several engines (`span = "site"`, Grid Engine's parallel
+//! environments with `allocation_rule $fill_up`).
+//!
+//! A task of `slots_per_task = N` with span `site` starts only when all N slots
+//! are booked at once on engines sharing one value of the `site` property: one
+//! `DispatchParallel` per engine in the same batch, each naming every part
+//! (engine, its login epoch, its slots), the master first. The engines are
+//! filled as `$fill_up` does (sge_pe(5)): in the dispatch ranking's order
+//! (tier, score, queue sort, engine id), each engine gives all its free
+//! slots before the next is used, within the site of the best-ranked engine
+//! whose site has N free slots in at most [`PARALLEL_PARTS_MAX`] engines.
+//! Engines without a `site` take no part. A task of span `engine` is
+//! Grid Engine's `$pe_slots`: all its slots on one engine, as before.
+//!
+//! The master engine runs the command with `GRIDFOLD_NODEFILE` naming every
+//! part; the others hold their slots (and run nothing) until the master
+//! attempt ends, which frees every part. A companion engine lost, logged out
+//! or logged in again breaks the attempt: [`requeue_broken`] requeues it
+//! (reason `part-lost`), and the master's engine hears it as a stop. The
+//! state side (companion bookings) is `state/parallel.rs`.
+//!
+//! What it does not do: redundant copies of parallel tasks (a site job's task
+//! gets none), resource-first families (Techila passes site jobs over), and a
+//! per-engine command on the companions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{InFlight, Orders};
+use crate::core::event::{Order, ParallelPart, RequeueReason, Span, PARALLEL_PARTS_MAX};
+use crate::core::fold::{check_engine_state, check_engine_takes};
+use crate::core::ids::{Attempt, EngineId};
+use crate::core::reject::{OrderProblem, PartsProblem};
+use crate::core::state::{BookedPart, EngineIdx, State, TaskKey, TaskStatus};
+
+/// Most `part-lost` requeues one run orders.
+pub const PART_LOST_REQUEUES_PER_RUN_MAX: usize = 256;
+
+/// The slots a task needs on one engine to be eligible there: all of them for
+/// span `engine`, one for span `site` (the category's slot count).
+pub fn slots_per_engine(slots_per_task: u32, span: Span) -> u32 {
+    match span {
+        Span::Engine => slots_per_task,
+        Span::Site => 1,
+    }
+}
+
+/// One free engine offered to [`fill_up`], in ranking order.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer {
+    pub engine: EngineIdx,
+    /// Its position among the run's candidates.
+    pub at: u32,
+    pub free: u32,
+}
+
+/// `$fill_up` within a site: walks the offers best first, adding each engine's
+/// free slots to its site's sum; the first site to reach `needed` gets the
+/// task, its engines in ranking order each giving all its free slots (the last
+/// what is still needed). Returns (offer, slots) pairs, the master first.
+pub fn fill_up(state: &State, needed: u32, offers: impl IntoIterator<Item = Offer>) -> Option<Vec<(Offer, u32)>> {
+    let mut sites: BTreeMap<&str, (u32, Vec<(Offer, u32)>)> = BTreeMap::new();
+    for offer in offers {
+        let site = state.engine(offer.engine).props.site.as_str();
+        if site.is_empty() || offer.free == 0 {
+            continue;
+        }
+        let (sum, parts) = sites.entry(site).or_default();
+        if parts.len() == PARALLEL_PARTS_MAX {
+            continue;
+        }
+        let take = offer.free.min(needed - *sum);
+        *sum += take;
+        parts.push((offer, take));
+        if *sum == needed {
+            return sites.remove(site).map(|(_, parts)| parts);
+        }
+    }
+    None
+}
+
+/// Free slots of the logged-in engines that may take a part of the task, by site (engine id
+/// order within each), for `why`: engines without a `site` are left out.
+pub fn free_by_site(state: &State, key: TaskKey) -> BTreeMap<String, Vec<(EngineId, u32)>> {
+    let rules = super::filters::TaskRules::new(state, key);
+    let job = state.job(key.job);
+    let category = job.condition(key.index).and_then(|c| c.category).unwrap_or(job.category);
+    let mut sites: BTreeMap<String, Vec<(EngineId, u32)>> = BTreeMap::new();
+    for (n, engine) in state.engines().iter().enumerate() {
+        let e = EngineIdx(n as u32);
+        let logged_in = engine.status == crate::core::state::EngineStatus::LoggedIn;
+        if !logged_in || engine.props.site.is_empty() || !state.category(category).is_eligible(e) || rules.check(e).is_err() {
+            continue;
+        }
+        sites.entry(engine.props.site.clone()).or_default().push((engine.id.clone(), engine.free_slots()));
+    }
+    for engines in sites.values_mut() {
+        engines.sort();
+    }
+    sites
+}
+
+/// The orders of one parallel attempt: one per part, each naming every part.
+pub fn orders_for(state: &State, key: TaskKey, attempt: Attempt, parts: &[(EngineIdx, u32)]) -> Vec<Order> {
+    let named: Vec<ParallelPart> = parts
+        .iter()
+        .map(|&(e, slots)| {
+            let engine = state.engine(e);
+            ParallelPart { engine: engine.id.clone(), epoch: engine.epoch, slots }
+        })
+        .collect();
+    named
+        .iter()
+        .map(|part| Order::DispatchParallel {
+            task: state.task_ref(key),
+            attempt,
+            engine: part.engine.clone(),
+            epoch: part.epoch,
+            parts: named.clone(),
+        })
+        .collect()
+}
+
+/// Whether a `DispatchParallel` read back applies, and if it is the master's,
+/// books every part. A companion's order applies when its attempt was booked
+/// with exactly these parts and is not broken; it changes nothing.
+pub(crate) fn fold_dispatch(
+    state: &mut State,
+    key: TaskKey,
+    attempt: Attempt,
+    engine: &EngineId,
+    epoch: u64,
+    parts: &[ParallelPart],
+) -> Result<(), OrderProblem> {
+    let bad = |problem| OrderProblem::BadParts { problem };
+    let job = state.job(key.job);
+    if job.options.span != Span::Site {
+        return Err(bad(PartsProblem::SpanMismatch));
+    }
+    if parts.is_empty() || parts.len() > PARALLEL_PARTS_MAX {
+        return Err(bad(PartsProblem::PartCount));
+    }
+    let mine = parts.iter().position(|part| part.engine == *engine && part.epoch == epoch);
+    match mine {
+        None => Err(bad(PartsProblem::NotAPart)),
+        Some(0) => book_master(state, key, attempt, parts),
+        Some(_) => {
+            let booked = state.parallel().parts_of(key, attempt).ok_or(bad(PartsProblem::NotBooked))?;
+            let same = booked.len() == parts.len()
+                && booked.iter().zip(parts).all(|(b, p)| {
+                    state.engine(b.engine).id == p.engine && b.epoch == p.epoch && b.slots == p.slots
+                });
+            if !same || state.parallel().broken().any(|at| at == (key, attempt)) {
+                return Err(bad(PartsProblem::NotBooked));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn book_master(state: &mut State, key: TaskKey, attempt: Attempt, parts: &[ParallelPart]) -> Result<(), OrderProblem> {
+    let bad = |problem| OrderProblem::BadParts { problem };
+    let current = state.task(key);
+    let job = state.job(key.job);
+    if current.status != TaskStatus::Waiting || !job.is_active() {
+        return Err(OrderProblem::TaskNotWaiting);
+    }
+    if attempt != current.attempts + 1 {
+        return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
+    }
+    let total = parts.iter().try_fold(0u32, |sum, part| sum.checked_add(part.slots));
+    if total != Some(job.slots_per_task) {
+        return Err(bad(PartsProblem::SlotsDoNotAddUp));
+    }
+    let mut booked: Vec<BookedPart> = Vec::with_capacity(parts.len());
+    for part in parts {
+        if part.slots == 0 {
+            return Err(bad(PartsProblem::ZeroSlots));
+        }
+        let e = state.engine_idx(&part.engine).ok_or(OrderProblem::UnknownEngine)?;
+        if booked.iter().any(|b| b.engine == e) {
+            return Err(bad(PartsProblem::DuplicateEngine));
+        }
+        check_engine_state(state, e, part.epoch)?;
+        check_engine_takes(state, key, e, part.slots)?;
+        let site = &state.engine(e).props.site;
+        if site.is_empty() || booked.first().is_some_and(|master| state.engine(master.engine).props.site != *site) {
+            return Err(bad(PartsProblem::DifferentSites));
+        }
+        booked.push(BookedPart { engine: e, epoch: part.epoch, slots: part.slots });
+    }
+    state.dispatch_parallel(key, attempt, booked);
+    Ok(())
+}
+
+/// Requeues every parallel attempt a companion of which lost its engine: the
+/// master's engine is told to stop, and every part is freed.
+pub fn requeue_broken(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
+    for (key, attempt) in state.parallel().broken().take(PART_LOST_REQUEUES_PER_RUN_MAX) {
+        let task = state.task_ref(key);
+        if in_flight.is_ending(key, attempt) || orders.ends(&task, attempt) {
+            continue;
+        }
+        let Some(live) = state.live_attempt_numbered(key, attempt) else { continue };
+        if lost.contains(&live.engine) || in_flight.is_lost(live.engine) {
+            continue;
+        }
+        let engine = state.engine(live.engine).id.clone();
+        if !orders.push(Order::Requeue { task, attempt, engine, reason: RequeueReason::PartLost }) {
+            return;
+        }
+    }
+}
+
+/// Why a parallel task waits: the slots it needs at once, and the free slots
+/// of the engines that may take a part, by site.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ParallelWhy {
+    pub slots: u32,
+    pub sites: BTreeMap<String, Vec<(String, u32)>>,
+}
+
+impl std::fmt::Display for ParallelWhy {
+    /// `parallel task waiting for 4 slots at once: 2 free on site lyon (a1: 2, a2: 0)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "parallel task waiting for {} slots at once:", self.slots)?;
+        if self.sites.is_empty() {
+            return f.write_str(" no engine with a `site` may take a part");
+        }
+        for (n, (site, engines)) in self.sites.iter().enumerate() {
+            let free: u32 = engines.iter().map(|(_, free)| free).sum();
+            let listed: Vec<String> = engines.iter().map(|(engine, free)| format!("{engine}: {free}")).collect();
+            let sep = if n == 0 { " " } else { "; " };
+            write!(f, "{sep}{free} free on site {site} ({})", listed.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The parallel rule's answer for a waiting task of span `site`.
+pub fn why(state: &State, key: TaskKey) -> Option<ParallelWhy> {
+    let job = state.job(key.job);
+    if job.options.span != Span::Site {
+        return None;
+    }
+    let sites = free_by_site(state, key)
+        .into_iter()
+        .map(|(site, engines)| (site, engines.into_iter().map(|(engine, free)| (engine.to_string(), free)).collect()))
+        .collect();
+    Some(ParallelWhy { slots: job.slots_per_task, sites })
+}
+
+/// A live parallel task's parts (engine, slots), the master first; empty for other tasks.
+pub fn parts_of_task(state: &State, key: TaskKey) -> Vec<(String, u32)> {
+    let Some(live) = state.live_attempt(key) else { return Vec::new() };
+    state
+        .parallel()
+        .parts_of(key, live.attempt)
+        .map(|parts| parts.iter().map(|part| (state.engine(part.engine).id.to_string(), part.slots)).collect())
+        .unwrap_or_default()
+}

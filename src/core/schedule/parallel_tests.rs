@@ -1,0 +1,319 @@
+//! Parallel tasks over several engines (`span = "site"`): engines that differ
+//! only in `site`, the parts booked at once, freed at once, broken at once;
+//! and forged or stale `DispatchParallel` orders refused without effect.
+
+use expect_test::expect;
+
+use super::tests::check;
+use super::{decide, InFlight};
+use crate::core::event::{Event, Order, OrderBatch, ParallelPart, Span};
+use crate::core::fold::fold;
+use crate::core::ids::Seq;
+use crate::core::reject::{JobProblem, OrderProblem, PartsProblem, Rejection};
+use crate::core::state::{State, TaskStatus};
+use crate::core::testkit::*;
+
+fn site_job(id: &str, tasks: u32, slots: u32) -> crate::core::event::JobSpec {
+    let mut spec = job_spec(id, tasks, "");
+    spec.slots_per_task = slots;
+    spec.options.span = Span::Site;
+    spec
+}
+
+fn fold_all(log: &LogBuilder, state: &mut State) -> Vec<Rejection> {
+    let mut rejections = Vec::new();
+    for entry in &log.entries[state.last_seq.0 as usize..] {
+        rejections.extend(fold(state, entry));
+        state.check_invariants();
+    }
+    rejections
+}
+
+fn used(state: &State, engine: &str) -> u32 {
+    state.engine(state.engine_idx(&engine_id(engine)).unwrap()).used
+}
+
+fn status(state: &State, job: &str, index: u32) -> TaskStatus {
+    state.task(state.task_key(&task(job, index)).unwrap()).status
+}
+
+#[test]
+fn a_site_task_takes_all_its_slots_at_once_on_engines_of_one_site() {
+    let mut log = LogBuilder::new();
+    // Three engines alike but for their site: only "lyon" has 4 slots in all.
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("b1", 2, linux_props("bern", 8192));
+    log.login("a2", 2, linux_props("lyon", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch mpi/0 #1 -> a1 (master of a1:2 a2:2)
+        dispatch mpi/0 #1 -> a2 (part of a1:2 a2:2)
+    "#]]);
+    assert_eq!((used(&state, "a1"), used(&state, "a2"), used(&state, "b1")), (2, 2, 0));
+    // The companion's slots are held: a 1-slot job goes to the other site only.
+    log.submit(job_spec("small", 3, ""));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch small/0 #1 -> b1
+        dispatch small/1 #1 -> b1
+    "#]]);
+    // The master's end frees every part.
+    log.started("mpi", 0, 1, "a1");
+    log.completed("mpi", 0, 1, "a1");
+    fold_all(&log, &mut state);
+    assert_eq!((used(&state, "a1"), used(&state, "a2")), (0, 0));
+    assert!(state.parallel().is_empty(), "no booking outlives its attempt");
+    check(&mut log, &mut state, expect![[r#"
+        dispatch small/2 #1 -> a1
+    "#]]);
+}
+
+#[test]
+fn a_site_task_waits_while_no_site_has_all_its_slots_free() {
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("b1", 2, linux_props("bern", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        (no orders)
+    "#]]);
+    assert_eq!(status(&state, "mpi", 0), TaskStatus::Waiting);
+    // A second engine in bern makes 4 there.
+    log.login("b2", 2, linux_props("bern", 8192));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch mpi/0 #1 -> b1 (master of b1:2 b2:2)
+        dispatch mpi/0 #1 -> b2 (part of b1:2 b2:2)
+    "#]]);
+}
+
+#[test]
+fn fill_up_takes_every_free_slot_of_the_best_engine_before_the_next() {
+    let mut log = LogBuilder::new();
+    log.login("a1", 4, linux_props("lyon", 8192));
+    log.login("a2", 4, linux_props("lyon", 8192));
+    log.login("a3", 4, linux_props("lyon", 8192));
+    log.submit(site_job("mpi", 1, 6));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch mpi/0 #1 -> a1 (master of a1:4 a2:2)
+        dispatch mpi/0 #1 -> a2 (part of a1:4 a2:2)
+    "#]]);
+    // A site task that fits one engine takes that engine alone.
+    log.submit(site_job("small-mpi", 1, 3));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch small-mpi/0 #1 -> a3 (master of a3:3)
+    "#]]);
+}
+
+#[test]
+fn a_companion_engine_gone_requeues_the_whole_attempt() {
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("a2", 2, linux_props("lyon", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    let mut state = State::new();
+    check(&mut log, &mut state, expect![[r#"
+        dispatch mpi/0 #1 -> a1 (master of a1:2 a2:2)
+        dispatch mpi/0 #1 -> a2 (part of a1:2 a2:2)
+    "#]]);
+    log.started("mpi", 0, 1, "a1");
+    log.push(Event::EngineLoggedOut { engine: engine_id("a2") });
+    fold_all(&log, &mut state);
+    assert_eq!(used(&state, "a2"), 2, "a broken part holds its slots until the requeue");
+    check(&mut log, &mut state, expect![[r#"
+        requeue mpi/0 #1 from a1 (part-lost)
+    "#]]);
+    assert_eq!((used(&state, "a1"), used(&state, "a2")), (0, 0));
+    assert_eq!(status(&state, "mpi", 0), TaskStatus::Waiting);
+    log.login("a2", 2, linux_props("lyon", 8192));
+    check(&mut log, &mut state, expect![[r#"
+        dispatch mpi/0 #2 -> a1 (master of a1:2 a2:2)
+        dispatch mpi/0 #2 -> a2 (part of a1:2 a2:2)
+    "#]]);
+}
+
+#[test]
+fn the_master_engine_lost_frees_every_part() {
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("a2", 2, linux_props("lyon", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    let mut state = State::new();
+    decide_and_fold(&mut log, &mut state);
+    log.push(Event::EngineLoggedOut { engine: engine_id("a1") });
+    fold_all(&log, &mut state);
+    assert_eq!((used(&state, "a1"), used(&state, "a2")), (0, 0));
+    assert_eq!(status(&state, "mpi", 0), TaskStatus::Waiting);
+    assert!(state.parallel().is_empty());
+}
+
+fn decide_and_fold(log: &mut LogBuilder, state: &mut State) -> OrderBatch {
+    fold_all(log, state);
+    let batch = decide(state, &InFlight::new()).expect("orders");
+    let entry = log.orders(batch.clone());
+    assert!(fold(state, &entry).is_empty());
+    batch
+}
+
+/// A state with `a1`, `a2` (lyon) and `b1` (bern), 2 slots each, and a 4-slot
+/// site job waiting; then a batch of the given orders, folded: its rejections.
+fn fold_forged(orders: impl FnOnce(&State) -> Vec<Order>) -> (State, Vec<Rejection>) {
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("a2", 2, linux_props("lyon", 8192));
+    log.login("b1", 2, linux_props("bern", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    log.submit(job_spec("plain", 1, ""));
+    let mut state = State::new();
+    fold_all(&log, &mut state);
+    let orders = orders(&state);
+    let batch = OrderBatch { based_on_seq: Seq(state.last_seq.0), algorithm: "sge-plain".into(), algorithm_version: 4, orders };
+    let entry = log.orders(batch);
+    let rejections = fold(&mut state, &entry);
+    state.check_invariants();
+    (state, rejections)
+}
+
+fn part(state: &State, engine: &str, slots: u32) -> ParallelPart {
+    let epoch = state.engine(state.engine_idx(&engine_id(engine)).unwrap()).epoch;
+    ParallelPart { engine: engine_id(engine), epoch, slots }
+}
+
+fn orders_of(task_ref: crate::core::ids::TaskRef, parts: Vec<ParallelPart>) -> Vec<Order> {
+    parts
+        .iter()
+        .map(|p| Order::DispatchParallel {
+            task: task_ref.clone(),
+            attempt: 1,
+            engine: p.engine.clone(),
+            epoch: p.epoch,
+            parts: parts.clone(),
+        })
+        .collect()
+}
+
+fn problems(rejections: &[Rejection]) -> Vec<OrderProblem> {
+    rejections
+        .iter()
+        .map(|r| match r {
+            Rejection::OrderNotApplicable { problem, .. } => problem.clone(),
+            other => panic!("an order rejection, not {other}"),
+        })
+        .collect()
+}
+
+fn bad(problem: PartsProblem) -> OrderProblem {
+    OrderProblem::BadParts { problem }
+}
+
+fn assert_untouched(state: &State) {
+    assert_eq!((used(state, "a1"), used(state, "a2"), used(state, "b1")), (0, 0, 0), "no slot booked");
+    assert_eq!(status(state, "mpi", 0), TaskStatus::Waiting);
+    assert!(state.parallel().is_empty());
+}
+
+#[test]
+fn forged_parallel_dispatches_are_refused_and_change_nothing() {
+    // An engine named twice (both orders read as the master's).
+    let (state, rejections) = fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "a1", 2)]));
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::DuplicateEngine), bad(PartsProblem::DuplicateEngine)]);
+    assert_untouched(&state);
+    // Parts whose slots do not add up to the task's.
+    let (state, rejections) = fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "a2", 1)]));
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::SlotsDoNotAddUp), bad(PartsProblem::NotBooked)]);
+    assert_untouched(&state);
+    // Slots that overflow when added.
+    let (state, rejections) =
+        fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", u32::MAX), part(s, "a2", 5)]));
+    assert_eq!(problems(&rejections)[0], bad(PartsProblem::SlotsDoNotAddUp));
+    assert_untouched(&state);
+    // A part of 0 slots.
+    let (state, rejections) =
+        fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "a2", 2), part(s, "b1", 0)]));
+    assert_eq!(problems(&rejections)[0], bad(PartsProblem::ZeroSlots));
+    assert_untouched(&state);
+    // An engine no one logged in.
+    let (state, rejections) = fold_forged(|s| {
+        orders_of(task("mpi", 0), vec![part(s, "a1", 2), ParallelPart { engine: engine_id("ghost"), epoch: 1, slots: 2 }])
+    });
+    assert_eq!(problems(&rejections), vec![OrderProblem::UnknownEngine, bad(PartsProblem::NotBooked)]);
+    assert_untouched(&state);
+    // A stale epoch of a companion.
+    let (state, rejections) = fold_forged(|s| {
+        let mut stale = part(s, "a2", 2);
+        stale.epoch -= 1;
+        orders_of(task("mpi", 0), vec![part(s, "a1", 2), stale])
+    });
+    assert!(matches!(problems(&rejections)[0], OrderProblem::EpochClosed { .. }));
+    assert_untouched(&state);
+    // Engines of two sites.
+    let (state, rejections) = fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "b1", 2)]));
+    assert_eq!(problems(&rejections)[0], bad(PartsProblem::DifferentSites));
+    assert_untouched(&state);
+    // More parts than allowed.
+    let (state, rejections) = fold_forged(|s| {
+        let parts = vec![part(s, "a1", 1); crate::core::event::PARALLEL_PARTS_MAX + 1];
+        vec![Order::DispatchParallel { task: task("mpi", 0), attempt: 1, engine: engine_id("a1"), epoch: parts[0].epoch, parts }]
+    });
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::PartCount)]);
+    assert_untouched(&state);
+    // An order whose engine is not among its parts.
+    let (state, rejections) = fold_forged(|s| {
+        let parts = vec![part(s, "a1", 2), part(s, "a2", 2)];
+        vec![Order::DispatchParallel { task: task("mpi", 0), attempt: 1, engine: engine_id("b1"), epoch: 1, parts }]
+    });
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::NotAPart)]);
+    assert_untouched(&state);
+    // A companion's order alone, with no master booking.
+    let (state, rejections) = fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "a2", 2)]).split_off(1));
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::NotBooked)]);
+    assert_untouched(&state);
+    // A plain Dispatch of a site job, and a DispatchParallel of an engine job.
+    let (state, rejections) = fold_forged(|s| {
+        let mut orders = vec![Order::Dispatch { task: task("mpi", 0), attempt: 1, engine: engine_id("a1"), epoch: part(s, "a1", 2).epoch }];
+        orders.extend(orders_of(task("plain", 0), vec![part(s, "a1", 1)]));
+        orders
+    });
+    assert_eq!(problems(&rejections), vec![bad(PartsProblem::SpanMismatch), bad(PartsProblem::SpanMismatch)]);
+    assert_untouched(&state);
+    // The genuine parts apply.
+    let (state, rejections) = fold_forged(|s| orders_of(task("mpi", 0), vec![part(s, "a1", 2), part(s, "a2", 2)]));
+    assert!(rejections.is_empty(), "{rejections:?}");
+    assert_eq!((used(&state, "a1"), used(&state, "a2")), (2, 2));
+}
+
+#[test]
+fn a_parallel_dispatch_read_back_twice_applies_once() {
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    log.login("a2", 2, linux_props("lyon", 8192));
+    log.submit(site_job("mpi", 1, 4));
+    let mut state = State::new();
+    let batch = decide_and_fold(&mut log, &mut state);
+    let again = log.orders(batch);
+    let rejections = fold(&mut state, &again);
+    // The master's order is refused; the companion's confirms its booked part again and changes nothing.
+    assert_eq!(problems(&rejections), vec![OrderProblem::TaskNotWaiting]);
+    state.check_invariants();
+    assert_eq!((used(&state, "a1"), used(&state, "a2")), (2, 2));
+}
+
+#[test]
+fn slots_of_zero_or_beyond_the_cap_refuse_the_job() {
+    let mut log = LogBuilder::new();
+    log.submit(site_job("none", 1, 0));
+    log.submit(site_job("huge", 1, crate::core::event::SLOTS_PER_TASK_MAX + 1));
+    log.submit(site_job("most", 1, crate::core::event::SLOTS_PER_TASK_MAX));
+    let mut state = State::new();
+    let rejections = fold_all(&log, &mut state);
+    let max = crate::core::event::SLOTS_PER_TASK_MAX;
+    assert_eq!(
+        rejections,
+        vec![
+            Rejection::InvalidJob { job: job_id("none"), problem: JobProblem::ZeroSlotsPerTask },
+            Rejection::InvalidJob { job: job_id("huge"), problem: JobProblem::TooManySlots { slots: max + 1, max } },
+        ]
+    );
+    assert!(state.job_idx(&job_id("most")).is_some());
+}

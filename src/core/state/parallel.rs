@@ -1,0 +1,162 @@
+//! Parallel tasks spread over several engines (`span = "site"`): the attempt and
+//! its companion bookings.
+//!
+//! A parallel task's attempt is an ordinary live attempt on its *master* engine
+//! (the first part: it runs the command, reports start and end, and is what
+//! the [`super::attempts::AttemptLog`], dispatch timeout, suspension and every
+//! other attempt rule see), holding the master part's slots there; the other
+//! parts are *companion bookings*: slots held on other engines for as long as
+//! the master attempt lives, recorded here and nowhere else. So the rest of the
+//! state is undisturbed: an engine's `live` counts only master attempts, and
+//! its `used` slots are its live attempts' slots plus its companions'.
+//!
+//! Lifecycle, all in the fold:
+//! - the master's `DispatchParallel` books every part at once ([`State::dispatch_parallel`]);
+//!   the companions' orders of the same batch only confirm their part;
+//! - the master attempt's end, however it comes (completed, failed, requeued,
+//!   cancelled, preempted, its engine lost), frees every part ([`State::release`]);
+//! - a companion's engine lost, logged out or logged in again *breaks* the
+//!   attempt: its slots stay held until `schedule` requeues the master attempt
+//!   (`Requeue`, reason `part-lost`), which the master's engine hears as a stop.
+//!
+//! Invariants (checked with the state's): every booking belongs to a live
+//! attempt of a job whose span is `site`; its parts name distinct engines and
+//! their slots add up to the job's `slots_per_task`; a broken attempt has a
+//! booking.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{EngineIdx, State, TaskKey};
+use crate::core::ids::Attempt;
+
+/// One engine's part of a parallel attempt, as booked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BookedPart {
+    pub engine: EngineIdx,
+    /// The engine's login epoch when the part was booked.
+    pub epoch: u64,
+    pub slots: u32,
+}
+
+/// The parallel attempts live now, with their parts (the master first).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ParallelBookings {
+    pub(crate) parts: BTreeMap<(TaskKey, Attempt), Vec<BookedPart>>,
+    /// Attempts a companion of which lost its engine, awaiting their Requeue.
+    pub(crate) broken: BTreeSet<(TaskKey, Attempt)>,
+}
+
+impl ParallelBookings {
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty() && self.broken.is_empty()
+    }
+
+    /// The parts of a live parallel attempt, the master first.
+    pub fn parts_of(&self, key: TaskKey, attempt: Attempt) -> Option<&[BookedPart]> {
+        self.parts.get(&(key, attempt)).map(Vec::as_slice)
+    }
+
+    /// The attempts awaiting a Requeue because a companion's engine is gone.
+    pub fn broken(&self) -> impl Iterator<Item = (TaskKey, Attempt)> + '_ {
+        self.broken.iter().copied()
+    }
+
+    /// Every live parallel attempt with its parts.
+    pub fn all(&self) -> impl Iterator<Item = (TaskKey, Attempt, &[BookedPart])> + '_ {
+        self.parts.iter().map(|(&(key, attempt), parts)| (key, attempt, parts.as_slice()))
+    }
+}
+
+impl State {
+    pub fn parallel(&self) -> &ParallelBookings {
+        &self.parallel
+    }
+
+    /// The slots an attempt holds on its own (master) engine.
+    pub(crate) fn attempt_slots(&self, key: TaskKey, attempt: Attempt) -> u32 {
+        match self.parallel.parts.get(&(key, attempt)) {
+            Some(parts) => parts[0].slots,
+            None => self.jobs[key.job.0 as usize].slots_per_task,
+        }
+    }
+
+    /// Books a parallel attempt: the master part as a live attempt on its
+    /// engine, the others as companions. The fold has checked every part.
+    pub(crate) fn dispatch_parallel(&mut self, key: TaskKey, attempt: Attempt, parts: Vec<BookedPart>) {
+        assert!(!parts.is_empty(), "a parallel attempt has a master part");
+        let total: u32 = parts.iter().map(|part| part.slots).sum();
+        assert_eq!(total, self.jobs[key.job.0 as usize].slots_per_task, "parts add up to the task's slots");
+        let master = parts[0].engine;
+        for part in &parts[1..] {
+            let engine = &mut self.engines[part.engine.0 as usize];
+            engine.used += part.slots;
+            assert!(engine.used <= engine.slots, "engine {} booked above its slots", engine.id);
+            self.refresh_free(part.engine);
+        }
+        let previous = self.parallel.parts.insert((key, attempt), parts);
+        assert!(previous.is_none(), "an attempt number is used once");
+        self.dispatch(key, attempt, master);
+    }
+
+    /// Frees the companions of an attempt that ended (called by `release`).
+    pub(super) fn release_companions(&mut self, key: TaskKey, attempt: Attempt) {
+        if self.parallel.is_empty() {
+            return;
+        }
+        let Some(parts) = self.parallel.parts.remove(&(key, attempt)) else { return };
+        self.parallel.broken.remove(&(key, attempt));
+        for part in &parts[1..] {
+            self.engines[part.engine.0 as usize].used -= part.slots;
+            self.refresh_free(part.engine);
+        }
+    }
+
+    /// A companion's engine is gone (lost, logged out, logged in again): the
+    /// attempts it held a part of are broken, each awaiting its Requeue.
+    pub(crate) fn break_companions_on(&mut self, e: EngineIdx) {
+        if self.parallel.parts.is_empty() {
+            return;
+        }
+        let epoch = self.engines[e.0 as usize].epoch;
+        let broken: Vec<(TaskKey, Attempt)> = self
+            .parallel
+            .parts
+            .iter()
+            .filter(|(_, parts)| parts[1..].iter().any(|part| part.engine == e && part.epoch <= epoch))
+            .map(|(&at, _)| at)
+            .collect();
+        self.parallel.broken.extend(broken);
+    }
+
+    /// Slots companions hold on each engine, and whether a broken attempt holds
+    /// any there (an engine that logged in again with fewer slots may be above
+    /// them until the Requeue).
+    pub(super) fn companion_slots(&self) -> BTreeMap<EngineIdx, (u32, bool)> {
+        let mut held: BTreeMap<EngineIdx, (u32, bool)> = BTreeMap::new();
+        for (&at, parts) in &self.parallel.parts {
+            let broken = self.parallel.broken.contains(&at);
+            for part in &parts[1..] {
+                let entry = held.entry(part.engine).or_default();
+                entry.0 += part.slots;
+                entry.1 |= broken;
+            }
+        }
+        held
+    }
+
+    pub(super) fn check_parallel_invariants(&self) {
+        for (&(key, attempt), parts) in &self.parallel.parts {
+            assert!(self.live_attempt_numbered(key, attempt).is_some(), "a parallel booking belongs to a live attempt");
+            let job = self.job(key.job);
+            assert_eq!(job.options.span, crate::core::event::Span::Site, "only a site-spanning job books parts");
+            assert_eq!(parts.iter().map(|part| part.slots).sum::<u32>(), job.slots_per_task, "parts add up");
+            let engines: BTreeSet<EngineIdx> = parts.iter().map(|part| part.engine).collect();
+            assert_eq!(engines.len(), parts.len(), "a parallel attempt's parts name distinct engines");
+            let live = self.live_attempt_numbered(key, attempt).expect("checked");
+            assert_eq!(live.engine, parts[0].engine, "the master part is the live attempt's engine");
+        }
+        for at in &self.parallel.broken {
+            assert!(self.parallel.parts.contains_key(at), "a broken parallel attempt is booked");
+        }
+    }
+}
