@@ -53,12 +53,15 @@ pub struct Offer {
     pub free: u32,
 }
 
+/// A site's slots gathered so far: their sum and the (offer, slots) parts.
+type SiteFill = (u32, Vec<(Offer, u32)>);
+
 /// `$fill_up` within a site: walks the offers best first, adding each engine's
 /// free slots to its site's sum; the first site to reach `needed` gets the
 /// task, its engines in ranking order each giving all its free slots (the last
 /// what is still needed). Returns (offer, slots) pairs, the master first.
 pub fn fill_up(state: &State, needed: u32, offers: impl IntoIterator<Item = Offer>) -> Option<Vec<(Offer, u32)>> {
-    let mut sites: BTreeMap<&str, (u32, Vec<(Offer, u32)>)> = BTreeMap::new();
+    let mut sites: BTreeMap<&str, SiteFill> = BTreeMap::new();
     for offer in offers {
         let site = state.engine(offer.engine).props.site.as_str();
         if site.is_empty() || offer.free == 0 {
