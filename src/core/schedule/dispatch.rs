@@ -231,17 +231,19 @@ impl<'s> Candidates<'s> {
     }
 
     fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
-        let queue = match rules.job_score {
-            None if rules.soft.is_some() => {
-                let soft = rules.soft.expect("just checked");
+        let queue = match (rules.job_score, rules.soft) {
+            (None, Some(soft)) => {
                 let built = self.soft_queues.get(&c).is_some_and(|queues| queues.contains_key(&soft.when));
-                if !built {
-                    let queue = self.ranked(category, |_| 0, rules.soft);
-                    self.soft_queues.entry(c).or_default().insert(soft.when.clone(), queue);
+                // Built once per (category, soft request) and run: the key is cloned only then.
+                let fresh = (!built).then(|| self.ranked(category, |_| 0, Some(soft)));
+                let queues = self.soft_queues.entry(c).or_default();
+                match fresh {
+                    Some(queue) => queues.entry(soft.when.clone()).or_insert(queue),
+                    // Present, as `built` said: no engine is offered rather than a panic.
+                    None => queues.get_mut(&soft.when)?,
                 }
-                self.soft_queues.get_mut(&c).and_then(|queues| queues.get_mut(&soft.when)).expect("just built")
             }
-            None => {
+            (None, None) => {
                 if self.queues.is_empty() {
                     self.queues.resize_with(self.state.categories().len(), || None);
                 }
@@ -250,7 +252,7 @@ impl<'s> Candidates<'s> {
                 }
                 self.queues[c.0 as usize].as_mut().expect("just built")
             }
-            Some((j, score)) => {
+            (Some((j, score)), _) => {
                 if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c)) {
                     self.job_queue = Some(((j, c), self.ranked(category, score, rules.soft)));
                 }
