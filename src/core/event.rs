@@ -58,6 +58,16 @@ pub struct EntrySeal {
 }
 
 impl Entry {
+    /// The events the entry holds, in order: its event, or each report of an
+    /// engine's batch (never the batch itself); none if it did not decode.
+    pub fn events(&self) -> impl Iterator<Item = &Event> {
+        let (single, batch): (Option<&Event>, &[Envelope]) = match self.payload_event() {
+            Some(Event::EngineReports { reports, .. }) => (None, reports),
+            other => (other, &[]),
+        };
+        single.into_iter().chain(batch.iter().map(|report| &report.event))
+    }
+
     /// The event, if the payload decoded.
     pub fn payload_event(&self) -> Option<&Event> {
         match &self.payload {
@@ -178,7 +188,18 @@ pub enum Event {
     /// A Techila project's (a job's) priority changed, 1 (Highest) to 7
     /// (Lowest); another value is folded as a rejection.
     ProjectPriorityChanged { job: JobId, priority: u32 },
+    /// Several reports of one engine in one log message (the engine batches
+    /// what it would otherwise publish one by one, to pay one publish and one
+    /// acknowledgement for all). Each keeps its own envelope and id; the fold
+    /// applies them in order as if each were its own entry at this sequence.
+    EngineReports { engine: EngineId, reports: Vec<Envelope> },
 }
+
+/// Most reports one `EngineReports` message carries: a batch is what piled up
+/// while the engine's previous publish was acknowledged, and 256 reports of
+/// the largest kind (64 KiB results) stay under the broker's payload limit
+/// only because results that large are rare; the engine also caps its bytes.
+pub const REPORTS_PER_BATCH_MAX: usize = 256;
 
 /// A job, or one task of it, that an operator's request names.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -208,7 +229,8 @@ impl Event {
             | Event::TaskCompleted { engine, .. }
             | Event::TaskFailed { engine, .. }
             | Event::LibrarySynced { engine, .. }
-            | Event::LibrarySyncFailed { engine, .. } => Some(engine),
+            | Event::LibrarySyncFailed { engine, .. }
+            | Event::EngineReports { engine, .. } => Some(engine),
             _ => None,
         }
     }
@@ -243,6 +265,7 @@ impl Event {
             Event::TaskCancelled { .. } => "TaskCancelled",
             Event::EngineDrainChanged { .. } => "EngineDrainChanged",
             Event::ProjectPriorityChanged { .. } => "ProjectPriorityChanged",
+            Event::EngineReports { .. } => "EngineReports",
         }
     }
 }

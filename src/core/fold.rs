@@ -45,15 +45,18 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     let mut rejections = Vec::new();
     match &entry.payload {
         Payload::Undecodable { detail } => rejections.push(Rejection::Undecodable { detail: detail.clone() }),
-        Payload::Event(envelope) => apply(state, entry, envelope, &mut rejections),
+        Payload::Event(envelope) => match &envelope.event {
+            Event::EngineReports { reports, .. } => apply_reports(state, entry, envelope, reports, &mut rejections),
+            event => {
+                apply(state, entry, envelope, &mut rejections);
+                let applied = match event {
+                    Event::OrderBatch(_) => !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })),
+                    _ => rejections.is_empty(),
+                };
+                super::schedule::techila::cycle::note_event(state, entry.seq, event, applied);
+            }
+        },
     }
-    let applied = match &entry.payload {
-        Payload::Event(envelope) if matches!(envelope.event, Event::OrderBatch(_)) => {
-            !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }))
-        }
-        _ => rejections.is_empty(),
-    };
-    super::schedule::techila::cycle::note_entry(state, entry, applied);
     if !rejections.is_empty() {
         let source = match &entry.payload {
             Payload::Event(envelope) => envelope.source.as_str(),
@@ -74,6 +77,11 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
         return;
     }
     let result = match event {
+        // A batch inside a batch: the wire never decodes one, the core type could hold one.
+        Event::EngineReports { .. } => Err(Rejection::InvalidReportBatch {
+            report: 0,
+            problem: super::reject::ReportBatchProblem::NotBatchable { kind: event.kind_name().to_string() },
+        }),
         Event::JobSubmitted(spec) => submit_job(state, seq, spec),
         Event::JobCancelled { job, .. } => cancel_job(state, job),
         Event::JobPriorityChanged { job, priority } => change_priority(state, job, *priority),
@@ -174,6 +182,51 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
     match result {
         Ok(()) => state.note_attempts(entry, event, out),
         Err(rejection) => out.push(rejection),
+    }
+}
+
+/// An engine's batch: each report applied in order as if it were its own entry
+/// at this sequence, so a batch folds to the state its reports published one by
+/// one would (but for the sequences they would have had). The batch itself
+/// must come from its engine's subject; then a report it may not carry is
+/// refused alone, with its number in the batch, and the others apply.
+fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) {
+    use super::reject::ReportBatchProblem;
+    use super::schedule::techila::cycle::note_event;
+    if let Err(rejection) = check_publisher(&entry.origin, &batch.event) {
+        out.push(rejection);
+        note_event(state, entry.seq, &batch.event, false);
+        return;
+    }
+    if reports.is_empty() {
+        out.push(Rejection::InvalidReportBatch { report: 0, problem: ReportBatchProblem::Empty });
+        note_event(state, entry.seq, &batch.event, false);
+        return;
+    }
+    for (n, report) in reports.iter().enumerate() {
+        let batchable = matches!(
+            report.event,
+            Event::TaskStarted { .. }
+                | Event::TaskCompleted { .. }
+                | Event::TaskFailed { .. }
+                | Event::LibrarySynced { .. }
+                | Event::LibrarySyncFailed { .. }
+        );
+        let problem = if !batchable {
+            Some(ReportBatchProblem::NotBatchable { kind: report.event.kind_name().to_string() })
+        } else if reports[..n].iter().any(|earlier| earlier.id == report.id) {
+            Some(ReportBatchProblem::DuplicateId)
+        } else {
+            None
+        };
+        let mut own = Vec::new();
+        match problem {
+            // At most REPORTS_PER_BATCH_MAX (256) reports: the quadratic id check is bounded.
+            Some(problem) => own.push(Rejection::InvalidReportBatch { report: n as u32, problem }),
+            None => apply(state, entry, report, &mut own),
+        }
+        note_event(state, entry.seq, &report.event, own.is_empty());
+        out.append(&mut own);
     }
 }
 

@@ -43,7 +43,9 @@ pub(crate) fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     let rejections = fold(state, entry);
     state.check_invariants();
     let whole = rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }));
-    if whole {
+    if let (Some(Event::EngineReports { .. }), false) = (entry.payload_event(), rejections.is_empty()) {
+        check_reports_rejected_alone(&before, state, entry);
+    } else if whole {
         assert_eq!(
             as_if_rejected(&before, state).state_digest(),
             state.state_digest(),
@@ -82,6 +84,40 @@ pub(crate) fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     rejections
 }
 
+/// An engine's batch with some reports refused: the same as applying only the
+/// others, one by one, at the batch's sequence. Which reports were refused is
+/// found by folding the batch's prefixes (each report's rejections follow the
+/// earlier ones'); a batch refused whole (forged, empty) changes nothing.
+fn check_reports_rejected_alone(before: &State, after: &State, entry: &Entry) {
+    let Some(Event::EngineReports { engine, reports }) = entry.payload_event() else { unreachable!() };
+    let prefix_rejections = |n: usize| {
+        let mut prefix = entry.clone();
+        prefix.payload = Payload::Event(Envelope {
+            id: [0; 16],
+            source: "test".into(),
+            event: Event::EngineReports { engine: engine.clone(), reports: reports[..n].to_vec() },
+        });
+        fold(&mut before.clone(), &prefix).len()
+    };
+    let mut expected = as_if_rejected(before, after);
+    if check_publisher(&entry.origin, entry.payload_event().expect("decoded")).is_ok() {
+        let mut refused_before = 0;
+        for (n, report) in reports.iter().enumerate() {
+            let refused_through = prefix_rejections(n + 1);
+            let applies = refused_through == refused_before;
+            if applies {
+                let mut own = Vec::new();
+                apply(&mut expected, entry, report, &mut own);
+                assert!(own.is_empty(), "report {n} applies alone: {own:?}");
+            }
+            crate::core::schedule::techila::cycle::note_event(&mut expected, entry.seq, &report.event, applies);
+            refused_before = refused_through;
+        }
+    }
+    expected.rejections = after.rejections.clone();
+    assert_eq!(expected.state_digest(), after.state_digest(), "the refused reports of batch {} changed the state", entry.seq);
+}
+
 /// The state of a fresh test log: its projector key registered.
 fn registered(log: &LogBuilder) -> State {
     let mut state = State::new();
@@ -110,6 +146,10 @@ enum Step {
     Logout { engine: usize },
     Submit { job: usize, tasks: u32, requirements: usize, discriminator: Option<usize>, max_attempts: u32 },
     Report { job: usize, index: u32, attempt: u32, engine: usize, kind: u8 },
+    /// An engine's batch of reports (job, index, attempt, kind 0-2 as `Report`'s,
+    /// 3 a heartbeat, which a batch may not carry), each naming `named`, from
+    /// `engine`'s subject; `repeat_id`: the last report reuses the first's id.
+    Reports { engine: usize, named: usize, reports: Vec<(usize, u32, u32, u8)>, repeat_id: bool },
     Cancel { job: usize },
     Time { ms: u64 },
     /// The projector decides and its sealed batch is folded back.
@@ -139,6 +179,8 @@ fn arb_step() -> impl Strategy<Value = Step> {
             }),
         6 => (0..3usize, 0..5u32, 0..4u32, 0..3usize, 0..3u8)
             .prop_map(|(job, index, attempt, engine, kind)| Step::Report { job, index, attempt, engine, kind }),
+        4 => (0..3usize, prop_oneof![9 => Just(None), 1 => (0..3usize).prop_map(Some)], prop::collection::vec((0..3usize, 0..5u32, 0..4u32, 0..4u8), 0..5), any::<bool>())
+            .prop_map(|(engine, named, reports, repeat_id)| Step::Reports { engine, named: named.unwrap_or(engine), reports, repeat_id }),
         1 => (0..3usize).prop_map(|job| Step::Cancel { job }),
         2 => prop_oneof![Just(10u64), Just(40_000), Just(120_000)].prop_map(|ms| Step::Time { ms }),
         5 => Just(Step::Decide),
@@ -187,6 +229,23 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
                 1 => log.completed(job, *index, *attempt, engine),
                 _ => log.failed(job, *index, *attempt, engine),
             }]
+        }
+        Step::Reports { engine, named, reports, repeat_id } => {
+            let named = ENGINES[*named];
+            let events = reports
+                .iter()
+                .map(|&(job, index, attempt, kind)| match kind {
+                    0 => started_event(JOBS[job], index, attempt, named),
+                    1 => completed_event(JOBS[job], index, attempt, named),
+                    2 => failed_event(JOBS[job], index, attempt, named),
+                    _ => Event::EngineHeartbeat { engine: engine_id(named), load: Default::default() },
+                })
+                .collect::<Vec<_>>();
+            let mut ids: Vec<u8> = (1..=events.len() as u8).collect();
+            if let (true, Some(&first)) = (*repeat_id, ids.first()) {
+                *ids.last_mut().expect("not empty") = first;
+            }
+            vec![log.reports(ENGINES[*engine], events, &ids)]
         }
         Step::Cancel { job } => vec![log.push(Event::JobCancelled { job: job_id(JOBS[*job]), reason: "test".into() })],
         Step::Time { ms } => {
@@ -559,4 +618,128 @@ fn suspensions_are_in_the_snapshot_and_absent_from_it_when_unused() {
     assert!(restored.suspended_since(key, 1).is_some());
     assert_eq!(restored.state_digest(), state.state_digest());
     assert_ne!(state.to_snapshot(), postcard::to_stdvec(&state).unwrap(), "the suspension is in the snapshot and its digest");
+}
+
+/// Two engines of two slots with job `j` of four tasks dispatched over them, as
+/// a log and the state it folds to.
+fn four_tasks_dispatched() -> (LogBuilder, State) {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [
+        log.login("e1", 2, linux_props("lyon", 8192)),
+        log.login("e2", 2, linux_props("lyon", 8192)),
+        log.submit(job_spec("j", 4, "")),
+    ] {
+        fold_checked(&mut state, &entry);
+    }
+    assert_eq!(decide_and_fold(&mut log, &mut state).len(), 4);
+    (log, state)
+}
+
+/// The engine of task `j/index` in [`four_tasks_dispatched`].
+fn engine_of(state: &State, index: u32) -> String {
+    let key = state.task_key(&task("j", index)).unwrap();
+    let live = state.live_attempts_of(key);
+    state.engine(live[0].engine).id.to_string()
+}
+
+#[test]
+fn a_batch_of_reports_folds_to_the_scheduling_state_its_reports_published_alone_fold_to() {
+    let (mut alone_log, mut alone) = four_tasks_dispatched();
+    let (mut batch_log, mut batched) = four_tasks_dispatched();
+    let e = engine_of(&alone, 0);
+    let mine: Vec<u32> = (0..4).filter(|&i| engine_of(&alone, i) == e).collect();
+    assert_eq!(mine.len(), 2);
+    let events: Vec<Event> = mine
+        .iter()
+        .flat_map(|&i| [started_event("j", i, 1, &e), completed_event("j", i, 1, &e)])
+        .collect();
+    for event in &events {
+        assert!(fold_checked(&mut alone, &alone_log.push(event.clone())).is_empty());
+    }
+    let rejections = fold_checked(&mut batched, &batch_log.reports(&e, events, &[1, 2, 3, 4]));
+    assert!(rejections.is_empty(), "{rejections:?}");
+    assert_eq!(batched.totals.tasks_done, 2);
+    // The same scheduling state (what the reports record of themselves, their
+    // log sequence, differs): the same tasks ended, the same slots free, and
+    // the same next decision.
+    for index in 0..4 {
+        let key = alone.task_key(&task("j", index)).unwrap();
+        assert_eq!(alone.job(key.job).tasks[index as usize].status, batched.job(key.job).tasks[index as usize].status);
+        assert_eq!(alone.live_attempts_of(key), batched.live_attempts_of(key));
+    }
+    for engine in ["e1", "e2"] {
+        let e = alone.engine_idx(&engine_id(engine)).unwrap();
+        assert_eq!(alone.engine(e).free_slots(), batched.engine(e).free_slots());
+    }
+    assert_eq!(alone.totals.tasks_done, batched.totals.tasks_done);
+    let next = |state: &State| decide(state, &InFlight::new()).map(|b| b.orders.iter().map(ToString::to_string).collect::<Vec<_>>());
+    assert_eq!(next(&alone), next(&batched));
+    let ended: Vec<bool> = (0..4).map(|i| state_task_done(&batched, i)).collect();
+    assert_eq!(ended, (0..4).map(|i| mine.contains(&i)).collect::<Vec<_>>());
+}
+
+fn state_task_done(state: &State, index: u32) -> bool {
+    let key = state.task_key(&task("j", index)).unwrap();
+    state.job(key.job).tasks[key.index as usize].status == TaskStatus::Done
+}
+
+#[test]
+fn a_batch_refuses_heartbeats_repeated_ids_and_other_engines_reports_alone_and_applies_the_rest() {
+    let (mut log, mut state) = four_tasks_dispatched();
+    let e = engine_of(&state, 0);
+    let other = if e == "e1" { "e2" } else { "e1" };
+    let theirs = (0..4).find(|&i| engine_of(&state, i) == other).unwrap();
+    let events = vec![
+        started_event("j", 0, 1, &e),
+        Event::EngineHeartbeat { engine: engine_id(&e), load: Default::default() },
+        started_event("j", theirs, 1, other),
+        completed_event("j", 0, 1, &e),
+        completed_event("j", 0, 1, &e),
+    ];
+    // The last report repeats the fourth's id.
+    let rejections = fold_checked(&mut state, &log.reports(&e, events, &[1, 2, 3, 4, 4]));
+    assert_eq!(
+        kinds(&rejections),
+        [
+            "report 1 of the batch refused: EngineHeartbeat is published alone, never in a batch",
+            &format!("engine {e} published an event naming engine {other}"),
+            "report 4 of the batch refused: an earlier report of the batch has the same id",
+        ]
+    );
+    assert!(state_task_done(&state, 0), "the batch's own reports applied");
+    assert_eq!(state.totals.tasks_done, 1);
+    assert_eq!(state.rejections.by_kind.get("invalid-report-batch"), Some(&2));
+}
+
+#[test]
+fn a_batch_on_another_engines_subject_or_empty_is_refused_whole() {
+    let (mut log, mut state) = four_tasks_dispatched();
+    let e = engine_of(&state, 0);
+    let other = if e == "e1" { "e2" } else { "e1" };
+    // The batch says it is e's, the subject is the other engine's.
+    let reports = vec![Envelope { id: [1; 16], source: "test".into(), event: started_event("j", 0, 1, &e) }];
+    let forged = log.push_from(Origin::Engine(engine_id(other)), Event::EngineReports { engine: engine_id(&e), reports });
+    assert_eq!(kinds(&fold_checked(&mut state, &forged)), [format!("engine {other} published an event naming engine {e}")]);
+    let from_client = log.push_from(Origin::Client, Event::EngineReports { engine: engine_id(&e), reports: Vec::new() });
+    assert_eq!(kinds(&fold_checked(&mut state, &from_client)), [format!("an event naming engine {e} arrived on a non-engine subject")]);
+    let empty = fold_checked(&mut state, &log.reports(&e, Vec::new(), &[]));
+    assert_eq!(kinds(&empty), ["report 0 of the batch refused: the batch holds no report"]);
+    let key = state.task_key(&task("j", 0)).unwrap();
+    assert_eq!(state.live_attempts_of(key)[0].started_ms, None, "nothing started it");
+}
+
+#[test]
+fn a_report_sent_alone_and_again_in_a_batch_counts_once() {
+    let (mut log, mut state) = four_tasks_dispatched();
+    let e = engine_of(&state, 0);
+    assert!(fold_checked(&mut state, &log.completed("j", 0, 1, &e)).is_empty());
+    // A lost acknowledgement: the engine sends the report again, in a batch with a new one.
+    let index = (1..4).find(|&i| engine_of(&state, i) == e).unwrap();
+    let rejections = fold_checked(
+        &mut state,
+        &log.reports(&e, vec![completed_event("j", 0, 1, &e), completed_event("j", index, 1, &e)], &[1, 2]),
+    );
+    assert_eq!(rejections.len(), 1, "{rejections:?}");
+    assert_eq!(state.totals.tasks_done, 2, "j/0 once and the new report");
 }

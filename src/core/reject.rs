@@ -60,6 +60,32 @@ pub enum Rejection {
     /// An operator's hold, release, drain, resume or task cancel, or a part of
     /// a job submitted in parts, that cannot apply as things stand. Added last.
     OpsRefused { target: String, problem: OpsProblem },
+    /// A report an engine's batch (`EngineReports`) may not carry, numbered
+    /// from 0 in the batch (or the batch itself, empty); the batch's other
+    /// reports apply. Added last.
+    InvalidReportBatch { report: u32, problem: ReportBatchProblem },
+}
+
+/// Why a report of an engine's batch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReportBatchProblem {
+    /// A batch of no reports.
+    Empty,
+    /// A login, logout or heartbeat (they are published alone), or an event no
+    /// engine publishes.
+    NotBatchable { kind: String },
+    /// A second report with an id an earlier report of the batch has.
+    DuplicateId,
+}
+
+impl fmt::Display for ReportBatchProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportBatchProblem::Empty => f.write_str("the batch holds no report"),
+            ReportBatchProblem::NotBatchable { kind } => write!(f, "{kind} is published alone, never in a batch"),
+            ReportBatchProblem::DuplicateId => f.write_str("an earlier report of the batch has the same id"),
+        }
+    }
 }
 
 /// Why an operator command (or a job's part) was refused; its name is the
@@ -344,6 +370,7 @@ impl Rejection {
             Rejection::InvalidLibrary { .. } => "invalid-library",
             Rejection::ControlRefused { .. } => "control-refused",
             Rejection::OpsRefused { problem, .. } => problem.as_str(),
+            Rejection::InvalidReportBatch { .. } => "invalid-report-batch",
         }
     }
 }
@@ -420,6 +447,7 @@ impl fmt::Display for Rejection {
                 write!(f, "{} {target} refused: {}", action.as_str(), problem.as_str())
             }
             Rejection::OpsRefused { target, problem } => write!(f, "{target} {problem}"),
+            Rejection::InvalidReportBatch { report, problem } => write!(f, "report {report} of the batch refused: {problem}"),
         }
     }
 }

@@ -160,30 +160,52 @@ impl LogBuilder {
         self.push(Event::JobSubmitted(spec))
     }
     pub fn started(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
-        self.push(Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine) })
+        self.push(started_event(job, index, attempt, engine))
     }
     pub fn completed(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
-        self.push(Event::TaskCompleted {
-            task: task(job, index),
-            attempt,
-            engine: engine_id(engine),
-            exit_code: 0,
-            cpu_ms: 10,
-            wall_ms: 10,
-            result: Vec::new(),
-        })
+        self.push(completed_event(job, index, attempt, engine))
     }
     pub fn failed(&mut self, job: &str, index: u32, attempt: u32, engine: &str) -> Entry {
-        self.push(Event::TaskFailed {
-            task: task(job, index),
-            attempt,
-            engine: engine_id(engine),
-            exit_code: Some(1),
-            kind: FailureKind::NonZeroExit,
-            error_tail: "boom".into(),
-        })
+        self.push(failed_event(job, index, attempt, engine))
+    }
+    /// An engine's batch of `reports`, from that engine's subject; each report's
+    /// id is its `ids` entry (so tests can repeat one).
+    pub fn reports(&mut self, engine: &str, reports: Vec<Event>, ids: &[u8]) -> Entry {
+        let reports = reports
+            .into_iter()
+            .zip(ids)
+            .map(|(event, id)| Envelope { id: [*id; 16], source: "test".into(), event })
+            .collect();
+        self.push(Event::EngineReports { engine: engine_id(engine), reports })
     }
     pub fn orders(&mut self, batch: OrderBatch) -> Entry {
         self.push(Event::OrderBatch(batch))
+    }
+}
+
+pub fn started_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {
+    Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine) }
+}
+
+pub fn completed_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {
+    Event::TaskCompleted {
+        task: task(job, index),
+        attempt,
+        engine: engine_id(engine),
+        exit_code: 0,
+        cpu_ms: 10,
+        wall_ms: 10,
+        result: Vec::new(),
+    }
+}
+
+pub fn failed_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {
+    Event::TaskFailed {
+        task: task(job, index),
+        attempt,
+        engine: engine_id(engine),
+        exit_code: Some(1),
+        kind: FailureKind::NonZeroExit,
+        error_tail: "boom".into(),
     }
 }

@@ -28,7 +28,7 @@ use crate::core::event::{
 use crate::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::log::EventLog;
-use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_delivery};
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_deliveries};
 
 /// Beyond the kill grace, how long stopped processes get to be reaped before the
 /// engine gives up waiting for them.
@@ -87,7 +87,7 @@ where
             config.heartbeat_interval,
         );
         let (outbox, mut publisher_failed, publisher) =
-            report::spawn_publisher(log, config.publish_retry.clone());
+            report::spawn_publisher(log, config.publish_retry.clone(), config.engine.clone());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
         let mut agent = Agent {
@@ -417,12 +417,14 @@ impl Agent {
         }
         let mut lost = None;
         for payload in in_hand.into_iter().chain(held.iter().map(|bytes| &bytes[..])) {
-            let Ok(delivery) = decode_delivery(self.engine(), payload) else {
+            let Ok(deliveries) = decode_deliveries(self.engine(), payload) else {
                 continue;
             };
-            self.check_epoch_not_newer(&delivery)?;
-            if lost.is_none() && self.is_lost_of_this_epoch(&delivery) {
-                lost = Some(delivery.id);
+            for delivery in deliveries {
+                self.check_epoch_not_newer(&delivery)?;
+                if lost.is_none() && self.is_lost_of_this_epoch(&delivery) {
+                    lost = Some(delivery.id);
+                }
             }
         }
         self.alive_at = Instant::now();
@@ -511,16 +513,24 @@ impl Agent {
         }
     }
 
-    /// Acts on one message of the order feed.
+    /// Acts on one message of the order feed: one delivery, or several joined.
     async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<(), EngineError> {
-        let delivery = match decode_delivery(self.engine(), payload) {
-            Ok(delivery) => delivery,
+        let deliveries = match decode_deliveries(self.engine(), payload) {
+            Ok(deliveries) => deliveries,
             Err(err) => {
                 self.report.undecodable += 1;
                 tracing::warn!(subject, "ignoring a message that is not a delivery: {err}");
                 return Ok(());
             }
         };
+        for delivery in deliveries {
+            self.handle_delivery(delivery).await?;
+        }
+        Ok(())
+    }
+
+    /// Acts on one delivery, unless it was seen before or is of a closed epoch.
+    async fn handle_delivery(&mut self, delivery: Delivery) -> Result<(), EngineError> {
         if !self.seen_deliveries.insert(delivery.id.clone()) {
             self.report.duplicates_ignored += 1;
             tracing::debug!(id = %delivery.id, "ignoring a delivery already seen");

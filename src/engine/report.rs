@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::EngineError;
-use crate::core::event::{Envelope, Event};
+use crate::core::event::{Envelope, Event, REPORTS_PER_BATCH_MAX};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::log::{Append, Appended, EventLog, LogError};
 use crate::wire;
@@ -183,23 +183,40 @@ impl Outbox {
 
 /// Starts the publisher over `log`. A fatal failure is sent on the returned receiver
 /// (then the task ends); the task's result is the number of events stored.
+///
+/// Reports that pile up while a publish waits for its acknowledgement leave
+/// together as one [`Event::EngineReports`] message (see [`ReportBatcher`]): at
+/// ordinary load a task's start and end, and the ends of tasks finishing
+/// together, cost one publish and one acknowledgement instead of one each. No
+/// report waits for a batch to fill: a batch is only what is already queued.
 pub(crate) fn spawn_publisher<L: EventLog + 'static>(
     log: L,
     retry: RetryPolicy,
+    engine: EngineId,
 ) -> (Outbox, oneshot::Receiver<EngineError>, JoinHandle<u64>) {
     let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTBOX_MAX);
     let (failed_tx, failed_rx) = oneshot::channel();
     let (heartbeat_stored_tx, heartbeat_stored) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut stored_count = 0u64;
-        while let Some(outgoing) = rx.recv().await {
+        let mut batcher = ReportBatcher::new(engine);
+        loop {
+            let first = match batcher.held.take() {
+                Some(held) => held,
+                None => match rx.recv().await {
+                    Some(queued) => queued,
+                    None => break,
+                },
+            };
+            let outgoing = batcher.gather(first, &mut rx);
+            let events = outgoing.len() as u64;
             match publish(&log, &retry, &outgoing.envelope, outgoing.best_effort).await {
                 Ok(Some(appended)) => {
-                    stored_count += 1;
+                    stored_count += events;
                     if outgoing.best_effort {
                         heartbeat_stored_tx.send_replace(Some(tokio::time::Instant::now()));
                     }
-                    if let Some(stored) = outgoing.stored {
+                    for stored in outgoing.stored {
                         let _ = stored.send(appended);
                     }
                 }
@@ -214,6 +231,103 @@ pub(crate) fn spawn_publisher<L: EventLog + 'static>(
         stored_count
     });
     (Outbox { tx, heartbeat_stored }, failed_rx, task)
+}
+
+/// Most bytes of reports (results and error tails counted whole, the rest
+/// estimated) one batch carries: well under the broker's default 1 MiB payload.
+const BATCH_BYTES_MAX: usize = 512 * 1024;
+/// What one report costs in a batch besides its result or error tail (ids, names, numbers).
+const REPORT_OVERHEAD_BYTES: usize = 256;
+
+/// One message to publish: an event alone, or several reports as one batch.
+struct Publishable {
+    envelope: Envelope,
+    best_effort: bool,
+    /// Who waits for the log to store it: one per report that asked.
+    stored: Vec<oneshot::Sender<Appended>>,
+    reports: usize,
+}
+
+impl Publishable {
+    fn len(&self) -> usize {
+        self.reports
+    }
+}
+
+/// Joins the reports queued behind one into a batch, in the order they were
+/// queued, up to [`REPORTS_PER_BATCH_MAX`] reports and [`BATCH_BYTES_MAX`]. A
+/// queued event that may not join a batch (a login, a heartbeat) is held and
+/// published next, alone, so the log keeps the engine's order of events.
+struct ReportBatcher {
+    engine: EngineId,
+    held: Option<Outgoing>,
+}
+
+impl ReportBatcher {
+    fn new(engine: EngineId) -> Self {
+        ReportBatcher { engine, held: None }
+    }
+
+    fn gather(&mut self, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> Publishable {
+        let mut batch = vec![first];
+        if batchable(&batch[0]) {
+            let mut bytes = report_bytes(&batch[0].envelope.event);
+            while batch.len() < REPORTS_PER_BATCH_MAX && bytes < BATCH_BYTES_MAX {
+                let Ok(next) = rx.try_recv() else { break };
+                if !batchable(&next) {
+                    self.held = Some(next);
+                    break;
+                }
+                bytes += report_bytes(&next.envelope.event);
+                batch.push(next);
+            }
+        }
+        if batch.len() == 1 {
+            let Outgoing { envelope, best_effort, stored } = batch.pop().expect("one queued event");
+            return Publishable { envelope, best_effort, stored: stored.into_iter().collect(), reports: 1 };
+        }
+        let reports = batch.len();
+        let mut stored = Vec::new();
+        let mut envelopes = Vec::with_capacity(reports);
+        for outgoing in batch {
+            stored.extend(outgoing.stored);
+            envelopes.push(outgoing.envelope);
+        }
+        let id = batch_id(&self.engine, &envelopes);
+        let event = Event::EngineReports { engine: self.engine.clone(), reports: envelopes };
+        Publishable { envelope: Envelope { id, source: source(&self.engine), event }, best_effort: false, stored, reports }
+    }
+}
+
+/// Task and library reports, sent with retries, may share a message.
+fn batchable(outgoing: &Outgoing) -> bool {
+    !outgoing.best_effort
+        && matches!(
+            outgoing.envelope.event,
+            Event::TaskStarted { .. }
+                | Event::TaskCompleted { .. }
+                | Event::TaskFailed { .. }
+                | Event::LibrarySynced { .. }
+                | Event::LibrarySyncFailed { .. }
+        )
+}
+
+fn report_bytes(event: &Event) -> usize {
+    REPORT_OVERHEAD_BYTES
+        + match event {
+            Event::TaskCompleted { result, .. } => result.len(),
+            Event::TaskFailed { error_tail, .. } => error_tail.len(),
+            Event::LibrarySyncFailed { error, .. } => error.len(),
+            _ => 0,
+        }
+}
+
+/// A batch's id hashes the ids of its reports: a retry of the same batch is
+/// the same message to the broker's deduplication.
+fn batch_id(engine: &EngineId, reports: &[Envelope]) -> [u8; 16] {
+    let mut parts: Vec<&[u8]> = vec![b"batch", engine.as_str().as_bytes()];
+    parts.extend(reports.iter().map(|report| &report.id[..]));
+    hashed_uuid(&parts)
 }
 
 /// Publishes one envelope. `Ok(None)`: dropped (a best-effort send that failed, or a
@@ -324,4 +438,76 @@ mod tests {
             session_event_id(&e1, &[8u8; 16], "EngineLoggedIn", 0)
         );
     }
+
+    fn report(engine: &EngineId, index: u32, kind: &str) -> Outgoing {
+        let task = TaskRef::new(JobId::new("j").unwrap(), index);
+        let event = match kind {
+            "TaskStarted" => Event::TaskStarted { task: task.clone(), attempt: 1, engine: engine.clone() },
+            _ => Event::TaskCompleted {
+                task: task.clone(),
+                attempt: 1,
+                engine: engine.clone(),
+                exit_code: 0,
+                cpu_ms: 0,
+                wall_ms: 0,
+                result: vec![b'x'; 100_000],
+            },
+        };
+        let id = task_report_id(engine, &task, 1, kind);
+        Outgoing { envelope: Envelope { id, source: source(engine), event }, best_effort: false, stored: None }
+    }
+
+    fn batched_ids(publishable: &Publishable) -> Vec<[u8; 16]> {
+        match &publishable.envelope.event {
+            Event::EngineReports { reports, .. } => reports.iter().map(|r| r.id).collect(),
+            _ => vec![publishable.envelope.id],
+        }
+    }
+
+    #[test]
+    fn queued_reports_leave_as_one_batch_and_a_heartbeat_between_them_keeps_its_place() {
+        let e1 = EngineId::new("e1").unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let queued = [report(&e1, 0, "TaskStarted"), report(&e1, 0, "TaskCompleted")];
+        let expected: Vec<[u8; 16]> = queued.iter().map(|o| o.envelope.id).collect();
+        for outgoing in queued {
+            tx.try_send(outgoing).unwrap();
+        }
+        let heartbeat = Envelope { id: [7; 16], source: source(&e1), event: Event::EngineHeartbeat { engine: e1.clone(), load: Default::default() } };
+        tx.try_send(Outgoing { envelope: heartbeat, best_effort: true, stored: None }).unwrap();
+        tx.try_send(report(&e1, 1, "TaskStarted")).unwrap();
+        let mut batcher = ReportBatcher::new(e1.clone());
+        let first = rx.try_recv().unwrap();
+        let batch = batcher.gather(first, &mut rx);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batched_ids(&batch), expected, "in the order queued");
+        assert_eq!(crate::wire::subject_for(&batch.envelope.event), "gridfold.ev.engine.e1.reports");
+        assert_eq!(batch.envelope.id, batch_id(&e1, match &batch.envelope.event {
+            Event::EngineReports { reports, .. } => reports,
+            _ => unreachable!(),
+        }), "a retry of the batch has the same id");
+        let held = batcher.held.take().expect("the heartbeat is held, not batched");
+        let alone = batcher.gather(held, &mut rx);
+        assert!(alone.best_effort && matches!(alone.envelope.event, Event::EngineHeartbeat { .. }));
+        let last = rx.try_recv().unwrap();
+        let last = batcher.gather(last, &mut rx);
+        assert!(matches!(last.envelope.event, Event::TaskStarted { .. }), "one report alone is sent as it is");
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_byte_budget_and_leaves_the_rest_queued() {
+        let e1 = EngineId::new("e1").unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        // Results of 100 kB: the sixth report would pass the 512 KiB budget.
+        for index in 0..8 {
+            tx.try_send(report(&e1, index, "TaskCompleted")).unwrap();
+        }
+        let mut batcher = ReportBatcher::new(e1);
+        let first = rx.try_recv().unwrap();
+        assert_eq!(batcher.gather(first, &mut rx).len(), 6);
+        let next = rx.try_recv().unwrap();
+        assert_eq!(batcher.gather(next, &mut rx).len(), 2);
+        assert!(batcher.held.is_none());
+    }
+
 }

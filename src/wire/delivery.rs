@@ -98,6 +98,76 @@ impl Delivery {
 }
 
 pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
+    delivery_to_proto(delivery).encode_to_vec()
+}
+
+/// Most deliveries one message to an engine carries.
+pub const DELIVERIES_PER_MESSAGE_MAX: usize = 256;
+/// Most bytes of deliveries joined into one message (the broker takes 1 MiB).
+pub const DELIVERY_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+
+/// One message on an engine's delivery subject: one delivery, or several joined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryMessage {
+    pub subject: String,
+    /// Its `Nats-Msg-Id`: the delivery's id, or `<first id>+<count>` for several.
+    pub id: String,
+    pub payload: Vec<u8>,
+}
+
+/// The messages that carry `deliveries`: each engine's, in their order, joined
+/// into as few messages as the limits allow ([`DELIVERIES_PER_MESSAGE_MAX`],
+/// [`DELIVERY_MESSAGE_BYTES_MAX`]; a delivery larger than that alone goes
+/// alone). Engines come in the order of their first delivery; the order
+/// between engines does not matter, each reads its own subject.
+pub fn delivery_messages(deliveries: &[Delivery]) -> Vec<DeliveryMessage> {
+    let mut by_engine: Vec<(&EngineId, Vec<&Delivery>)> = Vec::new();
+    for delivery in deliveries {
+        match by_engine.iter_mut().find(|(engine, _)| **engine == delivery.engine) {
+            Some((_, mine)) => mine.push(delivery),
+            None => by_engine.push((&delivery.engine, vec![delivery])),
+        }
+    }
+    let mut messages = Vec::new();
+    for (engine, mine) in by_engine {
+        let subject = order_subject(engine);
+        let mut group: Vec<(&Delivery, proto::Delivery)> = Vec::new();
+        let mut group_bytes = 0;
+        for delivery in mine {
+            let message = delivery_to_proto(delivery);
+            let bytes = message.encoded_len();
+            if !group.is_empty() && (group.len() == DELIVERIES_PER_MESSAGE_MAX || group_bytes + bytes > DELIVERY_MESSAGE_BYTES_MAX) {
+                messages.push(joined(&subject, std::mem::take(&mut group)));
+                group_bytes = 0;
+            }
+            group_bytes += bytes;
+            group.push((delivery, message));
+        }
+        if !group.is_empty() {
+            messages.push(joined(&subject, group));
+        }
+    }
+    messages
+}
+
+/// One message of a group of one engine's deliveries (not empty).
+fn joined(subject: &str, mut group: Vec<(&Delivery, proto::Delivery)>) -> DeliveryMessage {
+    if group.len() == 1 {
+        let (delivery, message) = group.pop().expect("one delivery");
+        return DeliveryMessage { subject: subject.to_string(), id: delivery.id.clone(), payload: message.encode_to_vec() };
+    }
+    let id = format!("{}+{}", group[0].0.id, group.len());
+    let batch = proto::Delivery {
+        id: id.clone(),
+        kind: Some(proto::delivery::Kind::Batch(proto::DeliveryBatch {
+            deliveries: group.into_iter().map(|(_, message)| message).collect(),
+        })),
+        ..Default::default()
+    };
+    DeliveryMessage { subject: subject.to_string(), id, payload: batch.encode_to_vec() }
+}
+
+fn delivery_to_proto(delivery: &Delivery) -> proto::Delivery {
     use proto::delivery::Kind;
     let mut published_library = None;
     let kind = match &delivery.kind {
@@ -140,13 +210,43 @@ pub fn encode_delivery(delivery: &Delivery) -> Vec<u8> {
         epoch: delivery.epoch,
         kind: Some(kind),
     }
-    .encode_to_vec()
 }
 
-/// Decodes a delivery addressed to `engine` (the subject's engine).
+/// Decodes a delivery addressed to `engine` (the subject's engine); several
+/// joined in one message are refused here (see [`decode_deliveries`]).
 pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, WireError> {
-    use proto::delivery::Kind;
     let message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    delivery_from_proto(engine, message)
+}
+
+/// Decodes the deliveries of one message addressed to `engine`: one alone, or
+/// several joined ([`delivery_messages`]), at most
+/// [`DELIVERIES_PER_MESSAGE_MAX`], none of them joined again. One bad delivery
+/// makes the whole message undecodable: the projector never sends one.
+pub fn decode_deliveries(engine: &EngineId, bytes: &[u8]) -> Result<Vec<Delivery>, WireError> {
+    let message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    let Some(proto::delivery::Kind::Batch(batch)) = message.kind else {
+        return Ok(vec![delivery_from_proto(engine, message)?]);
+    };
+    if batch.deliveries.len() > DELIVERIES_PER_MESSAGE_MAX {
+        let problem = format!("{} deliveries, more than {DELIVERIES_PER_MESSAGE_MAX}", batch.deliveries.len());
+        return Err(WireError::Field { field: "batch.deliveries".into(), problem: super::FieldProblem::Inconsistent(problem) });
+    }
+    batch
+        .deliveries
+        .into_iter()
+        .enumerate()
+        .map(|(n, delivery)| {
+            delivery_from_proto(engine, delivery).map_err(|err| match err {
+                WireError::Field { field, problem } => WireError::Field { field: format!("batch.deliveries[{n}].{field}"), problem },
+                other => other,
+            })
+        })
+        .collect()
+}
+
+fn delivery_from_proto(engine: &EngineId, message: proto::Delivery) -> Result<Delivery, WireError> {
+    use proto::delivery::Kind;
     let kind = match message.kind {
         Some(Kind::Run(run)) if run.nodes.len() > crate::core::event::PARALLEL_PARTS_MAX => {
             let problem = format!("{} nodes, more than {}", run.nodes.len(), crate::core::event::PARALLEL_PARTS_MAX);
@@ -194,6 +294,12 @@ pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, Wire
         Some(Kind::Suspend(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Suspend(m)) })?),
         Some(Kind::Resume(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Resume(m)) })?),
         Some(Kind::Preempt(m)) => DeliveryKind::Control(order_from_proto(proto::Order { kind: Some(proto::order::Kind::Preempt(m)) })?),
+        Some(Kind::Batch(_)) => {
+            return Err(WireError::Field {
+                field: "batch".into(),
+                problem: super::FieldProblem::Inconsistent("deliveries joined where one delivery belongs".into()),
+            })
+        }
         None => {
             return Err(WireError::Field {
                 field: "kind".into(),
@@ -280,4 +386,82 @@ mod tests {
         expect_test::expect![[r#"library.version: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found '/' at byte 1"#]]
             .assert_eq(&error.to_string());
     }
+
+    fn run_delivery(engine: &EngineId, n: usize, argv_bytes: usize) -> Delivery {
+        Delivery {
+            id: Delivery::id_for(Seq(9), n),
+            batch_seq: Seq(9),
+            engine: engine.clone(),
+            epoch: 3,
+            kind: DeliveryKind::Run(RunTask {
+                task: task("j", n as u32),
+                attempt: 1,
+                argv: vec!["x".repeat(argv_bytes)],
+                params: BTreeMap::new(),
+                wall_time_limit_ms: 0,
+                slots: 1,
+                root_library: None,
+                output_bytes_max: 0,
+                work_dir_retention_ms: 0,
+                nodes: Vec::new(),
+                companion: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn deliveries_sent_at_once_join_per_engine_in_order_within_their_limits() {
+        let (e1, e2) = (engine("e1"), engine("e2"));
+        let mut deliveries: Vec<Delivery> = (0..300).map(|n| run_delivery(if n % 3 == 0 { &e2 } else { &e1 }, n, 8)).collect();
+        // Three large ones for e2 at the end: 100 kB each, two fit the byte budget together.
+        deliveries.extend((300..303).map(|n| run_delivery(&e2, n, 100_000)));
+        let messages = delivery_messages(&deliveries);
+        let subjects: Vec<&str> = messages.iter().map(|m| m.subject.as_str()).collect();
+        assert_eq!(subjects, ["gridfold.order.e2", "gridfold.order.e2", "gridfold.order.e1"]);
+        let decoded: Vec<Vec<Delivery>> = messages
+            .iter()
+            .map(|m| decode_deliveries(&engine(m.subject.trim_start_matches("gridfold.order.")), &m.payload).unwrap())
+            .collect();
+        assert_eq!(decoded.iter().map(Vec::len).collect::<Vec<_>>(), [102, 1, 200]);
+        assert_eq!(messages[0].id, "9-0+102");
+        assert_eq!(messages[1].id, "9-302", "a delivery alone keeps its own id and form");
+        assert_eq!(decode_delivery(&e2, &messages[1].payload).unwrap(), deliveries[302]);
+        // Every delivery once, each engine's in the order given.
+        for engine_id in [&e1, &e2] {
+            let sent: Vec<&Delivery> = deliveries.iter().filter(|d| d.engine == *engine_id).collect();
+            let got: Vec<&Delivery> = decoded.iter().flatten().filter(|d| d.engine == *engine_id).collect();
+            assert_eq!(got, sent);
+        }
+        // The 256 cap: 300 small deliveries to one engine make two messages.
+        let many: Vec<Delivery> = (0..300).map(|n| run_delivery(&e1, n, 8)).collect();
+        let counts: Vec<usize> =
+            delivery_messages(&many).iter().map(|m| decode_deliveries(&e1, &m.payload).unwrap().len()).collect();
+        assert_eq!(counts, [DELIVERIES_PER_MESSAGE_MAX, 300 - DELIVERIES_PER_MESSAGE_MAX]);
+    }
+
+    #[test]
+    fn a_joined_message_too_large_nested_or_with_a_bad_delivery_does_not_decode() {
+        let e1 = engine("e1");
+        let joined = |deliveries: Vec<proto::Delivery>| {
+            proto::Delivery {
+                id: "1-0+2".into(),
+                kind: Some(proto::delivery::Kind::Batch(proto::DeliveryBatch { deliveries })),
+                ..Default::default()
+            }
+        };
+        let one = || delivery_to_proto(&run_delivery(&e1, 0, 1));
+        let over = joined((0..=DELIVERIES_PER_MESSAGE_MAX).map(|_| one()).collect()).encode_to_vec();
+        assert_eq!(decode_deliveries(&e1, &over).unwrap_err().to_string(), "batch.deliveries: 257 deliveries, more than 256");
+        let nested = joined(vec![one(), joined(vec![one(), one()])]).encode_to_vec();
+        assert_eq!(
+            decode_deliveries(&e1, &nested).unwrap_err().to_string(),
+            "batch.deliveries[1].batch: deliveries joined where one delivery belongs"
+        );
+        let mut bad = one();
+        bad.kind = None;
+        let with_bad = joined(vec![one(), bad]).encode_to_vec();
+        assert!(decode_deliveries(&e1, &with_bad).unwrap_err().to_string().starts_with("batch.deliveries[1].kind: missing"));
+        assert!(decode_delivery(&e1, &joined(vec![one(), one()]).encode_to_vec()).is_err(), "one delivery expected, several found");
+    }
+
 }

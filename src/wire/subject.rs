@@ -61,6 +61,7 @@ pub fn subject_for(event: &Event) -> String {
         Event::TaskCancelled { .. } => "gridfold.ev.job.task_cancelled".to_string(),
         Event::EngineDrainChanged { .. } => DRAIN_SUBJECT.to_string(),
         Event::ProjectPriorityChanged { .. } => "gridfold.ev.job.project_priority".to_string(),
+        Event::EngineReports { engine: id, .. } => engine(id, "reports"),
     }
 }
 

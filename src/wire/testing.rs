@@ -64,9 +64,10 @@ pub fn event_variant_idx(event: &Event) -> usize {
         Event::TaskCancelled { .. } => 24,
         Event::EngineDrainChanged { .. } => 25,
         Event::ProjectPriorityChanged { .. } => 26,
+        Event::EngineReports { .. } => 27,
     }
 }
-pub const EVENT_VARIANTS: usize = 27;
+pub const EVENT_VARIANTS: usize = 28;
 
 /// As [`event_variant_idx`], for orders.
 pub fn order_variant_idx(order: &Order) -> usize {
@@ -423,6 +424,29 @@ pub fn every_event() -> Vec<Event> {
                 },
             ],
         }),
+        Event::EngineReports {
+            engine: engine("e1"),
+            reports: vec![
+                Envelope {
+                    id: [21; 16],
+                    source: "engine:e1".to_string(),
+                    event: Event::TaskStarted { task: task("render-1", 4), attempt: 1, engine: engine("e1") },
+                },
+                Envelope {
+                    id: [22; 16],
+                    source: "engine:e1".to_string(),
+                    event: Event::TaskCompleted {
+                        task: task("render-1", 4),
+                        attempt: 1,
+                        engine: engine("e1"),
+                        exit_code: 0,
+                        cpu_ms: 3,
+                        wall_ms: 4,
+                        result: b"ok".to_vec(),
+                    },
+                },
+            ],
+        },
     ]
 }
 
@@ -1036,9 +1060,17 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
 }
 
 pub fn arb_envelope() -> impl Strategy<Value = Envelope> {
-    (any::<[u8; 16]>(), arb_text(), arb_event()).prop_map(|(id, source, event)| Envelope {
-        id,
-        source,
-        event,
-    })
+    let single = || {
+        (any::<[u8; 16]>(), arb_text(), arb_event()).prop_map(|(id, source, event)| Envelope {
+            id,
+            source,
+            event,
+        })
+    };
+    prop_oneof![
+        9 => single(),
+        1 => (any::<[u8; 16]>(), arb_text(), arb_engine(), prop::collection::vec(single(), 0..4)).prop_map(
+            |(id, source, engine, reports)| Envelope { id, source, event: Event::EngineReports { engine, reports } }
+        ),
+    ]
 }

@@ -190,7 +190,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}}}"#),
-        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed"],
+        expect!["event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed, project_priority_changed, engine_reports"],
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j1"}}}}}}"#),
@@ -479,6 +479,7 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         ProjectPriorityChanged gridfold.ev.job.project_priority     Client
         ProjectPriorityChanged gridfold.ev.job.project_priority     Client
         OrderBatch           gridfold.ev.orders                   Projector
+        EngineReports        gridfold.ev.engine.e1.reports        Engine(EngineId("e1"))
     "#]]
     .assert_eq(&shown);
 }
@@ -583,5 +584,52 @@ fn load_values_formulas_and_seq_no_beyond_their_limits_do_not_decode() {
     assert_eq!(
         (decoded.load_formula.expression.to_string(), decoded.queue_sort_method),
         ("np_load_avg + mem_used*0.5".to_string(), crate::core::event::QueueSort::Seqno)
+    );
+}
+
+#[test]
+fn an_engine_batch_beyond_its_limits_or_nested_does_not_decode_and_says_where() {
+    let report = |n: u32| proto::Envelope {
+        id: uuid::Uuid::from_bytes([n as u8; 16]).hyphenated().to_string(),
+        source: String::new(),
+        event: Some(proto::envelope::Event::TaskStarted(proto::TaskStarted {
+            task: Some(proto::TaskRef { job: "j".into(), index: n }),
+            attempt: 1,
+            engine: "e1".into(),
+        })),
+        seal: None,
+    };
+    let batch = |reports: Vec<proto::Envelope>| proto::Envelope {
+        id: uuid::Uuid::from_bytes([9; 16]).hyphenated().to_string(),
+        source: "engine:e1".into(),
+        event: Some(proto::envelope::Event::EngineReports(proto::EngineReports { engine: "e1".into(), reports })),
+        seal: None,
+    };
+    let limit = crate::core::event::REPORTS_PER_BATCH_MAX as u32;
+    let full = batch((0..limit).map(report).collect());
+    let Ok(Envelope { event: Event::EngineReports { reports, .. }, .. }) = decode(&full.encode_to_vec()) else {
+        panic!("a batch of {limit} reports decodes")
+    };
+    assert_eq!(reports.len(), limit as usize);
+    let over = batch((0..=limit).map(report).collect());
+    assert_eq!(
+        decode(&over.encode_to_vec()).unwrap_err().to_string(),
+        "event.engine_reports.reports: 257 reports, more than 256"
+    );
+    // A batch inside a batch, however deep, fails at the first level.
+    let mut nested = batch(vec![report(1)]);
+    for _ in 0..20 {
+        nested = batch(vec![report(2), nested]);
+    }
+    assert_eq!(
+        decode(&nested.encode_to_vec()).unwrap_err().to_string(),
+        "event.engine_reports.reports[1].event: a batch inside a batch"
+    );
+    // A report that is wrong is named by its place.
+    let mut bad = report(3);
+    bad.id = "nope".into();
+    assert_eq!(
+        decode(&batch(vec![report(1), bad]).encode_to_vec()).unwrap_err().to_string(),
+        r#"event.engine_reports.reports[1].id: not a UUID in its 36-character hyphenated form: "nope" has 4 bytes"#
     );
 }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::{Latencies, Percentiles};
-use crate::core::event::{Entry, Event, JobSpec, Order, Origin, Payload};
+use crate::core::event::{Entry, Event, JobSpec, Order, Origin};
 use crate::core::ids::{EngineId, JobId};
 use crate::core::state::{JobStatus, State, TaskStatus};
 
@@ -30,55 +30,55 @@ pub(super) fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analys
     let mut dispatched_at: HashMap<(JobId, u32), u64> = HashMap::new();
     let first_job = jobs.first().map(|j| j.id.clone());
     for entry in entries {
-        let Payload::Event(envelope) = &entry.payload else {
-            continue;
-        };
         let t = entry.time_ms;
-        match &envelope.event {
-            Event::JobSubmitted(spec) => {
-                if Some(&spec.id) == first_job.as_ref() {
-                    analysis.entries_before_jobs = entry.seq.0 - 1;
+        for event in entry.events() {
+            match event {
+                Event::JobSubmitted(spec) => {
+                    if Some(&spec.id) == first_job.as_ref() {
+                        analysis.entries_before_jobs = entry.seq.0 - 1;
+                    }
+                    submitted.insert(spec.id.clone(), t);
                 }
-                submitted.insert(spec.id.clone(), t);
-            }
-            Event::EngineLoggedIn {
-                engine, slots: n, ..
-            } => {
-                debug_assert_eq!(*n, slots);
-                free_since
-                    .entry(engine.clone())
-                    .or_default()
-                    .extend(std::iter::repeat_n(t, *n as usize));
-            }
-            Event::OrderBatch(batch) if entry.origin == Origin::Projector => {
-                analysis.batches += 1;
-                for order in &batch.orders {
-                    if let Order::Dispatch { task, engine, .. } = order {
-                        analysis.dispatches += 1;
-                        if let Some(&at) = submitted.get(&task.job) {
-                            analysis.submit_to_dispatch.push(t.saturating_sub(at));
+                Event::EngineLoggedIn {
+                    engine, slots: n, ..
+                } => {
+                    debug_assert_eq!(*n, slots);
+                    free_since
+                        .entry(engine.clone())
+                        .or_default()
+                        .extend(std::iter::repeat_n(t, *n as usize));
+                }
+                Event::OrderBatch(batch) if entry.origin == Origin::Projector => {
+                    analysis.batches += 1;
+                    for order in &batch.orders {
+                        if let Order::Dispatch { task, engine, .. } = order {
+                            analysis.dispatches += 1;
+                            if let Some(&at) = submitted.get(&task.job) {
+                                analysis.submit_to_dispatch.push(t.saturating_sub(at));
+                            }
+                            if let Some(free) =
+                                free_since.get_mut(engine).and_then(VecDeque::pop_front)
+                            {
+                                analysis.slot_free_to_dispatch.push(t.saturating_sub(free));
+                            }
+                            dispatched_at.insert((task.job.clone(), task.index), t);
                         }
-                        if let Some(free) = free_since.get_mut(engine).and_then(VecDeque::pop_front)
-                        {
-                            analysis.slot_free_to_dispatch.push(t.saturating_sub(free));
-                        }
-                        dispatched_at.insert((task.job.clone(), task.index), t);
                     }
                 }
-            }
-            Event::TaskCompleted { task, engine, .. } => {
-                analysis.completed_events += 1;
-                analysis.completion_times.push(t);
-                *analysis
-                    .completions_per_task
-                    .entry((task.job.clone(), task.index))
-                    .or_default() += 1;
-                free_since.entry(engine.clone()).or_default().push_back(t);
-                if let Some(at) = dispatched_at.get(&(task.job.clone(), task.index)) {
-                    analysis.dispatch_to_completed.push(t.saturating_sub(*at));
+                Event::TaskCompleted { task, engine, .. } => {
+                    analysis.completed_events += 1;
+                    analysis.completion_times.push(t);
+                    *analysis
+                        .completions_per_task
+                        .entry((task.job.clone(), task.index))
+                        .or_default() += 1;
+                    free_since.entry(engine.clone()).or_default().push_back(t);
+                    if let Some(at) = dispatched_at.get(&(task.job.clone(), task.index)) {
+                        analysis.dispatch_to_completed.push(t.saturating_sub(*at));
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
     }
     analysis

@@ -26,7 +26,7 @@ use crate::log::{Append, EventLog};
 use crate::projector::service::ProjectorHandle;
 use crate::projector::service::sink::ORDER_SUBJECT_PREFIX;
 use crate::wire;
-use crate::wire::delivery::{DeliveryKind, decode_delivery};
+use crate::wire::delivery::{DeliveryKind, decode_deliveries};
 
 /// Progress shared with the reporter: completions acknowledged, with their log sequences.
 #[derive(Debug, Default)]
@@ -225,30 +225,32 @@ impl Simulator {
                 continue;
             };
             report.delivery_bytes += message.payload.len() as u64;
-            let delivery = decode_delivery(engine, &message.payload)
+            let deliveries = decode_deliveries(engine, &message.payload)
                 .map_err(|err| anyhow!("a delivery on {subject} does not decode: {err}"))?;
-            let DeliveryKind::Run(run) = delivery.kind else {
-                report.other_deliveries += 1;
-                continue;
-            };
-            let key = (run.task.clone(), run.attempt);
-            if seen_before.contains_key(&key) || seen.insert(key, ()).is_some() {
-                report.duplicate_runs += 1;
-                continue;
+            for delivery in deliveries {
+                let DeliveryKind::Run(run) = delivery.kind else {
+                    report.other_deliveries += 1;
+                    continue;
+                };
+                let key = (run.task.clone(), run.attempt);
+                if seen_before.contains_key(&key) || seen.insert(key, ()).is_some() {
+                    report.duplicate_runs += 1;
+                    continue;
+                }
+                if seen_kept.is_some_and(|kept| seen.len() >= kept) {
+                    seen_before = std::mem::replace(&mut seen, HashMap::with_capacity(capacity));
+                }
+                report.runs_received += 1;
+                self.progress.runs.fetch_add(1, Ordering::Relaxed);
+                let (started, completed) = reports(engine, &run.task, run.attempt);
+                self.pipeline
+                    .send(started.0, started.1, &started.2, false)
+                    .await?;
+                self.pipeline
+                    .send(completed.0, completed.1, &completed.2, true)
+                    .await?;
+                report.reports_published += 2;
             }
-            if seen_kept.is_some_and(|kept| seen.len() >= kept) {
-                seen_before = std::mem::replace(&mut seen, HashMap::with_capacity(capacity));
-            }
-            report.runs_received += 1;
-            self.progress.runs.fetch_add(1, Ordering::Relaxed);
-            let (started, completed) = reports(engine, &run.task, run.attempt);
-            self.pipeline
-                .send(started.0, started.1, &started.2, false)
-                .await?;
-            self.pipeline
-                .send(completed.0, completed.1, &completed.2, true)
-                .await?;
-            report.reports_published += 2;
         }
         // Close the queue but keep the connection (the context) until every ack is in.
         let Pipeline { context, acks } = self.pipeline;

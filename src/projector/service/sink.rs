@@ -3,10 +3,12 @@
 //! The contract with the engine agent, per backend:
 //!
 //! - **JetStream** ([`JetStreamOrderSink`]): stream `GRIDFOLD_ORDERS` over
-//!   `gridfold.order.>` (made by `JetStreamLog::ensure_order_stream`); one message per
-//!   delivery on `gridfold.order.<engine>`, its `Nats-Msg-Id` the delivery id
-//!   (`<batch seq>-<order index>`), so a delivery sent again within the stream's
-//!   duplicate window is stored once. An engine reads with a durable consumer filtered
+//!   `gridfold.order.>` (made by `JetStreamLog::ensure_order_stream`); on
+//!   `gridfold.order.<engine>` one message per delivery, its `Nats-Msg-Id` the
+//!   delivery id (`<batch seq>-<order index>`), or, for the deliveries to one
+//!   engine sent at once, one message joining them (`DeliveryBatch`, id
+//!   `<first id>+<count>`, see `wire::delivery::delivery_messages`), so a
+//!   message sent again within the stream's duplicate window is stored once. An engine reads with a durable consumer filtered
 //!   on its subject and acks each message.
 //! - **Embedded** ([`EmbeddedOrderSink`]): a second embedded log at
 //!   `<state dir>/orders` ([`order_log_dir`]) whose subjects are `gridfold.order.<engine>`
@@ -30,7 +32,7 @@ use async_nats::jetstream::{self as js};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::jetstream::{JetStreamLog, STREAM_ORDERS};
 use crate::log::{Append, EventLog, LogError};
-use crate::wire::delivery::{Delivery, encode_delivery, order_subject};
+use crate::wire::delivery::{Delivery, DeliveryMessage, delivery_messages};
 
 /// Every delivery subject starts with this; the engine id follows.
 pub const ORDER_SUBJECT_PREFIX: &str = "gridfold.order.";
@@ -66,9 +68,8 @@ pub fn open_order_log(dir: &Path) -> Result<EmbeddedLog, LogError> {
     )
 }
 
-fn append_of(delivery: &Delivery) -> Append {
-    Append::new(order_subject(&delivery.engine), encode_delivery(delivery))
-        .with_msg_id(delivery.id.clone())
+fn append_of(message: DeliveryMessage) -> Append {
+    Append::new(message.subject, message.payload).with_msg_id(message.id)
 }
 
 /// Deliveries into an embedded log (see the module docs).
@@ -104,7 +105,7 @@ impl OrderSink for EmbeddedOrderSink {
             return Ok(());
         }
         self.log
-            .append_batch(deliveries.iter().map(append_of).collect())
+            .append_batch(delivery_messages(deliveries).into_iter().map(append_of).collect())
             .await
             .map(|_| ())
     }
@@ -172,10 +173,11 @@ impl OrderSink for JetStreamOrderSink {
     }
 
     async fn deliver(&self, deliveries: &[Delivery]) -> Result<(), LogError> {
-        let window = DELIVERY_WINDOW_MAX.min(deliveries.len().max(1));
+        let messages = delivery_messages(deliveries);
+        let window = DELIVERY_WINDOW_MAX.min(messages.len().max(1));
         let mut in_flight: VecDeque<(PublishAckFuture, &str)> = VecDeque::with_capacity(window);
         let mut first_error: Option<LogError> = None;
-        for delivery in deliveries {
+        for message in &messages {
             if in_flight.len() == window {
                 let (ack, id) = in_flight.pop_front().expect("the window is full");
                 if let Err(err) = self.complete(ack, id).await {
@@ -183,18 +185,11 @@ impl OrderSink for JetStreamOrderSink {
                     break;
                 }
             }
-            let publish = PublishMessage::build()
-                .payload(encode_delivery(delivery).into())
-                .message_id(&delivery.id);
-            match self
-                .context
-                .send_publish(order_subject(&delivery.engine), publish)
-                .await
-            {
-                Ok(ack) => in_flight.push_back((ack, &delivery.id)),
+            let publish = PublishMessage::build().payload(message.payload.clone().into()).message_id(&message.id);
+            match self.context.send_publish(message.subject.clone(), publish).await {
+                Ok(ack) => in_flight.push_back((ack, &message.id)),
                 Err(err) => {
-                    first_error =
-                        Some(self.unavailable(format!("delivery {}: {err}", delivery.id)));
+                    first_error = Some(self.unavailable(format!("delivery {}: {err}", message.id)));
                     break;
                 }
             }

@@ -16,7 +16,7 @@ use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::{LogReader, read_to_end};
 use crate::projector::query::StatRequest;
 use crate::wire::ORDERS_SUBJECT;
-use crate::wire::delivery::{DeliveryKind, decode_delivery};
+use crate::wire::delivery::{DeliveryKind, decode_deliveries};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -67,34 +67,35 @@ fn spawn_engines(
                         .strip_prefix(sink::ORDER_SUBJECT_PREFIX)
                         .unwrap(),
                 );
-                let delivery = decode_delivery(&engine, &entry.payload).unwrap();
-                if !seen.insert(delivery.id.clone()) {
-                    continue;
-                }
-                if let DeliveryKind::Run(run) = delivery.kind {
-                    runs_tx.send_modify(|runs| runs.push((run.task.clone(), run.attempt)));
-                    publish(
-                        &events,
-                        Event::TaskStarted {
-                            task: run.task.clone(),
-                            attempt: run.attempt,
-                            engine: engine.clone(),
-                        },
-                    )
-                    .await;
-                    publish(
-                        &events,
-                        Event::TaskCompleted {
-                            task: run.task,
-                            attempt: run.attempt,
-                            engine: engine.clone(),
-                            exit_code: 0,
-                            cpu_ms: 1,
-                            wall_ms: 1,
-                            result: Vec::new(),
-                        },
-                    )
-                    .await;
+                for delivery in decode_deliveries(&engine, &entry.payload).unwrap() {
+                    if !seen.insert(delivery.id.clone()) {
+                        continue;
+                    }
+                    if let DeliveryKind::Run(run) = delivery.kind {
+                        runs_tx.send_modify(|runs| runs.push((run.task.clone(), run.attempt)));
+                        publish(
+                            &events,
+                            Event::TaskStarted {
+                                task: run.task.clone(),
+                                attempt: run.attempt,
+                                engine: engine.clone(),
+                            },
+                        )
+                        .await;
+                        publish(
+                            &events,
+                            Event::TaskCompleted {
+                                task: run.task,
+                                attempt: run.attempt,
+                                engine: engine.clone(),
+                                exit_code: 0,
+                                cpu_ms: 1,
+                                wall_ms: 1,
+                                result: Vec::new(),
+                            },
+                        )
+                        .await;
+                    }
                 }
             }
         }

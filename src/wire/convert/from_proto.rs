@@ -90,8 +90,30 @@ fn event_from_proto(event: proto::envelope::Event) -> Result<Event, WireError> {
             "engine_drain_changed",
             engine_id("engine", &m.engine).map(|engine| Event::EngineDrainChanged { engine, drained: m.drained }),
         ),
+        P::EngineReports(m) => ("engine_reports", engine_reports(m)),
     };
     event.map_err(|e| e.within(kind).within("event"))
+}
+
+/// An engine's batch: at most `REPORTS_PER_BATCH_MAX` reports, none of them a
+/// batch (so decoding recurses one level only, whatever the bytes nest). What
+/// the reports say is the fold's to judge.
+fn engine_reports(m: proto::EngineReports) -> Result<Event, WireError> {
+    use crate::core::event::REPORTS_PER_BATCH_MAX;
+    let engine = engine_id("engine", &m.engine)?;
+    if m.reports.len() > REPORTS_PER_BATCH_MAX {
+        return Err(WireError::at(
+            "reports",
+            FieldProblem::Inconsistent(format!("{} reports, more than {REPORTS_PER_BATCH_MAX}", m.reports.len())),
+        ));
+    }
+    let reports = each("reports", m.reports, |report| match report.event {
+        Some(proto::envelope::Event::EngineReports(_)) => {
+            Err(WireError::at("event", FieldProblem::Inconsistent("a batch inside a batch".into())))
+        }
+        _ => envelope_from_proto(report),
+    })?;
+    Ok(Event::EngineReports { engine, reports })
 }
 
 fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {

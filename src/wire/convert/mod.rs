@@ -155,7 +155,7 @@ const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, t
     engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, \
     task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, \
     library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, \
-    reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed";
+    reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed, project_priority_changed, engine_reports";
 const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable, \
     sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel";
 const TASK_SET_KINDS: &str = "count, list";

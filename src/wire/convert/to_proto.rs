@@ -250,6 +250,10 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             output: super::output::output_to_proto(&policy.output),
             suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
         }),
+        Event::EngineReports { engine, reports } => P::EngineReports(proto::EngineReports {
+            engine: engine.to_string(),
+            reports: reports.iter().map(envelope_to_proto).collect(),
+        }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
             based_on_seq: batch.based_on_seq.0,

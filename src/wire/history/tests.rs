@@ -136,6 +136,7 @@ fn export_writes_every_variant_readably() {
         {"seq":34,"time_ms":1700000000034,"subject":"gridfold.ev.job.project_priority","envelope":{"id":"21212121-2121-2121-2121-212121212121","source":"test","event":{"project_priority_changed":{"job":"render-1","priority":2}}}}
         {"seq":35,"time_ms":1700000000035,"subject":"gridfold.ev.job.project_priority","envelope":{"id":"22222222-2222-2222-2222-222222222222","source":"test","event":{"project_priority_changed":{"job":"render-1","priority":9}}}}
         {"seq":36,"time_ms":1700000000036,"subject":"gridfold.ev.orders","envelope":{"id":"23232323-2323-2323-2323-232323232323","source":"test","event":{"order_batch":{"based_on_seq":44,"algorithm":"sge-plain","algorithm_version":4,"orders":[{"suspend":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1"}},{"resume":{"task":{"job":"render-1","index":7},"attempt":1,"engine":"e1"}},{"preempt":{"task":{"job":"render-1","index":0},"attempt":2,"engine":"e3"}},{"dispatch_parallel":{"task":{"job":"render-1","index":1},"attempt":1,"engine":"e2","epoch":7,"parts":[{"engine":"e1","epoch":5,"slots":2},{"engine":"e2","epoch":7,"slots":3}]}}]}}}}
+        {"seq":37,"time_ms":1700000000037,"subject":"gridfold.ev.engine.e1.reports","envelope":{"id":"24242424-2424-2424-2424-242424242424","source":"test","event":{"engine_reports":{"engine":"e1","reports":[{"id":"15151515-1515-1515-1515-151515151515","source":"engine:e1","event":{"task_started":{"task":{"job":"render-1","index":4},"attempt":1,"engine":"e1"}}},{"id":"16161616-1616-1616-1616-161616161616","source":"engine:e1","event":{"task_completed":{"task":{"job":"render-1","index":4},"attempt":1,"engine":"e1","exit_code":0,"cpu_ms":3,"wall_ms":4,"result":"ok"}}}]}}}}
         {"seq":99,"time_ms":1700000009999,"subject":"gridfold.ev.job.submitted","raw_base64":"CgNhYmM=","undecodable":"id: not a UUID in its 36-character hyphenated form: \"abc\" has 3 bytes"}
     "#]].assert_eq(&written);
 }
@@ -276,7 +277,7 @@ fn errors_say_the_line_and_what_is_wrong() {
     check_error(
         r#"{"seq": 1, "time_ms": 0, "envelope": {"event": {"task_complete": {}}}}"#,
         expect![
-            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `suspend_requested`, `resume_requested`, `reschedule_requested`, `job_hold_changed`, `task_cancelled`, `project_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `job_override_tickets_set`, `engine_drain_changed`, `tick`, `order_batch`, `library_published`"
+            "line 1: column 63: unknown variant `task_complete`, expected one of `job_submitted`, `job_cancelled`, `job_priority_changed`, `tasks_added`, `suspend_requested`, `resume_requested`, `reschedule_requested`, `job_hold_changed`, `task_cancelled`, `project_priority_changed`, `engine_logged_in`, `engine_logged_out`, `engine_heartbeat`, `library_synced`, `library_sync_failed`, `task_started`, `task_completed`, `task_failed`, `policy_set`, `blacklists_cleared`, `projector_key_registered`, `projector_key_revoked`, `job_override_tickets_set`, `engine_drain_changed`, `tick`, `order_batch`, `library_published`, `engine_reports`"
         ],
     );
     check_error(
@@ -356,7 +357,7 @@ fn reading_a_file_names_it_in_errors() {
     .unwrap();
     let error = read_history_file(&path).unwrap_err().to_string();
     let shown = error.replace(&dir.path().display().to_string(), "DIR");
-    expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed"].assert_eq(&shown);
+    expect!["DIR/foo.jsonl:8: envelope.event: missing, or a kind this version does not know; expected one of job_submitted, job_cancelled, job_priority_changed, tasks_added, engine_logged_in, engine_logged_out, engine_heartbeat, library_synced, library_sync_failed, task_started, task_completed, task_failed, policy_set, blacklists_cleared, tick, order_batch, library_published, projector_key_registered, projector_key_revoked, suspend_requested, resume_requested, reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed, project_priority_changed, engine_reports"].assert_eq(&shown);
 
     std::fs::write(&path, EXAMPLES).unwrap();
     assert_eq!(read_history_file(&path).unwrap().len(), 4);

@@ -31,7 +31,7 @@
 //! core; a run here serves every free core it can (one draw per core), which
 //! is the same sequence of draws without a log entry between them.
 
-use crate::core::event::{Algorithm, Entry, Event, Order, Payload, Policy};
+use crate::core::event::{Algorithm, Event, Order, Policy};
 use crate::core::ids::Seq;
 use crate::core::state::State;
 
@@ -64,15 +64,15 @@ pub fn due(state: &State) -> bool {
     state.techila_cycle.opened_seq > state.techila_cycle.closed_seq
 }
 
-/// Folds the entry just applied into the cycle state (`applied`: the entry was
-/// not rejected; a batch counts as applied when its seal held). Only under `techila`.
-pub fn note_entry(state: &mut State, entry: &Entry, applied: bool) {
+/// Folds the event just applied at `seq` into the cycle state (`applied`: it
+/// was not rejected; a batch counts as applied when its seal held; each report
+/// of an engine's batch counts as an event of its own). Only under `techila`.
+pub fn note_event(state: &mut State, seq: Seq, event: &Event, applied: bool) {
     if state.policy.algorithm != Algorithm::Techila {
         return;
     }
-    let Payload::Event(envelope) = &entry.payload else { return };
-    let mut opens = applied && opens_cycle(&envelope.event, state.policy.dispatches_per_run_max);
-    if let (Event::OrderBatch(batch), true) = (&envelope.event, applied) {
+    let mut opens = applied && opens_cycle(event, state.policy.dispatches_per_run_max);
+    if let (Event::OrderBatch(batch), true) = (event, applied) {
         state.techila_cycle.closed_seq = state.techila_cycle.closed_seq.max(batch.based_on_seq);
     }
     let cycle = &state.techila_cycle;
@@ -80,7 +80,7 @@ pub fn note_entry(state: &mut State, entry: &Entry, applied: bool) {
         opens = true;
     }
     if opens {
-        state.techila_cycle.opened_seq = entry.seq;
+        state.techila_cycle.opened_seq = seq;
         state.techila_cycle.opened_ms = state.now_ms;
     }
 }
