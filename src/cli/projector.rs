@@ -30,6 +30,13 @@ pub struct ProjectorArgs {
     /// Decide at least every this many entries folded, even while catching up.
     #[arg(long, default_value_t = 10_000)]
     pub schedule_every: u64,
+    /// The coalescing window, in milliseconds: once it has read the log to its
+    /// end, the projector waits this long after the first entry it has not yet
+    /// decided on (or until 64 wait) before deciding, so that tasks ending
+    /// together are decided on, published and delivered at once. 0 decides at
+    /// once; at most 1,000.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    pub decide_window_ms: u64,
     /// Snapshot after this many entries folded since the last snapshot.
     #[arg(long, default_value_t = 50_000)]
     pub snapshot_every: u64,
@@ -102,6 +109,7 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
     let holder = lease.holder().to_string();
     let config = ProjectorConfig {
         schedule_every_entries: args.schedule_every,
+        decide_window: Duration::from_millis(args.decide_window_ms),
         snapshot_every_entries: args.snapshot_every,
         snapshot_interval: Duration::from_secs(args.snapshot_secs.max(1)),
         tick_interval: (!args.no_tick).then_some(Duration::from_secs(1)),

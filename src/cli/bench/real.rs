@@ -39,7 +39,7 @@ use crate::cli::client::publish;
 use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
 use crate::core::ids::{JobId, Seq};
 use crate::log::connect::BrokerAccess;
-use crate::log::jetstream::{JetStreamLog, LogConfig};
+use crate::log::jetstream::{JetStreamLog, LogConfig, STREAM_ORDERS};
 use crate::log::nats_server::NatsServer;
 use crate::projector::query::{STAT_SUBJECT, StatRequest, StateSummary};
 
@@ -94,6 +94,11 @@ pub struct RealRun {
     pub log_entries: u64,
     pub log_entries_per_task: f64,
     pub order_batches: u64,
+    /// Messages on the engines' delivery subjects (stream `GRIDFOLD_ORDERS`,
+    /// logins' news included): several deliveries to one engine sent at once
+    /// travel in one.
+    pub delivery_messages: u64,
+    pub delivery_messages_per_task: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -339,6 +344,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     // The projector's own word on where it stands, for the replay to match.
     let at = (Seq(summary.last_seq), summary.chain_digest.clone());
     drop(processes);
+    let delivery_messages = delivery_messages(&log).await?;
 
     say("reading the whole log back and replaying it with every batch re-derived…".to_string());
     let ReadBack { entries, analysis, verify, .. } = read_back_and_verify(&log, std::slice::from_ref(&job), slots, at, true).await?;
@@ -361,6 +367,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
             log_entries: run_entries,
             log_entries_per_task: run_entries as f64 / f64::from(tasks),
             order_batches: analysis.batches,
+            delivery_messages,
+            delivery_messages_per_task: delivery_messages as f64 / f64::from(tasks),
         },
         spawn_limit,
         cpu_us_per_task: RealCpu {
@@ -371,6 +379,12 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         latency_ms: analysis.latencies(),
         verify,
     })
+}
+
+/// Messages the orders stream holds: this bench's broker is its own, so all are the run's.
+async fn delivery_messages(log: &JetStreamLog) -> anyhow::Result<u64> {
+    let mut stream = log.context().get_stream(STREAM_ORDERS).await.context("looking up the orders stream")?;
+    Ok(stream.info().await.context("asking for the orders stream's state")?.state.messages)
 }
 
 /// `--command` split on spaces (no quoting: a bench command, not a shell).
@@ -423,8 +437,8 @@ pub(super) fn print_real(report: &RealReport) {
         lat.dispatch_to_completed.p50, lat.dispatch_to_completed.p99, lat.dispatch_to_completed.max
     );
     println!(
-        "  log: {} entries for the run ({:.2} per task), {} order batches",
-        run.log_entries, run.log_entries_per_task, run.order_batches
+        "  log: {} entries for the run ({:.2} per task), {} order batches; {} delivery messages ({:.2} per task)",
+        run.log_entries, run.log_entries_per_task, run.order_batches, run.delivery_messages, run.delivery_messages_per_task
     );
     let v = &report.verify;
     println!(

@@ -146,10 +146,16 @@ use leadership::Leadership;
 use publishing::{Hold, PublishOutcome};
 use snapshotting::SnapshotOutcome;
 use start::{Start, describe_start, load_start};
-use tasks::{AbortOnDrop, interval, next_tick, read_log, task_done};
+use tasks::{AbortOnDrop, interval, next_tick, read_log, sleep_until_some, task_done};
 
 /// Batches the reader may have read ahead of the fold.
 pub const READ_AHEAD_BATCHES: usize = 2;
+/// The default coalescing window ([`ProjectorConfig::decide_window`]): short
+/// beside a task's life and the 10 ms a freed slot may wait for its next task,
+/// long beside the gap between two completions of a busy engine.
+pub const DECIDE_WINDOW_DEFAULT: Duration = Duration::from_millis(2);
+/// Entries waiting that end the coalescing window early.
+pub const DECIDE_WINDOW_ENTRIES_DEFAULT: u64 = 64;
 /// Most batches one decision publishes before the projector reads the log again.
 pub const BATCHES_PER_DECISION_MAX: usize = 16;
 /// Most deliveries remembered for sending again (and waiting to be sent).
@@ -176,6 +182,13 @@ pub struct ProjectorConfig {
     pub state_dir: PathBuf,
     /// Decide at least every this many entries folded, even when not caught up.
     pub schedule_every_entries: u64,
+    /// The coalescing window: once caught up, wait this long after the first
+    /// entry not yet decided on before deciding, so that the completions of
+    /// tasks ending together are decided on (and their dispatches published
+    /// and delivered) at once, not one by one. Zero: decide as soon as caught up.
+    pub decide_window: Duration,
+    /// …unless this many entries are already waiting: then decide at once.
+    pub decide_window_entries: u64,
     /// Snapshot after this many entries folded since the last snapshot…
     pub snapshot_every_entries: u64,
     /// …or this long after it, if anything was folded since.
@@ -204,6 +217,8 @@ impl ProjectorConfig {
         ProjectorConfig {
             state_dir: state_dir.into(),
             schedule_every_entries: 10_000,
+            decide_window: DECIDE_WINDOW_DEFAULT,
+            decide_window_entries: DECIDE_WINDOW_ENTRIES_DEFAULT,
             snapshot_every_entries: 50_000,
             snapshot_interval: Duration::from_secs(30),
             tick_interval: Some(Duration::from_secs(1)),
@@ -265,6 +280,8 @@ enum Input {
     LeaseDue,
     Tick,
     Housekeeping,
+    /// The coalescing window of the entries waiting to be decided on has passed.
+    DecideDue,
     Shutdown,
 }
 
@@ -391,6 +408,7 @@ where
                 _ = lease_timer.tick() => Input::LeaseDue,
                 () = next_tick(&mut tick_timer) => Input::Tick,
                 _ = housekeeping.tick() => Input::Housekeeping,
+                () = sleep_until_some(shell.decide_at()) => Input::DecideDue,
                 outcome = task_done(&mut shell.sending), if shell.sending.is_some() => Input::Delivered(outcome),
                 outcome = task_done(&mut shell.publishing), if shell.publishing.is_some() => Input::Published(outcome),
                 outcome = task_done(&mut shell.snapshot_writing), if shell.snapshot_writing.is_some() => Input::SnapshotWritten(outcome),
@@ -488,6 +506,9 @@ struct Shell<L, S, A> {
     /// each publish is answered, up to [`BATCHES_PER_DECISION_MAX`]; 0: none under way.
     decision_batches: usize,
     entries_since_decision: u64,
+    /// When the first entry not yet decided on was folded: the coalescing window
+    /// ([`ProjectorConfig::decide_window`]) runs from here.
+    undecided_since: Option<Instant>,
     entries_since_snapshot: u64,
     last_snapshot_at: Instant,
     /// The snapshot being written to disk, by a blocking task; at most one at a time.
@@ -560,6 +581,7 @@ where
             publishing: None,
             decision_batches: 0,
             entries_since_decision: 0,
+            undecided_since: None,
             entries_since_snapshot: 0,
             last_snapshot_at: Instant::now(),
             snapshot_writing: None,
@@ -607,6 +629,7 @@ where
                 self.decide_and_publish().await?;
             }
             Input::Tick => self.tick(),
+            Input::DecideDue => self.decide_and_publish().await?,
             Input::Housekeeping => {
                 if self.entries_since_snapshot > 0
                     && self.last_snapshot_at.elapsed() >= self.config.snapshot_interval
@@ -707,6 +730,7 @@ where
             self.dirty = true;
             self.entries_folded += count;
             self.entries_since_decision += count;
+            self.undecided_since.get_or_insert_with(Instant::now);
             self.entries_since_snapshot += count;
         }
         self.deliver().await;

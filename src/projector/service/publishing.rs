@@ -42,8 +42,8 @@ where
         }
         let continuing = self.decision_batches > 0;
         if !continuing {
-            let due =
-                self.caught_up || self.entries_since_decision >= self.config.schedule_every_entries;
+            let due = (self.caught_up && self.decide_at().is_none())
+                || self.entries_since_decision >= self.config.schedule_every_entries;
             if !self.dirty || !due {
                 return Ok(());
             }
@@ -59,6 +59,7 @@ where
         if !continuing {
             self.dirty = false;
             self.entries_since_decision = 0;
+            self.undecided_since = None;
         }
         match self.machine.poll_batch() {
             Some(batch) => {
@@ -68,6 +69,18 @@ where
             None => self.decision_batches = 0,
         }
         Ok(())
+    }
+
+    /// When the coalescing window of the entries waiting to be decided on ends,
+    /// if it has not yet: `None` once it has passed, when none wait, when
+    /// enough wait to decide at once, or while a publish is under way (its
+    /// answer decides again).
+    pub(super) fn decide_at(&self) -> Option<std::time::Instant> {
+        if self.publishing.is_some() || self.entries_since_decision >= self.config.decide_window_entries {
+            return None;
+        }
+        let deadline = self.undecided_since? + self.config.decide_window;
+        (deadline > std::time::Instant::now()).then_some(deadline)
     }
 
     /// Whether the log holds this projector's key, so that its batches will be

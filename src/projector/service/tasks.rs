@@ -70,6 +70,14 @@ pub(super) async fn next_tick(timer: &mut Option<Interval>) {
     }
 }
 
+/// Completes at `deadline`, or never without one.
+pub(super) async fn sleep_until_some(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Aborts the task when dropped, so a projector that is dropped or aborted leaves no reader behind.
 pub(super) struct AbortOnDrop<T>(pub(super) JoinHandle<T>);
 
