@@ -10,6 +10,7 @@ use toml::Spanned;
 mod render;
 pub(crate) mod sge;
 mod thresholds;
+pub(crate) use thresholds::{decimal_milli, suspend_thresholds};
 
 pub use render::policy_file_text;
 
