@@ -23,7 +23,9 @@ use crate::core::event::{
 use crate::core::ids::{EngineId, JobId};
 
 mod gridserver;
+mod load_changes;
 mod resource;
+pub use load_changes::{LoadChange, LOAD_CHANGES_MAX};
 
 use super::jobfile::{line_of, line_start, FileText, OptionKeys};
 use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
@@ -50,6 +52,8 @@ pub struct Scenario {
     /// Grid libraries published during the run.
     pub libraries: Vec<LibraryPlan>,
     pub faults: Faults,
+    /// Load values set on engine groups during the run (`[[load_changes]]`).
+    pub load_changes: Vec<LoadChange>,
 }
 
 /// A grid library stored at a time (a `LibraryPublished` event from a client).
@@ -295,6 +299,9 @@ impl Scenario {
         if let Err(message) = check_faults(&self.faults, &self.policy) {
             return fail(format!("faults: {message}"));
         }
+        if let Err(message) = load_changes::check(&self.load_changes, &self.engines) {
+            return fail(message);
+        }
         Ok(())
     }
 
@@ -410,6 +417,8 @@ struct RawScenario {
     #[serde(default)]
     libraries: Vec<Spanned<RawLibrary>>,
     faults: Option<Spanned<RawFaults>>,
+    #[serde(default)]
+    load_changes: Vec<Spanned<load_changes::RawLoadChange>>,
 }
 
 crate::files::policyfile::sge::with_grid_engine_keys! {
@@ -429,6 +438,10 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         queue_sort_method: Option<Spanned<String>>,
         load_formula: Option<Spanned<String>>,
         techila: Option<crate::files::policyfile::TechilaSection>,
+        /// Grid Engine's suspend thresholds, read as in a policy file.
+        suspend_thresholds: Option<Spanned<String>>,
+        suspend_interval_secs: Option<Spanned<u64>>,
+        nsuspend: Option<Spanned<u32>>,
     }
 }
 
@@ -619,6 +632,13 @@ impl RawScenario {
                     redundancy,
                     queue_sort_method: resource::queue_sort(&raw.queue_sort_method)?,
                     load_formula: resource::load_formula(&raw.load_formula)?,
+                    suspend_thresholds: crate::files::policyfile::suspend_thresholds(
+                        FileText { text, path: "" },
+                        &raw.suspend_thresholds,
+                        &raw.suspend_interval_secs,
+                        &raw.nsuspend,
+                    )
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?,
                     ..defaults
                 };
                 check_policy(&policy).map_err(|message| (span, message))?;
@@ -799,8 +819,18 @@ impl RawScenario {
             }
         };
 
-        let scenario =
-            Scenario { seed: self.seed, horizon_ms: self.horizon_ms, policy, latency, engines, jobs, libraries, faults };
+        let load_changes = load_changes::load_changes(&self.load_changes, &engines)?;
+        let scenario = Scenario {
+            seed: self.seed,
+            horizon_ms: self.horizon_ms,
+            policy,
+            latency,
+            engines,
+            jobs,
+            libraries,
+            faults,
+            load_changes,
+        };
         debug_assert_eq!(scenario.validate(), Ok(()));
         Ok(scenario)
     }

@@ -103,6 +103,8 @@ enum SimEvent {
     PlannedCrash { engine: usize },
     ProjectorRestart,
     ProjectorUp,
+    /// A scenario's `[[load_changes]]` entry (its index).
+    LoadChange { change: usize },
 }
 
 #[derive(Debug)]
@@ -224,6 +226,9 @@ impl<'a> World<'a> {
         }
         for (job, plan) in scenario.jobs.iter().enumerate() {
             self.schedule(plan.submit_at_ms, SimEvent::Submit { job });
+        }
+        for (change, plan) in scenario.load_changes.iter().enumerate() {
+            self.schedule(plan.at_ms, SimEvent::LoadChange { change });
         }
         self.schedule(TICK_MS, SimEvent::Tick);
         let faults = &scenario.faults;
@@ -364,6 +369,14 @@ impl<'a> World<'a> {
             SimEvent::RunEnd { engine, incarnation, run } => self.run_end(engine, incarnation, run),
             SimEvent::ProjectorRestart => self.projector_restart(),
             SimEvent::ProjectorUp => self.projector.start(&self.log),
+            SimEvent::LoadChange { change } => {
+                let plan = &self.scenario.load_changes[change];
+                let first: usize = self.scenario.engines[..plan.group].iter().map(|group| group.count as usize).sum();
+                let count = self.scenario.engines[plan.group].count as usize;
+                for sim in &mut self.engines[first..first + count] {
+                    sim.load_values.extend(plan.values_milli.iter().map(|(name, &milli)| (name.clone(), milli)));
+                }
+            }
         }
     }
 
@@ -480,6 +493,20 @@ impl<'a> World<'a> {
                     }
                 }
             }
+            // A suspended run's remaining time does not advance until its resume.
+            DeliveryKind::Control(crate::core::event::Order::Suspend { task, attempt, .. }) => {
+                if sim.suspend(&(task, attempt), self.now_ms) {
+                    self.counts.runs_suspended += 1;
+                }
+            }
+            DeliveryKind::Control(crate::core::event::Order::Resume { task, attempt, .. }) => {
+                let incarnation = sim.incarnation;
+                let key = (task, attempt);
+                if let Some(end_at) = sim.resume(&key, self.now_ms) {
+                    self.counts.runs_resumed += 1;
+                    self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+                }
+            }
             DeliveryKind::Control(_) => {}
             // The simulated engines are one process per name: no one to fence out.
             DeliveryKind::LoggedIn => {}
@@ -532,18 +559,23 @@ impl<'a> World<'a> {
         }
         let Some(run) = sim.runs.get_mut(&key) else { return };
         run.started_ms = Some(now);
+        // Suspended before it started: it ends after its resume.
+        let suspended = sim.suspensions.get(&key).is_some_and(|suspension| suspension.since_ms.is_some());
         let end_at = now + run.end_after_ms;
         let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone() };
         self.report(engine, event, true);
-        self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+        if !suspended {
+            self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+        }
     }
 
     fn run_end(&mut self, engine: usize, incarnation: u32, key: RunKey) {
         let now = self.now_ms;
         let sim = &mut self.engines[engine];
-        if !sim.is_current(incarnation) {
+        if !sim.is_current(incarnation) || sim.end_postponed(&key, now) {
             return;
         }
+        sim.suspensions.remove(&key);
         let Some(run) = sim.runs.remove(&key) else { return };
         let start = run.started_ms.expect("a run ends after it starts");
         let engine_id = sim.id.clone();
