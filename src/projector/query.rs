@@ -530,6 +530,13 @@ pub struct EngineSummary {
     /// Drained by an operator (`gridfold engine drain`): no new work.
     #[serde(default)]
     pub drained: bool,
+    /// The first suspend threshold (policy `suspend_thresholds`) its last
+    /// reported load values are above: the value's name, value and threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_crossed: Option<crate::core::state::thresholds::ThresholdCause>,
+    /// Its tasks the threshold rule holds suspended (`JOB/INDEX`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_by_threshold: Vec<String>,
 }
 
 impl StateSummary {
@@ -578,7 +585,8 @@ impl StateSummary {
         let mut engines: Vec<EngineSummary> = state
             .engines()
             .iter()
-            .map(|engine| EngineSummary {
+            .enumerate()
+            .map(|(e, engine)| EngineSummary {
                 id: engine.id.to_string(),
                 status: match engine.status {
                     EngineStatus::LoggedIn => "logged-in",
@@ -594,6 +602,12 @@ impl StateSummary {
                 load_per_core_milli: engine.load.load_per_core_milli,
                 properties: engine.props.to_string(),
                 drained: engine.drained,
+                threshold_crossed: state.threshold_exceeded(EngineIdx(e as u32)),
+                suspended_by_threshold: state
+                    .threshold_suspended_on(EngineIdx(e as u32))
+                    .into_iter()
+                    .map(|(key, _, _)| format!("{}/{}", state.job(key.job).id, key.index))
+                    .collect(),
             })
             .collect();
         engines.sort_by(|a, b| a.id.cmp(&b.id));

@@ -550,6 +550,8 @@ mod tests {
             load_per_core_milli: 250,
             properties: EVIL.into(),
             drained: true,
+            threshold_crossed: None,
+            suspended_by_threshold: vec![EVIL.into()],
         };
         StateSummary {
             last_seq: 10,
