@@ -1054,6 +1054,9 @@ pub enum Unschedulable {
     NoEngineHasEnoughSlots,
     /// The job's root library was never published, so no engine can sync it.
     LibraryNotPublished,
+    /// A `span = "site"` task needs more slots than any site's logged-in
+    /// engines that fit it have in all (in its 32 largest).
+    NoSiteHasEnoughSlots,
 }
 
 /// Which rule of redundant rescheduling asked for a copy.
@@ -1105,6 +1108,7 @@ impl Unschedulable {
         match self {
             Unschedulable::NoEngineMatchesRequirements => "no-engine-matches-requirements",
             Unschedulable::NoEngineHasEnoughSlots => "no-engine-has-enough-slots",
+            Unschedulable::NoSiteHasEnoughSlots => "no-site-has-enough-slots",
             Unschedulable::LibraryNotPublished => "library-not-published",
         }
     }

@@ -132,6 +132,9 @@ pub struct EngineRank {
     pub load_index: i64,
     /// The engine's queue sequence number (`seq_no`).
     pub seq_no: i64,
+    /// Whether the engine meets the job's soft request; `None` when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_met: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -344,6 +347,7 @@ fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<Engine
             task_score: task_part,
             load_index: load,
             seq_no: queue_sort::seq_no(engine),
+            soft_met: job.soft.as_ref().map(|_| !super::schedule::soft::unmet(job, engine)),
         };
         let soft_unmet = super::schedule::soft::unmet(job, engine);
         ranks.push((rank, (engine.tier, soft_unmet, -(job_part + task_part), key, id.clone())));
@@ -504,13 +508,22 @@ fn write_ranking(f: &mut std::fmt::Formatter<'_>, ranking: &[EngineRank]) -> std
     if ranking.is_empty() {
         return Ok(());
     }
-    writeln!(f, "  ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    if ranking.iter().any(|rank| rank.soft_met.is_some()) {
+        writeln!(f, "  ranking (tier, then the soft request met, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    } else {
+        writeln!(f, "  ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    }
     for rank in ranking {
         let mark = if rank.chosen { "->" } else { "  " };
         let load = if rank.load_index == LOAD_UNKNOWN { "unknown".to_string() } else { rank.load_index.to_string() };
+        let soft = match rank.soft_met {
+            Some(true) => ", soft request met",
+            Some(false) => ", soft request unmet",
+            None => "",
+        };
         writeln!(
             f,
-            "  {mark} {}: tier {}, score {} (job {}, task {}), load index {load}, seq_no {}",
+            "  {mark} {}: tier {}{soft}, score {} (job {}, task {}), load index {load}, seq_no {}",
             rank.engine, rank.tier, rank.score, rank.job_score, rank.task_score, rank.seq_no
         )?;
     }

@@ -959,8 +959,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         }
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            let category = state.category(state.job(j).category);
-            if super::schedule::lifecycle::why_unschedulable(state, category).is_none() || !state.job(j).is_active() {
+            if super::schedule::lifecycle::why_job_unschedulable(state, j).is_none() || !state.job(j).is_active() {
                 return Err(OrderProblem::JobIsSchedulable);
             }
             state.job_mut(j).unschedulable = Some(*reason);

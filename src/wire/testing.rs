@@ -852,6 +852,7 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 Just(Unschedulable::NoEngineHasEnoughSlots),
                 Just(Unschedulable::NoEngineMatchesRequirements),
                 Just(Unschedulable::LibraryNotPublished),
+                Just(Unschedulable::NoSiteHasEnoughSlots),
             ]
         )
             .prop_map(|(job, reason)| Order::MarkUnschedulable { job, reason }),

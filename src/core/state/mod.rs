@@ -161,6 +161,11 @@ impl Category {
             self.eligible[e / 64] &= !(1 << (e % 64));
         }
     }
+    /// Whether the engine's properties satisfy the requirements and it has the
+    /// category's slots (a root library it lacks it can sync).
+    pub fn fits(&self, engine: &Engine) -> bool {
+        self.admits(engine).fits
+    }
     fn expr(&self) -> &Expr {
         self.expr.as_ref().expect("category expressions are rebuilt after every load")
     }
