@@ -61,6 +61,14 @@ fn orders_named(cluster: &Cluster, pick: fn(&Order) -> bool) -> usize {
         .sum()
 }
 
+/// Waits until the log holds an order `pick` chooses.
+fn wait_for_order(cluster: &mut Cluster, kind: &str, pick: fn(&Order) -> bool) {
+    cluster.wait_for(&format!("a {kind} order"), Duration::from_secs(30), |cluster| match orders_named(cluster, pick) {
+        0 => Err(format!("no {kind} yet")),
+        _ => Ok(()),
+    });
+}
+
 fn write_load(path: &Path, value: &str) {
     std::fs::write(path, value).unwrap();
 }
@@ -113,12 +121,7 @@ fn a_load_sensor_value_above_the_threshold_stops_the_task_and_below_resumes_it()
 
     // Above the threshold: Suspend, and the process stops.
     write_load(&load_file, "2.5");
-    cluster.wait_for("a Suspend order", Duration::from_secs(30), |cluster| {
-        match orders_named(cluster, |order| matches!(order, Order::Suspend { task, .. } if task.job.as_str() == "burn")) {
-            0 => Err("no Suspend yet".to_string()),
-            _ => Ok(()),
-        }
-    });
+    wait_for_order(&mut cluster, "Suspend", |order| matches!(order, Order::Suspend { task, .. } if task.job.as_str() == "burn"));
     wait_state(pid, "after the Suspend", true);
     assert_eq!(cpu_advance_over_a_second(pid), 0, "a suspended task's CPU time does not advance");
     let why = cluster.command(&["why".as_ref(), "burn/0".as_ref()]);
@@ -128,12 +131,7 @@ fn a_load_sensor_value_above_the_threshold_stops_the_task_and_below_resumes_it()
 
     // Below again: Resume, and the CPU time advances.
     write_load(&load_file, "0.2");
-    cluster.wait_for("a Resume order", Duration::from_secs(30), |cluster| {
-        match orders_named(cluster, |order| matches!(order, Order::Resume { task, .. } if task.job.as_str() == "burn")) {
-            0 => Err("no Resume yet".to_string()),
-            _ => Ok(()),
-        }
-    });
+    wait_for_order(&mut cluster, "Resume", |order| matches!(order, Order::Resume { task, .. } if task.job.as_str() == "burn"));
     wait_state(pid, "after the Resume", false);
     assert!(cpu_advance_over_a_second(pid) > 0, "a resumed task uses CPU again");
     assert_eq!(orders_named(&cluster, |order| matches!(order, Order::Suspend { .. })), 1, "suspended once");

@@ -345,13 +345,14 @@ mod tests {
         path
     }
 
-    /// A sensor answering each line with `reply` (a shell `printf` format's output), quitting on `quit`.
+    /// A sensor running `body` for each line it reads, quitting on `quit`.
+    fn looping(dir: &Path, name: &str, body: &str) -> PathBuf {
+        script(dir, name, &format!("while read line; do\n  [ \"$line\" = quit ] && exit 0\n{body}\ndone\n"))
+    }
+
+    /// A sensor answering each line with `reply` (a shell `printf` format's output).
     fn answering(dir: &Path, name: &str, reply: &str) -> PathBuf {
-        script(
-            dir,
-            name,
-            &format!("while read line; do\n  [ \"$line\" = quit ] && exit 0\n  printf '{reply}'\ndone\n"),
-        )
+        looping(dir, name, &format!("  printf '{reply}'"))
     }
 
     fn values(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
@@ -400,11 +401,7 @@ mod tests {
     async fn a_slow_sensor_is_skipped_and_its_late_reply_never_used() {
         let dir = tempfile::tempdir().unwrap();
         // Answers the first question after 1.5 s, then at once, with the count of questions.
-        let path = script(
-            dir.path(),
-            "slow",
-            "n=0\nwhile read line; do\n  [ \"$line\" = quit ] && exit 0\n  n=$((n+1))\n  [ $n = 1 ] && sleep 1.5\n  printf 'begin\\nasked:%s\\nend\\n' $n\ndone\n",
-        );
+        let path = looping(dir.path(), "slow", "  n=$((n+1))\n  [ $n = 1 ] && sleep 1.5\n  printf 'begin\\nasked:%s\\nend\\n' $n");
         let mut sensor = LoadSensor::start(&path, Duration::from_millis(300));
         assert_eq!(sensor.poll().await, None, "no answer within 300 ms");
         tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -461,10 +458,10 @@ mod tests {
     #[tokio::test]
     async fn too_many_values_are_cut_at_the_heartbeats_cap() {
         let dir = tempfile::tempdir().unwrap();
-        let path = script(
+        let path = looping(
             dir.path(),
             "many",
-            "while read line; do\n  [ \"$line\" = quit ] && exit 0\n  echo begin\n  i=0\n  while [ $i -lt 100 ]; do echo \"h:v$((1000+i)):$i\"; i=$((i+1)); done\n  echo end\ndone\n",
+            "  echo begin\n  i=0\n  while [ $i -lt 100 ]; do echo \"h:v$((1000+i)):$i\"; i=$((i+1)); done\n  echo end",
         );
         let mut sensor = LoadSensor::start(&path, Duration::from_secs(5));
         let got = sensor.poll().await.expect("a reply");
@@ -479,11 +476,7 @@ mod tests {
     async fn a_line_too_long_is_skipped_whole_and_the_reply_kept() {
         let dir = tempfile::tempdir().unwrap();
         let long = "x".repeat(SENSOR_LINE_BYTES_MAX * 3);
-        let path = script(
-            dir.path(),
-            "long",
-            &format!("while read line; do\n  [ \"$line\" = quit ] && exit 0\n  echo begin\n  echo 'h:{long}:1'\n  echo 'h:after:4'\n  echo end\ndone\n"),
-        );
+        let path = looping(dir.path(), "long", &format!("  echo begin\n  echo 'h:{long}:1'\n  echo 'h:after:4'\n  echo end"));
         let mut sensor = LoadSensor::start(&path, Duration::from_secs(5));
         assert_eq!(sensor.poll().await, Some(values(&[("after", 4_000)])));
         sensor.quit().await;

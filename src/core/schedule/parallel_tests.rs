@@ -75,17 +75,21 @@ fn a_site_task_waits_while_no_site_has_all_its_slots_free() {
     log.login("b1", 2, linux_props("bern", 8192));
     log.submit(site_job("mpi", 1, 4));
     let mut state = State::new();
-    // No site holds 4 slots: flagged (it still waits).
+    // No site holds 4 slots: flagged unschedulable once (it still waits).
     check(&mut log, &mut state, expect![[r#"
         unschedulable mpi (no-site-has-enough-slots)
     "#]]);
     assert_eq!(status(&state, "mpi", 0), TaskStatus::Waiting);
-    // A second engine in bern makes 4 there.
+    let flag = |state: &State| state.job(state.job_idx(&crate::core::ids::JobId::new("mpi").unwrap()).unwrap()).unschedulable;
+    assert_eq!(flag(&state), Some(crate::core::event::Unschedulable::NoSiteHasEnoughSlots));
+    assert_eq!(super::tests::decide_once(&mut log, &mut state), "(no orders)\n");
+    // A second engine in bern makes 4 there: the flag goes and the task starts.
     log.login("b2", 2, linux_props("bern", 8192));
     check(&mut log, &mut state, expect![[r#"
         dispatch mpi/0 #1 -> b1 (master of b1:2 b2:2)
         dispatch mpi/0 #1 -> b2 (part of b1:2 b2:2)
     "#]]);
+    assert_eq!(flag(&state), None);
 }
 
 #[test]
@@ -317,30 +321,6 @@ fn slots_of_zero_or_beyond_the_cap_refuse_the_job() {
         ]
     );
     assert!(state.job_idx(&job_id("most")).is_some());
-}
-
-#[test]
-fn a_site_task_no_site_could_hold_is_marked_unschedulable_and_unflagged_when_a_login_makes_it_possible() {
-    let mut log = LogBuilder::new();
-    // Engines alike but for their site: 2 slots in lyon, 2 in bern; the task needs 4.
-    log.login("a1", 2, linux_props("lyon", 8192));
-    log.login("b1", 2, linux_props("bern", 8192));
-    log.submit(site_job("mpi", 1, 4));
-    let mut state = State::new();
-    check(&mut log, &mut state, expect![[r#"
-        unschedulable mpi (no-site-has-enough-slots)
-    "#]]);
-    let flag = |state: &State| state.job(state.job_idx(&crate::core::ids::JobId::new("mpi").unwrap()).unwrap()).unschedulable;
-    assert_eq!(flag(&state), Some(crate::core::event::Unschedulable::NoSiteHasEnoughSlots));
-    // Flagged once: nothing more while nothing changes.
-    assert_eq!(super::tests::decide_once(&mut log, &mut state), "(no orders)\n");
-    // A second lyon engine logs in: the site now holds 4 slots; the flag goes and the task starts.
-    log.login("a2", 2, linux_props("lyon", 8192));
-    check(&mut log, &mut state, expect![[r#"
-        dispatch mpi/0 #1 -> a1 (master of a1:2 a2:2)
-        dispatch mpi/0 #1 -> a2 (part of a1:2 a2:2)
-    "#]]);
-    assert_eq!(flag(&state), None);
 }
 
 #[test]
