@@ -215,3 +215,24 @@ fn max_reservation_caps_the_jobs_that_reserve() {
     let two = rendered(&state, &reservations_now(&state));
     assert_eq!(two, vec![("big1/0".into(), 10_000, vec![("e1".into(), 2)]), ("big2/0".into(), 20_000, vec![("e2".into(), 2)])]);
 }
+
+#[test]
+fn why_names_the_reservation_a_task_holds_and_the_one_that_holds_a_task_off() {
+    let mut log = LogBuilder::new();
+    log.at(T0).push(policy(1, 3_600_000));
+    log.login("e1", 3, linux_props("lyon", 8192));
+    log.submit(limited("filler", 2, 1, 10_000, 0));
+    let mut state = State::new();
+    super::tests::decide_once(&mut log, &mut state);
+    log.at(T0 + 1_000);
+    log.submit(reserving("big", 3, Span::Engine));
+    log.submit(limited("long", 1, 1, 9_500, 0));
+    fold_all(&log, &mut state);
+    let why = |job: &str| {
+        let text = crate::core::explain::explain(&state, &task(job, 0)).unwrap().to_string();
+        text.lines().filter(|line| line.contains("reserv")).map(str::trim).collect::<Vec<_>>().join("\n")
+    };
+    expect!["reserved 3 slots on e1: 3, expected start at log time 1010000 (in 9.0 s)"].assert_eq(&why("big"));
+    expect!["waiting for a reservation: big/0 reserves e1's slots from log time 1010000 (in 9.0 s); my limit ends at 1010500 (in 9.5 s)"]
+        .assert_eq(&why("long"));
+}
