@@ -476,4 +476,15 @@ copies_per_task_max = 3
         check_error("[techila]\nuser_priorities = { bob = 0 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`, `cycle_interval_secs`"]);
     }
+
+    #[test]
+    fn reservation_keys_are_read_and_a_max_reservation_beyond_1024_is_refused() {
+        let policy = parse_policy("max_reservation = 4\ndefault_duration_secs = 600\n", "p.toml").unwrap();
+        assert_eq!((policy.reservation.max_reservation, policy.reservation.default_duration_ms), (4, 600_000));
+        let text = policy_file_text(&policy);
+        assert_eq!(parse_policy(&text, "p.toml").unwrap().reservation, policy.reservation, "policy show gives it back");
+        assert_eq!(parse_policy("", "p.toml").unwrap().reservation, crate::core::event::ReservationPolicy::default());
+        check_error("max_reservation = 1025\n", expect!["p.toml:1: max_reservation may be at most 1024, not 1025"]);
+        check_error("default_duration_secs = 0\n", expect!["p.toml:1: default_duration_secs must be at least 1 second"]);
+    }
 }
