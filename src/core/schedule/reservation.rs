@@ -110,11 +110,11 @@ impl Reservations {
     /// A task ending at `end_ms` booked `slots` on `e`: what it takes past a
     /// reservation's start comes off the surplus.
     pub(crate) fn booked(&mut self, e: EngineIdx, slots: u32, end_ms: u64) {
-        if let Some((start, surplus)) = self.engines.get_mut(&e) {
-            if end_ms > *start {
-                assert!(slots <= *surplus, "a booking past a reservation takes only its surplus");
-                *surplus -= slots;
-            }
+        if let Some((start, surplus)) = self.engines.get_mut(&e)
+            && end_ms > *start
+        {
+            assert!(slots <= *surplus, "a booking past a reservation takes only its surplus");
+            *surplus -= slots;
         }
     }
 
@@ -139,7 +139,7 @@ impl Reservations {
         let job = state.job(key.job);
         let now = state.now_ms;
         // Per engine: its free slots now and its releases; engines reserved already are left out.
-        let mut offers: Vec<(EngineIdx, u32, &[(u64, u32)])> = Vec::new();
+        let mut offers: Vec<Offer> = Vec::new();
         for e in eligible {
             let engine = state.engine(e);
             if engine.status != EngineStatus::LoggedIn || engine.drained || self.engines.contains_key(&e) {
@@ -164,13 +164,18 @@ impl Reservations {
     }
 }
 
+/// An engine a reservation may use: its index, free slots now, and releases (end, slots), sorted.
+type Offer<'a> = (EngineIdx, u32, &'a [(u64, u32)]);
+/// A reservation found: its start, and per engine (engine, slots taken, free at the start).
+type Found = (u64, Vec<(EngineIdx, u32, u32)>);
+
 /// The free slots of one engine at time `t`: free now plus what frees by then.
 fn free_at(free_now: u32, releases: &[(u64, u32)], t: u64) -> u32 {
     releases.iter().take_while(|(end, _)| *end <= t).fold(free_now, |free, (_, slots)| free.saturating_add(*slots))
 }
 
 /// One engine with `needed` slots free soonest: (start, [(engine, needed, free at start)]).
-fn soonest_engine(now: u64, needed: u32, offers: &[(EngineIdx, u32, &[(u64, u32)])]) -> Option<(u64, Vec<(EngineIdx, u32, u32)>)> {
+fn soonest_engine(now: u64, needed: u32, offers: &[Offer]) -> Option<Found> {
     let mut best: Option<(u64, EngineIdx, u32)> = None;
     for &(e, free, releases) in offers {
         let mut at = (free >= needed).then_some((now, free));
@@ -199,8 +204,8 @@ fn soonest_site(
     state: &State,
     now: u64,
     needed: u32,
-    offers: &[(EngineIdx, u32, &[(u64, u32)])],
-) -> Option<(u64, Vec<(EngineIdx, u32, u32)>)> {
+    offers: &[Offer],
+) -> Option<Found> {
     let mut sites: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (n, &(e, ..)) in offers.iter().enumerate() {
         let site = state.engine(e).props.site.as_str();
@@ -223,10 +228,10 @@ fn soonest_site(
                 }
             }
         }
-        if let Some(t) = t {
-            if best.is_none_or(|(bt, bs)| (t, site) < (bt, bs)) {
-                best = Some((t, site));
-            }
+        if let Some(t) = t
+            && best.is_none_or(|(bt, bs)| (t, site) < (bt, bs))
+        {
+            best = Some((t, site));
         }
     }
     let (start, site) = best?;

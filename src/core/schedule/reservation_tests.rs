@@ -46,7 +46,10 @@ fn fold_all(log: &LogBuilder, state: &mut State) {
     }
 }
 
-fn rendered(state: &State, reservations: &[Reservation]) -> Vec<(String, u64, Vec<(String, u32)>)> {
+/// (task, start after T0, [(engine, slots)]) per reservation.
+type Rendered = Vec<(String, u64, Vec<(String, u32)>)>;
+
+fn rendered(state: &State, reservations: &[Reservation]) -> Rendered {
     reservations
         .iter()
         .map(|r| {
@@ -116,7 +119,7 @@ fn a_job_that_does_not_ask_reserves_nothing() {
 
 /// Two engines alike of 2 slots; e1 runs a filler dispatched at T0 with
 /// `limit_a`, e2 one dispatched at T0 + 2 s with `limit_b` (0: no limit).
-fn reservation_start(limit_a: u64, limit_b: u64, default_duration_ms: u64, span: Span) -> Vec<(String, u64, Vec<(String, u32)>)> {
+fn reservation_start(limit_a: u64, limit_b: u64, default_duration_ms: u64, span: Span) -> Rendered {
     let mut log = LogBuilder::new();
     log.at(T0).push(policy(1, default_duration_ms));
     log.login("e1", 2, linux_props("lyon", 8192));
