@@ -331,6 +331,11 @@ pub struct JobOptions {
     /// environment `allocation_rule`): on one engine, or over the engines of one site.
     #[serde(default)]
     pub span: Span,
+    /// Grid Engine's `qsub -R y`: with the policy's `max_reservation > 0`, a task
+    /// of this job that cannot start reserves the slots it will need as they
+    /// free (see [`crate::core::schedule::reservation`]).
+    #[serde(default)]
+    pub reserve: bool,
 }
 
 /// Where a task's slots may be (see [`crate::core::schedule::parallel`]).
@@ -578,6 +583,35 @@ pub struct Policy {
     /// Grid Engine's `suspend_thresholds`, `suspend_interval` and `nsuspend`
     /// (queue_conf(5)); see `schedule::thresholds`.
     pub suspend_thresholds: SuspendThresholds,
+    /// Grid Engine's `max_reservation` and `default_duration` (sched_conf(5));
+    /// see `schedule::reservation`.
+    #[serde(default)]
+    pub reservation: ReservationPolicy,
+}
+
+/// Resource reservation and backfilling (Grid Engine's sched_conf(5)
+/// `max_reservation` and `default_duration`): off unless `max_reservation > 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReservationPolicy {
+    /// Most jobs that reserve slots in one scheduling run (Grid Engine's
+    /// `max_reservation`, default 0: no reservation); at most [`MAX_RESERVATION_MAX`].
+    pub max_reservation: u32,
+    /// How long a task with no wall-time limit is counted to run, in ms of log
+    /// time (Grid Engine's `default_duration`, whose default is INFINITY;
+    /// gridfold's is an hour, [`DEFAULT_DURATION_MS_DEFAULT`]). Only
+    /// reservations read it.
+    pub default_duration_ms: u64,
+}
+
+/// The highest `max_reservation` a policy may set.
+pub const MAX_RESERVATION_MAX: u32 = 1_024;
+/// gridfold's `default_duration`: an hour.
+pub const DEFAULT_DURATION_MS_DEFAULT: u64 = 3_600_000;
+
+impl Default for ReservationPolicy {
+    fn default() -> Self {
+        ReservationPolicy { max_reservation: 0, default_duration_ms: DEFAULT_DURATION_MS_DEFAULT }
+    }
 }
 
 /// Grid Engine's suspend thresholds (queue_conf(5)), for every engine: while
@@ -813,6 +847,7 @@ impl Default for Policy {
             techila: TechilaPolicy::default(),
             output: OutputPolicy::default(),
             suspend_thresholds: SuspendThresholds::default(),
+            reservation: ReservationPolicy::default(),
         }
     }
 }

@@ -77,6 +77,10 @@ pub enum Detail {
         /// the free slots of the engines that may take a part, by site.
         #[serde(skip_serializing_if = "Option::is_none")]
         parallel: Option<Box<super::schedule::parallel::ParallelWhy>>,
+        /// Resource reservation (`max_reservation`): the reservation the task
+        /// holds, or the one whose slots it may not use.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reservation: Option<Box<super::schedule::reservation::ReservationWhy>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -314,6 +318,7 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         techila: (state.policy.algorithm == super::event::Algorithm::Techila)
             .then(|| Box::new(super::schedule::techila::why(state, key))),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
+        reservation: super::schedule::reservation::why(state, key).map(Box::new),
     }
 }
 
@@ -382,6 +387,7 @@ impl std::fmt::Display for Explanation {
                 awaits_parts,
                 techila,
                 parallel,
+                reservation,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -394,6 +400,9 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(parallel) = parallel {
                     writeln!(f, "  {parallel}")?;
+                }
+                if let Some(reservation) = reservation {
+                    writeln!(f, "  {reservation}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;

@@ -61,6 +61,9 @@ struct JobFile {
     slots: Option<Spanned<u32>>,
     /// Where those slots may be: "engine" (the default) or "site".
     span: Option<Spanned<String>>,
+    /// Grid Engine's `qsub -R y`: reserve slots when a task cannot start.
+    #[serde(default)]
+    reserve: bool,
     task: Spanned<TaskSection>,
     tasks: Option<Spanned<Tasks>>,
     task_list: Option<Spanned<Vec<Spanned<TaskTable>>>>,
@@ -394,6 +397,7 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
     let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
     options.span = span;
+    options.reserve = file.reserve;
     if let Some(deadline) = &file.deadline {
         options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
     }
@@ -872,6 +876,7 @@ impl OptionKeys<'_> {
             tasks_total: None,
             soft,
             span: crate::core::event::Span::Engine,
+            reserve: false,
         };
         Ok((options, task_conditions))
     }

@@ -142,6 +142,9 @@ pub struct JobPlan {
     pub options: JobOptions,
     /// Conditions of single tasks, by task index.
     pub task_conditions: BTreeMap<u32, TaskConditions>,
+    /// The job's wall-time limit (the job file's `wall_time_limit_secs`, in
+    /// ms; 0: none): what a reservation counts a run's end from.
+    pub wall_time_limit_ms: u64,
 }
 
 /// Injected faults. Every probability is per million and drawn from the seed.
@@ -328,6 +331,13 @@ fn check_policy(policy: &Policy) -> Result<(), String> {
     for tier in &policy.engine_tiers {
         crate::wire::check_engine_tier(tier).map_err(|problem| format!("policy: engine_tiers: {problem}"))?;
     }
+    let reservation = &policy.reservation;
+    if reservation.max_reservation > crate::core::event::MAX_RESERVATION_MAX || reservation.default_duration_ms == 0 {
+        return Err(format!(
+            "policy: max_reservation must be within 0..={} and default_duration_ms at least 1",
+            crate::core::event::MAX_RESERVATION_MAX
+        ));
+    }
     Ok(())
 }
 
@@ -442,6 +452,9 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         suspend_thresholds: Option<Spanned<String>>,
         suspend_interval_secs: Option<Spanned<u64>>,
         nsuspend: Option<Spanned<u32>>,
+        /// Grid Engine's `max_reservation` and `default_duration` (in ms here).
+        max_reservation: Option<u32>,
+        default_duration_ms: Option<u64>,
     }
 }
 
@@ -535,6 +548,14 @@ struct RawJob {
     condition: Vec<Spanned<RawCondition>>,
     /// Grid Engine's soft requests (`qsub -soft -l`), as in the job file.
     soft: Option<Spanned<String>>,
+    /// Where a task's slots may be: "engine" (the default) or "site", as in the job file.
+    span: Option<Spanned<String>>,
+    /// The wall-time limit of each run, in ms (0, the default: none).
+    #[serde(default)]
+    wall_time_limit_ms: u64,
+    /// Grid Engine's `qsub -R y`, as in the job file.
+    #[serde(default)]
+    reserve: bool,
 }
 
 impl RawJob {
@@ -639,6 +660,10 @@ impl RawScenario {
                         &raw.nsuspend,
                     )
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?,
+                    reservation: crate::core::event::ReservationPolicy {
+                        max_reservation: raw.max_reservation.unwrap_or(defaults.reservation.max_reservation),
+                        default_duration_ms: raw.default_duration_ms.unwrap_or(defaults.reservation.default_duration_ms),
+                    },
                     ..defaults
                 };
                 check_policy(&policy).map_err(|message| (span, message))?;
@@ -735,7 +760,16 @@ impl RawScenario {
                 None => String::new(),
                 Some(text) => gridserver::expression("requirements", text)?,
             };
-            let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            let (mut options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            options.reserve = raw.reserve;
+            options.span = match &raw.span {
+                None => crate::core::event::Span::Engine,
+                Some(span) => match span.get_ref().as_str() {
+                    "engine" => crate::core::event::Span::Engine,
+                    "site" => crate::core::event::Span::Site,
+                    other => return Err((span.span(), format!("span must be \"engine\" or \"site\", not {other:?}"))),
+                },
+            };
             ids.insert(id.clone(), tasks);
             let owner = account_name("owner", &raw.owner)?;
             let project = account_name("project", &raw.project)?;
@@ -754,6 +788,7 @@ impl RawScenario {
                 failure_per_million: per_million("failure_per_million", &raw.failure_per_million, 0)?,
                 options,
                 task_conditions,
+                wall_time_limit_ms: raw.wall_time_limit_ms,
             });
         }
         for (group, raw) in engines.iter_mut().zip(&self.engines) {

@@ -162,3 +162,4 @@ mod sge_tests;
 mod techila_tests;
 #[cfg(test)]
 mod thresholds_tests;
+mod reservation_tests;

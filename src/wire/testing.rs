@@ -165,6 +165,7 @@ pub fn every_event() -> Vec<Event> {
                 project_priority: 2,
                 soft: "site == \"lyon\"".into(),
                 span: crate::core::event::Span::Site,
+                reserve: false,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -244,6 +245,7 @@ pub fn every_event() -> Vec<Event> {
             error_tail: String::new(),
         },
         Event::PolicySet(Policy {
+            reservation: crate::core::event::ReservationPolicy::default(),
             suspend_thresholds: crate::core::event::SuspendThresholds {
                 thresholds: vec![("np_load_avg".into(), 1_750), ("mem_used".into(), 8_000_000)],
                 interval_ms: 60_000,
@@ -531,6 +533,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     project_priority,
                     soft: soft.unwrap_or_default(),
                     span: if flags[0] { crate::core::event::Span::Site } else { crate::core::event::Span::Engine },
+                    reserve: flags[1],
                 }
             },
         );
@@ -766,6 +769,10 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 ),
             )| {
                 Policy {
+                    reservation: crate::core::event::ReservationPolicy {
+                        max_reservation: max_running_tasks % (crate::core::event::MAX_RESERVATION_MAX + 1),
+                        default_duration_ms: 1 + seed % u64::MAX,
+                    },
                     suspend_thresholds: crate::core::event::SuspendThresholds {
                         thresholds: vec![("np_load_avg".into(), (work_dir_retention_ms % 5_000) as i64)],
                         interval_ms: 1 + cycle_interval_ms % 1_000_000,

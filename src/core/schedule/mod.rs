@@ -52,6 +52,7 @@ pub mod libraries;
 pub mod parallel;
 pub mod queue_sort;
 pub mod redundancy;
+pub mod reservation;
 pub mod sge;
 pub mod sgeee;
 pub mod soft;
@@ -67,6 +68,8 @@ mod gridserver_tests;
 mod parallel_tests;
 #[cfg(test)]
 mod queue_sort_tests;
+#[cfg(test)]
+mod reservation_tests;
 #[cfg(test)]
 mod retire_tests;
 #[cfg(test)]

@@ -44,6 +44,8 @@ pub fn policy_file_text(policy: &Policy) -> String {
     }
     secs(&mut top, &mut notes, "suspend_interval_secs", thresholds.interval_ms);
     top.insert("nsuspend".into(), int(u64::from(thresholds.nsuspend)));
+    top.insert("max_reservation".into(), int(u64::from(policy.reservation.max_reservation)));
+    secs(&mut top, &mut notes, "default_duration_secs", policy.reservation.default_duration_ms);
 
     let mut load_formula = Table::new();
     load_formula.insert("slots_weight".into(), int(u64::from(policy.load_formula.slots_weight)));

@@ -157,6 +157,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     };
     Ok(JobOptions {
         span,
+        reserve: m.reserve,
         project_priority,
         root_library: m
             .root_library
@@ -327,6 +328,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         output: super::output::output(m.output).map_err(|e| e.within("output"))?,
         suspend_thresholds: super::thresholds::thresholds(m.suspend_thresholds)
             .map_err(|e| e.within("suspend_thresholds"))?,
+        reservation: super::reservation::reservation(m.reservation).map_err(|e| e.within("reservation"))?,
     })
 }
 

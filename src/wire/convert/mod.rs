@@ -50,6 +50,7 @@ mod sge;
 pub use sge::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
 mod techila;
 mod thresholds;
+mod reservation;
 mod tier;
 mod to_proto;
 
