@@ -77,6 +77,9 @@ pub enum Detail {
         /// the free slots of the engines that may take a part, by site.
         #[serde(skip_serializing_if = "Option::is_none")]
         parallel: Option<Box<super::schedule::parallel::ParallelWhy>>,
+        /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fbsng: Option<super::schedule::fbsng::FbsngHold>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -311,6 +314,9 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         techila: (state.policy.algorithm == super::event::Algorithm::Techila)
             .then(|| Box::new(super::schedule::techila::why(state, key))),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
+        fbsng: (state.policy.algorithm == super::event::Algorithm::Fbsng && job.is_runnable())
+            .then(|| super::schedule::fbsng::hold_of(state, key.job))
+            .flatten(),
     }
 }
 
@@ -378,6 +384,7 @@ impl std::fmt::Display for Explanation {
                 awaits_parts,
                 techila,
                 parallel,
+                fbsng,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -390,6 +397,9 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(parallel) = parallel {
                     writeln!(f, "  {parallel}")?;
+                }
+                if let Some(fbsng) = fbsng {
+                    writeln!(f, "  fbsng: {fbsng}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
 mod thresholds;
@@ -46,6 +47,8 @@ sge::with_grid_engine_keys! {
         suspend_interval_secs: Option<Spanned<u64>>,
         /// Grid Engine's `nsuspend`.
         nsuspend: Option<Spanned<u32>>,
+        /// FBSNG's queues and process types (`algorithm = "fbsng"`).
+        fbsng: Option<fbsng::FbsngSection>,
     }
 }
 
@@ -244,6 +247,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
             &file.suspend_interval_secs,
             &file.nsuspend,
         )?,
+        fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
     })
 }
 
@@ -451,5 +455,26 @@ copies_per_task_max = 3
         check_error("[techila]\nuser_priorities = { bob = 8 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nuser_priorities = { bob = 0 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`, `cycle_interval_secs`"]);
+    }
+
+    #[test]
+    fn an_fbsng_section_is_read_with_defaults_and_bad_queues_name_the_line() {
+        let policy = parse_policy(
+            "algorithm = \"fbsng\"\n[fbsng]\n[[fbsng.queues]]\nname = \"high\"\nqp_min = 5\nqpg = 7\nqpi = 3\n",
+            "p.toml",
+        )
+        .expect("parses");
+        let high = &policy.fbsng.queues[0];
+        assert_eq!((high.qp_min, high.qp_max, high.qpi, high.qpd, high.qpg, high.spg), (5, 100, 3, 1, 7, 100));
+        check_error(
+            "[fbsng]\n[[fbsng.queues]]\nname = \"a\"\n[[fbsng.queues]]\nname = \"a\"\n",
+            expect!["p.toml:4: fbsng.queues[1].name: queue a is defined twice"],
+        );
+        check_error("[fbsng]\nmin_run_interval_secs = 0\n", expect!["p.toml:2: fbsng.min_run_interval_secs must be within 1..=3600"]);
+        check_error(
+            "[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqp_min = 60\nqp_max = 50\n",
+            expect!["p.toml:2: fbsng.queues[0].qp_max: 50 is below qp_min 60"],
+        );
+        check_error("[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqpx = 1\n", expect!["p.toml:4: unknown field `qpx`, expected one of `name`, `qp_min`, `qp_max`, `qpi`, `qpd`, `qpg`, `spg`"]);
     }
 }

@@ -121,6 +121,8 @@ pub struct JobPlan {
     /// what Grid Engine's ordering policies count usage and tickets by.
     pub owner: String,
     pub project: String,
+    /// The job's queue (`default` unless the scenario says): FBSNG's queue under `fbsng`.
+    pub queue: String,
     pub submit_at_ms: u64,
     pub tasks: u32,
     pub priority: i32,
@@ -429,6 +431,7 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         queue_sort_method: Option<Spanned<String>>,
         load_formula: Option<Spanned<String>>,
         techila: Option<crate::files::policyfile::TechilaSection>,
+        fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
     }
 }
 
@@ -522,6 +525,9 @@ struct RawJob {
     condition: Vec<Spanned<RawCondition>>,
     /// Grid Engine's soft requests (`qsub -soft -l`), as in the job file.
     soft: Option<Spanned<String>>,
+    /// FBSNG's queue and process type, as in the job file.
+    queue: Option<Spanned<String>>,
+    process_type: Option<Spanned<String>>,
 }
 
 impl RawJob {
@@ -606,10 +612,13 @@ impl RawScenario {
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let fbsng = crate::files::policyfile::fbsng::fbsng(FileText { text, path: "" }, &raw.fbsng)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
                     techila,
+                    fbsng,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -715,7 +724,16 @@ impl RawScenario {
                 None => String::new(),
                 Some(text) => gridserver::expression("requirements", text)?,
             };
-            let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            let (mut options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            let fbsng_name = |value: &Option<Spanned<String>>, default: &str| match value {
+                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::schedule::fbsng::NAME_BYTES_MAX => {
+                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::schedule::fbsng::NAME_BYTES_MAX)))
+                }
+                Some(name) => Ok(name.get_ref().clone()),
+                None => Ok(default.to_string()),
+            };
+            let queue = fbsng_name(&raw.queue, "default")?;
+            options.process_type = fbsng_name(&raw.process_type, "")?;
             ids.insert(id.clone(), tasks);
             let owner = account_name("owner", &raw.owner)?;
             let project = account_name("project", &raw.project)?;
@@ -723,6 +741,7 @@ impl RawScenario {
                 id,
                 owner,
                 project,
+                queue,
                 submit_at_ms: raw.submit_at_ms,
                 tasks,
                 priority: raw.priority,

@@ -160,3 +160,5 @@ mod tests;
 mod sge_tests;
 #[cfg(test)]
 mod techila_tests;
+#[cfg(test)]
+mod fbsng_tests;

@@ -177,6 +177,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         job_share,
         tasks_total: m.tasks_total,
         soft: m.soft,
+        process_type: super::fbsng::process_type(m.process_type)?,
     })
 }
 
@@ -327,6 +328,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         output: super::output::output(m.output).map_err(|e| e.within("output"))?,
         suspend_thresholds: super::thresholds::thresholds(m.suspend_thresholds)
             .map_err(|e| e.within("suspend_thresholds"))?,
+        fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
     })
 }
 
