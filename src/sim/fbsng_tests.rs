@@ -185,6 +185,9 @@ algorithm = "fbsng"
 engine_timeout_ms = 60000
 dispatch_timeout_ms = 60000
 
+[policy.fbsng]
+min_run_interval_secs = 1
+
 [[policy.fbsng.queues]]
 name = "shared"
 

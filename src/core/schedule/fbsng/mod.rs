@@ -28,17 +28,22 @@
 //! - **Queue gap**: a queue that cannot start any section (none fits a free
 //!   engine) *holds* every queue whose priority is more than its `qpg` below
 //!   its own, even though slots stay idle, until a section of it starts.
-//! - **Sections within a queue**: by section priority, highest first, then
-//!   submission. A section's priority is how many sections of its queue
+//! - **Sections within a queue**: offered the fewest slots first, then by
+//!   submission (the seed: light sections "naturally" have the advantage,
+//!   "simply because [they] require fewer resources"); the section priority
+//!   decides through the section gap below. (Offered by priority instead, a
+//!   large section passed once outranks every fresh small one, takes every
+//!   node a large section frees, and the large ones take the farm: the seed's
+//!   "one bulk section per N light ones" of example (d) does not hold.) A section's priority is how many sections of its queue
 //!   submitted after it started before it ("passed" it); it never goes down.
 //!   A job's sections are ready one after the other (the seed: "section
 //!   priority remains unchanged until it reaches ready state"): its next
 //!   section becomes ready when the one before starts, of priority 0, so the
 //!   job's one figure (`Job::fbsng_section_priority`) is its ready section's.
-//! - **Section gap**: a section that cannot start holds every section of its
-//!   queue whose priority is `spg` or more below its own (guaranteed
-//!   scheduling): with `spg` N, a large section waits for at most N smaller
-//!   ones to pass it, so one large section starts per N small ones.
+//! - **Section gap**: a waiting section holds every section of its queue
+//!   whose priority is `spg` or more below its own (guaranteed scheduling),
+//!   until it starts: with `spg` N, a large section waits for at most N
+//!   smaller ones to pass it, so one large section starts per N small ones.
 //! - **Process types**: a job whose process type holds its `quota_slots` (with
 //!   what the run booked) is passed over without holding anything (the grid is
 //!   kept busy by the other types; quotas may over-book it). A process type's
@@ -238,20 +243,72 @@ pub enum Stuck {
     SectionGap { job: JobIdx, by: JobIdx },
 }
 
+/// One waiting job of a queue in a run: its ready section.
+#[derive(Clone, Copy)]
+struct Section {
+    seq: Seq,
+    slots: u32,
+    priority: u32,
+}
+
 /// One queue in a run.
 #[derive(Default)]
 struct QueueRun {
-    /// Sections that may still start: (priority greatest first, submission, job).
-    candidates: BTreeSet<(Reverse<u32>, Seq, JobIdx)>,
-    /// Sections that could not start this run, by submission: (job, priority).
-    failed: BTreeMap<Seq, (JobIdx, u32)>,
+    /// Sections that may still start, in the order they are offered:
+    /// (slots fewest first, submission, job).
+    candidates: BTreeSet<(u32, Seq, JobIdx)>,
+    /// Sections that could not start this run, by submission.
+    failed: BTreeMap<Seq, JobIdx>,
+    /// Every candidate and failed section, with its priority...
+    sections: BTreeMap<JobIdx, Section>,
+    /// ...and by priority, greatest first: the section gap measures from the first.
+    by_priority: BTreeSet<(Reverse<u32>, JobIdx)>,
     stuck: Option<Stuck>,
 }
 
 impl QueueRun {
-    /// The failed section of greatest priority (then earliest).
-    fn failed_max(&self) -> Option<(JobIdx, u32)> {
-        self.failed.values().copied().max_by_key(|&(j, priority)| (priority, Reverse(j)))
+    fn insert(&mut self, j: JobIdx, section: Section) {
+        self.candidates.insert((section.slots, section.seq, j));
+        self.by_priority.insert((Reverse(section.priority), j));
+        self.sections.insert(j, section);
+    }
+
+    /// Takes the job out of the run altogether.
+    fn remove(&mut self, j: JobIdx) {
+        if let Some(section) = self.sections.remove(&j) {
+            self.candidates.remove(&(section.slots, section.seq, j));
+            self.failed.remove(&section.seq);
+            self.by_priority.remove(&(Reverse(section.priority), j));
+        }
+    }
+
+    fn set_priority(&mut self, j: JobIdx, priority: u32) {
+        let Some(section) = self.sections.get_mut(&j) else { return };
+        self.by_priority.remove(&(Reverse(section.priority), j));
+        section.priority = priority.min(SECTION_PRIORITY_MAX);
+        self.by_priority.insert((Reverse(section.priority), j));
+    }
+
+    /// The section of greatest priority (then the lowest job index).
+    fn top(&self) -> Option<(JobIdx, u32)> {
+        self.by_priority.first().map(|&(Reverse(priority), j)| (j, priority))
+    }
+
+    /// The first candidate no section holds by the gap, or why there is none.
+    fn offer(&self, spg: i64) -> Result<JobIdx, Option<Stuck>> {
+        let (top, top_priority) = self.top().ok_or(None)?;
+        let mut first_held = None;
+        for &(_, _, j) in &self.candidates {
+            let priority = self.sections[&j].priority;
+            if i64::from(top_priority) - i64::from(priority) < spg {
+                return Ok(j);
+            }
+            first_held.get_or_insert(j);
+        }
+        Err(match first_held {
+            Some(job) => Some(Stuck::SectionGap { job, by: top }),
+            None => self.failed.values().next().map(|&job| Stuck::NoFit { job }),
+        })
     }
 }
 
@@ -294,7 +351,8 @@ impl FbsngOrder {
         for rank in state.runnable_jobs() {
             let job = state.job(rank.job);
             let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { continue };
-            runs[q].candidates.insert((Reverse(job.fbsng_section_priority), job.submit_seq, rank.job));
+            let section = Section { seq: job.submit_seq, slots: job.slots_per_task, priority: job.fbsng_section_priority };
+            runs[q].insert(rank.job, section);
             of_job.insert(rank.job, (q, kind_of(&job.options.process_type)));
         }
         FbsngOrder {
@@ -330,24 +388,21 @@ impl FbsngOrder {
                 if self.priorities[q] < hold_line {
                     continue; // held by a queue gap
                 }
-                loop {
-                    if self.runs[q].stuck.is_some() {
-                        hold_line = hold_line.max(self.priorities[q].saturating_sub(self.queues[q].qpg));
-                        break;
+                if self.runs[q].stuck.is_none() {
+                    match self.runs[q].offer(self.queues[q].spg) {
+                        Ok(j) if self.over_quota(state, j) => {
+                            self.runs[q].remove(j);
+                            continue 'queues;
+                        }
+                        Ok(j) => {
+                            self.pending = Some(j);
+                            return Some(j);
+                        }
+                        Err(stuck) => self.runs[q].stuck = stuck,
                     }
-                    let Some(&(Reverse(priority), _, j)) = self.runs[q].candidates.first() else { break };
-                    if let Some((by, failed_priority)) = self.runs[q].failed_max()
-                        && i64::from(failed_priority) - i64::from(priority) >= self.queues[q].spg
-                    {
-                        self.runs[q].stuck = Some(Stuck::SectionGap { job: j, by });
-                        continue;
-                    }
-                    if self.over_quota(state, j) {
-                        self.runs[q].candidates.pop_first();
-                        continue 'queues;
-                    }
-                    self.pending = Some(j);
-                    return Some(j);
+                }
+                if self.runs[q].stuck.is_some() {
+                    hold_line = hold_line.max(self.priorities[q].saturating_sub(self.queues[q].qpg));
                 }
             }
             return None;
@@ -363,17 +418,14 @@ impl FbsngOrder {
     /// Job `j`, just given, booked nothing: its section cannot start this run.
     fn could_not_start(&mut self, state: &State, j: JobIdx) {
         let Some(&(q, _)) = self.of_job.get(&j) else { return };
-        let job = state.job(j);
         let run = &mut self.runs[q];
-        let Some(entry) = run.candidates.iter().find(|entry| entry.2 == j).copied() else { return };
-        run.candidates.remove(&entry);
-        if self.booked_of_job.get(&j).copied().unwrap_or(0) >= job.n_wanting_dispatch() {
-            return; // it has no section left to start: not a failure
+        if self.booked_of_job.get(&j).copied().unwrap_or(0) >= state.job(j).n_wanting_dispatch() {
+            run.remove(j); // it has no section left to start: not a failure
+            return;
         }
-        run.failed.insert(job.submit_seq, (j, entry.0.0));
-        if run.candidates.is_empty() && run.stuck.is_none() {
-            run.stuck = Some(Stuck::NoFit { job: j });
-        }
+        let Some(section) = run.sections.get(&j).copied() else { return };
+        run.candidates.remove(&(section.slots, section.seq, j));
+        run.failed.insert(section.seq, j);
     }
 
     /// The run booked one section of `j`: priorities move as the fold will move them.
@@ -387,21 +439,22 @@ impl FbsngOrder {
         queue_started(&self.queues, &mut self.priorities, q);
         let submitted = job.submit_seq;
         let run = &mut self.runs[q];
-        for (_, priority) in run.failed.range_mut(..submitted).map(|(_, v)| v) {
-            *priority = priority.saturating_add(1).min(SECTION_PRIORITY_MAX);
-        }
-        let passed: Vec<_> = run.candidates.iter().filter(|entry| entry.1 < submitted).copied().collect();
-        for entry in passed {
-            run.candidates.remove(&entry);
-            run.candidates.insert((Reverse(entry.0.0.saturating_add(1).min(SECTION_PRIORITY_MAX)), entry.1, entry.2));
+        let passed: Vec<(JobIdx, u32)> = run
+            .sections
+            .iter()
+            .filter(|(_, section)| section.seq < submitted)
+            .map(|(&k, section)| (k, section.priority.saturating_add(1)))
+            .collect();
+        for (k, priority) in passed {
+            run.set_priority(k, priority);
         }
         // Its next section becomes ready now, of priority 0; after its last
-        // waiting one the job leaves the run's candidates.
-        run.candidates.retain(|entry| entry.2 != j);
+        // waiting one the job leaves the run.
+        run.remove(j);
         let booked = self.booked_of_job.entry(j).or_insert(0);
         *booked += 1;
         if *booked < job.n_wanting_dispatch() {
-            run.candidates.insert((Reverse(0), submitted, j));
+            run.insert(j, Section { seq: submitted, slots: job.slots_per_task, priority: 0 });
         }
     }
 
@@ -487,7 +540,7 @@ pub fn hold_of(state: &State, j: JobIdx) -> Option<FbsngHold> {
         }
     }
     if let Some(Stuck::SectionGap { by, .. }) = order.runs[q].stuck {
-        let ahead = order.runs[q].failed.values().find(|(f, _)| *f == by).map_or(0, |(_, p)| *p);
+        let ahead = order.runs[q].sections.get(&by).map_or(0, |section| section.priority);
         return Some(FbsngHold::SectionGap {
             waits_for: state.job(by).id.to_string(),
             gap: i64::from(ahead) - i64::from(job.fbsng_section_priority),
