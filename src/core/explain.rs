@@ -79,7 +79,7 @@ pub enum Detail {
         parallel: Option<Box<super::schedule::parallel::ParallelWhy>>,
         /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
         #[serde(skip_serializing_if = "Option::is_none")]
-        fbsng: Option<super::schedule::fbsng::FbsngHold>,
+        fbsng: Option<Box<super::schedule::fbsng::FbsngHold>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -316,7 +316,8 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
         fbsng: (state.policy.algorithm == super::event::Algorithm::Fbsng && job.is_runnable())
             .then(|| super::schedule::fbsng::hold_of(state, key.job))
-            .flatten(),
+            .flatten()
+            .map(Box::new),
     }
 }
 
