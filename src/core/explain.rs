@@ -81,6 +81,9 @@ pub enum Detail {
         /// holds, or the one whose slots it may not use.
         #[serde(skip_serializing_if = "Option::is_none")]
         reservation: Option<Box<super::schedule::reservation::ReservationWhy>>,
+        /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fbsng: Option<Box<super::schedule::fbsng::FbsngHold>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -319,6 +322,10 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
             .then(|| Box::new(super::schedule::techila::why(state, key))),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
         reservation: super::schedule::reservation::why(state, key).map(Box::new),
+        fbsng: (state.policy.algorithm == super::event::Algorithm::Fbsng && job.is_runnable())
+            .then(|| super::schedule::fbsng::hold_of(state, key.job))
+            .flatten()
+            .map(Box::new),
     }
 }
 
@@ -388,6 +395,7 @@ impl std::fmt::Display for Explanation {
                 techila,
                 parallel,
                 reservation,
+                fbsng,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -403,6 +411,8 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(reservation) = reservation {
                     writeln!(f, "  {reservation}")?;
+                if let Some(fbsng) = fbsng {
+                    writeln!(f, "  fbsng: {fbsng}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;

@@ -48,6 +48,8 @@ struct JobFile {
     project: String,
     #[serde(default = "default_queue")]
     queue: String,
+    /// FBSNG's process type (`algorithm = "fbsng"`).
+    process_type: Option<Spanned<String>>,
     #[serde(default)]
     priority: i32,
     #[serde(default)]
@@ -398,6 +400,13 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
     options.span = span;
     options.reserve = file.reserve;
+    if let Some(kind) = &file.process_type {
+        let most = crate::core::schedule::fbsng::NAME_BYTES_MAX;
+        if kind.get_ref().is_empty() || kind.get_ref().len() > most {
+            return Err(file_text.at(kind, format!("process_type must be 1 to {most} bytes")));
+        }
+        options.process_type = kind.get_ref().clone();
+    }
     if let Some(deadline) = &file.deadline {
         options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
     }
@@ -877,6 +886,7 @@ impl OptionKeys<'_> {
             soft,
             span: crate::core::event::Span::Engine,
             reserve: false,
+            process_type: String::new(),
         };
         Ok((options, task_conditions))
     }

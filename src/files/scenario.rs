@@ -125,6 +125,8 @@ pub struct JobPlan {
     /// what Grid Engine's ordering policies count usage and tickets by.
     pub owner: String,
     pub project: String,
+    /// The job's queue (`default` unless the scenario says): FBSNG's queue under `fbsng`.
+    pub queue: String,
     pub submit_at_ms: u64,
     pub tasks: u32,
     pub priority: i32,
@@ -455,6 +457,7 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         /// Grid Engine's `max_reservation` and `default_duration` (in ms here).
         max_reservation: Option<u32>,
         default_duration_ms: Option<u64>,
+        fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
     }
 }
 
@@ -556,6 +559,9 @@ struct RawJob {
     /// Grid Engine's `qsub -R y`, as in the job file.
     #[serde(default)]
     reserve: bool,
+    /// FBSNG's queue and process type, as in the job file.
+    queue: Option<Spanned<String>>,
+    process_type: Option<Spanned<String>>,
 }
 
 impl RawJob {
@@ -640,10 +646,13 @@ impl RawScenario {
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let fbsng = crate::files::policyfile::fbsng::fbsng(FileText { text, path: "" }, &raw.fbsng)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
                     techila,
+                    fbsng,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -770,6 +779,15 @@ impl RawScenario {
                     other => return Err((span.span(), format!("span must be \"engine\" or \"site\", not {other:?}"))),
                 },
             };
+            let fbsng_name = |value: &Option<Spanned<String>>, default: &str| match value {
+                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::schedule::fbsng::NAME_BYTES_MAX => {
+                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::schedule::fbsng::NAME_BYTES_MAX)))
+                }
+                Some(name) => Ok(name.get_ref().clone()),
+                None => Ok(default.to_string()),
+            };
+            let queue = fbsng_name(&raw.queue, "default")?;
+            options.process_type = fbsng_name(&raw.process_type, "")?;
             ids.insert(id.clone(), tasks);
             let owner = account_name("owner", &raw.owner)?;
             let project = account_name("project", &raw.project)?;
@@ -777,6 +795,7 @@ impl RawScenario {
                 id,
                 owner,
                 project,
+                queue,
                 submit_at_ms: raw.submit_at_ms,
                 tasks,
                 priority: raw.priority,
@@ -949,7 +968,7 @@ projector_restarts = 2
         assert_eq!(scenario.policy.sge.share_tree.len(), 2);
         assert_eq!(
             error_of("seed = 1\n[policy]\nalgorithm = \"fifo\"\n"),
-            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila"
+            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila, fbsng"
         );
         assert_eq!(
             error_of(&format!("{base}\n[policy.share_tree.a]\nshares = -1\n")),

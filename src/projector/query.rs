@@ -450,6 +450,9 @@ pub struct StateSummary {
     /// When the one job asked for was retired: what became of it, as a person reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired: Option<String>,
+    /// Under `fbsng`: each queue's priority and waiting sections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fbsng_queues: Vec<crate::core::schedule::fbsng::QueueStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -633,6 +636,7 @@ impl StateSummary {
             wait_ms_max: totals.wait_ms_max,
             jobs_retired: totals.jobs_retired,
             retired: None,
+            fbsng_queues: crate::core::schedule::fbsng::queue_statuses(state),
         }
     }
 }
@@ -653,6 +657,16 @@ impl std::fmt::Display for StateSummary {
         }
         if let Some(retired) = &self.retired {
             writeln!(f, "{retired}")?;
+        }
+        if !self.fbsng_queues.is_empty() {
+            writeln!(f, "{:<24} {:>9} {:>8} {:>12} {:>12}", "FBSNG QUEUE", "PRIORITY", "WAITING", "SECTION MAX", "GAP-HELD")?;
+            for queue in &self.fbsng_queues {
+                writeln!(
+                    f,
+                    "{:<24} {:>9} {:>8} {:>12} {:>12}",
+                    queue.name, queue.priority, queue.waiting_sections, queue.section_priority_max, queue.jobs_held_by_section_gap
+                )?;
+            }
         }
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;

@@ -163,3 +163,4 @@ mod techila_tests;
 #[cfg(test)]
 mod thresholds_tests;
 mod reservation_tests;
+mod fbsng_tests;

@@ -1021,7 +1021,7 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         id: plan.id.clone(),
         owner: plan.owner.clone(),
         project: plan.project.clone(),
-        queue: "default".into(),
+        queue: plan.queue.clone(),
         priority: plan.priority,
         requirements: plan.requirements.clone(),
         max_attempts: plan.max_attempts,

@@ -574,6 +574,7 @@ mod tests {
             wait_ms_max: 0,
             jobs_retired: 0,
             retired: None,
+            fbsng_queues: Vec::new(),
         }
     }
 

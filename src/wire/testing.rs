@@ -166,6 +166,7 @@ pub fn every_event() -> Vec<Event> {
                 soft: "site == \"lyon\"".into(),
                 span: crate::core::event::Span::Site,
                 reserve: false,
+                process_type: "cms".into(),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -289,6 +290,7 @@ pub fn every_event() -> Vec<Event> {
                 job_bytes_max: 64 << 20,
                 work_dir_retention_ms: 600_000,
             },
+            fbsng: sample_fbsng_policy(),
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -534,6 +536,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     soft: soft.unwrap_or_default(),
                     span: if flags[0] { crate::core::event::Span::Site } else { crate::core::event::Span::Engine },
                     reserve: flags[1],
+                    process_type: if flags[1] { "cms".into() } else { String::new() },
                 }
             },
         );
@@ -735,7 +738,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
         (
-            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila)],
+            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila), Just(Algorithm::Fbsng)],
             arb_sge_policy(),
             arb_queue_sort(),
             (
@@ -801,9 +804,26 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     job_retention_ms,
                     sge,
                     queue_sort_method,
+                    fbsng: if simultaneous_projects { sample_fbsng_policy() } else { Default::default() },
                 }
             },
         )
+}
+
+/// An FBSNG policy using every field.
+fn sample_fbsng_policy() -> crate::core::event::FbsngPolicy {
+    crate::core::event::FbsngPolicy {
+        queues: vec![
+            crate::core::event::FbsngQueue { name: "high".into(), qp_min: 5, qp_max: 100, qpi: 3, qpd: 1, qpg: 7, spg: 100 },
+            crate::core::schedule::fbsng::default_queue("background"),
+        ],
+        process_types: vec![crate::core::event::FbsngProcessType {
+            name: "cms".into(),
+            quota_slots: 200,
+            requirements: "project == \"cms\"".into(),
+        }],
+        min_run_interval_ms: 2_000,
+    }
 }
 
 /// A queue sort method and a load formula (Grid Engine's), as canonical forms.

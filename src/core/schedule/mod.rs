@@ -46,6 +46,7 @@ pub mod budget;
 pub mod dependencies;
 pub mod dispatch;
 pub mod families;
+pub mod fbsng;
 pub mod filters;
 mod in_flight;
 pub mod libraries;

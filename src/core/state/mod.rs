@@ -29,6 +29,7 @@ mod suspension;
 pub mod thresholds;
 mod ops;
 pub mod parallel;
+pub mod fbsng;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -320,6 +321,8 @@ pub struct State {
     pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
     /// Parallel tasks' companion bookings on other engines (see `parallel.rs`).
     pub(crate) parallel: ParallelBookings,
+    /// FBSNG's queue priorities and last run (see `fbsng.rs`).
+    pub fbsng: fbsng::FbsngState,
 }
 
 impl State {

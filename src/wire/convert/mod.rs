@@ -42,6 +42,7 @@ macro_rules! redundancy_fields {
 }
 
 mod enums;
+mod fbsng;
 mod fields;
 mod from_proto;
 mod orders;
@@ -163,7 +164,7 @@ const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
 /// one is added and not listed here.
-const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila];
+const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila, Algorithm::Fbsng];
 const _: fn(Algorithm) = |algorithm| match algorithm {
-    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => {}
+    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => {}
 };

@@ -101,6 +101,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         tasks_total: options.tasks_total,
         project_priority: options.project_priority,
         soft: options.soft.clone(),
+        process_type: options.process_type.clone(),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -251,6 +252,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             output: super::output::output_to_proto(&policy.output),
             suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
             reservation: super::reservation::reservation_to_proto(&policy.reservation),
+            fbsng: super::fbsng::fbsng_to_proto(&policy.fbsng),
         }),
         Event::Tick => P::Tick(proto::Tick {}),
         Event::OrderBatch(batch) => P::OrderBatch(proto::OrderBatch {
