@@ -67,6 +67,10 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.JobOptions.span",
     ".gridfold.v1.RunTask.nodes",
     ".gridfold.v1.RunTask.companion",
+    ".gridfold.v1.PolicySet.reservation",
+    ".gridfold.v1.JobOptions.reserve",
+    ".gridfold.v1.PolicySet.fbsng",
+    ".gridfold.v1.JobOptions.process_type",
 ];
 
 fn main() {

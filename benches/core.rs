@@ -827,6 +827,77 @@ fn build_techila() -> SgeeeGrid {
     SgeeeGrid { many_freed, n_dispatches: n }
 }
 
+// ---- (e) the same grid under FBSNG's scheduler ------------------------------------------
+
+/// The grid of [`build_saturated_grid`] under `algorithm = "fbsng"`: the 1,000
+/// jobs of 1,000 tasks are spread over 4 queues (qpd 1 to 4) and 2 process
+/// types (one with a quota it never reaches), saturate it and run for ten
+/// minutes; then ~5,000 slots free and one run fills them, moving the queue
+/// and section priorities after every booking.
+fn build_fbsng() -> SgeeeGrid {
+    use gridfold::core::event::{FbsngPolicy, FbsngProcessType, FbsngQueue};
+    eprintln!("building a saturated fbsng grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks in 4 queues");
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0xFB5_2026);
+    let mut log = LogBuilder::new();
+    grid_opening(&mut log, 8_192, &mut rng);
+    let queues = (0..4)
+        // No gap holds anything (the bench measures decisions, not idle slots).
+        .map(|q| FbsngQueue {
+            qpd: 1 + q,
+            qpg: 1_000_000,
+            spg: 1_000_000,
+            ..gridfold::core::schedule::fbsng::default_queue(&format!("q{q}"))
+        })
+        .collect();
+    let process_types = vec![
+        FbsngProcessType { name: "cms".into(), quota_slots: 1_000_000, requirements: String::new() },
+        FbsngProcessType { name: "atlas".into(), quota_slots: 0, requirements: String::new() },
+    ];
+    append(
+        &mut log,
+        Event::PolicySet(Policy {
+            algorithm: Algorithm::Fbsng,
+            engine_timeout_ms: 7 * 24 * HOUR_MS,
+            dispatches_per_run_max: 8_192,
+            seed: 2026,
+            fbsng: FbsngPolicy { queues, process_types, min_run_interval_ms: 0 },
+            ..Policy::default()
+        }),
+    );
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    for j in 0..N_JOBS {
+        let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+        spec.owner = user_name(j % N_USERS);
+        spec.queue = format!("q{}", j % 4);
+        spec.options.process_type = if j % 2 == 0 { "cms" } else { "atlas" }.into();
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    // FBSNG dispatches at most once per `min_run_interval` of log time: a
+    // tick past it before each run of the saturation.
+    let mut running = Vec::new();
+    while state.free_engines().next().is_some() {
+        log.at(log.time_ms + 5_000);
+        let tick = append(&mut log, Event::Tick);
+        fold(&mut state, &tick);
+        let before = running.len();
+        running.extend(saturate(&mut state, &mut log, started));
+        assert!(running.len() > before, "every run dispatches until the grid is full");
+    }
+    log.at(log.time_ms + 10 * 60_000);
+    eprintln!("saturated fbsng grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 13);
+    let orders = schedule(&many_freed, &InFlight::new());
+    let n = n_dispatches(&orders);
+    eprintln!("fbsng fill after {N_COMPLETIONS} completions: {n} dispatches, {} orders, digest {}", orders.len(), orders_digest(&orders).to_hex());
+    assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
+    SgeeeGrid { many_freed, n_dispatches: n }
+}
+
 fn bench_schedule(c: &mut Criterion) {
     let mut grids: Option<Grids> = None;
     let in_flight = InFlight::new();
@@ -852,6 +923,12 @@ fn bench_schedule(c: &mut Criterion) {
     let mut techila: Option<SgeeeGrid> = None;
     group.bench_function("fill_5000_techila", |b| {
         let grid = techila.get_or_insert_with(build_techila);
+        assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
+    });
+    let mut fbsng: Option<SgeeeGrid> = None;
+    group.bench_function("fill_5000_fbsng", |b| {
+        let grid = fbsng.get_or_insert_with(build_fbsng);
         assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
         b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
     });

@@ -56,6 +56,11 @@ pub struct EngineArgs {
     /// How long the broker keeps stored output (applied when this engine creates the bucket).
     #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub output_retention_secs: u64,
+    /// A load sensor program (Grid Engine's `load_sensor`): started once; before each heartbeat
+    /// it is sent an empty line and answers `begin`, lines `host:name:value` (or `name:value`),
+    /// `end`; its values join the heartbeat's named load values, replacing measured ones.
+    #[arg(long, value_name = "PATH")]
+    pub load_sensor: Option<PathBuf>,
 }
 
 /// Binds to the log and opens this engine's order feed. An engine never creates a
@@ -122,6 +127,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         output_bytes_max: args.output_bytes_max,
         output_retention: Duration::from_secs(args.output_retention_secs),
         work_dir_retention: crate::engine::WORK_DIR_RETENTION_DEFAULT,
+        load_sensor: args.load_sensor,
         ..defaults
     };
     // Waiting for the broker may take long: a signal meanwhile ends the engine at once

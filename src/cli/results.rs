@@ -166,6 +166,9 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
     if let Some(started) = a.started_ms {
         text += &format!("  started    {}\n", timestamp(started));
     }
+    if let Some(cause) = &a.suspended_by_threshold {
+        text += &format!("  suspended by a threshold: {cause}\n");
+    }
     if let Some(ended) = a.ended_ms {
         text += &format!("  ended      {}", timestamp(ended));
         if let Some(seq) = a.report_seq {

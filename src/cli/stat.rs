@@ -223,6 +223,12 @@ fn print_stat(summary: &StateSummary, long: bool) {
             engine.failed,
             if long { format!("  {}", engine.properties) } else { String::new() }
         );
+        if let Some(cause) = &engine.threshold_crossed {
+            println!("  {}: above a suspend threshold: {cause}", engine.id);
+        }
+        if !engine.suspended_by_threshold.is_empty() {
+            println!("  {}: suspended by a threshold: {}", engine.id, engine.suspended_by_threshold.join(", "));
+        }
     }
     println!();
     if summary.jobs_retired > 0 {

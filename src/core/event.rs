@@ -354,6 +354,15 @@ pub struct JobOptions {
     /// environment `allocation_rule`): on one engine, or over the engines of one site.
     #[serde(default)]
     pub span: Span,
+    /// Grid Engine's `qsub -R y`: with the policy's `max_reservation > 0`, a task
+    /// of this job that cannot start reserves the slots it will need as they
+    /// free (see [`crate::core::schedule::reservation`]).
+    #[serde(default)]
+    pub reserve: bool,
+    /// FBSNG's process type (`fbsng`): the quota and default requirements of
+    /// the policy's process type of this name apply to the job; empty: none.
+    #[serde(default)]
+    pub process_type: String,
 }
 
 /// Where a task's slots may be (see [`crate::core::schedule::parallel`]).
@@ -601,6 +610,80 @@ pub struct Policy {
     /// Grid Engine's `suspend_thresholds`, `suspend_interval` and `nsuspend`
     /// (queue_conf(5)); see `schedule::thresholds`.
     pub suspend_thresholds: SuspendThresholds,
+    /// Grid Engine's `max_reservation` and `default_duration` (sched_conf(5));
+    /// see `schedule::reservation`.
+    #[serde(default)]
+    pub reservation: ReservationPolicy,
+}
+
+/// Resource reservation and backfilling (Grid Engine's sched_conf(5)
+/// `max_reservation` and `default_duration`): off unless `max_reservation > 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReservationPolicy {
+    /// Most jobs that reserve slots in one scheduling run (Grid Engine's
+    /// `max_reservation`, default 0: no reservation); at most [`MAX_RESERVATION_MAX`].
+    pub max_reservation: u32,
+    /// How long a task with no wall-time limit is counted to run, in ms of log
+    /// time (Grid Engine's `default_duration`, whose default is INFINITY;
+    /// gridfold's is an hour, [`DEFAULT_DURATION_MS_DEFAULT`]). Only
+    /// reservations read it.
+    pub default_duration_ms: u64,
+}
+
+/// The highest `max_reservation` a policy may set.
+pub const MAX_RESERVATION_MAX: u32 = 1_024;
+/// gridfold's `default_duration`: an hour.
+pub const DEFAULT_DURATION_MS_DEFAULT: u64 = 3_600_000;
+
+impl Default for ReservationPolicy {
+    fn default() -> Self {
+        ReservationPolicy { max_reservation: 0, default_duration_ms: DEFAULT_DURATION_MS_DEFAULT }
+    }
+    /// FBSNG's queues, process types and run interval (`fbsng`, see `schedule::fbsng`).
+    pub fbsng: FbsngPolicy,
+}
+
+/// FBSNG's scheduler settings (the seed's queue parameters and process
+/// types), read by the `fbsng` family only. Limits: [`crate::core::schedule::fbsng`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct FbsngPolicy {
+    /// The queues, in the order given (which breaks ties between equal
+    /// priorities); none: one queue `default` with the default parameters.
+    pub queues: Vec<FbsngQueue>,
+    /// The process types; a job naming none has no quota and no default requirements.
+    pub process_types: Vec<FbsngProcessType>,
+    /// The family decides at most once per this much log time; 0: 5,000 ms.
+    pub min_run_interval_ms: u64,
+}
+
+/// One FBSNG queue, by FBSNG's names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FbsngQueue {
+    pub name: String,
+    /// `QPmin`, `QPmax`: the bounds of the queue's priority.
+    pub qp_min: i64,
+    pub qp_max: i64,
+    /// `QPI`: what the queue's priority gains at every section start.
+    pub qpi: i64,
+    /// `QPD`: what it loses when the section started is its own.
+    pub qpd: i64,
+    /// `QPG`: a queue that cannot start a section and leads another by more
+    /// than this holds that other queue.
+    pub qpg: i64,
+    /// `SPG`: a waiting section whose priority leads a later one's by this much
+    /// or more holds it.
+    pub spg: i64,
+}
+
+/// One FBSNG process type: a quota on the slots its jobs hold at once, and
+/// requirements its jobs' tasks must meet besides their own.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct FbsngProcessType {
+    pub name: String,
+    /// Most slots held (dispatched or running) by its jobs at once; 0: no quota.
+    pub quota_slots: u32,
+    /// Requirements over engine properties (FBSNG's node attributes); empty: none.
+    pub requirements: String,
 }
 
 /// Grid Engine's suspend thresholds (queue_conf(5)), for every engine: while
@@ -836,6 +919,8 @@ impl Default for Policy {
             techila: TechilaPolicy::default(),
             output: OutputPolicy::default(),
             suspend_thresholds: SuspendThresholds::default(),
+            reservation: ReservationPolicy::default(),
+            fbsng: FbsngPolicy::default(),
         }
     }
 }
@@ -856,17 +941,21 @@ pub enum Algorithm {
     /// Techila's scheduler: resource-first, fastest free core, one project per
     /// user in a seeded ticket draw, under a license cap (`schedule::techila`).
     Techila,
+    /// FBSNG's scheduler: job-first over queues of dynamic priorities with
+    /// gaps, sections of dynamic priorities, process-type quotas (`schedule::fbsng`).
+    Fbsng,
 }
 
 impl Algorithm {
     /// Every algorithm, as policy files name them.
-    pub const NAMES: [&'static str; 3] = ["sge-plain", "sgeee", "techila"];
+    pub const NAMES: [&'static str; 4] = ["sge-plain", "sgeee", "techila", "fbsng"];
 
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SgePlain => "sge-plain",
             Algorithm::Sgeee => "sgeee",
             Algorithm::Techila => "techila",
+            Algorithm::Fbsng => "fbsng",
         }
     }
     pub fn from_name(name: &str) -> Option<Self> {
@@ -874,6 +963,7 @@ impl Algorithm {
             "sge-plain" => Some(Algorithm::SgePlain),
             "sgeee" => Some(Algorithm::Sgeee),
             "techila" => Some(Algorithm::Techila),
+            "fbsng" => Some(Algorithm::Fbsng),
             _ => None,
         }
     }
@@ -1077,6 +1167,9 @@ pub enum Unschedulable {
     NoEngineHasEnoughSlots,
     /// The job's root library was never published, so no engine can sync it.
     LibraryNotPublished,
+    /// A `span = "site"` task needs more slots than any site's logged-in
+    /// engines that fit it have in all (in its 32 largest).
+    NoSiteHasEnoughSlots,
 }
 
 /// Which rule of redundant rescheduling asked for a copy.
@@ -1128,6 +1221,7 @@ impl Unschedulable {
         match self {
             Unschedulable::NoEngineMatchesRequirements => "no-engine-matches-requirements",
             Unschedulable::NoEngineHasEnoughSlots => "no-engine-has-enough-slots",
+            Unschedulable::NoSiteHasEnoughSlots => "no-site-has-enough-slots",
             Unschedulable::LibraryNotPublished => "library-not-published",
         }
     }

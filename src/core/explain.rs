@@ -77,6 +77,13 @@ pub enum Detail {
         /// the free slots of the engines that may take a part, by site.
         #[serde(skip_serializing_if = "Option::is_none")]
         parallel: Option<Box<super::schedule::parallel::ParallelWhy>>,
+        /// Resource reservation (`max_reservation`): the reservation the task
+        /// holds, or the one whose slots it may not use.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reservation: Option<Box<super::schedule::reservation::ReservationWhy>>,
+        /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fbsng: Option<Box<super::schedule::fbsng::FbsngHold>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -132,6 +139,9 @@ pub struct EngineRank {
     pub load_index: i64,
     /// The engine's queue sequence number (`seq_no`).
     pub seq_no: i64,
+    /// Whether the engine meets the job's soft request; `None` when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_met: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -311,6 +321,11 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         techila: (state.policy.algorithm == super::event::Algorithm::Techila)
             .then(|| Box::new(super::schedule::techila::why(state, key))),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
+        reservation: super::schedule::reservation::why(state, key).map(Box::new),
+        fbsng: (state.policy.algorithm == super::event::Algorithm::Fbsng && job.is_runnable())
+            .then(|| super::schedule::fbsng::hold_of(state, key.job))
+            .flatten()
+            .map(Box::new),
     }
 }
 
@@ -344,6 +359,7 @@ fn ranking(state: &State, key: TaskKey, chosen: Option<EngineIdx>) -> Vec<Engine
             task_score: task_part,
             load_index: load,
             seq_no: queue_sort::seq_no(engine),
+            soft_met: job.soft.as_ref().map(|_| !super::schedule::soft::unmet(job, engine)),
         };
         let soft_unmet = super::schedule::soft::unmet(job, engine);
         ranks.push((rank, (engine.tier, soft_unmet, -(job_part + task_part), key, id.clone())));
@@ -378,6 +394,8 @@ impl std::fmt::Display for Explanation {
                 awaits_parts,
                 techila,
                 parallel,
+                reservation,
+                fbsng,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -390,6 +408,11 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(parallel) = parallel {
                     writeln!(f, "  {parallel}")?;
+                }
+                if let Some(reservation) = reservation {
+                    writeln!(f, "  {reservation}")?;
+                if let Some(fbsng) = fbsng {
+                    writeln!(f, "  fbsng: {fbsng}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
@@ -504,13 +527,22 @@ fn write_ranking(f: &mut std::fmt::Formatter<'_>, ranking: &[EngineRank]) -> std
     if ranking.is_empty() {
         return Ok(());
     }
-    writeln!(f, "  ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    if ranking.iter().any(|rank| rank.soft_met.is_some()) {
+        writeln!(f, "  ranking (tier, then the soft request met, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    } else {
+        writeln!(f, "  ranking (tier, then score, then queue_sort_method over load index and seq_no, then id):")?;
+    }
     for rank in ranking {
         let mark = if rank.chosen { "->" } else { "  " };
         let load = if rank.load_index == LOAD_UNKNOWN { "unknown".to_string() } else { rank.load_index.to_string() };
+        let soft = match rank.soft_met {
+            Some(true) => ", soft request met",
+            Some(false) => ", soft request unmet",
+            None => "",
+        };
         writeln!(
             f,
-            "  {mark} {}: tier {}, score {} (job {}, task {}), load index {load}, seq_no {}",
+            "  {mark} {}: tier {}{soft}, score {} (job {}, task {}), load index {load}, seq_no {}",
             rank.engine, rank.tier, rank.score, rank.job_score, rank.task_score, rank.seq_no
         )?;
     }

@@ -54,6 +54,8 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
                     _ => rejections.is_empty(),
                 };
                 super::schedule::techila::cycle::note_event(state, entry.seq, event, applied);
+                // FBSNG notes only policies and order batches, never in an engine's batch.
+                super::state::fbsng::note_entry(state, entry, applied);
             }
         },
     }
@@ -317,6 +319,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     let expr = super::expr::parse(&spec.requirements).map_err(|e| {
         invalid(JobProblem::BadRequirements { position: e.position, message: e.message.clone() })
     })?;
+    let expr = super::schedule::fbsng::admit_job(&state.policy, spec, expr).map_err(invalid)?;
     let library = spec.options.root_library.clone();
     if let Some(library) = &library {
         library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
@@ -885,6 +888,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::EngineRunsTask);
             }
             state.dispatch(key, *attempt, e);
+            super::state::fbsng::section_started(state, key);
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1009,11 +1013,13 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         Order::DispatchParallel { task, attempt, engine, epoch, parts } => {
             let key = order_task(state, task, last_job)?;
             super::schedule::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
+            if parts.first().is_some_and(|master| master.engine == *engine) {
+                super::state::fbsng::section_started(state, key);
+            }
         }
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            let category = state.category(state.job(j).category);
-            if super::schedule::lifecycle::why_unschedulable(state, category).is_none() || !state.job(j).is_active() {
+            if super::schedule::lifecycle::why_job_unschedulable(state, j).is_none() || !state.job(j).is_active() {
                 return Err(OrderProblem::JobIsSchedulable);
             }
             state.job_mut(j).unschedulable = Some(*reason);

@@ -215,6 +215,10 @@ pub enum JobProblem {
     RetiredDependency { dependency: String, status: String },
     /// More slots per task than a task may ask for.
     TooManySlots { slots: u32, max: u32 },
+    /// Under `fbsng`: a queue the policy does not define (`known`: those it does).
+    UnknownQueue { queue: String, known: Vec<String> },
+    /// Under `fbsng`: a process type the policy does not define.
+    UnknownProcessType { process_type: String, known: Vec<String> },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -462,6 +466,13 @@ impl fmt::Display for JobProblem {
             JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
             JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
             JobProblem::TooManySlots { slots, max } => write!(f, "{slots} slots per task, more than {max}"),
+            JobProblem::UnknownQueue { queue, known } => {
+                write!(f, "unknown queue \"{queue}\"; known: {}", known.join(", "))
+            }
+            JobProblem::UnknownProcessType { process_type, known } => {
+                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                write!(f, "unknown process type \"{process_type}\"; known: {known}")
+            }
             JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
             JobProblem::TooManyAttempts { max_attempts, max } => {
                 write!(f, "max_attempts is {max_attempts}; at most {max} are allowed")

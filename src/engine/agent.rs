@@ -90,7 +90,11 @@ where
             report::spawn_publisher(log, config.publish_retry.clone(), config.engine.clone());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+        let load_sensor = config.load_sensor.as_deref().map(|path| {
+            super::load_sensor::LoadSensor::start(path, super::load_sensor::reply_timeout(config.heartbeat_interval))
+        });
         let mut agent = Agent {
+            load_sensor,
             seen_deliveries: Seen::new(config.seen_max),
             seen_attempts: Seen::new(config.seen_max),
             config,
@@ -122,6 +126,9 @@ where
             .await;
         match result {
             Ok(()) => {
+                if let Some(sensor) = agent.load_sensor.take() {
+                    sensor.quit().await;
+                }
                 let report = std::mem::take(&mut agent.report);
                 drop(agent); // closes the outbox: the publisher sends what it holds and ends
                 let stored = publisher.await.map_err(|err| {
@@ -259,6 +266,8 @@ struct Agent {
     sync_tx: mpsc::UnboundedSender<SyncDone>,
     sync_rx: mpsc::UnboundedReceiver<SyncDone>,
     report: EngineReport,
+    /// `--load-sensor`: asked before each heartbeat (see [`super::load_sensor`]).
+    load_sensor: Option<super::load_sensor::LoadSensor>,
 }
 
 impl Drop for Agent {
@@ -301,7 +310,7 @@ impl Agent {
                     // Seen before this heartbeat is stored, and kept until a
                     // delivery comes: the catch-up is for what the feed gives.
                     self.note_stall();
-                    self.heartbeat();
+                    self.heartbeat().await;
                     // Not waiting if a question is still open: it answers soon enough.
                     let _ = self.login_ask.try_send(());
                 }
@@ -492,13 +501,18 @@ impl Agent {
         err
     }
 
-    fn heartbeat(&mut self) {
+    async fn heartbeat(&mut self) {
         self.session.heartbeats += 1;
         if self.last_sweep.elapsed() >= super::WORK_DIR_SWEEP_INTERVAL.min(self.config.work_dir_retention) {
             self.last_sweep = Instant::now();
             self.sweep_work_dir();
         }
-        let load = probe::load(self.cores_measured);
+        let mut load = probe::load(self.cores_measured);
+        if let Some(sensor) = self.load_sensor.as_mut()
+            && let Some(sensed) = sensor.poll().await
+        {
+            super::load_sensor::merge(&mut load.values_milli, sensed);
+        }
         let n = self.session.heartbeats;
         let event = self.session_event(
             "EngineHeartbeat",
@@ -906,7 +920,7 @@ impl Agent {
                 biased;
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
-                _ = heartbeat.tick() => self.heartbeat(),
+                _ = heartbeat.tick() => self.heartbeat().await,
                 () = tokio::time::sleep_until(drain_deadline), if give_up.is_none() => {
                     tracing::warn!(running = self.running.len(), "drain timeout: stopping what still runs");
                     self.stop_all(StopReason::Shutdown);

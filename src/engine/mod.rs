@@ -100,6 +100,7 @@ pub mod feed;
 pub mod groups;
 pub mod library;
 pub mod nodefile;
+pub mod load_sensor;
 pub mod probe;
 pub mod procfs;
 mod report;
@@ -184,6 +185,9 @@ pub struct EngineConfig {
     /// last written: until the first task's order brings the policy's
     /// `output.work_dir_retention_secs`, which then rules.
     pub work_dir_retention: Duration,
+    /// A load sensor program (Grid Engine's `load_sensor`), started once and asked
+    /// before each heartbeat; its values join the heartbeat's (see [`load_sensor`]).
+    pub load_sensor: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -206,6 +210,7 @@ impl EngineConfig {
             output_bytes_max: OUTPUT_BYTES_MAX_DEFAULT,
             output_retention: crate::output_store::RETENTION_DEFAULT,
             work_dir_retention: WORK_DIR_RETENTION_DEFAULT,
+            load_sensor: None,
         }
     }
 

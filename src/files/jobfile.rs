@@ -48,6 +48,8 @@ struct JobFile {
     project: String,
     #[serde(default = "default_queue")]
     queue: String,
+    /// FBSNG's process type (`algorithm = "fbsng"`).
+    process_type: Option<Spanned<String>>,
     #[serde(default)]
     priority: i32,
     #[serde(default)]
@@ -61,6 +63,9 @@ struct JobFile {
     slots: Option<Spanned<u32>>,
     /// Where those slots may be: "engine" (the default) or "site".
     span: Option<Spanned<String>>,
+    /// Grid Engine's `qsub -R y`: reserve slots when a task cannot start.
+    #[serde(default)]
+    reserve: bool,
     task: Spanned<TaskSection>,
     tasks: Option<Spanned<Tasks>>,
     task_list: Option<Spanned<Vec<Spanned<TaskTable>>>>,
@@ -394,6 +399,14 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
     let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
     options.span = span;
+    options.reserve = file.reserve;
+    if let Some(kind) = &file.process_type {
+        let most = crate::core::schedule::fbsng::NAME_BYTES_MAX;
+        if kind.get_ref().is_empty() || kind.get_ref().len() > most {
+            return Err(file_text.at(kind, format!("process_type must be 1 to {most} bytes")));
+        }
+        options.process_type = kind.get_ref().clone();
+    }
     if let Some(deadline) = &file.deadline {
         options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
     }
@@ -872,6 +885,8 @@ impl OptionKeys<'_> {
             tasks_total: None,
             soft,
             span: crate::core::event::Span::Engine,
+            reserve: false,
+            process_type: String::new(),
         };
         Ok((options, task_conditions))
     }

@@ -7,9 +7,11 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
 mod thresholds;
+pub(crate) use thresholds::{decimal_milli, suspend_thresholds};
 
 pub use render::policy_file_text;
 
@@ -46,6 +48,12 @@ sge::with_grid_engine_keys! {
         suspend_interval_secs: Option<Spanned<u64>>,
         /// Grid Engine's `nsuspend`.
         nsuspend: Option<Spanned<u32>>,
+        /// Grid Engine's `max_reservation` (sched_conf(5)): jobs that reserve per run.
+        max_reservation: Option<Spanned<u32>>,
+        /// Grid Engine's `default_duration`, in seconds.
+        default_duration_secs: Option<Spanned<u64>>,
+        /// FBSNG's queues and process types (`algorithm = "fbsng"`).
+        fbsng: Option<fbsng::FbsngSection>,
     }
 }
 
@@ -244,7 +252,28 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
             &file.suspend_interval_secs,
             &file.nsuspend,
         )?,
+        reservation: reservation(file_text, &file.max_reservation, &file.default_duration_secs)?,
+        fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
     })
+}
+
+/// `max_reservation` (at most [`MAX_RESERVATION_MAX`]) and `default_duration_secs`.
+fn reservation(
+    file_text: FileText<'_>,
+    max_reservation: &Option<Spanned<u32>>,
+    default_duration_secs: &Option<Spanned<u64>>,
+) -> Result<crate::core::event::ReservationPolicy, FileError> {
+    use crate::core::event::{ReservationPolicy, MAX_RESERVATION_MAX};
+    let defaults = ReservationPolicy::default();
+    let max_reservation = match max_reservation {
+        Some(n) if *n.get_ref() > MAX_RESERVATION_MAX => {
+            return Err(file_text.at(n, format!("max_reservation may be at most {MAX_RESERVATION_MAX}, not {}", n.get_ref())));
+        }
+        Some(n) => *n.get_ref(),
+        None => defaults.max_reservation,
+    };
+    let default_duration_ms = seconds(file_text, "default_duration_secs", default_duration_secs, defaults.default_duration_ms)?;
+    Ok(ReservationPolicy { max_reservation, default_duration_ms })
 }
 
 /// A duration given in seconds, at least 1, in ms; `default_ms` when absent.
@@ -423,9 +452,9 @@ copies_per_task_max = 3
 
     #[test]
     fn bad_policies_name_the_line() {
-        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila"#]]);
+        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila, fbsng"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
@@ -451,5 +480,34 @@ copies_per_task_max = 3
         check_error("[techila]\nuser_priorities = { bob = 8 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nuser_priorities = { bob = 0 }\n", expect!["p.toml:2: techila.user_priorities.bob must be within 1..=7"]);
         check_error("[techila]\nlicense = 5\n", expect!["p.toml:2: unknown field `license`, expected one of `max_running_tasks`, `simultaneous_projects`, `user_priorities`, `cycle_interval_secs`"]);
+    }
+
+    #[test]
+    fn reservation_keys_are_read_and_a_max_reservation_beyond_1024_is_refused() {
+        let policy = parse_policy("max_reservation = 4\ndefault_duration_secs = 600\n", "p.toml").unwrap();
+        assert_eq!((policy.reservation.max_reservation, policy.reservation.default_duration_ms), (4, 600_000));
+        let text = policy_file_text(&policy);
+        assert_eq!(parse_policy(&text, "p.toml").unwrap().reservation, policy.reservation, "policy show gives it back");
+        assert_eq!(parse_policy("", "p.toml").unwrap().reservation, crate::core::event::ReservationPolicy::default());
+        check_error("max_reservation = 1025\n", expect!["p.toml:1: max_reservation may be at most 1024, not 1025"]);
+        check_error("default_duration_secs = 0\n", expect!["p.toml:1: default_duration_secs must be at least 1 second"]);
+    fn an_fbsng_section_is_read_with_defaults_and_bad_queues_name_the_line() {
+        let policy = parse_policy(
+            "algorithm = \"fbsng\"\n[fbsng]\n[[fbsng.queues]]\nname = \"high\"\nqp_min = 5\nqpg = 7\nqpi = 3\n",
+            "p.toml",
+        )
+        .expect("parses");
+        let high = &policy.fbsng.queues[0];
+        assert_eq!((high.qp_min, high.qp_max, high.qpi, high.qpd, high.qpg, high.spg), (5, 100, 3, 1, 7, 100));
+        check_error(
+            "[fbsng]\n[[fbsng.queues]]\nname = \"a\"\n[[fbsng.queues]]\nname = \"a\"\n",
+            expect!["p.toml:4: fbsng.queues[1].name: queue a is defined twice"],
+        );
+        check_error("[fbsng]\nmin_run_interval_secs = 0\n", expect!["p.toml:2: fbsng.min_run_interval_secs must be within 1..=3600"]);
+        check_error(
+            "[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqp_min = 60\nqp_max = 50\n",
+            expect!["p.toml:2: fbsng.queues[0].qp_max: 50 is below qp_min 60"],
+        );
+        check_error("[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqpx = 1\n", expect!["p.toml:4: unknown field `qpx`, expected one of `name`, `qp_min`, `qp_max`, `qpi`, `qpd`, `qpg`, `spg`"]);
     }
 }

@@ -23,7 +23,9 @@ use crate::core::event::{
 use crate::core::ids::{EngineId, JobId};
 
 mod gridserver;
+mod load_changes;
 mod resource;
+pub use load_changes::{LoadChange, LOAD_CHANGES_MAX};
 
 use super::jobfile::{line_of, line_start, FileText, OptionKeys};
 use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
@@ -50,6 +52,8 @@ pub struct Scenario {
     /// Grid libraries published during the run.
     pub libraries: Vec<LibraryPlan>,
     pub faults: Faults,
+    /// Load values set on engine groups during the run (`[[load_changes]]`).
+    pub load_changes: Vec<LoadChange>,
 }
 
 /// A grid library stored at a time (a `LibraryPublished` event from a client).
@@ -121,6 +125,8 @@ pub struct JobPlan {
     /// what Grid Engine's ordering policies count usage and tickets by.
     pub owner: String,
     pub project: String,
+    /// The job's queue (`default` unless the scenario says): FBSNG's queue under `fbsng`.
+    pub queue: String,
     pub submit_at_ms: u64,
     pub tasks: u32,
     pub priority: i32,
@@ -138,6 +144,9 @@ pub struct JobPlan {
     pub options: JobOptions,
     /// Conditions of single tasks, by task index.
     pub task_conditions: BTreeMap<u32, TaskConditions>,
+    /// The job's wall-time limit (the job file's `wall_time_limit_secs`, in
+    /// ms; 0: none): what a reservation counts a run's end from.
+    pub wall_time_limit_ms: u64,
 }
 
 /// Injected faults. Every probability is per million and drawn from the seed.
@@ -295,6 +304,9 @@ impl Scenario {
         if let Err(message) = check_faults(&self.faults, &self.policy) {
             return fail(format!("faults: {message}"));
         }
+        if let Err(message) = load_changes::check(&self.load_changes, &self.engines) {
+            return fail(message);
+        }
         Ok(())
     }
 
@@ -320,6 +332,13 @@ fn check_policy(policy: &Policy) -> Result<(), String> {
     }
     for tier in &policy.engine_tiers {
         crate::wire::check_engine_tier(tier).map_err(|problem| format!("policy: engine_tiers: {problem}"))?;
+    }
+    let reservation = &policy.reservation;
+    if reservation.max_reservation > crate::core::event::MAX_RESERVATION_MAX || reservation.default_duration_ms == 0 {
+        return Err(format!(
+            "policy: max_reservation must be within 0..={} and default_duration_ms at least 1",
+            crate::core::event::MAX_RESERVATION_MAX
+        ));
     }
     Ok(())
 }
@@ -410,6 +429,8 @@ struct RawScenario {
     #[serde(default)]
     libraries: Vec<Spanned<RawLibrary>>,
     faults: Option<Spanned<RawFaults>>,
+    #[serde(default)]
+    load_changes: Vec<Spanned<load_changes::RawLoadChange>>,
 }
 
 crate::files::policyfile::sge::with_grid_engine_keys! {
@@ -429,6 +450,14 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         queue_sort_method: Option<Spanned<String>>,
         load_formula: Option<Spanned<String>>,
         techila: Option<crate::files::policyfile::TechilaSection>,
+        /// Grid Engine's suspend thresholds, read as in a policy file.
+        suspend_thresholds: Option<Spanned<String>>,
+        suspend_interval_secs: Option<Spanned<u64>>,
+        nsuspend: Option<Spanned<u32>>,
+        /// Grid Engine's `max_reservation` and `default_duration` (in ms here).
+        max_reservation: Option<u32>,
+        default_duration_ms: Option<u64>,
+        fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
     }
 }
 
@@ -522,6 +551,17 @@ struct RawJob {
     condition: Vec<Spanned<RawCondition>>,
     /// Grid Engine's soft requests (`qsub -soft -l`), as in the job file.
     soft: Option<Spanned<String>>,
+    /// Where a task's slots may be: "engine" (the default) or "site", as in the job file.
+    span: Option<Spanned<String>>,
+    /// The wall-time limit of each run, in ms (0, the default: none).
+    #[serde(default)]
+    wall_time_limit_ms: u64,
+    /// Grid Engine's `qsub -R y`, as in the job file.
+    #[serde(default)]
+    reserve: bool,
+    /// FBSNG's queue and process type, as in the job file.
+    queue: Option<Spanned<String>>,
+    process_type: Option<Spanned<String>>,
 }
 
 impl RawJob {
@@ -606,10 +646,13 @@ impl RawScenario {
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let fbsng = crate::files::policyfile::fbsng::fbsng(FileText { text, path: "" }, &raw.fbsng)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
                     techila,
+                    fbsng,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -619,6 +662,17 @@ impl RawScenario {
                     redundancy,
                     queue_sort_method: resource::queue_sort(&raw.queue_sort_method)?,
                     load_formula: resource::load_formula(&raw.load_formula)?,
+                    suspend_thresholds: crate::files::policyfile::suspend_thresholds(
+                        FileText { text, path: "" },
+                        &raw.suspend_thresholds,
+                        &raw.suspend_interval_secs,
+                        &raw.nsuspend,
+                    )
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?,
+                    reservation: crate::core::event::ReservationPolicy {
+                        max_reservation: raw.max_reservation.unwrap_or(defaults.reservation.max_reservation),
+                        default_duration_ms: raw.default_duration_ms.unwrap_or(defaults.reservation.default_duration_ms),
+                    },
                     ..defaults
                 };
                 check_policy(&policy).map_err(|message| (span, message))?;
@@ -715,7 +769,25 @@ impl RawScenario {
                 None => String::new(),
                 Some(text) => gridserver::expression("requirements", text)?,
             };
-            let (options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            let (mut options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
+            options.reserve = raw.reserve;
+            options.span = match &raw.span {
+                None => crate::core::event::Span::Engine,
+                Some(span) => match span.get_ref().as_str() {
+                    "engine" => crate::core::event::Span::Engine,
+                    "site" => crate::core::event::Span::Site,
+                    other => return Err((span.span(), format!("span must be \"engine\" or \"site\", not {other:?}"))),
+                },
+            };
+            let fbsng_name = |value: &Option<Spanned<String>>, default: &str| match value {
+                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::schedule::fbsng::NAME_BYTES_MAX => {
+                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::schedule::fbsng::NAME_BYTES_MAX)))
+                }
+                Some(name) => Ok(name.get_ref().clone()),
+                None => Ok(default.to_string()),
+            };
+            let queue = fbsng_name(&raw.queue, "default")?;
+            options.process_type = fbsng_name(&raw.process_type, "")?;
             ids.insert(id.clone(), tasks);
             let owner = account_name("owner", &raw.owner)?;
             let project = account_name("project", &raw.project)?;
@@ -723,6 +795,7 @@ impl RawScenario {
                 id,
                 owner,
                 project,
+                queue,
                 submit_at_ms: raw.submit_at_ms,
                 tasks,
                 priority: raw.priority,
@@ -734,6 +807,7 @@ impl RawScenario {
                 failure_per_million: per_million("failure_per_million", &raw.failure_per_million, 0)?,
                 options,
                 task_conditions,
+                wall_time_limit_ms: raw.wall_time_limit_ms,
             });
         }
         for (group, raw) in engines.iter_mut().zip(&self.engines) {
@@ -799,8 +873,18 @@ impl RawScenario {
             }
         };
 
-        let scenario =
-            Scenario { seed: self.seed, horizon_ms: self.horizon_ms, policy, latency, engines, jobs, libraries, faults };
+        let load_changes = load_changes::load_changes(&self.load_changes, &engines)?;
+        let scenario = Scenario {
+            seed: self.seed,
+            horizon_ms: self.horizon_ms,
+            policy,
+            latency,
+            engines,
+            jobs,
+            libraries,
+            faults,
+            load_changes,
+        };
         debug_assert_eq!(scenario.validate(), Ok(()));
         Ok(scenario)
     }
@@ -884,7 +968,7 @@ projector_restarts = 2
         assert_eq!(scenario.policy.sge.share_tree.len(), 2);
         assert_eq!(
             error_of("seed = 1\n[policy]\nalgorithm = \"fifo\"\n"),
-            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila"
+            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila, fbsng"
         );
         assert_eq!(
             error_of(&format!("{base}\n[policy.share_tree.a]\nshares = -1\n")),

@@ -450,6 +450,9 @@ pub struct StateSummary {
     /// When the one job asked for was retired: what became of it, as a person reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired: Option<String>,
+    /// Under `fbsng`: each queue's priority and waiting sections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fbsng_queues: Vec<crate::core::schedule::fbsng::QueueStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -530,6 +533,13 @@ pub struct EngineSummary {
     /// Drained by an operator (`gridfold engine drain`): no new work.
     #[serde(default)]
     pub drained: bool,
+    /// The first suspend threshold (policy `suspend_thresholds`) its last
+    /// reported load values are above: the value's name, value and threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_crossed: Option<crate::core::state::thresholds::ThresholdCause>,
+    /// Its tasks the threshold rule holds suspended (`JOB/INDEX`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_by_threshold: Vec<String>,
 }
 
 impl StateSummary {
@@ -578,7 +588,8 @@ impl StateSummary {
         let mut engines: Vec<EngineSummary> = state
             .engines()
             .iter()
-            .map(|engine| EngineSummary {
+            .enumerate()
+            .map(|(e, engine)| EngineSummary {
                 id: engine.id.to_string(),
                 status: match engine.status {
                     EngineStatus::LoggedIn => "logged-in",
@@ -594,6 +605,12 @@ impl StateSummary {
                 load_per_core_milli: engine.load.load_per_core_milli,
                 properties: engine.props.to_string(),
                 drained: engine.drained,
+                threshold_crossed: state.threshold_exceeded(EngineIdx(e as u32)),
+                suspended_by_threshold: state
+                    .threshold_suspended_on(EngineIdx(e as u32))
+                    .into_iter()
+                    .map(|(key, _, _)| format!("{}/{}", state.job(key.job).id, key.index))
+                    .collect(),
             })
             .collect();
         engines.sort_by(|a, b| a.id.cmp(&b.id));
@@ -619,6 +636,7 @@ impl StateSummary {
             wait_ms_max: totals.wait_ms_max,
             jobs_retired: totals.jobs_retired,
             retired: None,
+            fbsng_queues: crate::core::schedule::fbsng::queue_statuses(state),
         }
     }
 }
@@ -639,6 +657,16 @@ impl std::fmt::Display for StateSummary {
         }
         if let Some(retired) = &self.retired {
             writeln!(f, "{retired}")?;
+        }
+        if !self.fbsng_queues.is_empty() {
+            writeln!(f, "{:<24} {:>9} {:>8} {:>12} {:>12}", "FBSNG QUEUE", "PRIORITY", "WAITING", "SECTION MAX", "GAP-HELD")?;
+            for queue in &self.fbsng_queues {
+                writeln!(
+                    f,
+                    "{:<24} {:>9} {:>8} {:>12} {:>12}",
+                    queue.name, queue.priority, queue.waiting_sections, queue.section_priority_max, queue.jobs_held_by_section_gap
+                )?;
+            }
         }
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;

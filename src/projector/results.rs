@@ -161,6 +161,10 @@ pub struct AttemptView {
     /// Most bytes of each stream the attempt could store (its share of the policy's `[output]` bounds).
     #[serde(default)]
     pub output_bytes_max: u64,
+    /// Suspended by the suspend-threshold rule: the load value, its value and
+    /// the threshold when it was suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_by_threshold: Option<crate::core::state::thresholds::ThresholdCause>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -383,6 +387,7 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
         stderr_stored_bytes: None,
         output_truncated: false,
         output_bytes_max: record.output_bytes_max,
+        suspended_by_threshold: state.suspended_by_threshold(key, record.attempt).cloned(),
     }
 }
 
@@ -475,5 +480,48 @@ mod tests {
         // A task never dispatched has no attempt, and no error.
         let fresh = answer_task(&state, &TaskRequest { task: "big/7".into() });
         assert_eq!((fresh.error, fresh.attempts.len(), fresh.state.as_str()), (None, 0, "waiting"));
+    }
+
+    #[test]
+    fn a_task_suspended_by_a_threshold_says_so_in_task_and_stat_and_no_longer_once_resumed() {
+        use crate::core::event::{EngineLoad, Event, Policy, SuspendThresholds};
+        let heartbeat = |milli: i64| Event::EngineHeartbeat {
+            engine: engine_id("a"),
+            load: EngineLoad { values_milli: [("np_load_avg".to_string(), milli)].into(), ..EngineLoad::default() },
+        };
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        let thresholds = SuspendThresholds { thresholds: vec![("np_load_avg".into(), 1_000)], interval_ms: 60_000, nsuspend: 1 };
+        log.push(Event::PolicySet(Policy { suspend_thresholds: thresholds, engine_timeout_ms: 3_600_000, ..Policy::default() }));
+        log.login("a", 1, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 1, ""));
+        let mut seen = run(&mut log, &mut state, 0);
+        log.started("j", 0, 1, "a");
+        log.at(1_700_000_010_000);
+        log.push(heartbeat(2_500));
+        seen = run(&mut log, &mut state, seen);
+
+        let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        let cause = reply.attempts[0].suspended_by_threshold.as_ref().map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("np_load_avg is 2.50, threshold 1.00"));
+        assert!(crate::cli::results::task_text(&reply).contains("suspended by a threshold: np_load_avg is 2.50, threshold 1.00"));
+        let summary = crate::projector::query::StateSummary::of(&state);
+        let engine = &summary.engines[0];
+        assert_eq!(engine.threshold_crossed.as_ref().map(ToString::to_string).as_deref(), Some("np_load_avg is 2.50, threshold 1.00"));
+        assert_eq!(engine.suspended_by_threshold, vec!["j/0".to_string()]);
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["engines"][0]["threshold_crossed"]["threshold_milli"], 1_000);
+        assert_eq!(json["engines"][0]["suspended_by_threshold"][0], "j/0");
+
+        // Below in the next interval: resumed, and neither says it any more.
+        log.at(1_700_000_010_000 + 60_000);
+        log.push(heartbeat(500));
+        run(&mut log, &mut state, seen);
+        let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        assert_eq!(reply.attempts[0].suspended_by_threshold, None);
+        let summary = crate::projector::query::StateSummary::of(&state);
+        assert_eq!((summary.engines[0].threshold_crossed.as_ref(), summary.engines[0].suspended_by_threshold.len()), (None, 0));
+        let json = serde_json::to_value(&summary).unwrap();
+        assert!(json["engines"][0].get("threshold_crossed").is_none(), "left out when none: {json}");
     }
 }

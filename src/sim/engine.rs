@@ -64,6 +64,52 @@ pub struct Run {
     pub end_after_ms: u64,
 }
 
+/// A run's time spent suspended: since when, if it is now, and in all before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Suspension {
+    pub since_ms: Option<u64>,
+    pub total_ms: u64,
+}
+
+impl SimEngine {
+    /// A `Suspend` of a run this engine holds (started or not): its end waits.
+    /// Returns whether it was running (not already suspended).
+    pub fn suspend(&mut self, key: &RunKey, now_ms: u64) -> bool {
+        if !self.runs.contains_key(key) {
+            return false;
+        }
+        let suspension = self.suspensions.entry(key.clone()).or_default();
+        if suspension.since_ms.is_some() {
+            return false;
+        }
+        suspension.since_ms = Some(now_ms);
+        true
+    }
+
+    /// A `Resume`: the time suspended is added to the run's end. Returns the
+    /// run's new end time, if it was suspended and has started.
+    pub fn resume(&mut self, key: &RunKey, now_ms: u64) -> Option<u64> {
+        let suspension = self.suspensions.get_mut(key)?;
+        let since = suspension.since_ms.take()?;
+        suspension.total_ms += now_ms - since;
+        let run = self.runs.get(key)?;
+        let Some(started) = run.started_ms else {
+            // Resumed before it started: its start schedules its end as usual.
+            self.suspensions.remove(key);
+            return None;
+        };
+        Some(started + run.end_after_ms + suspension.total_ms)
+    }
+
+    /// Whether a run's scheduled end at `now_ms` is void: it is suspended, or
+    /// a resume moved its end later (a new end event is scheduled then).
+    pub fn end_postponed(&self, key: &RunKey, now_ms: u64) -> bool {
+        let (Some(suspension), Some(run)) = (self.suspensions.get(key), self.runs.get(key)) else { return false };
+        let Some(started) = run.started_ms else { return false };
+        suspension.since_ms.is_some() || started + run.end_after_ms + suspension.total_ms > now_ms
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SimEngine {
     pub id: EngineId,
@@ -87,6 +133,8 @@ pub struct SimEngine {
     seen: BTreeSet<String>,
     pub runs: BTreeMap<RunKey, Run>,
     alive_since_ms: Option<u64>,
+    /// Runs suspended (`Suspend` orders): their remaining time does not advance.
+    pub suspensions: BTreeMap<RunKey, Suspension>,
     /// Closed intervals of virtual time the engine was up, for utilisation.
     alive_intervals: Vec<(u64, u64)>,
 }
@@ -107,6 +155,7 @@ impl SimEngine {
             seen: BTreeSet::new(),
             runs: BTreeMap::new(),
             alive_since_ms: None,
+            suspensions: BTreeMap::new(),
             alive_intervals: Vec::new(),
         }
     }
@@ -138,6 +187,7 @@ impl SimEngine {
         self.syncing = None;
         let since = self.alive_since_ms.take().expect("a live engine has come up");
         self.alive_intervals.push((since, now_ms));
+        self.suspensions.clear();
         let runs = std::mem::take(&mut self.runs);
         runs.iter()
             .filter_map(|((task, _), run)| {

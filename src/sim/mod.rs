@@ -160,3 +160,7 @@ mod tests;
 mod sge_tests;
 #[cfg(test)]
 mod techila_tests;
+#[cfg(test)]
+mod thresholds_tests;
+mod reservation_tests;
+mod fbsng_tests;

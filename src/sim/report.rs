@@ -67,6 +67,9 @@ pub struct FaultCounts {
     /// Library syncs engines carried out, and those that failed (`sync_failure_per_million`).
     pub library_syncs_run: u64,
     pub library_syncs_failed: u64,
+    /// Runs an engine suspended on a `Suspend`, and resumed on a `Resume`.
+    pub runs_suspended: u64,
+    pub runs_resumed: u64,
 }
 
 /// GridServer's part of the run, as the fold took it: orders that applied and
@@ -233,6 +236,9 @@ impl fmt::Display for SimReport {
             c.library_syncs_run,
             c.library_syncs_failed
         )?;
+        if c.runs_suspended > 0 || c.runs_resumed > 0 {
+            writeln!(f, "  suspensions  {} runs suspended, {} resumed", c.runs_suspended, c.runs_resumed)?;
+        }
         writeln!(
             f,
             "  delivery     {} reports sent twice (same id), {} late with a new id ({} stored), {} deduplicated by the log; \

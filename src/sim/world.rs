@@ -103,6 +103,8 @@ enum SimEvent {
     PlannedCrash { engine: usize },
     ProjectorRestart,
     ProjectorUp,
+    /// A scenario's `[[load_changes]]` entry (its index).
+    LoadChange { change: usize },
 }
 
 #[derive(Debug)]
@@ -155,6 +157,10 @@ pub(super) struct World<'a> {
     crashes_armed: u32,
     heartbeat_every_ms: u64,
     next_progress_at: u64,
+    /// Companion parts of parallel runs (`DispatchParallel`), by the master's
+    /// run: (engine, since, slots). They hold their slots, run nothing, and
+    /// are freed when the master's run ends, however it ends.
+    holds: BTreeMap<RunKey, Vec<(usize, u64, u32)>>,
 }
 
 impl<'a> World<'a> {
@@ -197,6 +203,7 @@ impl<'a> World<'a> {
             crashes_armed: 0,
             heartbeat_every_ms: (scenario.policy.engine_timeout_ms / 3).max(1),
             next_progress_at: PROGRESS_EVERY_ENTRIES,
+            holds: BTreeMap::new(),
         }
     }
 
@@ -224,6 +231,9 @@ impl<'a> World<'a> {
         }
         for (job, plan) in scenario.jobs.iter().enumerate() {
             self.schedule(plan.submit_at_ms, SimEvent::Submit { job });
+        }
+        for (change, plan) in scenario.load_changes.iter().enumerate() {
+            self.schedule(plan.at_ms, SimEvent::LoadChange { change });
         }
         self.schedule(TICK_MS, SimEvent::Tick);
         let faults = &scenario.faults;
@@ -315,6 +325,7 @@ impl<'a> World<'a> {
             }
             SimEvent::PlannedCrash { engine } => {
                 if self.engines[engine].alive {
+                    self.crash_parts(engine);
                     let intervals = self.engines[engine].crash(self.now_ms);
                     self.busy.extend(intervals);
                     self.counts.engine_crashes += 1;
@@ -364,6 +375,14 @@ impl<'a> World<'a> {
             SimEvent::RunEnd { engine, incarnation, run } => self.run_end(engine, incarnation, run),
             SimEvent::ProjectorRestart => self.projector_restart(),
             SimEvent::ProjectorUp => self.projector.start(&self.log),
+            SimEvent::LoadChange { change } => {
+                let plan = &self.scenario.load_changes[change];
+                let first: usize = self.scenario.engines[..plan.group].iter().map(|group| group.count as usize).sum();
+                let count = self.scenario.engines[plan.group].count as usize;
+                for sim in &mut self.engines[first..first + count] {
+                    sim.load_values.extend(plan.values_milli.iter().map(|(name, &milli)| (name.clone(), milli)));
+                }
+            }
         }
     }
 
@@ -429,8 +448,15 @@ impl<'a> World<'a> {
         match delivery.kind {
             DeliveryKind::Run(run) => {
                 let key: RunKey = (run.task, run.attempt);
+                if run.companion {
+                    // A companion part of a parallel run: it holds its slots until the master's run ends.
+                    self.holds.entry(key).or_default().push((engine, self.now_ms, run.slots));
+                    return;
+                }
+                let slots = run.slots;
                 let job = self.job_by_id[&key.0.job];
-                let run = self.plan_run(job, engine);
+                let mut run = self.plan_run(job, engine);
+                run.slots = slots;
                 let late = self.rng.faults.chance_per_million(self.scenario.faults.late_start_per_million);
                 let delay = if late {
                     self.counts.late_starts += 1;
@@ -450,6 +476,7 @@ impl<'a> World<'a> {
                     unreachable!("a cancel delivery carries a Cancel")
                 };
                 if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
+                    self.end_parts(&(task.clone(), attempt));
                     self.counts.runs_cancelled += 1;
                     if reason == crate::core::event::CancelReason::RedundantCopy {
                         self.counts.redundant_runs_stopped += 1;
@@ -474,10 +501,25 @@ impl<'a> World<'a> {
             // queued its task again). Scenarios ask no suspensions.
             DeliveryKind::Control(crate::core::event::Order::Preempt { task, attempt, .. }) => {
                 if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
+                    self.end_parts(&(task.clone(), attempt));
                     self.counts.runs_preempted += 1;
                     if let Some(start) = run.started_ms {
                         self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
                     }
+                }
+            }
+            // A suspended run's remaining time does not advance until its resume.
+            DeliveryKind::Control(crate::core::event::Order::Suspend { task, attempt, .. }) => {
+                if sim.suspend(&(task, attempt), self.now_ms) {
+                    self.counts.runs_suspended += 1;
+                }
+            }
+            DeliveryKind::Control(crate::core::event::Order::Resume { task, attempt, .. }) => {
+                let incarnation = sim.incarnation;
+                let key = (task, attempt);
+                if let Some(end_at) = sim.resume(&key, self.now_ms) {
+                    self.counts.runs_resumed += 1;
+                    self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
                 }
             }
             DeliveryKind::Control(_) => {}
@@ -532,19 +574,26 @@ impl<'a> World<'a> {
         }
         let Some(run) = sim.runs.get_mut(&key) else { return };
         run.started_ms = Some(now);
+        // Suspended before it started: it ends after its resume.
+        let suspended = sim.suspensions.get(&key).is_some_and(|suspension| suspension.since_ms.is_some());
         let end_at = now + run.end_after_ms;
         let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone() };
         self.report(engine, event, true);
-        self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+        if !suspended {
+            self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+        }
     }
 
     fn run_end(&mut self, engine: usize, incarnation: u32, key: RunKey) {
         let now = self.now_ms;
         let sim = &mut self.engines[engine];
-        if !sim.is_current(incarnation) {
+        if !sim.is_current(incarnation) || sim.end_postponed(&key, now) {
             return;
         }
+        sim.suspensions.remove(&key);
         let Some(run) = sim.runs.remove(&key) else { return };
+        self.end_parts(&key);
+        let sim = &mut self.engines[engine];
         let start = run.started_ms.expect("a run ends after it starts");
         let engine_id = sim.id.clone();
         let (task, attempt) = key;
@@ -581,15 +630,44 @@ impl<'a> World<'a> {
                 self.report(engine, event, true);
             }
             RunEnd::Crash => {
-                let sim = &mut self.engines[engine];
-                sim.runs.insert((task, attempt), run);
-                let intervals = sim.crash(now);
+                self.engines[engine].runs.insert((task, attempt), run);
+                self.crash_parts(engine);
+                let intervals = self.engines[engine].crash(now);
                 self.busy.extend(intervals);
                 self.counts.engine_crashes += 1;
                 if let Some(after) = self.scenario.faults.crashed_engines_return_after_ms {
                     self.schedule(now + after, SimEvent::EngineReturn { engine });
                 }
             }
+        }
+    }
+
+    /// A master's run ended: its companion parts free their slots.
+    fn end_parts(&mut self, key: &RunKey) {
+        let Some(parts) = self.holds.remove(key) else { return };
+        for (_, since, slots) in parts {
+            self.busy.push(BusyRun { start_ms: since, end_ms: self.now_ms, slots, job: key.0.job.clone() });
+        }
+    }
+
+    /// An engine dies: the parallel runs it was master of free their parts,
+    /// and the parts it held for others are gone with it.
+    fn crash_parts(&mut self, engine: usize) {
+        if self.holds.is_empty() {
+            return;
+        }
+        let masters: Vec<RunKey> = self.engines[engine].runs.keys().cloned().collect();
+        for key in &masters {
+            self.end_parts(key);
+        }
+        let now = self.now_ms;
+        for (key, parts) in &mut self.holds {
+            parts.retain(|&(e, since, slots)| {
+                if e == engine {
+                    self.busy.push(BusyRun { start_ms: since, end_ms: now, slots, job: key.0.job.clone() });
+                }
+                e != engine
+            });
         }
     }
 
@@ -943,11 +1021,11 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         id: plan.id.clone(),
         owner: plan.owner.clone(),
         project: plan.project.clone(),
-        queue: "default".into(),
+        queue: plan.queue.clone(),
         priority: plan.priority,
         requirements: plan.requirements.clone(),
         max_attempts: plan.max_attempts,
-        wall_time_limit_ms: 0,
+        wall_time_limit_ms: plan.wall_time_limit_ms,
         slots_per_task: plan.slots_per_task,
         template: TaskTemplate { argv: vec!["sim-task".into(), "{index}".into()], params: BTreeMap::new() },
         tasks: TaskSet::Count(plan.tasks),

@@ -550,6 +550,8 @@ mod tests {
             load_per_core_milli: 250,
             properties: EVIL.into(),
             drained: true,
+            threshold_crossed: None,
+            suspended_by_threshold: vec![EVIL.into()],
         };
         StateSummary {
             last_seq: 10,
@@ -572,6 +574,7 @@ mod tests {
             wait_ms_max: 0,
             jobs_retired: 0,
             retired: None,
+            fbsng_queues: Vec::new(),
         }
     }
 

@@ -166,6 +166,8 @@ pub fn every_event() -> Vec<Event> {
                 project_priority: 2,
                 soft: "site == \"lyon\"".into(),
                 span: crate::core::event::Span::Site,
+                reserve: false,
+                process_type: "cms".into(),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -245,6 +247,7 @@ pub fn every_event() -> Vec<Event> {
             error_tail: String::new(),
         },
         Event::PolicySet(Policy {
+            reservation: crate::core::event::ReservationPolicy::default(),
             suspend_thresholds: crate::core::event::SuspendThresholds {
                 thresholds: vec![("np_load_avg".into(), 1_750), ("mem_used".into(), 8_000_000)],
                 interval_ms: 60_000,
@@ -288,6 +291,7 @@ pub fn every_event() -> Vec<Event> {
                 job_bytes_max: 64 << 20,
                 work_dir_retention_ms: 600_000,
             },
+            fbsng: sample_fbsng_policy(),
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -555,6 +559,8 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     project_priority,
                     soft: soft.unwrap_or_default(),
                     span: if flags[0] { crate::core::event::Span::Site } else { crate::core::event::Span::Engine },
+                    reserve: flags[1],
+                    process_type: if flags[1] { "cms".into() } else { String::new() },
                 }
             },
         );
@@ -756,7 +762,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
         (
-            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila)],
+            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila), Just(Algorithm::Fbsng)],
             arb_sge_policy(),
             arb_queue_sort(),
             (
@@ -790,6 +796,10 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 ),
             )| {
                 Policy {
+                    reservation: crate::core::event::ReservationPolicy {
+                        max_reservation: max_running_tasks % (crate::core::event::MAX_RESERVATION_MAX + 1),
+                        default_duration_ms: 1 + seed % u64::MAX,
+                    },
                     suspend_thresholds: crate::core::event::SuspendThresholds {
                         thresholds: vec![("np_load_avg".into(), (work_dir_retention_ms % 5_000) as i64)],
                         interval_ms: 1 + cycle_interval_ms % 1_000_000,
@@ -818,9 +828,26 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     job_retention_ms,
                     sge,
                     queue_sort_method,
+                    fbsng: if simultaneous_projects { sample_fbsng_policy() } else { Default::default() },
                 }
             },
         )
+}
+
+/// An FBSNG policy using every field.
+fn sample_fbsng_policy() -> crate::core::event::FbsngPolicy {
+    crate::core::event::FbsngPolicy {
+        queues: vec![
+            crate::core::event::FbsngQueue { name: "high".into(), qp_min: 5, qp_max: 100, qpi: 3, qpd: 1, qpg: 7, spg: 100 },
+            crate::core::schedule::fbsng::default_queue("background"),
+        ],
+        process_types: vec![crate::core::event::FbsngProcessType {
+            name: "cms".into(),
+            quota_slots: 200,
+            requirements: "project == \"cms\"".into(),
+        }],
+        min_run_interval_ms: 2_000,
+    }
 }
 
 /// A queue sort method and a load formula (Grid Engine's), as canonical forms.
@@ -876,6 +903,7 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 Just(Unschedulable::NoEngineHasEnoughSlots),
                 Just(Unschedulable::NoEngineMatchesRequirements),
                 Just(Unschedulable::LibraryNotPublished),
+                Just(Unschedulable::NoSiteHasEnoughSlots),
             ]
         )
             .prop_map(|(job, reason)| Order::MarkUnschedulable { job, reason }),

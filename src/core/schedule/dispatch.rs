@@ -47,6 +47,7 @@ use crate::core::state::{
 };
 
 pub use super::queue_sort::load_index;
+use super::reservation::{end_from, Reservations};
 use super::queue_sort::{SortKey, sort_key};
 
 /// What one task adds to an engine's score, on top of its job's.
@@ -326,7 +327,19 @@ pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<Engi
     if let Ordering::ResourceFirst(EngineOrder::Techila(order)) = &mut ordering {
         order.wait_for_copies(state, in_flight, orders.as_slice());
     }
-    fill_in_order(state, in_flight, lost, orders, ordering);
+    fill_in_order(state, in_flight, lost, orders, ordering, false);
+}
+
+/// The reservations a dispatch run over this state would make (for `why`):
+/// the run itself, its orders dropped.
+pub fn reservations_now(state: &State) -> Vec<super::reservation::Reservation> {
+    if state.policy.reservation.max_reservation == 0 {
+        return Vec::new();
+    }
+    let in_flight = InFlight::default();
+    let mut scratch = Orders::new();
+    let ordering = families::ordering(state, &in_flight);
+    fill_in_order(state, &in_flight, &BTreeSet::new(), &mut scratch, ordering, true)
 }
 
 /// The dispatch loop, in either shape a family's ordering asks for.
@@ -336,7 +349,8 @@ pub(crate) fn fill_in_order(
     lost: &BTreeSet<EngineIdx>,
     orders: &mut Orders,
     ordering: Ordering,
-) {
+    explaining: bool,
+) -> Vec<super::reservation::Reservation> {
     let mut run = Run {
         state,
         in_flight,
@@ -344,11 +358,15 @@ pub(crate) fn fill_in_order(
         budget: state.policy.dispatches_per_run_max as usize,
         n_dispatched: 0,
         exhausted: vec![false; state.categories().len()],
+        reservations: Reservations::default(),
+        positions: Vec::new(),
+        explaining,
     };
     match ordering {
         Ordering::JobFirst(order) => run.job_first(order, orders),
         Ordering::ResourceFirst(order) => run.resource_first(order, orders),
     }
+    run.reservations.made()
 }
 
 /// One run of the dispatch loop: the free engines and what the run has booked.
@@ -360,6 +378,14 @@ struct Run<'s> {
     n_dispatched: usize,
     /// Categories no free engine may take a task of, this run.
     exhausted: Vec<bool>,
+    /// The run's reservations ([`super::reservation`]).
+    reservations: Reservations,
+    /// Per engine index, its position among the candidates plus one (0: none);
+    /// built on the run's first reservation.
+    positions: Vec<u32>,
+    /// A run for `why` ([`reservations_now`]): it goes on without a free slot,
+    /// to find the reservations waiting jobs hold.
+    explaining: bool,
 }
 
 /// How serving a job ended.
@@ -433,7 +459,7 @@ impl JobWalk {
 
 impl Run<'_> {
     fn is_over(&self, orders: &Orders) -> bool {
-        self.candidates.is_empty() || self.n_dispatched == self.budget || !orders.has_room()
+        (self.candidates.is_empty() && !self.explaining) || self.n_dispatched == self.budget || !orders.has_room()
     }
 
     /// Job-first: the ordering names the next job; the job is served until it
@@ -448,7 +474,7 @@ impl Run<'_> {
                 break;
             }
             let job = state.job(j);
-            if self.exhausted[job.category.0 as usize] && job.conditions_are_empty() {
+            if self.exhausted[job.category.0 as usize] && job.conditions_are_empty() && !self.reservations.may_reserve(state, j) {
                 continue;
             }
             if job.n_wanting_dispatch() <= self.in_flight.dispatched_of_job(j) {
@@ -569,8 +595,11 @@ impl Run<'_> {
         let j = key.job;
         let job = state.job(j);
         let c = task_category(job, key.index);
-        if self.is_held(key) || self.exhausted[c.0 as usize] {
+        if self.is_held(key) {
             return TaskOutcome::PassedOver;
+        }
+        if self.exhausted[c.0 as usize] {
+            return self.reserve_or(key, c, TaskOutcome::PassedOver);
         }
         if job.options.span == crate::core::event::Span::Site {
             return self.serve_parallel(key, c, orders);
@@ -578,7 +607,11 @@ impl Run<'_> {
         let category = state.category(c);
         assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
         let task_rules = TaskRules::new(state, key);
-        let excluded = |e: EngineIdx| task_rules.check(e).is_err();
+        let reservations = &self.reservations;
+        let end_ms = if reservations.is_empty() { 0 } else { end_from(state, job, state.now_ms) };
+        let excluded = |e: EngineIdx| {
+            task_rules.check(e).is_err() || (!reservations.is_empty() && !reservations.allows(e, job.slots_per_task, end_ms))
+        };
         let task_scored = job
             .condition(key.index)
             .is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
@@ -591,18 +624,46 @@ impl Run<'_> {
             soft: job.soft.as_ref(),
         };
         let Some(at) = self.candidates.pick(c, category, &rules) else {
-            // Nothing free may take it. Unless the task's own rules were in the
-            // way, nothing free may take any task of the category this run.
-            let job_specific = task_rules.is_job_specific();
+            // Nothing free may take it. Unless the task's own rules (or its
+            // end past a reservation) were in the way, nothing free may take
+            // any task of the category this run.
+            let job_specific = task_rules.is_job_specific() || self.reservations.take_refused();
             if !job_specific {
                 self.exhausted[c.0 as usize] = true;
             }
             if c == job.category && !job_specific && job.conditions_are_empty() {
-                return TaskOutcome::JobDone;
+                return self.reserve_or(key, c, TaskOutcome::JobDone);
             }
-            return TaskOutcome::PassedOver;
+            return self.reserve_or(key, c, TaskOutcome::PassedOver);
         };
+        self.reservations.take_refused();
         self.dispatch(key, at, orders)
+    }
+
+    /// A task that cannot start now: if its job may reserve, it reserves the
+    /// slots it will need ([`super::reservation`]) and the job's walk ends;
+    /// otherwise `outcome`.
+    fn reserve_or(&mut self, key: TaskKey, c: CategoryIdx, outcome: TaskOutcome) -> TaskOutcome {
+        let state = self.state;
+        if !self.reservations.may_reserve(state, key.job) || state.task(key).is_live() {
+            return outcome;
+        }
+        if self.positions.is_empty() {
+            self.positions = vec![0; state.engines().len()];
+            for (at, candidate) in self.candidates.by_id.iter().enumerate() {
+                self.positions[candidate.engine.0 as usize] = at as u32 + 1;
+            }
+        }
+        let rules = TaskRules::new(state, key);
+        let eligible =
+            super::reservation::eligible_engines(&state.category(c).eligible).filter(|&e| rules.check(e).is_ok());
+        let (candidates, positions, in_flight) = (&self.candidates.by_id, &self.positions, self.in_flight);
+        let used = |e: EngineIdx| match positions.get(e.0 as usize).copied().unwrap_or(0) {
+            0 => state.engine(e).used.saturating_add(in_flight.booked_slots(e)),
+            at => candidates[at as usize - 1].used,
+        };
+        self.reservations.reserve(state, key, eligible, used);
+        TaskOutcome::JobDone
     }
 
     /// A task of span `site`: all its slots at once over engines of one site
@@ -615,21 +676,27 @@ impl Run<'_> {
         }
         let category = state.category(c);
         let task_rules = TaskRules::new(state, key);
+        let end_ms = end_from(state, job, state.now_ms);
         let mut ranked: Vec<(Rank, super::parallel::Offer)> = Vec::new();
         for (at, candidate) in self.candidates.by_id.iter().enumerate() {
             let e = candidate.engine;
             if candidate.used >= candidate.slots || !category.is_eligible(e) || task_rules.check(e).is_err() {
                 continue;
             }
+            let free = self.reservations.usable(e, candidate.slots - candidate.used, end_ms);
+            if free == 0 {
+                continue;
+            }
             let score = job_score(state, job, e) + task_score(state, job, key.index, e);
             let unmet = soft_unmet(state, job.soft.as_ref(), e);
             let rank = (self.candidates.tier(candidate), unmet, -score, self.candidates.load(candidate), at as u32);
-            ranked.push((rank, super::parallel::Offer { engine: e, at: at as u32, free: candidate.slots - candidate.used }));
+            ranked.push((rank, super::parallel::Offer { engine: e, at: at as u32, free }));
         }
         ranked.sort_unstable_by_key(|&(rank, _)| rank);
         let Some(parts) = super::parallel::fill_up(state, job.slots_per_task, ranked.into_iter().map(|(_, offer)| offer))
         else {
-            return if job.conditions_are_empty() { TaskOutcome::JobDone } else { TaskOutcome::PassedOver };
+            let outcome = if job.conditions_are_empty() { TaskOutcome::JobDone } else { TaskOutcome::PassedOver };
+            return self.reserve_or(key, c, outcome);
         };
         let attempt = state.task(key).attempts + 1;
         let named: Vec<(EngineIdx, u32)> = parts.iter().map(|(offer, slots)| (offer.engine, *slots)).collect();
@@ -638,6 +705,7 @@ impl Run<'_> {
         }
         for (offer, slots) in parts {
             self.candidates.book(offer.at, slots);
+            self.reservations.booked(offer.engine, slots, end_ms);
         }
         self.n_dispatched += 1;
         TaskOutcome::Booked
@@ -647,6 +715,9 @@ impl Run<'_> {
         let state = self.state;
         let job = state.job(key.job);
         let e = self.candidates.book(at, job.slots_per_task);
+        if !self.reservations.is_empty() {
+            self.reservations.booked(e, job.slots_per_task, end_from(state, job, state.now_ms));
+        }
         let engine = state.engine(e);
         let task = state.task(key);
         let dispatch = Order::Dispatch {

@@ -25,6 +25,7 @@
 //! | `sge-plain` | [`super::sge`] | job-first: `-p`, then FCFS or `user_sort` |
 //! | `sgeee` | [`super::sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
 //! | `techila` | [`super::techila`] | resource-first: fastest free core, one project per user in a seeded ticket draw, license cap |
+//! | `fbsng` | [`super::fbsng`] | job-first: queues of dynamic priorities with gaps, sections of dynamic priorities, process-type quotas |
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -50,13 +51,14 @@ pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
         Algorithm::Techila => {
             Ordering::ResourceFirst(EngineOrder::Techila(Box::new(super::techila::TechilaOrder::new(state, in_flight))))
         }
+        Algorithm::Fbsng => Ordering::JobFirst(JobOrder::Fbsng(Box::new(super::fbsng::FbsngOrder::new(state, in_flight)))),
     }
 }
 
 /// The family's own filters for the task on engine `e`, after the shared ones.
 pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => Ok(()),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => Ok(()),
     }
 }
 
@@ -64,14 +66,14 @@ pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> 
 /// conclude from one task that no free engine may take its category).
 pub fn has_filters(state: &State) -> bool {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => false,
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => false,
     }
 }
 
 /// The family's own lifecycle stages, run after the shared ones and before dispatch.
 pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee => {}
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng => {}
         Algorithm::Techila => {
             super::techila::expiry::copy_expired_tasks(state, in_flight, orders);
             super::techila::preempt_lowest(state, in_flight, orders);
@@ -126,6 +128,8 @@ pub enum JobOrder<'s> {
     Fcfs(std::collections::btree_set::Iter<'s, JobRank>),
     /// An order that moves as the run books tasks.
     Moving(MovingOrder),
+    /// FBSNG's queues and sections ([`super::fbsng`]), moving as the run books.
+    Fbsng(Box<super::fbsng::FbsngOrder>),
 }
 
 impl JobOrder<'_> {
@@ -133,17 +137,20 @@ impl JobOrder<'_> {
         match self {
             JobOrder::Fcfs(ranks) => ranks.next().map(|rank| rank.job),
             JobOrder::Moving(order) => order.next(state),
+            JobOrder::Fbsng(order) => order.next(state),
         }
     }
 
     pub fn moves_on_booking(&self) -> bool {
-        matches!(self, JobOrder::Moving(_))
+        matches!(self, JobOrder::Moving(_) | JobOrder::Fbsng(_))
     }
 
     /// The run booked one task of `j` (only asked of an order that moves).
     pub fn booked(&mut self, state: &State, j: JobIdx) {
-        if let JobOrder::Moving(order) = self {
-            order.booked(state, j);
+        match self {
+            JobOrder::Moving(order) => order.booked(state, j),
+            JobOrder::Fbsng(order) => order.booked(state, j),
+            JobOrder::Fcfs(_) => {}
         }
     }
 
@@ -151,6 +158,7 @@ impl JobOrder<'_> {
         match self {
             JobOrder::Fcfs(_) => "priority-then-submission",
             JobOrder::Moving(order) => order.rule.name(),
+            JobOrder::Fbsng(_) => "fbsng-queue-and-section-priority",
         }
     }
 
@@ -161,6 +169,7 @@ impl JobOrder<'_> {
                 vec![("priority", i64::from(job.priority)), ("submitted_seq", job.submit_seq.0 as i64)]
             }
             JobOrder::Moving(order) => order.figures(state, j),
+            JobOrder::Fbsng(order) => order.figures(state, j),
         }
     }
 }

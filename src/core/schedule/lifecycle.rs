@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::{InFlight, Orders};
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
-use crate::core::state::{Category, EngineIdx, State, TaskKey};
+use crate::core::state::{Category, EngineIdx, JobIdx, State, TaskKey};
 
 /// Most timer-driven orders of each kind in one run, so a long silence cannot
 /// produce an unbounded batch; the rest fire on the next run.
@@ -131,6 +131,34 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
             }
         }
     }
+    // Site tasks whose category engines fit one by one, but no site holds all
+    // their slots (`parallel::site_unschedulable`).
+    for (c, category) in state.categories().iter().enumerate() {
+        if category.is_vacant() || why_unschedulable(state, category).is_some() {
+            continue;
+        }
+        for &j in &category.jobs {
+            let job = state.job(j);
+            let candidate = job.category.0 as usize == c
+                && job.options.span == crate::core::event::Span::Site
+                && job.unschedulable.is_none()
+                && job.counts.waiting > 0
+                && !in_flight.is_flagged(j);
+            if let Some(reason) = candidate.then(|| super::parallel::site_unschedulable(state, j)).flatten() {
+                if n_flagged == UNSCHEDULABLE_PER_RUN_MAX || !orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason }) {
+                    return;
+                }
+                n_flagged += 1;
+            }
+        }
+    }
+}
+
+/// Why job `j` could never run on the engines logged in: its category's
+/// reason ([`why_unschedulable`]), or a site task's
+/// ([`super::parallel::site_unschedulable`]). What the fold re-checks.
+pub fn why_job_unschedulable(state: &State, j: JobIdx) -> Option<Unschedulable> {
+    why_unschedulable(state, state.category(state.job(j).category)).or_else(|| super::parallel::site_unschedulable(state, j))
 }
 
 /// Why no logged-in engine could ever run a category's tasks, if none could. An

@@ -46,12 +46,14 @@ pub mod budget;
 pub mod dependencies;
 pub mod dispatch;
 pub mod families;
+pub mod fbsng;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
 pub mod parallel;
 pub mod queue_sort;
 pub mod redundancy;
+pub mod reservation;
 pub mod sge;
 pub mod sgeee;
 pub mod soft;
@@ -67,6 +69,8 @@ mod gridserver_tests;
 mod parallel_tests;
 #[cfg(test)]
 mod queue_sort_tests;
+#[cfg(test)]
+mod reservation_tests;
 #[cfg(test)]
 mod retire_tests;
 #[cfg(test)]
@@ -91,7 +95,9 @@ use super::state::State;
 /// 5: Techila's tickets are a fixed numerator over a project's own ranking
 /// (not the sum of the entrants' rankings), its creation rank counts the run's
 /// projects, and the draw takes the entrants in class order (`techila::tickets`).
-pub const ALGORITHM_VERSION: u32 = 5;
+/// 6: a `span = "site"` task no site's logged-in engines could hold is flagged
+/// unschedulable (`no-site-has-enough-slots`, `lifecycle::unschedulable`).
+pub const ALGORITHM_VERSION: u32 = 6;
 
 /// The next orders, given the state folded so far and the orders in flight.
 /// Every stage is capped, and all draw from one [`Orders`] budget, so the batch

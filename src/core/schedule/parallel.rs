@@ -26,11 +26,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{InFlight, Orders};
-use crate::core::event::{Order, ParallelPart, RequeueReason, Span, PARALLEL_PARTS_MAX};
+use crate::core::event::{Order, ParallelPart, RequeueReason, Span, Unschedulable, PARALLEL_PARTS_MAX};
 use crate::core::fold::{check_engine_state, check_engine_takes};
 use crate::core::ids::{Attempt, EngineId};
 use crate::core::reject::{OrderProblem, PartsProblem};
-use crate::core::state::{BookedPart, EngineIdx, State, TaskKey, TaskStatus};
+use crate::core::state::{BookedPart, EngineIdx, EngineStatus, JobIdx, State, TaskKey, TaskStatus};
 
 /// Most `part-lost` requeues one run orders.
 pub const PART_LOST_REQUEUES_PER_RUN_MAX: usize = 256;
@@ -260,4 +260,34 @@ pub fn parts_of_task(state: &State, key: TaskKey) -> Vec<(String, u32)> {
         .parts_of(key, live.attempt)
         .map(|parts| parts.iter().map(|part| (state.engine(part.engine).id.to_string(), part.slots)).collect())
         .unwrap_or_default()
+}
+
+/// The most slots a `span = "site"` task of job `j` could ever hold at once:
+/// for each site, the slots of its logged-in engines the job's category fits
+/// (requirements met, a slot or more; a root library they lack they can
+/// sync), the [`PARALLEL_PARTS_MAX`] largest of them summed; the best site's.
+pub fn site_slots_max(state: &State, j: JobIdx) -> u32 {
+    let category = state.category(state.job(j).category);
+    let mut by_site: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for engine in state.engines() {
+        if engine.status == EngineStatus::LoggedIn && !engine.props.site.is_empty() && category.fits(engine) {
+            by_site.entry(engine.props.site.as_str()).or_default().push(engine.slots);
+        }
+    }
+    by_site
+        .into_values()
+        .map(|mut slots| {
+            slots.sort_unstable_by(|a, b| b.cmp(a));
+            slots.iter().take(PARALLEL_PARTS_MAX).fold(0u32, |sum, &n| sum.saturating_add(n))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Why a `span = "site"` job could never start with the engines logged in:
+/// no site has its slots ([`site_slots_max`]); `None` for other jobs.
+pub fn site_unschedulable(state: &State, j: JobIdx) -> Option<Unschedulable> {
+    let job = state.job(j);
+    (job.options.span == Span::Site && site_slots_max(state, j) < job.slots_per_task)
+        .then_some(Unschedulable::NoSiteHasEnoughSlots)
 }

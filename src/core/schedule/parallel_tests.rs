@@ -75,16 +75,21 @@ fn a_site_task_waits_while_no_site_has_all_its_slots_free() {
     log.login("b1", 2, linux_props("bern", 8192));
     log.submit(site_job("mpi", 1, 4));
     let mut state = State::new();
+    // No site holds 4 slots: flagged unschedulable once (it still waits).
     check(&mut log, &mut state, expect![[r#"
-        (no orders)
+        unschedulable mpi (no-site-has-enough-slots)
     "#]]);
     assert_eq!(status(&state, "mpi", 0), TaskStatus::Waiting);
-    // A second engine in bern makes 4 there.
+    let flag = |state: &State| state.job(state.job_idx(&crate::core::ids::JobId::new("mpi").unwrap()).unwrap()).unschedulable;
+    assert_eq!(flag(&state), Some(crate::core::event::Unschedulable::NoSiteHasEnoughSlots));
+    assert_eq!(super::tests::decide_once(&mut log, &mut state), "(no orders)\n");
+    // A second engine in bern makes 4 there: the flag goes and the task starts.
     log.login("b2", 2, linux_props("bern", 8192));
     check(&mut log, &mut state, expect![[r#"
         dispatch mpi/0 #1 -> b1 (master of b1:2 b2:2)
         dispatch mpi/0 #1 -> b2 (part of b1:2 b2:2)
     "#]]);
+    assert_eq!(flag(&state), None);
 }
 
 #[test]
@@ -316,4 +321,17 @@ fn slots_of_zero_or_beyond_the_cap_refuse_the_job() {
         ]
     );
     assert!(state.job_idx(&job_id("most")).is_some());
+}
+
+#[test]
+fn a_forged_site_unschedulable_flag_for_a_task_a_site_could_hold_is_refused() {
+    let (state, rejections) = fold_forged(|_| {
+        vec![Order::MarkUnschedulable {
+            job: crate::core::ids::JobId::new("mpi").unwrap(),
+            reason: crate::core::event::Unschedulable::NoSiteHasEnoughSlots,
+        }]
+    });
+    assert_eq!(problems(&rejections), vec![OrderProblem::JobIsSchedulable]);
+    let mpi = state.job(state.job_idx(&crate::core::ids::JobId::new("mpi").unwrap()).unwrap());
+    assert_eq!(mpi.unschedulable, None);
 }

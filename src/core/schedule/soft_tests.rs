@@ -136,8 +136,11 @@ fn why_says_soft_request_unmet_and_names_the_engines_that_would_meet_it() {
         why.contains("soft request unmet: a does not meet `gpu == \"yes\"`; engines that would: g1, g2"),
         "{why}"
     );
+    assert!(why.contains("ranking (tier, then the soft request met, then score"), "the header names the soft request: {why}");
+    assert!(why.contains("-> a: tier 0, soft request unmet"), "{why}");
     let why = explain(&state, &task("blocker", 0)).unwrap().to_string();
-    assert!(!why.contains("soft request unmet"), "{why}");
+    assert!(!why.contains("soft request unmet:"), "{why}");
+    assert!(why.contains("-> g1: tier 0, soft request met"), "{why}");
     // A snapshot keeps the request, compiled again on load.
     let loaded = State::from_snapshot(&state.to_snapshot()).unwrap();
     assert_eq!(explain(&loaded, &task("late", 0)).unwrap().to_string(), explain(&state, &task("late", 0)).unwrap().to_string());

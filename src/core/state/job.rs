@@ -250,6 +250,9 @@ pub struct Job {
     pub queue: String,
     pub priority: i32,
     pub submit_seq: Seq,
+    /// FBSNG's section priority of the job's waiting tasks: how many sections
+    /// of its queue submitted after it started before it (`state::fbsng`).
+    pub fbsng_section_priority: u32,
     pub submitted_ms: u64,
     pub ended_ms: Option<u64>,
     pub category: CategoryIdx,
@@ -384,6 +387,7 @@ impl Job {
             owner: spec.owner.clone(),
             project: spec.project.clone(),
             queue: spec.queue.clone(),
+            fbsng_section_priority: 0,
             priority: spec.priority,
             submit_seq,
             submitted_ms,

@@ -29,6 +29,7 @@ mod suspension;
 pub mod thresholds;
 mod ops;
 pub mod parallel;
+pub mod fbsng;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -160,6 +161,11 @@ impl Category {
         } else {
             self.eligible[e / 64] &= !(1 << (e % 64));
         }
+    }
+    /// Whether the engine's properties satisfy the requirements and it has the
+    /// category's slots (a root library it lacks it can sync).
+    pub fn fits(&self, engine: &Engine) -> bool {
+        self.admits(engine).fits
     }
     fn expr(&self) -> &Expr {
         self.expr.as_ref().expect("category expressions are rebuilt after every load")
@@ -315,6 +321,8 @@ pub struct State {
     pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
     /// Parallel tasks' companion bookings on other engines (see `parallel.rs`).
     pub(crate) parallel: ParallelBookings,
+    /// FBSNG's queue priorities and last run (see `fbsng.rs`).
+    pub fbsng: fbsng::FbsngState,
 }
 
 impl State {

@@ -101,6 +101,17 @@ impl State {
         candidates
     }
 
+    /// The attempts on engine `e` the threshold rule holds suspended, and why,
+    /// in (job, task, attempt) order: for `gridfold stat`.
+    pub fn threshold_suspended_on(&self, e: EngineIdx) -> Vec<(TaskKey, Attempt, &ThresholdCause)> {
+        self.suspension
+            .by_threshold
+            .iter()
+            .filter(|&(&(key, attempt), _)| self.live_attempt_numbered(key, attempt).is_some_and(|live| live.engine == e))
+            .map(|(&(key, attempt), cause)| (key, attempt, cause))
+            .collect()
+    }
+
     /// Why the attempt is suspended by a threshold, if it is.
     pub fn suspended_by_threshold(&self, key: TaskKey, attempt: Attempt) -> Option<&ThresholdCause> {
         self.suspension.by_threshold.get(&(key, attempt))

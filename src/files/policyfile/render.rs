@@ -44,6 +44,8 @@ pub fn policy_file_text(policy: &Policy) -> String {
     }
     secs(&mut top, &mut notes, "suspend_interval_secs", thresholds.interval_ms);
     top.insert("nsuspend".into(), int(u64::from(thresholds.nsuspend)));
+    top.insert("max_reservation".into(), int(u64::from(policy.reservation.max_reservation)));
+    secs(&mut top, &mut notes, "default_duration_secs", policy.reservation.default_duration_ms);
 
     let mut load_formula = Table::new();
     load_formula.insert("slots_weight".into(), int(u64::from(policy.load_formula.slots_weight)));
@@ -83,6 +85,10 @@ pub fn policy_file_text(policy: &Policy) -> String {
     output.insert("job_bytes_max".into(), int(o.job_bytes_max));
     secs(&mut output, &mut notes, "work_dir_retention_secs", o.work_dir_retention_ms);
     top.insert("output".into(), Value::Table(output));
+
+    if policy.fbsng != crate::core::event::FbsngPolicy::default() {
+        top.insert("fbsng".into(), Value::Table(super::fbsng::render(&policy.fbsng)));
+    }
 
     let mut text: String = notes.iter().map(|note| format!("# note: {note}\n")).collect();
     text += &toml::to_string(&top).unwrap_or_else(|e| format!("# the policy has no TOML form: {e}\n"));
@@ -224,7 +230,7 @@ mod tests {
 
     /// Files that set every part of the policy: what `policy show` prints of
     /// each reads back as the same policy.
-    const FILES: [&str; 5] = [
+    const FILES: [&str; 6] = [
         "",
         super::super::sge::tests::TICKET_MODE,
         r#"
@@ -256,6 +262,22 @@ job_bytes_max = 0
 work_dir_retention_secs = 60
 "#,
         "job_retention_secs = 600\ndispatches_per_run_max = 7\n",
+        r#"
+algorithm = "fbsng"
+[fbsng]
+min_run_interval_secs = 2
+[[fbsng.queues]]
+name = "high"
+qp_min = 5
+qpg = 7
+qpi = 3
+[[fbsng.queues]]
+name = "background"
+[[fbsng.process_types]]
+name = "cms"
+quota_slots = 200
+requirements = 'project == "cms"'
+"#,
     ];
 
     #[test]

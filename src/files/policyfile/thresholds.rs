@@ -10,7 +10,7 @@ use super::{FileError, FileText};
 use crate::core::event::{SuspendThresholds, NSUSPEND_MAX, SUSPEND_INTERVAL_MS_MAX, SUSPEND_THRESHOLDS_MAX};
 use crate::core::load::{check_name, LOAD_VALUE_MILLI_MAX};
 
-pub(super) fn suspend_thresholds(
+pub(crate) fn suspend_thresholds(
     file_text: FileText<'_>,
     list: &Option<Spanned<String>>,
     interval_secs: &Option<Spanned<u64>>,
@@ -57,7 +57,7 @@ pub(super) fn suspend_thresholds(
 }
 
 /// "1.75" -> 1750, "-2" -> -2000; at most three decimals and 18 digits.
-fn decimal_milli(text: &str) -> Option<i64> {
+pub(crate) fn decimal_milli(text: &str) -> Option<i64> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),

@@ -73,7 +73,11 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// job its compiled soft request; the policy its suspend thresholds, the
 /// suspensions which attempts a threshold suspended and each engine's suspend
 /// interval; the state its parallel tasks' companion bookings (`ParallelBookings`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 12;
+/// 13: the policy its reservation settings (`max_reservation`,
+/// `default_duration`), a job's options its `reserve` (ge-reserve); FBSNG's
+/// queues and process types in the policy, a job its process type and section
+/// priority, the state its queue priorities (`state::fbsng`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 13;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

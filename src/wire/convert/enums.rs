@@ -47,6 +47,7 @@ enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unsched
     NoEngineMatchesRequirements,
     NoEngineHasEnoughSlots,
     LibraryNotPublished,
+    NoSiteHasEnoughSlots,
 });
 enum_both_ways!(reschedule_reason_to_proto, reschedule_reason: RescheduleReason <=> RescheduleReason {
     TaskMaxTime,

@@ -179,6 +179,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     };
     Ok(JobOptions {
         span,
+        reserve: m.reserve,
         project_priority,
         root_library: m
             .root_library
@@ -199,6 +200,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         job_share,
         tasks_total: m.tasks_total,
         soft: m.soft,
+        process_type: super::fbsng::process_type(m.process_type)?,
     })
 }
 
@@ -349,6 +351,8 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         output: super::output::output(m.output).map_err(|e| e.within("output"))?,
         suspend_thresholds: super::thresholds::thresholds(m.suspend_thresholds)
             .map_err(|e| e.within("suspend_thresholds"))?,
+        reservation: super::reservation::reservation(m.reservation).map_err(|e| e.within("reservation"))?,
+        fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
     })
 }
 

@@ -42,6 +42,7 @@ macro_rules! redundancy_fields {
 }
 
 mod enums;
+mod fbsng;
 mod fields;
 mod from_proto;
 mod orders;
@@ -50,6 +51,7 @@ mod sge;
 pub use sge::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
 mod techila;
 mod thresholds;
+mod reservation;
 mod tier;
 mod to_proto;
 
@@ -162,7 +164,7 @@ const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
 /// one is added and not listed here.
-const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila];
+const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila, Algorithm::Fbsng];
 const _: fn(Algorithm) = |algorithm| match algorithm {
-    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila => {}
+    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => {}
 };

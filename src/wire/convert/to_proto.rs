@@ -95,11 +95,13 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
             crate::core::event::Span::Site => proto::Span::Site as i32,
         },
         cancel_redundant_on_first_result: options.cancel_redundant_on_first_result,
+        reserve: options.reserve,
         deadline_ms: options.deadline_ms,
         job_share: (options.job_share != 0).then_some(options.job_share),
         tasks_total: options.tasks_total,
         project_priority: options.project_priority,
         soft: options.soft.clone(),
+        process_type: options.process_type.clone(),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -249,6 +251,8 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             techila: super::techila::techila_to_proto(&policy.techila),
             output: super::output::output_to_proto(&policy.output),
             suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
+            reservation: super::reservation::reservation_to_proto(&policy.reservation),
+            fbsng: super::fbsng::fbsng_to_proto(&policy.fbsng),
         }),
         Event::EngineReports { engine, reports } => P::EngineReports(proto::EngineReports {
             engine: engine.to_string(),

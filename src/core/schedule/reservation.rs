@@ -1,0 +1,359 @@
+//! Resource reservation and backfilling (Grid Engine's sched_conf(5)
+//! `max_reservation` and `default_duration`, and `qsub -R y`).
+//!
+//! With the policy's `max_reservation > 0`, a waiting task of a job that asks
+//! for it (`reserve = true`, JobOptions 18) and that no free engine can take
+//! now *reserves* the slots it will need: in the dispatch run, jobs in priority
+//! order, the first `max_reservation` such jobs each reserve for their first
+//! task that cannot start. When the slots will free is read from the folded
+//! state: each live attempt ends at its dispatch time (log time) plus its
+//! job's `wall_time_limit_ms`, or the policy's `default_duration_ms` for a job
+//! without one; a companion part of a parallel attempt frees with its master.
+//! Slots booked by orders in flight, or earlier in the same run, are counted
+//! as never freeing (they have no dispatch time yet): a reservation may come
+//! later than it could, never earlier.
+//!
+//! - span `engine`: the engine of the task's candidates where its slots are
+//!   free soonest (ties by engine id) is reserved from that time;
+//! - span `site`: the site where its slots are free soonest (ties by site
+//!   name), each of its engines giving what is free by then, in engine id order.
+//!
+//! Every later task of the run (lower priority) may use a reserved engine's
+//! slots only if it *backfills*: its own end (now plus its wall-time limit, or
+//! `default_duration_ms`) comes no later than the reservation's start; or if
+//! the engine has slots to spare at that start beyond the reservation (its
+//! *surplus*, which such tasks use up). Two reservations of one run share no
+//! engine. Nothing is stored: the reservation is derived again in every run
+//! from the state, so replay and `--verify` re-derive it, and no event is new.
+//!
+//! Cost: the live attempts' ends are gathered once per run, on the first
+//! reservation (one pass over the live attempts); each reservation then walks
+//! the engines eligible for the task's category (a bitset) and the releases
+//! on them. A run without a reserving job that cannot start pays nothing.
+//!
+//! What it does not do: reservations under resource-first families (Techila
+//! reserves nothing), per-task reservations within one job (the job reserves
+//! once), and preemption to honour a reservation.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::event::Span;
+use crate::core::state::{EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey};
+
+/// One reservation of the run: the task, when its slots are expected free,
+/// and the slots it holds on each engine from then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub key: TaskKey,
+    pub start_ms: u64,
+    /// (engine, slots), in engine index order.
+    pub parts: Vec<(EngineIdx, u32)>,
+}
+
+/// When a task of this job would end if it started at `from_ms`: its
+/// wall-time limit, or the policy's `default_duration_ms` (saturating).
+pub fn end_from(state: &State, job: &Job, from_ms: u64) -> u64 {
+    let limit = if job.wall_time_limit_ms > 0 { job.wall_time_limit_ms } else { state.policy.reservation.default_duration_ms };
+    from_ms.saturating_add(limit)
+}
+
+/// The reservations of one run and the rule they impose on later tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Reservations {
+    made: Vec<Reservation>,
+    jobs: BTreeSet<JobIdx>,
+    /// Per reserved engine: (reservation start, slots to spare at it).
+    engines: BTreeMap<EngineIdx, (u64, u32)>,
+    /// Per engine, the releases of its live attempts (end, slots), sorted;
+    /// gathered on the first reservation of the run.
+    releases: Option<BTreeMap<EngineIdx, Vec<(u64, u32)>>>,
+    /// Set when a check refused an engine because of a reservation.
+    refused: Cell<bool>,
+}
+
+impl Reservations {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.made.is_empty()
+    }
+
+    pub(crate) fn made(self) -> Vec<Reservation> {
+        self.made
+    }
+
+    /// Whether this job may reserve now: the policy allows more, it asks, and has not.
+    pub(crate) fn may_reserve(&self, state: &State, j: JobIdx) -> bool {
+        let max = state.policy.reservation.max_reservation as usize;
+        max > 0 && self.made.len() < max && state.job(j).options.reserve && !self.jobs.contains(&j)
+    }
+
+    /// Whether a task needing `slots` on engine `e`, ending at `end_ms`, may
+    /// book there: it backfills (ends by the reservation's start) or the
+    /// engine has that many slots to spare.
+    pub(crate) fn allows(&self, e: EngineIdx, slots: u32, end_ms: u64) -> bool {
+        let Some(&(start, surplus)) = self.engines.get(&e) else { return true };
+        let ok = end_ms <= start || slots <= surplus;
+        if !ok {
+            self.refused.set(true);
+        }
+        ok
+    }
+
+    /// The slots a task ending at `end_ms` may take of `free` on engine `e`.
+    pub(crate) fn usable(&self, e: EngineIdx, free: u32, end_ms: u64) -> u32 {
+        match self.engines.get(&e) {
+            Some(&(start, surplus)) if end_ms > start => free.min(surplus),
+            _ => free,
+        }
+    }
+
+    /// A task ending at `end_ms` booked `slots` on `e`: what it takes past a
+    /// reservation's start comes off the surplus.
+    pub(crate) fn booked(&mut self, e: EngineIdx, slots: u32, end_ms: u64) {
+        if let Some((start, surplus)) = self.engines.get_mut(&e)
+            && end_ms > *start
+        {
+            assert!(slots <= *surplus, "a booking past a reservation takes only its surplus");
+            *surplus -= slots;
+        }
+    }
+
+    /// Clears and returns whether a check refused an engine since the last call.
+    pub(crate) fn take_refused(&self) -> bool {
+        self.refused.replace(false)
+    }
+
+    /// Reserves for the task the slots it will need, if they ever free on the
+    /// engines `eligible` says it may use; `used(e)` is the engine's slots in
+    /// use now (this run's and in-flight bookings included). Returns whether
+    /// it reserved; the job counts as having tried either way.
+    pub(crate) fn reserve(
+        &mut self,
+        state: &State,
+        key: TaskKey,
+        eligible: impl Iterator<Item = EngineIdx>,
+        used: impl Fn(EngineIdx) -> u32,
+    ) -> bool {
+        self.jobs.insert(key.job);
+        let releases = self.releases.get_or_insert_with(|| releases_by_engine(state));
+        let job = state.job(key.job);
+        let now = state.now_ms;
+        // Per engine: its free slots now and its releases; engines reserved already are left out.
+        let mut offers: Vec<Offer> = Vec::new();
+        for e in eligible {
+            let engine = state.engine(e);
+            if engine.status != EngineStatus::LoggedIn || engine.drained || self.engines.contains_key(&e) {
+                continue;
+            }
+            let free = engine.slots.saturating_sub(used(e));
+            let on = releases.get(&e).map_or(&[][..], Vec::as_slice);
+            offers.push((e, free, on));
+        }
+        let found = match job.options.span {
+            Span::Engine => soonest_engine(now, job.slots_per_task, &offers),
+            Span::Site => soonest_site(state, now, job.slots_per_task, &offers),
+        };
+        let Some((start_ms, parts)) = found else { return false };
+        for &(e, slots, free_at_start) in &parts {
+            assert!(slots <= free_at_start, "a reservation takes what is free at its start");
+            let previous = self.engines.insert(e, (start_ms, free_at_start - slots));
+            assert!(previous.is_none(), "two reservations of a run share no engine");
+        }
+        self.made.push(Reservation { key, start_ms, parts: parts.into_iter().map(|(e, slots, _)| (e, slots)).collect() });
+        true
+    }
+}
+
+/// An engine a reservation may use: its index, free slots now, and releases (end, slots), sorted.
+type Offer<'a> = (EngineIdx, u32, &'a [(u64, u32)]);
+/// A reservation found: its start, and per engine (engine, slots taken, free at the start).
+type Found = (u64, Vec<(EngineIdx, u32, u32)>);
+
+/// The free slots of one engine at time `t`: free now plus what frees by then.
+fn free_at(free_now: u32, releases: &[(u64, u32)], t: u64) -> u32 {
+    releases.iter().take_while(|(end, _)| *end <= t).fold(free_now, |free, (_, slots)| free.saturating_add(*slots))
+}
+
+/// One engine with `needed` slots free soonest: (start, [(engine, needed, free at start)]).
+fn soonest_engine(now: u64, needed: u32, offers: &[Offer]) -> Option<Found> {
+    let mut best: Option<(u64, EngineIdx, u32)> = None;
+    for &(e, free, releases) in offers {
+        let mut at = (free >= needed).then_some((now, free));
+        let mut sum = free;
+        for &(end, slots) in releases {
+            if at.is_some_and(|(t, _)| end > t) {
+                break;
+            }
+            sum = sum.saturating_add(slots);
+            if sum >= needed {
+                at = Some((end.max(now), sum));
+            }
+        }
+        let Some((t, free_then)) = at else { continue };
+        let id = e;
+        if best.is_none_or(|(bt, be, _)| (t, id) < (bt, be)) {
+            best = Some((t, e, free_then));
+        }
+    }
+    best.map(|(t, e, free_then)| (t, vec![(e, needed, free_then)]))
+}
+
+/// The site with `needed` slots free soonest over its engines, and each
+/// engine's part then (engine index order).
+fn soonest_site(
+    state: &State,
+    now: u64,
+    needed: u32,
+    offers: &[Offer],
+) -> Option<Found> {
+    let mut sites: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (n, &(e, ..)) in offers.iter().enumerate() {
+        let site = state.engine(e).props.site.as_str();
+        if !site.is_empty() {
+            sites.entry(site).or_default().push(n);
+        }
+    }
+    let mut best: Option<(u64, &str)> = None;
+    for (&site, members) in &sites {
+        let mut sum: u32 = members.iter().map(|&n| offers[n].1).fold(0, u32::saturating_add);
+        let mut t = (sum >= needed).then_some(now);
+        if t.is_none() {
+            let mut events: Vec<(u64, u32)> = members.iter().flat_map(|&n| offers[n].2.iter().copied()).collect();
+            events.sort_unstable();
+            for (end, slots) in events {
+                sum = sum.saturating_add(slots);
+                if sum >= needed {
+                    t = Some(end.max(now));
+                    break;
+                }
+            }
+        }
+        if let Some(t) = t
+            && best.is_none_or(|(bt, bs)| (t, site) < (bt, bs))
+        {
+            best = Some((t, site));
+        }
+    }
+    let (start, site) = best?;
+    let mut members: Vec<usize> = sites[site].clone();
+    members.sort_unstable_by_key(|&n| offers[n].0);
+    let mut parts = Vec::new();
+    let mut left = needed;
+    for n in members {
+        let (e, free, releases) = offers[n];
+        let then = free_at(free, releases, start);
+        let take = then.min(left);
+        if take > 0 {
+            parts.push((e, take, then));
+            left -= take;
+        }
+        if left == 0 {
+            break;
+        }
+    }
+    assert_eq!(left, 0, "the site has the slots at the start found");
+    Some((start, parts))
+}
+
+/// Per engine, the releases of its live attempts and companion parts:
+/// (end, slots), sorted by end.
+fn releases_by_engine(state: &State) -> BTreeMap<EngineIdx, Vec<(u64, u32)>> {
+    let mut releases: BTreeMap<EngineIdx, Vec<(u64, u32)>> = BTreeMap::new();
+    for (key, live) in state.live_attempts() {
+        let job = state.job(key.job);
+        let end = end_from(state, job, live.dispatched_ms);
+        releases.entry(live.engine).or_default().push((end, state.attempt_slots(key, live.attempt)));
+    }
+    for (key, attempt, parts) in state.parallel().all() {
+        let Some(live) = state.live_attempt_numbered(key, attempt) else { continue };
+        let end = end_from(state, state.job(key.job), live.dispatched_ms);
+        for part in &parts[1..] {
+            releases.entry(part.engine).or_default().push((end, part.slots));
+        }
+    }
+    for list in releases.values_mut() {
+        list.sort_unstable();
+    }
+    releases
+}
+
+/// The engines a category's bitset marks eligible, in index order.
+pub(crate) fn eligible_engines(bits: &[u64]) -> impl Iterator<Item = EngineIdx> + '_ {
+    bits.iter().enumerate().flat_map(|(w, &word)| {
+        let mut word = word;
+        std::iter::from_fn(move || {
+            if word == 0 {
+                return None;
+            }
+            let bit = word.trailing_zeros();
+            word &= word - 1;
+            Some(EngineIdx(w as u32 * 64 + bit))
+        })
+    })
+}
+
+/// What `why` says about reservations for a waiting task.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum ReservationWhy {
+    /// The task holds a reservation: its slots per engine, and when they are
+    /// expected free (log time, ms).
+    Holds { parts: Vec<(String, u32)>, start_ms: u64, now_ms: u64 },
+    /// The task could take free slots an earlier task reserved, but its own
+    /// end (its wall-time limit, or `default_duration`) comes after the
+    /// reservation starts.
+    HeldOff { by: String, engine: String, start_ms: u64, end_ms: u64, now_ms: u64 },
+}
+
+/// Seconds from `now` to `t`, as a person reads them.
+fn after(now: u64, t: u64) -> String {
+    match t.saturating_sub(now) {
+        u64::MAX => "never".into(),
+        ms => format!("in {}.{} s", ms / 1000, ms % 1000 / 100),
+    }
+}
+
+impl std::fmt::Display for ReservationWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReservationWhy::Holds { parts, start_ms, now_ms } => {
+                let slots: u32 = parts.iter().map(|(_, slots)| slots).fold(0, |a, b| a.saturating_add(*b));
+                let named: Vec<String> = parts.iter().map(|(engine, slots)| format!("{engine}: {slots}")).collect();
+                write!(f, "reserved {slots} slots on {}, expected start at log time {start_ms} ({})", named.join(", "), after(*now_ms, *start_ms))
+            }
+            ReservationWhy::HeldOff { by, engine, start_ms, end_ms, now_ms } => write!(
+                f,
+                "waiting for a reservation: {by} reserves {engine}'s slots from log time {start_ms} ({}); my limit ends at {end_ms} ({})",
+                after(*now_ms, *start_ms),
+                after(*now_ms, *end_ms)
+            ),
+        }
+    }
+}
+
+/// The reservation rule's answer for a waiting task, from a dispatch run
+/// over the state (the run itself, so `why` cannot disagree with it).
+pub fn why(state: &State, key: TaskKey) -> Option<ReservationWhy> {
+    let reservations = super::dispatch::reservations_now(state);
+    let now_ms = state.now_ms;
+    if let Some(mine) = reservations.iter().find(|r| r.key == key) {
+        let parts = mine.parts.iter().map(|&(e, slots)| (state.engine(e).id.to_string(), slots)).collect();
+        return Some(ReservationWhy::Holds { parts, start_ms: mine.start_ms, now_ms });
+    }
+    let job = state.job(key.job);
+    let end_ms = end_from(state, job, now_ms);
+    let category = state.category(job.condition(key.index).and_then(|c| c.category).unwrap_or(job.category));
+    let rules = super::filters::TaskRules::new(state, key);
+    let needs = super::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+    for r in &reservations {
+        for &(e, _) in &r.parts {
+            let engine = state.engine(e);
+            let room = engine.free_slots() >= needs;
+            if end_ms > r.start_ms && room && category.is_eligible(e) && rules.check(e).is_ok() {
+                let by = state.task_ref(r.key).to_string();
+                return Some(ReservationWhy::HeldOff { by, engine: engine.id.to_string(), start_ms: r.start_ms, end_ms, now_ms });
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,105 @@
+//! FBSNG's folded state (see [`crate::core::schedule::fbsng`]): each queue's
+//! current priority and when the family last dispatched. A section's priority
+//! is its job's [`Job::fbsng_section_priority`](super::Job).
+//!
+//! Changed only here, by the fold, from entries it reads: a `PolicySet` aligns
+//! the priorities with the policy's queues (a queue kept by name keeps its
+//! priority, clamped to its new bounds; a new one starts at its `qp_min`); a
+//! section start read back (a `Dispatch`, or the master part of a
+//! `DispatchParallel`) moves the queue priorities and raises the section
+//! priority of every waiting job of the queue submitted before the one
+//! started; a batch with a start records the log time of the run. So replay
+//! reproduces every figure, and `schedule` only reads them.
+//!
+//! Only under `algorithm = "fbsng"`: under another family nothing here changes.
+
+use crate::core::event::{Algorithm, Entry, Event, Order, Payload};
+use crate::core::schedule::fbsng as family;
+
+use super::{State, TaskKey};
+
+/// Where FBSNG's figures stand, as folded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FbsngState {
+    /// Each queue of the policy in force (its name, then its priority), in the
+    /// policy's order; empty until an `fbsng` policy is folded.
+    pub queue_priorities: Vec<(String, i64)>,
+    /// Log time of the newest folded batch that started a section: the next
+    /// run that dispatches waits `min_run_interval` from it.
+    pub last_run_ms: u64,
+    /// Sections started since the policy was set, for `stat`.
+    pub n_started: u64,
+}
+
+impl FbsngState {
+    /// The priority of queue `q` (its position in the policy's queues).
+    pub fn priority(&self, q: usize) -> i64 {
+        self.queue_priorities.get(q).map_or(0, |(_, priority)| *priority)
+    }
+}
+
+/// Folds the entry just applied (`applied`: not rejected; a batch counts when its seal held).
+pub fn note_entry(state: &mut State, entry: &Entry, applied: bool) {
+    if state.policy.algorithm != Algorithm::Fbsng || !applied {
+        return;
+    }
+    let Payload::Event(envelope) = &entry.payload else { return };
+    match &envelope.event {
+        Event::PolicySet(_) => align_with_policy(state),
+        Event::OrderBatch(batch) => {
+            let starts = batch.orders.iter().any(|order| matches!(order, Order::Dispatch { .. } | Order::DispatchParallel { .. }));
+            if starts {
+                state.fbsng.last_run_ms = entry.time_ms.max(state.fbsng.last_run_ms);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Aligns the priorities with the queues of the policy in force.
+fn align_with_policy(state: &mut State) {
+    let queues = family::queues(&state.policy);
+    let aligned: Vec<(String, i64)> = queues
+        .iter()
+        .map(|queue| {
+            let kept = state.fbsng.queue_priorities.iter().find(|(name, _)| *name == queue.name).map(|(_, p)| *p);
+            (queue.name.clone(), kept.unwrap_or(queue.qp_min).clamp(queue.qp_min, queue.qp_max))
+        })
+        .collect();
+    state.fbsng.queue_priorities = aligned;
+}
+
+/// A section of `key`'s job started (its dispatch was read back).
+pub fn section_started(state: &mut State, key: TaskKey) {
+    if state.policy.algorithm != Algorithm::Fbsng {
+        return;
+    }
+    if state.fbsng.queue_priorities.is_empty() {
+        align_with_policy(state);
+    }
+    let queues = family::queues(&state.policy).into_owned();
+    let job = state.job(key.job);
+    let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { return };
+    let submitted = job.submit_seq;
+    let queue = job.queue.clone();
+    let mut priorities: Vec<i64> = state.fbsng.queue_priorities.iter().map(|(_, p)| *p).collect();
+    family::queue_started(&queues, &mut priorities, q);
+    for ((_, priority), new) in state.fbsng.queue_priorities.iter_mut().zip(priorities) {
+        *priority = new;
+    }
+    state.fbsng.n_started += 1;
+    // Every section of the queue submitted before this one and waiting was
+    // passed: its priority grows (FBSNG's section priority).
+    let passed: Vec<_> = state
+        .runnable_jobs()
+        .filter(|rank| rank.submit_seq < submitted && rank.job != key.job)
+        .map(|rank| rank.job)
+        .filter(|&j| state.job(j).queue == queue)
+        .collect();
+    for j in passed {
+        let section = &mut state.job_mut(j).fbsng_section_priority;
+        *section = section.saturating_add(1).min(family::SECTION_PRIORITY_MAX);
+    }
+    // The job's next section becomes ready now: its priority starts afresh.
+    state.job_mut(key.job).fbsng_section_priority = 0;
+}

@@ -1,0 +1,64 @@
+//! FBSNG's scheduler on a real grid: a real nats-server, a real `gridfold
+//! projector` and a real `gridfold engine`, under `algorithm = "fbsng"` set by
+//! `gridfold policy apply` (through `Cluster::start`).
+//!
+//! - Jobs submitted to the policy's two queues both run to the end, and
+//!   `gridfold stat --json` shows each queue's priority, moved by the starts.
+//! - A job naming a queue the policy does not define is refused: `gridfold
+//!   submit` exits 1 naming the known queues, and nothing of it is held.
+
+mod support;
+
+use std::time::Duration;
+
+use support::procs::Cluster;
+
+const POLICY: &str = "algorithm = \"fbsng\"\nengine_timeout_secs = 5\ndispatch_timeout_secs = 10\n\n\
+                      [fbsng]\nmin_run_interval_secs = 1\n\n\
+                      [[fbsng.queues]]\nname = \"high\"\nqp_min = 5\nqpg = 7\nqpi = 3\n\n\
+                      [[fbsng.queues]]\nname = \"background\"\nqpg = 100\n";
+
+fn stat(cluster: &Cluster) -> Result<serde_json::Value, String> {
+    let stdout = cluster.try_command(&["stat".as_ref(), "--json".as_ref()])?;
+    serde_json::from_str(stdout.trim()).map_err(|e| format!("stat --json: {e}: {stdout}"))
+}
+
+fn job_file(id: &str, queue: &str, tasks: u32) -> String {
+    format!("id = \"{id}\"\nowner = \"tester\"\nqueue = \"{queue}\"\ntasks = {tasks}\n\n[task]\nargv = [\"sh\", \"-c\", \"sleep 0.2\"]\n")
+}
+
+#[test]
+fn jobs_of_two_queues_run_and_a_job_of_an_unknown_queue_is_refused_with_exit_1_naming_the_known_ones() {
+    let mut cluster = Cluster::start(POLICY);
+    cluster.projector();
+    let work = cluster.path("e1-work");
+    cluster.engine("engine-e1", "e1", 2, &work);
+    cluster.wait_logged_in(&["e1"]);
+
+    for (id, queue, tasks) in [("bg", "background", 6), ("hi", "high", 4)] {
+        let file = cluster.write(&format!("{id}.toml"), &job_file(id, queue, tasks));
+        cluster.command(&["submit".as_ref(), file.as_os_str()]);
+    }
+    let bad = cluster.write("nowhere.toml", &job_file("lost", "nowhere", 1));
+    let refused = cluster.try_command(&["submit".as_ref(), bad.as_os_str()]).expect_err("an unknown queue is refused");
+    assert!(refused.contains("exit status: 1"), "{refused}");
+    assert!(refused.contains("unknown queue \"nowhere\"; known: high, background"), "{refused}");
+
+    let done = cluster.wait_for("both jobs done", Duration::from_secs(60), |cluster| {
+        let stat = stat(cluster)?;
+        let jobs = stat["jobs"].as_array().cloned().unwrap_or_default();
+        let done = |id: &str| jobs.iter().any(|job| job["id"] == id && job["status"] == "done");
+        if jobs.iter().any(|job| job["id"] == "lost") {
+            return Err(format!("the refused job is held: {stat}"));
+        }
+        if done("bg") && done("hi") { Ok(stat) } else { Err(stat.to_string()) }
+    });
+    let queues = done["fbsng_queues"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = queues.iter().filter_map(|queue| queue["name"].as_str()).collect();
+    assert_eq!(names, ["high", "background"], "{done}");
+    for queue in &queues {
+        assert!(queue["priority"].as_i64().is_some(), "{queue}");
+        assert_eq!(queue["waiting_sections"], 0, "{queue}");
+    }
+    assert_eq!(done["dispatches"], 10, "{done}");
+}
