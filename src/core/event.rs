@@ -614,6 +614,8 @@ pub struct Policy {
     /// see `schedule::reservation`.
     #[serde(default)]
     pub reservation: ReservationPolicy,
+    /// FBSNG's queues, process types and run interval (`fbsng`, see `schedule::fbsng`).
+    pub fbsng: FbsngPolicy,
 }
 
 /// Resource reservation and backfilling (Grid Engine's sched_conf(5)
@@ -639,8 +641,6 @@ impl Default for ReservationPolicy {
     fn default() -> Self {
         ReservationPolicy { max_reservation: 0, default_duration_ms: DEFAULT_DURATION_MS_DEFAULT }
     }
-    /// FBSNG's queues, process types and run interval (`fbsng`, see `schedule::fbsng`).
-    pub fbsng: FbsngPolicy,
 }
 
 /// FBSNG's scheduler settings (the seed's queue parameters and process

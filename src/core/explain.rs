@@ -411,6 +411,7 @@ impl std::fmt::Display for Explanation {
                 }
                 if let Some(reservation) = reservation {
                     writeln!(f, "  {reservation}")?;
+                }
                 if let Some(fbsng) = fbsng {
                     writeln!(f, "  fbsng: {fbsng}")?;
                 }

@@ -491,6 +491,9 @@ copies_per_task_max = 3
         assert_eq!(parse_policy("", "p.toml").unwrap().reservation, crate::core::event::ReservationPolicy::default());
         check_error("max_reservation = 1025\n", expect!["p.toml:1: max_reservation may be at most 1024, not 1025"]);
         check_error("default_duration_secs = 0\n", expect!["p.toml:1: default_duration_secs must be at least 1 second"]);
+    }
+
+    #[test]
     fn an_fbsng_section_is_read_with_defaults_and_bad_queues_name_the_line() {
         let policy = parse_policy(
             "algorithm = \"fbsng\"\n[fbsng]\n[[fbsng.queues]]\nname = \"high\"\nqp_min = 5\nqpg = 7\nqpi = 3\n",

@@ -162,5 +162,7 @@ mod sge_tests;
 mod techila_tests;
 #[cfg(test)]
 mod thresholds_tests;
+#[cfg(test)]
 mod reservation_tests;
+#[cfg(test)]
 mod fbsng_tests;
