@@ -423,9 +423,9 @@ fn endings(log: &Log) -> BTreeMap<(String, Attempt), String> {
             _ => {}
         }
     }
-    for (seq, event) in log.events() {
-        if let Event::TaskFailed { task, attempt, kind, .. } = event
-            && !log.rejected.contains(&seq)
+    for folded in log.folded() {
+        if let Event::TaskFailed { task, attempt, kind, .. } = &folded.event
+            && folded.accepted
         {
             ended.entry((task.to_string(), *attempt)).or_insert_with(|| format!("failed: {kind:?}"));
         }
@@ -597,11 +597,10 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
     let failovers = after(&leader_kills, &batch_times);
     // The pause a node's loss causes: to the next order batch, and to the next completion folded.
     let completion_times: Vec<u64> = log
-        .entries
+        .folded()
         .iter()
-        .filter(|entry| !log.rejected.contains(&entry.seq.0))
-        .filter(|entry| matches!(event(entry), Some(Event::TaskCompleted { .. })))
-        .map(|entry| entry.time_ms)
+        .filter(|folded| folded.accepted && matches!(folded.event, Event::TaskCompleted { .. }))
+        .map(|folded| folded.time_ms)
         .collect();
     let (node_to_batch, node_to_completion) = (after(&node_kills, &batch_times), after(&node_kills, &completion_times));
     assert_eq!(failovers.len(), leader_kills.len(), "an order batch after every kill of the leader: {leader_kills:?}");

@@ -235,8 +235,8 @@ impl<R: LogReader> Events<R> {
                 .next_batch(1_000, Duration::from_millis(200))
                 .await
             {
-                Ok(batch) => self.seen.extend(batch.entries.iter().map(|raw| {
-                    wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload)
+                Ok(batch) => self.seen.extend(batch.entries.iter().flat_map(|raw| {
+                    support::folded_log::split_reports(wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload))
                 })),
                 // The broker may be away (a restart test): the reader reconnects.
                 Err(err) => {
@@ -254,8 +254,8 @@ impl<R: LogReader> Events<R> {
             if batch.entries.is_empty() {
                 return;
             }
-            self.seen.extend(batch.entries.iter().map(|raw| {
-                wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload)
+            self.seen.extend(batch.entries.iter().flat_map(|raw| {
+                support::folded_log::split_reports(wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload))
             }));
         }
     }

@@ -706,9 +706,14 @@ impl Audit {
         };
         for raw in raw {
             let entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+            let before = matches!(entry.payload_event(), Some(Event::EngineReports { .. })).then(|| audit.state.clone());
             let rejections = fold(&mut audit.state, &entry);
             audit.state.check_invariants();
-            if let Payload::Event(Envelope { event, .. }) = &entry.payload {
+            let accepted = match &before {
+                Some(before) => support::folded_log::events_accepted(before, &entry, rejections.len()),
+                None => vec![rejections.is_empty(); entry.events().count()],
+            };
+            for (event, accepted) in entry.events().zip(accepted) {
                 match event {
                     Event::TaskStarted {
                         task,
@@ -726,7 +731,7 @@ impl Audit {
                         ..
                     } => {
                         audit.ended.insert((engine.clone(), task.clone(), *attempt));
-                        if rejections.is_empty() {
+                        if accepted {
                             audit.completions.entry(task.clone()).or_default().push((
                                 raw.seq,
                                 *attempt,

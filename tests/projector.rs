@@ -37,7 +37,7 @@ use gridfold::projector::service::{
     JetStreamOrderSink, KvLease, KvLeaseConfig, Lease, Projector, ProjectorConfig, ProjectorHandle,
     ProjectorReport, ProjectorStatus, SnapshotStore, StartPoint, spawn_query_responder,
 };
-use gridfold::wire::delivery::{DeliveryKind, decode_delivery, order_subject};
+use gridfold::wire::delivery::{DeliveryKind, decode_deliveries, order_subject};
 use gridfold::wire::{self, ORDERS_SUBJECT};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -120,35 +120,37 @@ async fn spawn_engine(
         let mut seen = BTreeSet::new();
         while let Some(message) = messages.next().await {
             let message = message.expect("an engine's message");
-            let delivery = decode_delivery(&engine, &message.payload).expect("a delivery");
+            let deliveries = decode_deliveries(&engine, &message.payload).expect("deliveries");
             message.ack().await.expect("ack");
-            if !seen.insert(delivery.id.clone()) {
-                continue;
-            }
-            let DeliveryKind::Run(run) = delivery.kind else {
-                continue;
-            };
-            runs.lock().unwrap().push((run.task.clone(), run.attempt));
-            publish(
-                &log,
-                Event::TaskStarted {
-                    task: run.task.clone(),
+            for delivery in deliveries {
+                if !seen.insert(delivery.id.clone()) {
+                    continue;
+                }
+                let DeliveryKind::Run(run) = delivery.kind else {
+                    continue;
+                };
+                runs.lock().unwrap().push((run.task.clone(), run.attempt));
+                publish(
+                    &log,
+                    Event::TaskStarted {
+                        task: run.task.clone(),
+                        attempt: run.attempt,
+                        engine: engine.clone(),
+                    },
+                )
+                .await;
+                tokio::time::sleep(work).await;
+                let completed = Event::TaskCompleted {
+                    task: run.task,
                     attempt: run.attempt,
                     engine: engine.clone(),
-                },
-            )
-            .await;
-            tokio::time::sleep(work).await;
-            let completed = Event::TaskCompleted {
-                task: run.task,
-                attempt: run.attempt,
-                engine: engine.clone(),
-                exit_code: 0,
-                cpu_ms: 1,
-                wall_ms: 1,
-                result: Vec::new(),
-            };
-            publish(&log, completed).await;
+                    exit_code: 0,
+                    cpu_ms: 1,
+                    wall_ms: 1,
+                    result: Vec::new(),
+                };
+                publish(&log, completed).await;
+            }
         }
     })
 }

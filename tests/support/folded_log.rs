@@ -17,6 +17,17 @@ pub struct Log {
     pub entries: Vec<Entry>,
     /// Sequences of entries the fold rejected (wholly or in part).
     pub rejected: BTreeSet<u64>,
+    /// Every event (an engine's batch split into its reports) with its entry's
+    /// sequence and log time, and whether the fold took it.
+    folded: Vec<FoldedEvent>,
+}
+
+/// One event of the log, as [`Log`] folded it.
+pub struct FoldedEvent {
+    pub seq: u64,
+    pub time_ms: u64,
+    pub event: Event,
+    pub accepted: bool,
 }
 
 impl Log {
@@ -24,17 +35,33 @@ impl Log {
         let entries = cluster.entries();
         let mut state = State::new();
         let mut rejected = BTreeSet::new();
+        let mut folded = Vec::new();
         for entry in &entries {
-            if !fold(&mut state, entry).is_empty() {
+            let before = matches!(entry.payload_event(), Some(Event::EngineReports { .. })).then(|| state.clone());
+            let rejections = fold(&mut state, entry).len();
+            if rejections > 0 {
                 rejected.insert(entry.seq.0);
+            }
+            let accepted = match &before {
+                Some(before) => events_accepted(before, entry, rejections),
+                None => vec![rejections == 0; entry.events().count()],
+            };
+            for (event, accepted) in entry.events().zip(accepted) {
+                folded.push(FoldedEvent { seq: entry.seq.0, time_ms: entry.time_ms, event: event.clone(), accepted });
             }
             state.check_invariants();
         }
-        Log { entries, rejected }
+        Log { entries, rejected, folded }
     }
 
+    /// Every event with its entry's sequence, an engine's batch split into its reports.
     pub fn events(&self) -> impl Iterator<Item = (u64, &Event)> {
-        self.entries.iter().filter_map(|e| event(e).map(|ev| (e.seq.0, ev)))
+        self.folded.iter().map(|folded| (folded.seq, &folded.event))
+    }
+
+    /// Every event as folded: with its sequence, time and whether the fold took it.
+    pub fn folded(&self) -> &[FoldedEvent] {
+        &self.folded
     }
 
     /// Every order of every batch the projector published, with its batch's sequence.
@@ -94,9 +121,9 @@ impl Log {
     /// The completions the fold accepted: task -> attempts.
     pub fn completions(&self) -> BTreeMap<TaskRef, Vec<Attempt>> {
         let mut done: BTreeMap<TaskRef, Vec<Attempt>> = BTreeMap::new();
-        for (seq, ev) in self.events() {
-            if let Event::TaskCompleted { task, attempt, .. } = ev
-                && !self.rejected.contains(&seq)
+        for folded in &self.folded {
+            if let Event::TaskCompleted { task, attempt, .. } = &folded.event
+                && folded.accepted
             {
                 done.entry(task.clone()).or_default().push(*attempt);
             }
@@ -130,3 +157,47 @@ impl Log {
     }
 }
 
+
+/// The entry as the events it holds, each its own entry (same sequence, time,
+/// origin and subject): an engine's batch of reports split, for tests that look
+/// at events one by one.
+pub fn split_reports(entry: gridfold::core::event::Entry) -> Vec<gridfold::core::event::Entry> {
+    use gridfold::core::event::{Event, Payload};
+    match &entry.payload {
+        Payload::Event(envelope) => match &envelope.event {
+            Event::EngineReports { reports, .. } => reports
+                .iter()
+                .map(|report| gridfold::core::event::Entry { payload: Payload::Event(report.clone()), ..entry.clone() })
+                .collect(),
+            _ => vec![entry],
+        },
+        Payload::Undecodable { .. } => vec![entry],
+    }
+}
+
+/// For each event of `entry` (see `Entry::events`), whether the fold accepted
+/// it, `before` being the state just before the entry: an engine's batch
+/// refused in part is folded prefix by prefix (each report's rejections follow
+/// the earlier ones') to tell which of its reports applied.
+pub fn events_accepted(before: &gridfold::core::state::State, entry: &gridfold::core::event::Entry, rejections: usize) -> Vec<bool> {
+    use gridfold::core::event::{Envelope, Event, Payload};
+    let events = entry.events().count();
+    let Some(Event::EngineReports { engine, reports }) = entry.payload_event() else {
+        return vec![rejections == 0; events];
+    };
+    if rejections == 0 {
+        return vec![true; events];
+    }
+    let refused_through = |n: usize| {
+        let prefix = gridfold::core::event::Entry {
+            payload: Payload::Event(Envelope {
+                id: [0; 16],
+                source: String::new(),
+                event: Event::EngineReports { engine: engine.clone(), reports: reports[..n].to_vec() },
+            }),
+            ..entry.clone()
+        };
+        if n == 0 { 0 } else { gridfold::core::fold::fold(&mut before.clone(), &prefix).len() }
+    };
+    (0..reports.len()).map(|n| refused_through(n + 1) == refused_through(n)).collect()
+}
