@@ -36,7 +36,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use gridfold::core::event::{EngineLoad, Envelope, Event, Order, Payload};
-use gridfold::core::fold::fold;
+use gridfold::core::fold::fold_events;
 use gridfold::core::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use gridfold::core::reject::Rejection;
 use gridfold::core::state::{EngineStatus, JobStatus, State, TaskStatus};
@@ -706,14 +706,9 @@ impl Audit {
         };
         for raw in raw {
             let entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
-            let before = matches!(entry.payload_event(), Some(Event::EngineReports { .. })).then(|| audit.state.clone());
-            let rejections = fold(&mut audit.state, &entry);
+            let gridfold::core::fold::Folded { rejections, applied } = fold_events(&mut audit.state, &entry);
             audit.state.check_invariants();
-            let accepted = match &before {
-                Some(before) => support::folded_log::events_accepted(before, &entry, rejections.len()),
-                None => vec![rejections.is_empty(); entry.events().count()],
-            };
-            for (event, accepted) in entry.events().zip(accepted) {
+            for (event, accepted) in entry.events().zip(applied) {
                 match event {
                     Event::TaskStarted {
                         task,

@@ -235,6 +235,19 @@ impl Event {
         }
     }
 
+    /// A task or library report: what an engine may send in a batch
+    /// (`EngineReports`); logins, logouts and heartbeats go alone.
+    pub fn is_batchable_report(&self) -> bool {
+        matches!(
+            self,
+            Event::TaskStarted { .. }
+                | Event::TaskCompleted { .. }
+                | Event::TaskFailed { .. }
+                | Event::LibrarySynced { .. }
+                | Event::LibrarySyncFailed { .. }
+        )
+    }
+
     /// A short stable name, used in histories, logs and statistics.
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -673,6 +686,21 @@ pub struct FbsngQueue {
     /// `SPG`: a waiting section whose priority leads a later one's by this much
     /// or more holds it.
     pub spg: i64,
+}
+
+impl FbsngQueue {
+    /// Its parameters by FBSNG's names (as policy files write them), for the
+    /// checks and the rendering that go through them all alike.
+    pub fn parameters(&self) -> [(&'static str, i64); 6] {
+        [
+            ("qp_min", self.qp_min),
+            ("qp_max", self.qp_max),
+            ("qpi", self.qpi),
+            ("qpd", self.qpd),
+            ("qpg", self.qpg),
+            ("spg", self.spg),
+        ]
+    }
 }
 
 /// One FBSNG process type: a quota on the slots its jobs hold at once, and

@@ -30,8 +30,25 @@ pub const MAX_ATTEMPTS_MAX: u32 = 10_000;
 /// Applies one entry. Returns the rejections it caused (empty when it applied
 /// cleanly); they are also recorded in the state.
 pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
+    fold_events(state, entry).rejections
+}
+
+/// What folding one entry did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Folded {
+    /// The rejections it caused, as [`fold`] returns them.
+    pub rejections: Vec<Rejection>,
+    /// For each of its events ([`Entry::events`]: an engine's batch gives one
+    /// per report), whether it applied: a report of a batch is refused alone.
+    /// Empty for an entry already folded (at or below the last sequence).
+    pub applied: Vec<bool>,
+}
+
+/// [`fold`], saying also which of the entry's events applied: for tools that
+/// audit a log event by event (an engine's batch refused in part).
+pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
     if entry.seq <= state.last_seq {
-        return Vec::new();
+        return Folded { rejections: Vec::new(), applied: Vec::new() };
     }
     state.last_seq = entry.seq;
     state.now_ms = state.now_ms.max(entry.time_ms);
@@ -43,19 +60,24 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     state.retire_due_jobs();
 
     let mut rejections = Vec::new();
+    let mut applied = Vec::new();
     match &entry.payload {
         Payload::Undecodable { detail } => rejections.push(Rejection::Undecodable { detail: detail.clone() }),
         Payload::Event(envelope) => match &envelope.event {
-            Event::EngineReports { reports, .. } => apply_reports(state, entry, envelope, reports, &mut rejections),
+            Event::EngineReports { reports, .. } => {
+                applied = apply_reports(state, entry, envelope, reports, &mut rejections);
+            }
             event => {
                 apply(state, entry, envelope, &mut rejections);
-                let applied = match event {
+                // A batch of orders counts as applied when its seal held.
+                let took = match event {
                     Event::OrderBatch(_) => !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })),
                     _ => rejections.is_empty(),
                 };
-                super::schedule::techila::cycle::note_event(state, entry.seq, event, applied);
+                super::schedule::techila::cycle::note_event(state, entry.seq, event, took);
                 // FBSNG notes only policies and order batches, never in an engine's batch.
-                super::state::fbsng::note_entry(state, entry, applied);
+                super::state::fbsng::note_entry(state, entry, took);
+                applied = vec![rejections.is_empty()];
             }
         },
     }
@@ -68,7 +90,7 @@ pub fn fold(state: &mut State, entry: &Entry) -> Vec<Rejection> {
             state.record_rejection(entry, source, rejection.clone());
         }
     }
-    rejections
+    Folded { rejections, applied }
 }
 
 fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Rejection>) {
@@ -192,29 +214,23 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
 /// one would (but for the sequences they would have had). The batch itself
 /// must come from its engine's subject; then a report it may not carry is
 /// refused alone, with its number in the batch, and the others apply.
-fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) {
+/// Returns, per report, whether it applied.
+fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) -> Vec<bool> {
     use super::reject::ReportBatchProblem;
     use super::schedule::techila::cycle::note_event;
     if let Err(rejection) = check_publisher(&entry.origin, &batch.event) {
         out.push(rejection);
         note_event(state, entry.seq, &batch.event, false);
-        return;
+        return vec![false; reports.len()];
     }
     if reports.is_empty() {
         out.push(Rejection::InvalidReportBatch { report: 0, problem: ReportBatchProblem::Empty });
         note_event(state, entry.seq, &batch.event, false);
-        return;
+        return Vec::new();
     }
+    let mut applied = Vec::with_capacity(reports.len());
     for (n, report) in reports.iter().enumerate() {
-        let batchable = matches!(
-            report.event,
-            Event::TaskStarted { .. }
-                | Event::TaskCompleted { .. }
-                | Event::TaskFailed { .. }
-                | Event::LibrarySynced { .. }
-                | Event::LibrarySyncFailed { .. }
-        );
-        let problem = if !batchable {
+        let problem = if !report.event.is_batchable_report() {
             Some(ReportBatchProblem::NotBatchable { kind: report.event.kind_name().to_string() })
         } else if reports[..n].iter().any(|earlier| earlier.id == report.id) {
             Some(ReportBatchProblem::DuplicateId)
@@ -228,8 +244,10 @@ fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[
             None => apply(state, entry, report, &mut own),
         }
         note_event(state, entry.seq, &report.event, own.is_empty());
+        applied.push(own.is_empty());
         out.append(&mut own);
     }
+    applied
 }
 
 /// The subject an entry arrived on bounds what it may say: engines speak only for

@@ -301,15 +301,7 @@ impl ReportBatcher {
 
 /// Task and library reports, sent with retries, may share a message.
 fn batchable(outgoing: &Outgoing) -> bool {
-    !outgoing.best_effort
-        && matches!(
-            outgoing.envelope.event,
-            Event::TaskStarted { .. }
-                | Event::TaskCompleted { .. }
-                | Event::TaskFailed { .. }
-                | Event::LibrarySynced { .. }
-                | Event::LibrarySyncFailed { .. }
-        )
+    !outgoing.best_effort && outgoing.envelope.event.is_batchable_report()
 }
 
 fn report_bytes(event: &Event) -> usize {

@@ -9,8 +9,8 @@
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
-use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, Payload};
-use crate::core::ids::Seq;
+use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, ParallelPart, Payload};
+use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::reject::Rejection;
 use crate::core::state::State;
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
@@ -49,42 +49,11 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
         let id = Delivery::id_for(batch_seq, n);
         let (engine, kind) = match order {
             Order::Dispatch { task, attempt, engine, .. } => {
-                let Some(j) = state.job_idx(&task.job) else { continue };
-                let job = state.job(j);
-                let (argv, params) = job.task_command(task.index);
-                let run = RunTask {
-                    task: task.clone(),
-                    attempt: *attempt,
-                    argv,
-                    params,
-                    wall_time_limit_ms: job.wall_time_limit_ms,
-                    slots: job.slots_per_task,
-                    root_library: job.options.root_library.clone(),
-                    output_bytes_max: job.attempt_log.record(task.index, *attempt).map_or(0, |r| r.output_bytes_max),
-                    work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
-                    nodes: Vec::new(),
-                    companion: false,
-                };
+                let Some(run) = run_task(state, task, *attempt, None) else { continue };
                 (engine.clone(), DeliveryKind::Run(run))
             }
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
-                let Some(j) = state.job_idx(&task.job) else { continue };
-                let job = state.job(j);
-                let (argv, params) = job.task_command(task.index);
-                let mine = parts.iter().find(|part| part.engine == *engine).map_or(0, |part| part.slots);
-                let run = RunTask {
-                    task: task.clone(),
-                    attempt: *attempt,
-                    argv,
-                    params,
-                    wall_time_limit_ms: job.wall_time_limit_ms,
-                    slots: mine,
-                    root_library: job.options.root_library.clone(),
-                    output_bytes_max: job.attempt_log.record(task.index, *attempt).map_or(0, |r| r.output_bytes_max),
-                    work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
-                    nodes: parts.iter().map(|part| (part.engine.clone(), part.slots)).collect(),
-                    companion: parts.first().is_none_or(|master| master.engine != *engine),
-                };
+                let Some(run) = run_task(state, task, *attempt, Some((engine, parts))) else { continue };
                 (engine.clone(), DeliveryKind::Run(run))
             }
             Order::Cancel { engine, .. } => (engine.clone(), DeliveryKind::Cancel(order.clone())),
@@ -111,6 +80,35 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
         deliveries.push(Delivery { id, batch_seq, engine, epoch, kind });
     }
     deliveries
+}
+
+/// What an engine needs to run `attempt` of `task`, resolved from its job; for
+/// one part of a parallel task (`part`: this engine and every part), its own
+/// slots, the node list and whether it is a companion. `None` when the job is gone.
+fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&EngineId, &[ParallelPart])>) -> Option<RunTask> {
+    let job = state.job(state.job_idx(&task.job)?);
+    let (argv, params) = job.task_command(task.index);
+    let (slots, nodes, companion) = match part {
+        None => (job.slots_per_task, Vec::new(), false),
+        Some((engine, parts)) => (
+            parts.iter().find(|part| part.engine == *engine).map_or(0, |part| part.slots),
+            parts.iter().map(|part| (part.engine.clone(), part.slots)).collect(),
+            parts.first().is_none_or(|master| master.engine != *engine),
+        ),
+    };
+    Some(RunTask {
+        task: task.clone(),
+        attempt,
+        argv,
+        params,
+        wall_time_limit_ms: job.wall_time_limit_ms,
+        slots,
+        root_library: job.options.root_library.clone(),
+        output_bytes_max: job.attempt_log.record(task.index, attempt).map_or(0, |r| r.output_bytes_max),
+        work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
+        nodes,
+        companion,
+    })
 }
 
 #[cfg(test)]
@@ -192,3 +190,4 @@ mod tests {
         );
     }
 }
+

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gridfold::core::event::{Entry, Event, Order, RequeueReason};
-use gridfold::core::fold::fold;
+use gridfold::core::fold::{Folded, fold_events};
 use gridfold::core::ids::{Attempt, EngineId, TaskRef};
 use gridfold::core::state::State;
 use gridfold::wire;
@@ -37,16 +37,11 @@ impl Log {
         let mut rejected = BTreeSet::new();
         let mut folded = Vec::new();
         for entry in &entries {
-            let before = matches!(entry.payload_event(), Some(Event::EngineReports { .. })).then(|| state.clone());
-            let rejections = fold(&mut state, entry).len();
-            if rejections > 0 {
+            let Folded { rejections, applied } = fold_events(&mut state, entry);
+            if !rejections.is_empty() {
                 rejected.insert(entry.seq.0);
             }
-            let accepted = match &before {
-                Some(before) => events_accepted(before, entry, rejections),
-                None => vec![rejections == 0; entry.events().count()],
-            };
-            for (event, accepted) in entry.events().zip(accepted) {
+            for (event, accepted) in entry.events().zip(applied) {
                 folded.push(FoldedEvent { seq: entry.seq.0, time_ms: entry.time_ms, event: event.clone(), accepted });
             }
             state.check_invariants();
@@ -175,29 +170,3 @@ pub fn split_reports(entry: gridfold::core::event::Entry) -> Vec<gridfold::core:
     }
 }
 
-/// For each event of `entry` (see `Entry::events`), whether the fold accepted
-/// it, `before` being the state just before the entry: an engine's batch
-/// refused in part is folded prefix by prefix (each report's rejections follow
-/// the earlier ones') to tell which of its reports applied.
-pub fn events_accepted(before: &gridfold::core::state::State, entry: &gridfold::core::event::Entry, rejections: usize) -> Vec<bool> {
-    use gridfold::core::event::{Envelope, Event, Payload};
-    let events = entry.events().count();
-    let Some(Event::EngineReports { engine, reports }) = entry.payload_event() else {
-        return vec![rejections == 0; events];
-    };
-    if rejections == 0 {
-        return vec![true; events];
-    }
-    let refused_through = |n: usize| {
-        let prefix = gridfold::core::event::Entry {
-            payload: Payload::Event(Envelope {
-                id: [0; 16],
-                source: String::new(),
-                event: Event::EngineReports { engine: engine.clone(), reports: reports[..n].to_vec() },
-            }),
-            ..entry.clone()
-        };
-        if n == 0 { 0 } else { gridfold::core::fold::fold(&mut before.clone(), &prefix).len() }
-    };
-    (0..reports.len()).map(|n| refused_through(n + 1) == refused_through(n)).collect()
-}

@@ -119,14 +119,7 @@ pub(super) fn render(policy: &FbsngPolicy) -> toml::Table {
     let queues = policy.queues.iter().map(|queue| {
         let mut table = toml::Table::new();
         table.insert("name".into(), Value::String(queue.name.clone()));
-        for (key, value) in [
-            ("qp_min", queue.qp_min),
-            ("qp_max", queue.qp_max),
-            ("qpi", queue.qpi),
-            ("qpd", queue.qpd),
-            ("qpg", queue.qpg),
-            ("spg", queue.spg),
-        ] {
+        for (key, value) in queue.parameters() {
             table.insert(key.into(), Value::Integer(value));
         }
         Value::Table(table)

@@ -148,15 +148,7 @@ pub fn check_policy(policy: &FbsngPolicy) -> Result<(), (String, String)> {
         }
     }
     for (i, queue) in policy.queues.iter().enumerate() {
-        let values = [
-            ("qp_min", queue.qp_min),
-            ("qp_max", queue.qp_max),
-            ("qpi", queue.qpi),
-            ("qpd", queue.qpd),
-            ("qpg", queue.qpg),
-            ("spg", queue.spg),
-        ];
-        for (name, value) in values {
+        for (name, value) in queue.parameters() {
             if !(-VALUE_ABS_MAX..=VALUE_ABS_MAX).contains(&value) {
                 return fail(format!("queues[{i}].{name}"), format!("{value}, not within -{VALUE_ABS_MAX}..={VALUE_ABS_MAX}"));
             }
