@@ -576,8 +576,11 @@ async fn a_task_sees_its_environment_runs_in_its_work_dir_and_completes_with_its
     grid.deliver(&delivery).await;
 
     let end = grid.events.until("the task's end", ended(&t, 2)).await;
-    let start = grid.events.until("the task's start", started(&t, 2)).await;
-    assert!(start.seq < end.seq, "started is stored before the end");
+    grid.events.until("the task's start", started(&t, 2)).await;
+    // Alone or joined in one batch, the start comes first.
+    let start_at = grid.events.seen.iter().position(started(&t, 2));
+    let end_at = grid.events.seen.iter().position(ended(&t, 2));
+    assert!(start_at < end_at, "started is stored before the end");
     match event(&end) {
         Some(Event::TaskCompleted {
             exit_code,
@@ -1142,10 +1145,15 @@ async fn a_lost_engine_stops_everything_and_logs_in_again() {
             is_login(e, "e-lost") && e.seq.0 > first_login
         })
         .await;
-    assert!(
-        live_group_members(pgid).is_empty(),
-        "everything was stopped before logging in again"
-    );
+    // The engine logs in again only once every run it stopped has ended (its
+    // leader reaped, its output closed); a process killed with it may still be
+    // in its exit path for a moment on a loaded machine, so allow that moment
+    // (a process left running would still be there after `sleep 300`).
+    let stopped_by = Instant::now() + Duration::from_secs(1);
+    while !live_group_members(pgid).is_empty() {
+        assert!(Instant::now() < stopped_by, "everything was stopped when logging in again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let second_login = grid.login_seq("e-lost").await;
 
     // Decided before the second login: stale. After it: run.
@@ -1315,7 +1323,17 @@ async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_lib
     let Some(Event::LibrarySyncFailed { library, error, .. }) = event(&failed) else { unreachable!() };
     assert_eq!(*library, missing);
     assert!(error.contains("ffmpeg/7") && error.contains("no object store"), "{error}");
-    assert!(synced.seq < failed.seq, "answered in order");
+    // In two messages or joined in one batch, the answers keep the orders' order.
+    let answers: Vec<&str> = seen
+        .seen
+        .iter()
+        .filter_map(|e| match event(e) {
+            Some(Event::LibrarySynced { .. }) => Some("synced"),
+            Some(Event::LibrarySyncFailed { .. }) => Some("failed"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, ["synced", "failed"], "answered in order");
 
     let rooted = task("lib", 0);
     let with_library = |library: &LibraryRef| {

@@ -116,7 +116,7 @@ pub use feed::{
     OrderMessage,
 };
 pub use probe::PropError;
-pub use report::{RetryPolicy, library_report_id, session_event_id, task_report_id};
+pub use report::{RetryPolicy, library_report_id, msg_id, report_batch, session_event_id, source, task_report_id};
 
 use crate::core::event::EngineProps;
 use crate::core::ids::EngineId;

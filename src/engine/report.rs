@@ -293,10 +293,16 @@ impl ReportBatcher {
             stored.extend(outgoing.stored);
             envelopes.push(outgoing.envelope);
         }
-        let id = batch_id(&self.engine, &envelopes);
-        let event = Event::EngineReports { engine: self.engine.clone(), reports: envelopes };
-        Publishable { envelope: Envelope { id, source: source(&self.engine), event }, best_effort: false, stored, reports }
+        Publishable { envelope: report_batch(&self.engine, envelopes), best_effort: false, stored, reports }
     }
+}
+
+/// Several of one engine's reports as one [`Event::EngineReports`] message, in
+/// their order. Its id hashes the reports' ids, so a retry of the same batch is
+/// the same message to the broker's deduplication.
+pub fn report_batch(engine: &EngineId, reports: Vec<Envelope>) -> Envelope {
+    let id = batch_id(engine, &reports);
+    Envelope { id, source: source(engine), event: Event::EngineReports { engine: engine.clone(), reports } }
 }
 
 /// Task and library reports, sent with retries, may share a message.
@@ -314,8 +320,6 @@ fn report_bytes(event: &Event) -> usize {
         }
 }
 
-/// A batch's id hashes the ids of its reports: a retry of the same batch is
-/// the same message to the broker's deduplication.
 fn batch_id(engine: &EngineId, reports: &[Envelope]) -> [u8; 16] {
     let mut parts: Vec<&[u8]> = vec![b"batch", engine.as_str().as_bytes()];
     parts.extend(reports.iter().map(|report| &report.id[..]));

@@ -32,9 +32,11 @@
 //! the deliveries of all of them through **one** ephemeral pull consumer on
 //! `gridfold.order.>` (no acks, batches of 10,000; the real agent has one durable
 //! consumer per engine, which at 1,000 engines would measure consumer bookkeeping,
-//! not the scheduler), and for each `Run` publishes `TaskStarted` and
-//! `TaskCompleted` on that engine's own subject, with the agent's message ids,
-//! through a pipeline that keeps up to `--window` acks in flight on a connection of
+//! not the scheduler), and for each `Run` reports `TaskStarted` and
+//! `TaskCompleted` with the agent's ids. The reports of the runs one delivery
+//! message brought leave together as one `EngineReports` batch on that engine's
+//! own subject (a real agent's reports join the same way when they pile up behind
+//! an acknowledgement), through a pipeline that keeps up to `--window` acks in flight on a connection of
 //! its own. A second task awaits the acks in order. Slots are per engine as logged
 //! in; the projector never books more (the replay checks it).
 //!
@@ -68,9 +70,9 @@ use crate::core::ids::{EngineId, Seq};
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::state::State;
 use crate::log::connect::BrokerAccess;
-use crate::log::jetstream::{JetStreamLog, LogConfig};
+use crate::log::jetstream::{JetStreamLog, LogConfig, STREAM_EVENTS};
 use crate::log::nats_server::NatsServer;
-use crate::log::{EventLog, read_to_end};
+use crate::log::EventLog;
 use crate::projector::service::lease::{KvLease, KvLeaseConfig};
 use crate::projector::service::sink::JetStreamOrderSink;
 use crate::projector::service::{Projector, ProjectorConfig};
@@ -78,7 +80,7 @@ use crate::wire;
 use analysis::analyse;
 use cpu::CpuSample;
 use engines::{spawn_progress, spawn_simulator};
-use pipeline::measure_raw_publish;
+use pipeline::{measure_raw_publish, measure_raw_read};
 use report::print_report;
 use workload::{bench_jobs, sample_message_bytes};
 
@@ -471,6 +473,7 @@ async fn bench_on(
     say("reading the whole log back and replaying it with every batch re-derived…".to_string());
     let engines_ran_each_once = sim_report.duplicate_runs == 0 && sim_report.runs_received == u64::from(args.tasks_sim());
     let ReadBack { entries, log_bytes, analysis, verify } = read_back_and_verify(
+        access,
         &log,
         &jobs,
         args.slots_sim(),
@@ -483,8 +486,8 @@ async fn bench_on(
     let tasks = u64::from(args.tasks_sim());
     let lifecycles_per_s = tasks as f64 / seconds;
     let run_entries = entries.len() as u64 - analysis.entries_before_jobs;
-    let publishes = run_entries + sim_report.runs_received + sim_report.other_deliveries;
-    let messages = entries.len() as u64 + sim_report.runs_received + sim_report.other_deliveries;
+    let publishes = run_entries + sim_report.delivery_messages;
+    let messages = entries.len() as u64 + sim_report.delivery_messages;
     let run = RunFigures {
         tasks_completed: analysis.completed_events,
         seconds,
@@ -492,6 +495,8 @@ async fn bench_on(
         steady_lifecycles_per_s: analysis.steady_rate(),
         log_entries: entries.len() as u64,
         deliveries: sim_report.runs_received + sim_report.other_deliveries,
+        delivery_messages: sim_report.delivery_messages,
+        report_messages: sim_report.report_messages,
         order_batches: analysis.batches,
         publishes_per_lifecycle: publishes as f64 / tasks as f64,
         mean_message_bytes: (log_bytes + sim_report.delivery_bytes) as f64 / messages.max(1) as f64,
@@ -533,19 +538,21 @@ struct ReadBack {
 /// (`projector_at`: that entry and the digest it reported). `engines_ok` is what
 /// the engines' side says of it (no run received twice, none missing).
 async fn read_back_and_verify<L: EventLog>(
+    access: &BrokerAccess,
     log: &L,
     jobs: &[crate::core::event::JobSpec],
     slots: u32,
     projector_at: (Seq, String),
     engines_ok: bool,
 ) -> anyhow::Result<ReadBack> {
+    // Replay's own read (`gridfold replay` from the broker), between two raw reads
+    // of the same stream: the better raw rate is the machine's.
+    let end_seq = log.last_seq().await?;
+    let raw_before = measure_raw_read(access, STREAM_EVENTS, end_seq).await?;
     let read_started = Instant::now();
-    let mut reading = read_to_end(log, 1).await?;
-    let mut raw_entries = Vec::with_capacity(reading.end_seq() as usize);
-    while let Some(batch) = reading.next_batch(crate::log::READ_BATCH_DEFAULT).await? {
-        raw_entries.extend(batch);
-    }
+    let raw_entries = crate::cli::stat::read_whole_log(log).await?;
     let read_seconds = read_started.elapsed().as_secs_f64();
+    let raw_read_msgs_per_s = raw_before.max(measure_raw_read(access, STREAM_EVENTS, end_seq).await?);
     let log_bytes: u64 = raw_entries.iter().map(|e| e.payload.len() as u64).sum();
     let replay_started = Instant::now();
     let entries: Vec<Entry> = raw_entries
@@ -577,6 +584,8 @@ async fn read_back_and_verify<L: EventLog>(
         read_entries: entries.len() as u64,
         read_seconds,
         read_entries_per_s: entries.len() as f64 / read_seconds.max(1e-9),
+        raw_read_msgs_per_s,
+        read_share_of_raw: entries.len() as f64 / read_seconds.max(1e-9) / raw_read_msgs_per_s.max(1e-9),
         replay_seconds,
         batches_verified: replay_report.batches_verified,
         divergence,

@@ -4,11 +4,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, ReplayPolicy, pull};
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{self, StorageType};
 use async_nats::jetstream::{self as js};
 use bytes::Bytes;
+use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -20,7 +22,7 @@ use crate::log::connect::BrokerAccess;
 /// a task of its own awaits them in order, so no publish ever waits for its own ack.
 pub(super) struct Pipeline {
     pub(super) context: js::Context,
-    pub(super) acks: mpsc::Sender<(PublishAckFuture, bool)>,
+    pub(super) acks: mpsc::Sender<(PublishAckFuture, u32)>,
 }
 
 /// What the ack task saw.
@@ -34,7 +36,7 @@ impl Pipeline {
     pub(super) async fn connect(
         access: &BrokerAccess,
         window: usize,
-        on_ack: impl FnMut(u64, bool) + Send + 'static,
+        on_ack: impl FnMut(u64, u32) + Send + 'static,
     ) -> anyhow::Result<(Pipeline, JoinHandle<anyhow::Result<Acked>>)> {
         let client = connect_client(access, "gridfold-bench-engines").await?;
         let context = js::ContextBuilder::new()
@@ -42,30 +44,31 @@ impl Pipeline {
             .max_ack_inflight(window + 1)
             .backpressure_on_inflight(true)
             .build(client);
-        let (acks, mut rx) = mpsc::channel::<(PublishAckFuture, bool)>(window);
+        let (acks, mut rx) = mpsc::channel::<(PublishAckFuture, u32)>(window);
         let mut on_ack = on_ack;
         let task = tokio::spawn(async move {
             let mut acked = Acked::default();
-            while let Some((ack, marked)) = rx.recv().await {
+            while let Some((ack, completions)) = rx.recv().await {
                 let ack = ack
                     .await
                     .map_err(|err| anyhow!("a publish was not acknowledged: {err}"))?;
                 acked.messages += 1;
                 acked.duplicates += u64::from(ack.duplicate);
-                on_ack(ack.sequence, marked);
+                on_ack(ack.sequence, completions);
             }
             Ok(acked)
         });
         Ok((Pipeline { context, acks }, task))
     }
 
-    /// Sends one message; `marked` is handed back to the ack callback with its sequence.
+    /// Sends one message; `completions` (how many task completions it carries)
+    /// is handed back to the ack callback with its sequence.
     pub(super) async fn send(
         &self,
         subject: String,
         payload: Bytes,
         msg_id: &str,
-        marked: bool,
+        completions: u32,
     ) -> anyhow::Result<()> {
         let publish = PublishMessage::build().payload(payload).message_id(msg_id);
         let ack = self
@@ -74,7 +77,7 @@ impl Pipeline {
             .await
             .map_err(|err| anyhow!("publishing: {err}"))?;
         self.acks
-            .send((ack, marked))
+            .send((ack, completions))
             .await
             .map_err(|_| anyhow!("the ack task stopped (a publish failed)"))
     }
@@ -119,7 +122,7 @@ pub(super) async fn measure_raw_publish(
                 RAW_SUBJECT.to_string(),
                 payload.clone(),
                 &format!("raw-{n}"),
-                false,
+                0,
             )
             .await?;
     }
@@ -150,4 +153,53 @@ pub(super) async fn measure_raw_publish(
         msgs_per_s: f64::from(messages) / seconds,
         broker_cpu_us_per_msg: broker_us_per_msg,
     })
+}
+
+/// The machine's raw read rate of a stream: every message from sequence 1 to
+/// `end_seq` through a bare pull consumer fetching batches of 10,000 without
+/// acks (NATS.md's fastest way to read), counted and dropped. The log reader
+/// replay uses does the same and more (ordering checks, metadata, copies); this
+/// is the rate it is measured against.
+pub(super) async fn measure_raw_read(access: &BrokerAccess, stream: &str, end_seq: u64) -> anyhow::Result<f64> {
+    let client = connect_client(access, "gridfold-bench-raw-read").await?;
+    let context = js::new(client);
+    let stream = context
+        .get_stream(stream)
+        .await
+        .map_err(|err| anyhow!("getting stream {stream}: {err}"))?;
+    let consumer = stream
+        .create_consumer(pull::Config {
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::None,
+            replay_policy: ReplayPolicy::Instant,
+            memory_storage: true,
+            inactive_threshold: Duration::from_secs(60),
+            description: Some("gridfold bench: the raw read rate".into()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|err| anyhow!("creating the raw reader: {err}"))?;
+    let started = Instant::now();
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(10_000)
+        .expires(Duration::from_secs(10))
+        .messages()
+        .await
+        .map_err(|err| anyhow!("reading raw: {err}"))?;
+    let mut read = 0u64;
+    while read < end_seq {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .map_err(|_| anyhow!("the raw read stalled at {read} of {end_seq} messages"))?
+            .ok_or_else(|| anyhow!("the raw read ended at {read} of {end_seq} messages"))?
+            .map_err(|err| anyhow!("reading raw: {err}"))?;
+        std::hint::black_box(&message.payload);
+        read += 1;
+    }
+    let msgs_per_s = read as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    drop(messages);
+    let name = consumer.cached_info().name.clone();
+    let _ = stream.delete_consumer(&name).await;
+    Ok(msgs_per_s)
 }

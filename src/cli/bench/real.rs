@@ -347,7 +347,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let delivery_messages = delivery_messages(&log).await?;
 
     say("reading the whole log back and replaying it with every batch re-derived…".to_string());
-    let ReadBack { entries, analysis, verify, .. } = read_back_and_verify(&log, std::slice::from_ref(&job), slots, at, true).await?;
+    let ReadBack { entries, analysis, verify, .. } = read_back_and_verify(&access, &log, std::slice::from_ref(&job), slots, at, true).await?;
     let submitted_ms = entries.get(analysis.entries_before_jobs as usize).map_or(0, |e| e.time_ms);
     let last_completion_ms = analysis.completion_times.iter().copied().max().unwrap_or(submitted_ms);
     let seconds = (last_completion_ms.saturating_sub(submitted_ms)) as f64 / 1000.0;

@@ -71,6 +71,10 @@ pub struct RunFigures {
     /// Messages stored on the log (`GRIDFOLD_EVENTS`) during the run, and on `GRIDFOLD_ORDERS`.
     pub log_entries: u64,
     pub deliveries: u64,
+    /// The messages the deliveries travelled in (one engine's deliveries of one decision join).
+    pub delivery_messages: u64,
+    /// The engines' report messages (a start and an end of several tasks join).
+    pub report_messages: u64,
     pub order_batches: u64,
     pub publishes_per_lifecycle: f64,
     pub mean_message_bytes: f64,
@@ -101,6 +105,10 @@ pub struct SimReport {
     pub other_deliveries: u64,
     pub duplicate_runs: u64,
     pub reports_published: u64,
+    /// Messages the reports left in: a delivery's runs report together.
+    pub report_messages: u64,
+    /// Messages the deliveries came in: the projector joins one engine's deliveries.
+    pub delivery_messages: u64,
     pub duplicate_acks: u64,
     pub delivery_bytes: u64,
     /// CPU time of the engines' thread (their connections included) from the first delivery awaited to the last ack.
@@ -116,6 +124,10 @@ pub struct Verification {
     pub read_entries: u64,
     pub read_seconds: f64,
     pub read_entries_per_s: f64,
+    /// The same stream read by a bare pull consumer (batches of 10,000, no acks), the better of two reads.
+    pub raw_read_msgs_per_s: f64,
+    /// `read_entries_per_s` over `raw_read_msgs_per_s`: replay's read against the machine's.
+    pub read_share_of_raw: f64,
     pub replay_seconds: f64,
     pub batches_verified: u64,
     pub divergence: Option<String>,
@@ -217,8 +229,8 @@ pub(super) fn print_report(report: &BenchReport) {
         println!("  broker CPU per raw publish: {us:.1} us");
     }
     println!(
-        "  log: {} entries ({} order batches), {} deliveries, mean message {:.0} bytes",
-        run.log_entries, run.order_batches, run.deliveries, run.mean_message_bytes
+        "  log: {} entries ({} order batches, {} report messages), {} deliveries in {} messages, mean message {:.0} bytes",
+        run.log_entries, run.order_batches, run.report_messages, run.deliveries, run.delivery_messages, run.mean_message_bytes
     );
     let p = &report.projector;
     println!(
@@ -227,8 +239,8 @@ pub(super) fn print_report(report: &BenchReport) {
     );
     let v = &report.verify;
     println!(
-        "  read back: {} entries in {:.2} s ({:.0} entries/s); replay with verify: {:.2} s, {} batches re-derived",
-        v.read_entries, v.read_seconds, v.read_entries_per_s, v.replay_seconds, v.batches_verified
+        "  read back: {} entries in {:.2} s ({:.0} entries/s: {:.2} of the raw read rate, {:.0} msgs/s); replay with verify: {:.2} s, {} batches re-derived",
+        v.read_entries, v.read_seconds, v.read_entries_per_s, v.read_share_of_raw, v.raw_read_msgs_per_s, v.replay_seconds, v.batches_verified
     );
     println!(
         "  every task completed exactly once: {}; rejected entries: {}; divergence: {}; projector digest matches: {}",

@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
 
 use crate::core::event::{EngineProps, Envelope, Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
-use crate::engine::task_report_id;
+use crate::engine::{source, task_report_id};
 use crate::wire;
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, encode_delivery};
 
@@ -74,16 +73,13 @@ pub(super) fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
             companion: false,
         }),
     };
-    let (started, completed) = reports(engine, &task, 1);
-    (encode_delivery(&delivery).len() + started.1.len() + completed.1.len()).div_ceil(3)
+    let [started, completed] = reports(engine, &task, 1);
+    (encode_delivery(&delivery).len() + wire::encode(&started).len() + wire::encode(&completed).len()).div_ceil(3)
 }
 
-/// The two reports of an attempt done at once: (subject, payload, msg id) each.
-pub(super) fn reports(
-    engine: &EngineId,
-    task: &TaskRef,
-    attempt: u32,
-) -> ((String, Bytes, String), (String, Bytes, String)) {
+/// The two reports of an attempt done at once, as its engine sends them: the
+/// start, then the completion, each with the agent's id.
+pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> [Envelope; 2] {
     let started = Event::TaskStarted {
         task: task.clone(),
         attempt,
@@ -98,20 +94,9 @@ pub(super) fn reports(
         wall_ms: 0,
         result: Vec::new(),
     };
-    let source = format!("engine:{engine}");
-    let message = |event: Event| {
-        let id = task_report_id(engine, task, attempt, event.kind_name());
-        let subject = wire::subject_for(&event);
-        let envelope = Envelope {
-            id,
-            source: source.clone(),
-            event,
-        };
-        (
-            subject,
-            Bytes::from(wire::encode(&envelope)),
-            uuid::Uuid::from_bytes(id).hyphenated().to_string(),
-        )
-    };
-    (message(started), message(completed))
+    [started, completed].map(|event| Envelope {
+        id: task_report_id(engine, task, attempt, event.kind_name()),
+        source: source(engine),
+        event,
+    })
 }
