@@ -2,9 +2,15 @@
 //! slots, one per line (`engine slots`, the master first), as Grid Engine's
 //! `$PE_HOSTFILE` names hosts and slots in its first two columns and an MPI
 //! machinefile names hosts. The master engine writes it into the attempt's
-//! work directory and runs the command with its path; a companion engine
-//! runs nothing and only holds its slots (the projector books them), so its
-//! part of the run is a log line.
+//! work directory and runs the command with its path. A companion engine
+//! holds its slots (the projector books them) and, when the job names a
+//! companion command (`companion_command`, Grid Engine's slave tasks started
+//! with `qrsh -inherit`), runs it with the same environment and its own node
+//! file; the projector tells it to stop (a `Cancel`, reason
+//! `parallel-ended`) when the master's part ends. A companion command never
+//! reports to the log: its end, early or failed, is a log line here and
+//! neither ends the task nor frees the booking; without one, the part is a
+//! log line too.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -46,6 +52,38 @@ pub fn note_companion(engine: &EngineId, run: &RunTask) {
         engine = %engine,
         "holding slots for a parallel task run by its master engine"
     );
+}
+
+/// A companion's command started.
+pub fn companion_started(engine: &EngineId, run: &RunTask, pgid: i32) {
+    tracing::info!(
+        task = %run.task,
+        attempt = run.attempt,
+        engine = %engine,
+        pgid,
+        argv = %run.companion_argv.join(" "),
+        "companion command started; it runs until the master's part ends"
+    );
+}
+
+/// A companion's command ended: stopped as the master's part ended
+/// (`stopped`), or on its own. A failure is said, and nothing else follows:
+/// the task is its master's to end.
+pub fn companion_ended(task: &crate::core::ids::TaskRef, attempt: crate::core::ids::Attempt, stopped: bool, outcome: &super::runner::RunOutcome) {
+    let end = &outcome.end;
+    match (stopped, end) {
+        (true, _) => tracing::info!(%task, attempt, %end, "companion command stopped"),
+        (false, super::runner::RunEnd::Exited(0)) => {
+            tracing::info!(%task, attempt, "companion command exited before its master's part ended; the slots stay held")
+        }
+        (false, _) => tracing::warn!(
+            %task,
+            attempt,
+            %end,
+            stderr = %outcome.stderr_tail,
+            "companion command failed; the task goes on (its master's part decides how it ends)"
+        ),
+    }
 }
 
 #[cfg(test)]

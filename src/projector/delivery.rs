@@ -5,14 +5,17 @@
 //! copy); a `Requeue` is delivered as a cancel of the attempt it gives up on; a
 //! `SyncLibrary` to the engine that is to sync, with the size and blake3 the log
 //! says the library was published with; `Suspend`, `Resume` and `Preempt` to
-//! the engine holding the attempt. Orders no engine acts on
+//! the engine holding the attempt. When a parallel attempt whose job names a
+//! companion command ends, each companion engine hears a `Cancel` (reason
+//! `parallel-ended`) derived from the entry that ended it ([`companion_stops`]),
+//! not from an order. Orders no engine acts on
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
 use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, ParallelPart, Payload};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::reject::Rejection;
-use crate::core::state::State;
+use crate::core::state::{EngineIdx, State, TaskKey};
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
 
 /// The deliveries an entry makes, folded into `state` with these `rejections`:
@@ -96,6 +99,7 @@ fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&Engi
             parts.first().is_none_or(|master| master.engine != *engine),
         ),
     };
+    let companion_argv = if companion { job.companion_command(task.index, &params) } else { Vec::new() };
     Some(RunTask {
         task: task.clone(),
         attempt,
@@ -106,9 +110,67 @@ fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&Engi
         root_library: job.options.root_library.clone(),
         output_bytes_max: job.attempt_log.record(task.index, attempt).map_or(0, |r| r.output_bytes_max),
         work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
+        companion_argv,
         nodes,
         companion,
     })
+}
+
+/// A parallel attempt whose companions run a command: the task, the attempt
+/// and its companion engines, as the state names them before an entry is folded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompanionRun {
+    key: TaskKey,
+    attempt: Attempt,
+    task: TaskRef,
+    companions: Vec<EngineIdx>,
+}
+
+/// The live parallel attempts of `state` whose job names a companion command
+/// (none, at no cost, when no parallel attempt is live): taken before an entry
+/// is folded, for [`companion_stops`] to tell which of them it ended.
+pub fn companion_runs(state: &State) -> Vec<CompanionRun> {
+    if state.parallel().is_empty() {
+        return Vec::new();
+    }
+    state
+        .parallel()
+        .all()
+        .filter(|(key, _, _)| !state.job(key.job).options.companion_argv.is_empty())
+        .map(|(key, attempt, parts)| CompanionRun {
+            key,
+            attempt,
+            task: state.task_ref(key),
+            companions: parts[1..].iter().map(|part| part.engine).collect(),
+        })
+        .collect()
+}
+
+/// The stops of the companion commands whose master part the entry at `seq`
+/// ended (however it ended: completed, failed, cancelled, requeued, preempted,
+/// its engine lost), one `Cancel` (reason `parallel-ended`) to each companion
+/// engine. Not an order: the log holds the end that freed the booking, and the
+/// companion engines act on nothing else. `before` is [`companion_runs`] of
+/// the state before the entry, `state` the state after it.
+pub fn companion_stops(before: Vec<CompanionRun>, state: &State, seq: Seq) -> Vec<Delivery> {
+    let mut stops = Vec::new();
+    for run in before {
+        if state.parallel().parts_of(run.key, run.attempt).is_some() {
+            continue;
+        }
+        for e in run.companions {
+            let engine = state.engine(e);
+            let order = Order::Cancel { task: run.task.clone(), attempt: run.attempt, engine: engine.id.clone(), reason: CancelReason::ParallelEnded };
+            stops.push(Delivery {
+                id: format!("{}-end-{}", seq.0, stops.len()),
+                batch_seq: seq,
+                engine: engine.id.clone(),
+                epoch: engine.epoch,
+                kind: DeliveryKind::Cancel(order),
+            });
+        }
+    }
+    stops
 }
 
 #[cfg(test)]
