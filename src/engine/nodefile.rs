@@ -104,4 +104,41 @@ mod tests {
         assert_eq!(text.lines().count(), PARALLEL_PARTS_MAX);
         assert_eq!(text.lines().next(), Some("engine-00 1"));
     }
+
+    #[test]
+    fn a_companion_command_beyond_its_limits_does_not_decode_from_a_delivery_or_a_submission() {
+        use crate::core::event::{Envelope, Event, COMPANION_ARGS_MAX, COMPANION_ARG_BYTES_MAX};
+        use crate::wire::delivery::{decode_delivery, encode_delivery, Delivery, DeliveryKind};
+        let e2 = EngineId::new("e2").unwrap();
+        let run = |companion_argv: Vec<String>| RunTask {
+            task: crate::core::ids::TaskRef::new(crate::core::ids::JobId::new("mpi").unwrap(), 0),
+            attempt: 1,
+            argv: vec!["solver".into()],
+            params: Default::default(),
+            wall_time_limit_ms: 0,
+            slots: 2,
+            root_library: None,
+            output_bytes_max: 0,
+            work_dir_retention_ms: 0,
+            nodes: vec![(EngineId::new("e1").unwrap(), 2), (e2.clone(), 2)],
+            companion: true,
+            companion_argv,
+        };
+        let delivery = |argv| Delivery { id: "7-1".into(), batch_seq: crate::core::ids::Seq(7), engine: e2.clone(), epoch: 1, kind: DeliveryKind::Run(run(argv)) };
+        let fine = delivery(vec!["hold".into(), "{index}".into()]);
+        assert_eq!(decode_delivery(&e2, &encode_delivery(&fine)).unwrap(), fine);
+        let too_many = vec!["x".to_string(); COMPANION_ARGS_MAX + 1];
+        let too_long = vec!["y".repeat(COMPANION_ARG_BYTES_MAX + 1)];
+        let empty_program = vec![String::new()];
+        for argv in [too_many, too_long, empty_program] {
+            let err = decode_delivery(&e2, &encode_delivery(&delivery(argv.clone()))).unwrap_err().to_string();
+            assert!(err.contains("run.companion_argv"), "{err}");
+            let mut spec = crate::core::testkit::job_spec("mpi", 1, "");
+            spec.options.span = crate::core::event::Span::Site;
+            spec.options.companion_argv = argv;
+            let envelope = Envelope { id: [7; 16], source: "tester".into(), event: Event::JobSubmitted(spec) };
+            let err = crate::wire::decode(&crate::wire::encode(&envelope)).unwrap_err().to_string();
+            assert!(err.contains("companion_argv"), "{err}");
+        }
+    }
 }

@@ -251,5 +251,68 @@ mod tests {
             ]
         );
     }
-}
 
+    #[test]
+    fn a_companion_part_carries_the_companion_command_and_hears_a_stop_when_the_master_ends() {
+        let mut log = LogBuilder::new();
+        log.login("a1", 2, linux_props("lyon", 8192));
+        log.login("a2", 2, linux_props("lyon", 8192));
+        let mut spec = job_spec("mpi", 1, "");
+        spec.slots_per_task = 4;
+        spec.options.span = crate::core::event::Span::Site;
+        spec.options.companion_argv = vec!["hold".into(), "--part={index}".into()];
+        log.submit(spec);
+        log.submit(job_spec("plain", 1, ""));
+        let mut state = State::new();
+        for entry in &log.entries {
+            fold(&mut state, entry);
+        }
+        let batch = decide(&state, &InFlight::new()).unwrap();
+        let entry = log.orders(batch.clone());
+        let rejections = fold(&mut state, &entry);
+        assert!(rejections.is_empty(), "{rejections:?}");
+        let runs: Vec<(String, bool, Vec<String>)> = deliveries_of(&state, entry.seq, &batch, &rejections)
+            .into_iter()
+            .map(|delivery| match delivery.kind {
+                DeliveryKind::Run(run) => (delivery.engine.to_string(), run.companion, run.companion_argv),
+                other => panic!("a run, not {other}"),
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            vec![("a1".into(), false, vec![]), ("a2".into(), true, vec!["hold".to_string(), "--part=0".to_string()])]
+        );
+
+        // Entries that do not end the master's part stop nothing.
+        let before = companion_runs(&state);
+        assert_eq!(before.len(), 1);
+        log.started("mpi", 0, 1, "a1");
+        let started = log.entries.last().unwrap().clone();
+        fold(&mut state, &started);
+        assert_eq!(companion_stops(before, &state, started.seq), vec![]);
+
+        // The master's end stops the companion command on a2.
+        let before = companion_runs(&state);
+        log.completed("mpi", 0, 1, "a1");
+        let completed = log.entries.last().unwrap().clone();
+        fold(&mut state, &completed);
+        let stops = companion_stops(before, &state, completed.seq);
+        let epoch = state.engine(state.engine_idx(&engine_id("a2")).unwrap()).epoch;
+        assert_eq!(
+            stops,
+            vec![Delivery {
+                id: format!("{}-end-0", completed.seq.0),
+                batch_seq: completed.seq,
+                engine: engine_id("a2"),
+                epoch,
+                kind: DeliveryKind::Cancel(Order::Cancel {
+                    task: task("mpi", 0),
+                    attempt: 1,
+                    engine: engine_id("a2"),
+                    reason: CancelReason::ParallelEnded
+                }),
+            }]
+        );
+        assert!(companion_runs(&state).is_empty());
+    }
+}
