@@ -71,6 +71,8 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.JobOptions.reserve",
     ".gridfold.v1.PolicySet.fbsng",
     ".gridfold.v1.JobOptions.process_type",
+    ".gridfold.v1.JobOptions.companion_argv",
+    ".gridfold.v1.RunTask.companion_argv",
 ];
 
 fn main() {

@@ -24,6 +24,15 @@
 //!   are projects of 200 users (5 each, project priorities 1 to 6 in turn, the
 //!   same 50 categories), so every decision is a cycle: the fastest free core,
 //!   at most one project per user in a seeded ticket draw over their rankings.
+//! - `schedule/fill_5000_parallel`: Grid Engine's resource side at the same
+//!   scale (`sge-plain`, `max_reservation = 8`): of the 1,000 jobs, every 10th
+//!   has tasks of `slots = 4` on one engine and every 10th (offset 5) tasks of
+//!   `slots = 8` spread over a site (`DispatchParallel`), a quarter of those
+//!   `reserve = true`, most with a wall-time limit; the grid is filled, runs ten
+//!   minutes, ~5,000 tasks complete, and one run fills what it can: parallel
+//!   tasks where all their slots are free, reservations for the first 8
+//!   reserving jobs that cannot start, backfilling around them. Its decisions
+//!   (tasks started, one per parallel task) are printed, not asserted to 5,000.
 //!
 //! Every input is built before the timed section from fixed seeds
 //! (`SplitMix64`), so two runs measure the same work; the builders print progress
@@ -898,6 +907,121 @@ fn build_fbsng() -> SgeeeGrid {
     SgeeeGrid { many_freed, n_dispatches: n }
 }
 
+// ---- (f) parallel tasks and reservations (Grid Engine's resource side) -------------------
+
+/// Tasks started by `orders`: plain dispatches and the masters of parallel ones.
+fn n_started(orders: &[Order]) -> usize {
+    orders
+        .iter()
+        .filter(|order| match order {
+            Order::Dispatch { .. } => true,
+            Order::DispatchParallel { engine, parts, .. } => parts.first().is_some_and(|master| master.engine == *engine),
+            _ => false,
+        })
+        .count()
+}
+
+/// Dispatches until a run starts nothing, folds each batch and, half a second
+/// later, every start (the master's, for a parallel task). Returns the attempts started.
+fn saturate_parallel(state: &mut State, log: &mut LogBuilder, started: Instant) -> Vec<(TaskRef, u32, String)> {
+    let mut running = Vec::new();
+    while let Some(batch) = decide(state, &InFlight::new()) {
+        let starts: Vec<(TaskRef, u32, String)> = batch
+            .orders
+            .iter()
+            .filter_map(|order| match order {
+                Order::Dispatch { task, attempt, engine, .. } => Some((task.clone(), *attempt, engine.as_str().to_string())),
+                Order::DispatchParallel { task, attempt, engine, parts, .. } if parts[0].engine == *engine => {
+                    Some((task.clone(), *attempt, engine.as_str().to_string()))
+                }
+                _ => None,
+            })
+            .collect();
+        let entry = append(log, Event::OrderBatch(batch));
+        let rejections = fold(state, &entry);
+        assert!(rejections.is_empty(), "{rejections:?}");
+        eprintln!("  saturating: {} started ({:.1} s)", starts.len(), started.elapsed().as_secs_f64());
+        if starts.is_empty() {
+            break;
+        }
+        running.extend(starts);
+    }
+    log.at(log.time_ms + 500);
+    for (task, attempt, engine) in &running {
+        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
+        fold(state, &entry);
+    }
+    running
+}
+
+/// The grid of [`build_saturated_grid`] under `sge-plain` with
+/// `max_reservation = 8`, parallel jobs among the 1,000 (see the module docs),
+/// filled, ten minutes on, with ~5,000 tasks completed.
+fn build_parallel() -> SgeeeGrid {
+    use gridfold::core::event::{ReservationPolicy, Span};
+    eprintln!("building a saturated grid with parallel tasks and reservations: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks");
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0x9A2A_11E1);
+    let mut log = LogBuilder::new();
+    grid_opening(&mut log, 8_192, &mut rng);
+    append(
+        &mut log,
+        Event::PolicySet(Policy {
+            engine_timeout_ms: 7 * 24 * HOUR_MS,
+            dispatches_per_run_max: 8_192,
+            seed: 2026,
+            reservation: ReservationPolicy { max_reservation: 8, default_duration_ms: HOUR_MS },
+            ..Policy::default()
+        }),
+    );
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    for j in 0..N_JOBS {
+        let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+        spec.owner = format!("user{}", j % 17);
+        spec.priority = if j.is_multiple_of(7) { 5 } else { 0 };
+        // Most jobs state a limit (reservations read it); every third does not (`default_duration`).
+        spec.wall_time_limit_ms = if j % 3 == 0 { 0 } else { (1 + j as u64 % 4) * 15 * 60_000 };
+        match j % 10 {
+            0 => spec.slots_per_task = 4,
+            5 => {
+                spec.slots_per_task = 8;
+                spec.options.span = Span::Site;
+            }
+            _ => {}
+        }
+        spec.options.reserve = j % 20 == 0 || j % 20 == 5;
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    let running = saturate_parallel(&mut state, &mut log, started);
+    log.at(log.time_ms + 10 * 60_000);
+    let parallel_running = state.parallel().all().count();
+    eprintln!(
+        "saturated parallel grid built in {:.1} s: {} running ({parallel_running} over several engines)",
+        started.elapsed().as_secs_f64(),
+        running.len()
+    );
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 17);
+    let orders = schedule(&many_freed, &InFlight::new());
+    let n = n_started(&orders);
+    let parallel = orders.iter().filter(|order| matches!(order, Order::DispatchParallel { .. })).count();
+    let wide = orders
+        .iter()
+        .filter(|order| matches!(order, Order::Dispatch { task, .. } if task.job.as_str()[4..].parse::<usize>().is_ok_and(|j| j % 10 == 0)))
+        .count();
+    eprintln!(
+        "parallel fill after {N_COMPLETIONS} completions: {n} tasks started ({wide} of 4 slots on one engine, \
+         {parallel} DispatchParallel orders), {} orders, digest {}",
+        orders.len(),
+        orders_digest(&orders).to_hex()
+    );
+    assert!(n >= N_COMPLETIONS / 4, "the run must start tasks in the freed slots, it started {n}");
+    SgeeeGrid { many_freed, n_dispatches: n }
+}
+
 fn bench_schedule(c: &mut Criterion) {
     let mut grids: Option<Grids> = None;
     let in_flight = InFlight::new();
@@ -930,6 +1054,13 @@ fn bench_schedule(c: &mut Criterion) {
     group.bench_function("fill_5000_fbsng", |b| {
         let grid = fbsng.get_or_insert_with(build_fbsng);
         assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
+    });
+    let mut parallel: Option<SgeeeGrid> = None;
+    group.bench_function("fill_5000_parallel", |b| {
+        // Its decisions are fewer than the freed slots (a parallel task takes
+        // several): the builder prints them; docs/performance.md divides.
+        let grid = parallel.get_or_insert_with(build_parallel);
         b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
     });
     group.throughput(Throughput::Elements(1));

@@ -320,6 +320,7 @@ fn run(
         work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
         nodes: Vec::new(),
         companion: false,
+        companion_argv: Vec::new(),
     };
     Delivery {
         id: Delivery::id_for(Seq(batch_seq), n),

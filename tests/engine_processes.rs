@@ -123,6 +123,7 @@ impl Broker {
                 work_dir_retention_ms: gridfold::core::event::OutputPolicy::default().work_dir_retention_ms,
                 nodes: Vec::new(),
                 companion: false,
+                companion_argv: Vec::new(),
             }),
         };
         let message = PublishMessage::build()

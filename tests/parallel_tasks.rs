@@ -4,7 +4,9 @@
 //! in one batch; the master runs the command with `GRIDFOLD_NODEFILE` naming
 //! both engines with 2 slots each; the companion's slots are held meanwhile
 //! (nothing else is dispatched to either engine) and freed at the end (the
-//! waiting 1-slot tasks then run on both).
+//! waiting 1-slot tasks then run on both). With a `companion_command`, the
+//! companion engine runs it with `GRIDFOLD_NODEFILE` while the master runs, and
+//! stops it when the master's part ends.
 
 mod support;
 
@@ -115,4 +117,85 @@ fn a_site_task_runs_on_two_engines_with_its_nodefile_and_holds_the_companion_unt
     // `why` names the parts of the parallel task that ran.
     let why = cluster.command(&["why".as_ref(), "mpi/0".as_ref()]);
     assert!(why.contains("mpi/0"), "{why}");
+}
+
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().next() != Some("Z")))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_companion_command_runs_with_the_nodefile_and_is_stopped_when_the_master_ends() {
+    let mut cluster = Cluster::start(POLICY);
+    cluster.projector();
+    for name in ["e1", "e2"] {
+        let (url, work) = (cluster.url(), cluster.path(&format!("{name}-work")).display().to_string());
+        let args = [
+            "engine", "--nats", &url, "--name", name, "--slots", "2", "--work-dir", &work, "--prop", "site=lyon",
+            "--heartbeat-secs", "1", "--drain-timeout-secs", "2",
+        ];
+        cluster.spawn(&format!("engine-{name}"), &args);
+    }
+    cluster.wait_logged_in(&["e1", "e2"]);
+
+    // The companion copies its node file and records its pid, then would run
+    // for ten minutes; the master waits for that proof and ends 1 s later.
+    let proof = cluster.path("proof");
+    std::fs::create_dir_all(&proof).unwrap();
+    let proof = proof.display().to_string();
+    let companion = format!(
+        "cp \"$GRIDFOLD_NODEFILE\" {proof}/nodefile.tmp && echo \"$GRIDFOLD_ENGINE $GRIDFOLD_TASK_ID $GRIDFOLD_SLOTS\" > {proof}/env \
+         && mv {proof}/nodefile.tmp {proof}/nodefile && echo $$ > {proof}/pid && exec sleep 600"
+    );
+    let master = format!("for i in $(seq 100); do [ -f {proof}/pid ] && break; sleep 0.1; done; sleep 1; echo master done");
+    let mpi = format!(
+        "id = \"mpi\"\nowner = \"tester\"\ntasks = 1\nslots = 4\nspan = \"site\"\n\
+         companion_command = [\"sh\", \"-c\", {companion:?}]\n\n[task]\nargv = [\"sh\", \"-c\", {master:?}]\n"
+    );
+    let file = cluster.write("mpi.toml", &mpi);
+    cluster.command(&["submit".as_ref(), file.as_os_str()]);
+
+    let completed_seq = cluster.wait_for("the parallel task to complete", Duration::from_secs(60), |cluster| {
+        cluster
+            .entries()
+            .iter()
+            .find_map(|e| match event(e) {
+                Some(Event::TaskCompleted { task, .. }) if task.job.as_str() == "mpi" => Some(e.seq),
+                _ => None,
+            })
+            .ok_or_else(|| "not completed".to_string())
+    });
+    let nodefile = std::fs::read_to_string(format!("{proof}/nodefile")).expect("the companion command ran");
+    let mut lines: Vec<&str> = nodefile.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, vec!["e1 2", "e2 2"], "the companion's GRIDFOLD_NODEFILE names both engines: {nodefile:?}");
+    let env = std::fs::read_to_string(format!("{proof}/env")).unwrap();
+    let words: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(words[1..], ["mpi/0", "2"], "the companion's environment: {env:?}");
+    let companion_engine = words[0].to_string();
+
+    // The companion's process is stopped once the master's part has ended.
+    let pid: i32 = std::fs::read_to_string(format!("{proof}/pid")).unwrap().trim().parse().unwrap();
+    cluster.wait_for("the companion command to be stopped", Duration::from_secs(30), |_| {
+        if is_alive(pid) { Err(format!("companion pid {pid} still runs")) } else { Ok(()) }
+    });
+
+    // The companion reported nothing to the log: only the master's engine did.
+    let entries = cluster.entries();
+    let reporters: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match event(e) {
+            Some(Event::TaskStarted { task, engine, .. } | Event::TaskCompleted { task, engine, .. } | Event::TaskFailed { task, engine, .. })
+                if task.job.as_str() == "mpi" =>
+            {
+                Some(engine.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reporters.len(), 2, "one start and one end: {reporters:?}");
+    assert!(reporters.iter().all(|engine| *engine != companion_engine), "{reporters:?} (companion {companion_engine})");
+    assert!(completed_seq.0 > 0);
 }

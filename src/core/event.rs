@@ -376,6 +376,13 @@ pub struct JobOptions {
     /// the policy's process type of this name apply to the job; empty: none.
     #[serde(default)]
     pub process_type: String,
+    /// A parallel task's companion command (`span = "site"` only): each engine
+    /// but the first runs it with the task's environment and
+    /// `GRIDFOLD_NODEFILE` until the first engine's part ends (Grid Engine's
+    /// slave tasks, started there by `qrsh -inherit`); empty: they run nothing.
+    /// See [`check_companion_argv`] for its limits.
+    #[serde(default)]
+    pub companion_argv: Vec<String>,
 }
 
 /// Where a task's slots may be (see [`crate::core::schedule::parallel`]).
@@ -403,6 +410,27 @@ pub const SLOTS_PER_TASK_MAX: u32 = 4_096;
 /// Most engines one parallel task may span: its orders (one per engine, each
 /// naming every part) stay well within a batch.
 pub const PARALLEL_PARTS_MAX: usize = 32;
+/// Most arguments of a parallel task's companion command (`companion_argv`).
+pub const COMPANION_ARGS_MAX: usize = 256;
+/// Most bytes of one argument of a companion command.
+pub const COMPANION_ARG_BYTES_MAX: usize = 4_096;
+
+/// What is wrong with a companion command, if anything: more than
+/// [`COMPANION_ARGS_MAX`] arguments, one longer than
+/// [`COMPANION_ARG_BYTES_MAX`] bytes, or an empty program name. An empty
+/// command is none and is fine.
+pub fn check_companion_argv(argv: &[String]) -> Result<(), String> {
+    if argv.len() > COMPANION_ARGS_MAX {
+        return Err(format!("{} arguments, more than {COMPANION_ARGS_MAX}", argv.len()));
+    }
+    if let Some((n, arg)) = argv.iter().enumerate().find(|(_, arg)| arg.len() > COMPANION_ARG_BYTES_MAX) {
+        return Err(format!("argument {n} has {} bytes, more than {COMPANION_ARG_BYTES_MAX}", arg.len()));
+    }
+    if argv.first().is_some_and(String::is_empty) {
+        return Err("the program (argument 0) is empty".to_string());
+    }
+    Ok(())
+}
 
 /// One engine's share of a parallel task: the engine, the login epoch the
 /// decision was made for, and the slots it holds.
@@ -1172,6 +1200,9 @@ pub enum CancelReason {
     Requeued,
     /// An operator cancelled the task alone (`TaskCancelled`).
     TaskCancelled,
+    /// Sent to a companion engine of a parallel attempt whose master part
+    /// ended, to stop its companion command; never in an order on the log.
+    ParallelEnded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -1218,6 +1249,7 @@ impl CancelReason {
             CancelReason::RedundantCopy => "redundant-copy",
             CancelReason::Requeued => "requeued",
             CancelReason::TaskCancelled => "task-cancelled",
+            CancelReason::ParallelEnded => "parallel-ended",
         }
     }
 }

@@ -342,6 +342,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     if let Some(library) = &library {
         library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
     }
+    check_companion_command(spec).map_err(invalid)?;
     let affinity = compile_preferences(&spec.options.affinity, None).map_err(invalid)?;
     let soft = super::schedule::soft::compile(&spec.options.soft).map_err(invalid)?;
     if spec.options.depends_on_jobs.len() > DEPENDENCIES_MAX {
@@ -389,6 +390,17 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     }
     let added = state.add_job(job, &depends_on, &retired_dependencies);
     assert_eq!(added, job_idx);
+    Ok(())
+}
+
+/// A companion command within its limits, on a job whose tasks have companions.
+fn check_companion_command(spec: &JobSpec) -> Result<(), JobProblem> {
+    let argv = &spec.options.companion_argv;
+    super::event::check_companion_argv(argv).map_err(|detail| JobProblem::BadCompanionCommand { detail })?;
+    if !argv.is_empty() && spec.options.span != super::event::Span::Site {
+        let detail = "only a task of span \"site\" has companion engines to run it".to_string();
+        return Err(JobProblem::BadCompanionCommand { detail });
+    }
     Ok(())
 }
 

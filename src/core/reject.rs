@@ -219,6 +219,9 @@ pub enum JobProblem {
     UnknownQueue { queue: String, known: Vec<String> },
     /// Under `fbsng`: a process type the policy does not define.
     UnknownProcessType { process_type: String, known: Vec<String> },
+    /// A companion command beyond its limits, or given to a job whose span is
+    /// not `site` (it would have no companion engine to run on).
+    BadCompanionCommand { detail: String },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -489,6 +492,7 @@ impl fmt::Display for JobProblem {
                 write!(f, "task {task} has affinity to task {target}, which is not an earlier task of the job")
             }
             JobProblem::BadLibrary { detail } => write!(f, "root library: {detail}"),
+            JobProblem::BadCompanionCommand { detail } => write!(f, "companion command: {detail}"),
             JobProblem::ConditionsForUnknownTask { task } => write!(f, "conditions for task {task}, which the job does not have"),
             JobProblem::RetiredDependency { dependency, status } => write!(
                 f,

@@ -223,6 +223,10 @@ struct Running {
     slots: u32,
     killer: Killer,
     stop: Option<StopReason>,
+    /// A parallel task's companion command: it holds no slots of the engine's
+    /// own count (the projector's booking holds them), reports nothing, and
+    /// stops when the master's part ends.
+    companion: bool,
 }
 
 struct Agent {
@@ -574,8 +578,14 @@ impl Agent {
             }) if engine == *self.engine() => {
                 self.report.deliveries += 1;
                 let key = (task, attempt);
-                // An attempt cancelled before it came is never started.
-                self.seen_attempts.insert(key.clone());
+                if reason == crate::core::event::CancelReason::ParallelEnded {
+                    // A companion's stop: the attempt's number may run again
+                    // (after a preemption), as a master's does.
+                    self.seen_attempts.forget(&key);
+                } else {
+                    // An attempt cancelled before it came is never started.
+                    self.seen_attempts.insert(key.clone());
+                }
                 self.runs_after_preemption.remove(&key);
                 if let Some(running) = self.running.get_mut(&key) {
                     tracing::info!(task = %key.0, attempt, reason = reason.as_str(), "stopping a cancelled attempt");
@@ -637,7 +647,9 @@ impl Agent {
     /// Starts a `Run`, or reports why it cannot.
     async fn start(&mut self, run: RunTask) -> Result<(), EngineError> {
         let key = (run.task.clone(), run.attempt);
-        if self.running.get(&key).is_some_and(|running| running.stop == Some(StopReason::Preempt)) {
+        if self.running.get(&key).is_some_and(|running| {
+            running.stop == Some(StopReason::Preempt) || (running.companion && running.stop.is_some())
+        }) {
             // The attempt's number runs again after a preemption, while the
             // preempted run is still stopping: it starts once that has stopped.
             tracing::info!(task = %run.task, attempt = run.attempt, "waiting for the preempted run to stop");
@@ -650,11 +662,12 @@ impl Agent {
             return Ok(());
         }
         self.report.deliveries += 1;
-        if run.companion {
+        if run.companion && run.companion_argv.is_empty() {
             super::nodefile::note_companion(self.engine(), &run);
             return Ok(());
         }
-        let slots = run.slots.max(1);
+        // A companion's slots are the projector's booking, not this engine's count.
+        let slots = if run.companion { 0 } else { run.slots.max(1) };
         let free = self.config.slots - self.slots_used;
         if slots > free {
             let message = format!(
@@ -664,7 +677,7 @@ impl Agent {
                 run.attempt,
                 self.config.slots
             );
-            return self.launch_failed(&run, message).await;
+            return self.cannot_start(&run, message).await;
         }
         if let Some(root) = &run.root_library
             && !library::is_held(&self.library_dir, root)
@@ -677,34 +690,39 @@ impl Agent {
                 library::SYNCED_MARKER,
                 library::library_path(&self.library_dir, root).display()
             );
-            return self.launch_failed(&run, message).await;
+            return self.cannot_start(&run, message).await;
         }
         // The policy in force when the projector dispatched this rules the sweeps from now on.
         self.config.work_dir_retention = Duration::from_millis(run.work_dir_retention_ms.max(1));
         let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
             Ok(dir) => dir,
-            Err(message) => return self.launch_failed(&run, message).await,
+            Err(message) => return self.cannot_start(&run, message).await,
         };
         let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
         match super::nodefile::write(&work_dir, &run) {
             Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),
             Ok(None) => {}
-            Err(e) => return self.launch_failed(&run, format!("cannot write the node file: {e}")).await,
+            Err(e) => return self.cannot_start(&run, format!("cannot write the node file: {e}")).await,
         }
         let spec = LaunchSpec {
-            argv: run.argv.clone(),
+            argv: if run.companion { run.companion_argv.clone() } else { run.argv.clone() },
             env,
             work_dir: work_dir.clone(),
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
             kill_grace: self.config.kill_grace,
             group_records: Some(self.claim.records().clone()),
-            capture: self.config.output_store.as_ref().map(|_| runner::Capture {
+            capture: self.config.output_store.as_ref().filter(|_| !run.companion).map(|_| runner::Capture {
                 dir: output_dir(&work_dir),
                 bytes_max: run.output_bytes_max.min(self.config.output_bytes_max),
             }),
         };
         match runner::start(spec, key.clone(), self.done_tx.clone()) {
+            Ok(killer) if run.companion => {
+                super::nodefile::companion_started(self.engine(), &run, killer.pgid());
+                self.running.insert(key, Running { slots: 0, killer, stop: None, companion: true });
+                Ok(())
+            }
             Ok(killer) => {
                 tracing::info!(task = %run.task, attempt = run.attempt, pgid = killer.pgid(), argv = %run.argv.join(" "), "started");
                 self.slots_used += slots;
@@ -718,6 +736,7 @@ impl Agent {
                         slots,
                         killer,
                         stop: None,
+                        companion: false,
                     },
                 );
                 self.report.started += 1;
@@ -728,8 +747,18 @@ impl Agent {
                 };
                 self.publish_task_event(event).await
             }
-            Err(err) => self.launch_failed(&run, err.to_string()).await,
+            Err(err) => self.cannot_start(&run, err.to_string()).await,
         }
+    }
+
+    /// A run that cannot start: a master or plain run reports it failed; a
+    /// companion's command only says so (its task is its master's to end).
+    async fn cannot_start(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+        if run.companion {
+            tracing::warn!(task = %run.task, attempt = run.attempt, "the companion command cannot start: {message}");
+            return Ok(());
+        }
+        self.launch_failed(run, message).await
     }
 
     async fn launch_failed(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
@@ -830,6 +859,14 @@ impl Agent {
             return Ok(());
         };
         self.slots_used -= running.slots;
+        if running.companion {
+            super::nodefile::companion_ended(&key.0, key.1, running.stop.is_some(), &outcome);
+            // A run of the same number that came while this one stopped starts now.
+            return match self.runs_after_preemption.remove(&key) {
+                Some(run) => Box::pin(self.start(run)).await,
+                None => Ok(()),
+            };
+        }
         let (task, attempt) = key;
         let engine = self.engine().clone();
         let failed = |kind, exit_code| Event::TaskFailed {
@@ -913,6 +950,11 @@ impl Agent {
             return Ok(());
         }
         tracing::info!(running = self.running.len(), timeout = %crate::human::duration(self.config.drain_timeout), "draining");
+        // Companion commands stop at once: the logout breaks their attempts anyway.
+        for running in self.running.values_mut().filter(|running| running.companion) {
+            running.stop.get_or_insert(StopReason::Shutdown);
+            running.killer.stop();
+        }
         let drain_deadline = Instant::now() + self.config.drain_timeout;
         let mut give_up: Option<Instant> = None;
         while !self.running.is_empty() {
@@ -1273,6 +1315,7 @@ mod tests {
             work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
             nodes: Vec::new(),
             companion: false,
+            companion_argv: Vec::new(),
         };
         let env_of = |run: &RunTask| -> BTreeMap<String, String> {
             let engine = EngineId::new("e1").unwrap();

@@ -66,6 +66,9 @@ struct JobFile {
     /// Grid Engine's `qsub -R y`: reserve slots when a task cannot start.
     #[serde(default)]
     reserve: bool,
+    /// With `span = "site"`: the command each engine but the first runs until
+    /// the first engine's part ends (Grid Engine's slave tasks, `qrsh -inherit`).
+    companion_command: Option<Spanned<Vec<String>>>,
     task: Spanned<TaskSection>,
     tasks: Option<Spanned<Tasks>>,
     task_list: Option<Spanned<Vec<Spanned<TaskTable>>>>,
@@ -400,6 +403,20 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
     let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
     options.span = span;
     options.reserve = file.reserve;
+    if let Some(command) = &file.companion_command {
+        if span != crate::core::event::Span::Site {
+            return Err(file_text.at(command, "companion_command needs span = \"site\" (only such a task has companion engines)"));
+        }
+        if command.get_ref().is_empty() {
+            return Err(file_text.at(command, "companion_command must name a program to run"));
+        }
+        crate::core::event::check_companion_argv(command.get_ref())
+            .map_err(|problem| file_text.at(command, format!("companion_command: {problem}")))?;
+        if let Some(problem) = unknown_placeholder(command.get_ref(), &task.params, &tasks) {
+            return Err(file_text.at(command, format!("companion_command: {problem}")));
+        }
+        options.companion_argv = command.get_ref().clone();
+    }
     if let Some(kind) = &file.process_type {
         let most = crate::core::schedule::fbsng::NAME_BYTES_MAX;
         if kind.get_ref().is_empty() || kind.get_ref().len() > most {
@@ -887,6 +904,7 @@ impl OptionKeys<'_> {
             span: crate::core::event::Span::Engine,
             reserve: false,
             process_type: String::new(),
+            companion_argv: Vec::new(),
         };
         Ok((options, task_conditions))
     }

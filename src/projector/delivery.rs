@@ -5,14 +5,17 @@
 //! copy); a `Requeue` is delivered as a cancel of the attempt it gives up on; a
 //! `SyncLibrary` to the engine that is to sync, with the size and blake3 the log
 //! says the library was published with; `Suspend`, `Resume` and `Preempt` to
-//! the engine holding the attempt. Orders no engine acts on
+//! the engine holding the attempt. When a parallel attempt whose job names a
+//! companion command ends, each companion engine hears a `Cancel` (reason
+//! `parallel-ended`) derived from the entry that ended it ([`companion_stops`]),
+//! not from an order. Orders no engine acts on
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
 use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, ParallelPart, Payload};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::reject::Rejection;
-use crate::core::state::State;
+use crate::core::state::{EngineIdx, State, TaskKey};
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
 
 /// The deliveries an entry makes, folded into `state` with these `rejections`:
@@ -96,6 +99,7 @@ fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&Engi
             parts.first().is_none_or(|master| master.engine != *engine),
         ),
     };
+    let companion_argv = if companion { job.companion_command(task.index, &params) } else { Vec::new() };
     Some(RunTask {
         task: task.clone(),
         attempt,
@@ -106,9 +110,67 @@ fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&Engi
         root_library: job.options.root_library.clone(),
         output_bytes_max: job.attempt_log.record(task.index, attempt).map_or(0, |r| r.output_bytes_max),
         work_dir_retention_ms: state.policy.output.work_dir_retention_ms,
+        companion_argv,
         nodes,
         companion,
     })
+}
+
+/// A parallel attempt whose companions run a command: the task, the attempt
+/// and its companion engines, as the state names them before an entry is folded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompanionRun {
+    key: TaskKey,
+    attempt: Attempt,
+    task: TaskRef,
+    companions: Vec<EngineIdx>,
+}
+
+/// The live parallel attempts of `state` whose job names a companion command
+/// (none, at no cost, when no parallel attempt is live): taken before an entry
+/// is folded, for [`companion_stops`] to tell which of them it ended.
+pub fn companion_runs(state: &State) -> Vec<CompanionRun> {
+    if state.parallel().is_empty() {
+        return Vec::new();
+    }
+    state
+        .parallel()
+        .all()
+        .filter(|(key, _, _)| !state.job(key.job).options.companion_argv.is_empty())
+        .map(|(key, attempt, parts)| CompanionRun {
+            key,
+            attempt,
+            task: state.task_ref(key),
+            companions: parts[1..].iter().map(|part| part.engine).collect(),
+        })
+        .collect()
+}
+
+/// The stops of the companion commands whose master part the entry at `seq`
+/// ended (however it ended: completed, failed, cancelled, requeued, preempted,
+/// its engine lost), one `Cancel` (reason `parallel-ended`) to each companion
+/// engine. Not an order: the log holds the end that freed the booking, and the
+/// companion engines act on nothing else. `before` is [`companion_runs`] of
+/// the state before the entry, `state` the state after it.
+pub fn companion_stops(before: Vec<CompanionRun>, state: &State, seq: Seq) -> Vec<Delivery> {
+    let mut stops = Vec::new();
+    for run in before {
+        if state.parallel().parts_of(run.key, run.attempt).is_some() {
+            continue;
+        }
+        for e in run.companions {
+            let engine = state.engine(e);
+            let order = Order::Cancel { task: run.task.clone(), attempt: run.attempt, engine: engine.id.clone(), reason: CancelReason::ParallelEnded };
+            stops.push(Delivery {
+                id: format!("{}-end-{}", seq.0, stops.len()),
+                batch_seq: seq,
+                engine: engine.id.clone(),
+                epoch: engine.epoch,
+                kind: DeliveryKind::Cancel(order),
+            });
+        }
+    }
+    stops
 }
 
 #[cfg(test)]
@@ -189,5 +251,68 @@ mod tests {
             ]
         );
     }
-}
 
+    #[test]
+    fn a_companion_part_carries_the_companion_command_and_hears_a_stop_when_the_master_ends() {
+        let mut log = LogBuilder::new();
+        log.login("a1", 2, linux_props("lyon", 8192));
+        log.login("a2", 2, linux_props("lyon", 8192));
+        let mut spec = job_spec("mpi", 1, "");
+        spec.slots_per_task = 4;
+        spec.options.span = crate::core::event::Span::Site;
+        spec.options.companion_argv = vec!["hold".into(), "--part={index}".into()];
+        log.submit(spec);
+        log.submit(job_spec("plain", 1, ""));
+        let mut state = State::new();
+        for entry in &log.entries {
+            fold(&mut state, entry);
+        }
+        let batch = decide(&state, &InFlight::new()).unwrap();
+        let entry = log.orders(batch.clone());
+        let rejections = fold(&mut state, &entry);
+        assert!(rejections.is_empty(), "{rejections:?}");
+        let runs: Vec<(String, bool, Vec<String>)> = deliveries_of(&state, entry.seq, &batch, &rejections)
+            .into_iter()
+            .map(|delivery| match delivery.kind {
+                DeliveryKind::Run(run) => (delivery.engine.to_string(), run.companion, run.companion_argv),
+                other => panic!("a run, not {other}"),
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            vec![("a1".into(), false, vec![]), ("a2".into(), true, vec!["hold".to_string(), "--part=0".to_string()])]
+        );
+
+        // Entries that do not end the master's part stop nothing.
+        let before = companion_runs(&state);
+        assert_eq!(before.len(), 1);
+        log.started("mpi", 0, 1, "a1");
+        let started = log.entries.last().unwrap().clone();
+        fold(&mut state, &started);
+        assert_eq!(companion_stops(before, &state, started.seq), vec![]);
+
+        // The master's end stops the companion command on a2.
+        let before = companion_runs(&state);
+        log.completed("mpi", 0, 1, "a1");
+        let completed = log.entries.last().unwrap().clone();
+        fold(&mut state, &completed);
+        let stops = companion_stops(before, &state, completed.seq);
+        let epoch = state.engine(state.engine_idx(&engine_id("a2")).unwrap()).epoch;
+        assert_eq!(
+            stops,
+            vec![Delivery {
+                id: format!("{}-end-0", completed.seq.0),
+                batch_seq: completed.seq,
+                engine: engine_id("a2"),
+                epoch,
+                kind: DeliveryKind::Cancel(Order::Cancel {
+                    task: task("mpi", 0),
+                    attempt: 1,
+                    engine: engine_id("a2"),
+                    reason: CancelReason::ParallelEnded
+                }),
+            }]
+        );
+        assert!(companion_runs(&state).is_empty());
+    }
+}

@@ -87,8 +87,11 @@ pub struct RunTask {
     /// A parallel task: every engine of the attempt with its slots, the
     /// master first (`GRIDFOLD_NODEFILE`); empty for other tasks.
     pub nodes: Vec<(EngineId, u32)>,
-    /// A part that is not the master: the engine holds its slots, runs nothing.
+    /// A part that is not the master: the engine holds its slots and runs
+    /// `companion_argv` (nothing when it is empty).
     pub companion: bool,
+    /// On a companion part, the job's companion command; empty on other runs.
+    pub companion_argv: Vec<String>,
 }
 
 impl Delivery {
@@ -183,6 +186,7 @@ fn delivery_to_proto(delivery: &Delivery) -> proto::Delivery {
             work_dir_retention_ms: run.work_dir_retention_ms,
             nodes: run.nodes.iter().map(|(engine, slots)| proto::NodeSlots { engine: engine.to_string(), slots: *slots }).collect(),
             companion: run.companion,
+            companion_argv: run.companion_argv.clone(),
         }),
         DeliveryKind::Cancel(order) | DeliveryKind::Lost(order) | DeliveryKind::Control(order) => {
             match order_to_proto(order).kind {
@@ -259,6 +263,13 @@ fn delivery_from_proto(engine: &EngineId, message: proto::Delivery) -> Result<De
                 .map(|node| Ok((engine_id("nodes.engine", &node.engine)?, node.slots)))
                 .collect::<Result<_, WireError>>()?,
             companion: run.companion,
+            companion_argv: {
+                crate::core::event::check_companion_argv(&run.companion_argv).map_err(|problem| WireError::Field {
+                    field: "run.companion_argv".into(),
+                    problem: super::convert::FieldProblem::Inconsistent(problem),
+                })?;
+                run.companion_argv
+            },
             task: task_ref(run.task)?,
             attempt: run.attempt,
             argv: run.argv,
@@ -332,6 +343,7 @@ mod tests {
                 work_dir_retention_ms: 60_000,
                 nodes: Vec::new(),
                 companion: false,
+                companion_argv: Vec::new(),
             }),
             DeliveryKind::Run(RunTask {
                 task: task("render", 4),
@@ -345,6 +357,7 @@ mod tests {
                 work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
                 nodes: Vec::new(),
                 companion: false,
+                companion_argv: Vec::new(),
             }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 2, engine: e1.clone(), reason: CancelReason::JobCancelled }),
             DeliveryKind::Cancel(Order::Cancel { task: task("render", 3), attempt: 3, engine: e1.clone(), reason: CancelReason::RedundantCopy }),
@@ -405,6 +418,7 @@ mod tests {
                 work_dir_retention_ms: 0,
                 nodes: Vec::new(),
                 companion: false,
+                companion_argv: Vec::new(),
             }),
         }
     }

@@ -168,6 +168,7 @@ pub fn every_event() -> Vec<Event> {
                 span: crate::core::event::Span::Site,
                 reserve: false,
                 process_type: "cms".into(),
+                companion_argv: Vec::new(),
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -561,6 +562,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     span: if flags[0] { crate::core::event::Span::Site } else { crate::core::event::Span::Engine },
                     reserve: flags[1],
                     process_type: if flags[1] { "cms".into() } else { String::new() },
+                    companion_argv: if flags[0] { vec!["hold".into(), "{index}".into()] } else { Vec::new() },
                 }
             },
         );

@@ -71,6 +71,7 @@ pub(super) fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
             work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
             nodes: Vec::new(),
             companion: false,
+            companion_argv: Vec::new(),
         }),
     };
     let [started, completed] = reports(engine, &task, 1);

@@ -335,3 +335,46 @@ fn a_forged_site_unschedulable_flag_for_a_task_a_site_could_hold_is_refused() {
     let mpi = state.job(state.job_idx(&crate::core::ids::JobId::new("mpi").unwrap()).unwrap());
     assert_eq!(mpi.unschedulable, None);
 }
+
+#[test]
+fn a_companion_command_beyond_its_limits_or_without_companions_is_refused_and_changes_nothing() {
+    use crate::core::event::{COMPANION_ARGS_MAX, COMPANION_ARG_BYTES_MAX};
+    let too_many = vec!["x".to_string(); COMPANION_ARGS_MAX + 1];
+    let too_long = vec!["sh".to_string(), "y".repeat(COMPANION_ARG_BYTES_MAX + 1)];
+    let empty_program = vec![String::new(), "-c".to_string()];
+    let mut log = LogBuilder::new();
+    log.login("a1", 2, linux_props("lyon", 8192));
+    for (n, argv) in [too_many, too_long, empty_program].into_iter().enumerate() {
+        let mut spec = site_job(&format!("bad{n}"), 1, 2);
+        spec.options.companion_argv = argv;
+        log.submit(spec);
+    }
+    // A companion command on a task of span "engine": it has no companions.
+    let mut spec = job_spec("plain", 1, "");
+    spec.options.companion_argv = vec!["hold".to_string()];
+    log.submit(spec);
+    // The most arguments, each of the most bytes, on a site task: taken.
+    let mut spec = site_job("fine", 1, 2);
+    spec.options.companion_argv = vec!["z".repeat(COMPANION_ARG_BYTES_MAX); COMPANION_ARGS_MAX];
+    log.submit(spec);
+    let mut state = State::new();
+    let rejections = fold_all(&log, &mut state);
+    let refused: Vec<String> = rejections
+        .iter()
+        .map(|rejection| match rejection {
+            Rejection::InvalidJob { job, problem: problem @ JobProblem::BadCompanionCommand { .. } } => format!("{job}: {problem}"),
+            other => panic!("unexpected {other}"),
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        vec![
+            "bad0: companion command: 257 arguments, more than 256".to_string(),
+            "bad1: companion command: argument 1 has 4097 bytes, more than 4096".to_string(),
+            "bad2: companion command: the program (argument 0) is empty".to_string(),
+            "plain: companion command: only a task of span \"site\" has companion engines to run it".to_string(),
+        ]
+    );
+    let held: Vec<String> = state.jobs().map(|job| job.id.to_string()).collect();
+    assert_eq!(held, vec!["fine".to_string()], "a refused job leaves nothing behind");
+}

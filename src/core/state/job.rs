@@ -455,6 +455,12 @@ impl Job {
         (argv, params)
     }
 
+    /// A parallel task's companion command (`companion_argv`), with `{index}`
+    /// and `{name}` replaced as in [`Job::task_command`] (`params` is what that returned).
+    pub fn companion_command(&self, index: u32, params: &BTreeMap<String, String>) -> Vec<String> {
+        self.options.companion_argv.iter().map(|arg| expand_placeholders(arg, index, params)).collect()
+    }
+
     pub fn is_active(&self) -> bool {
         self.status == JobStatus::Active
     }

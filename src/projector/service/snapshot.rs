@@ -77,7 +77,7 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// `default_duration`), a job's options its `reserve` (ge-reserve); FBSNG's
 /// queues and process types in the policy, a job its process type and section
 /// priority, the state its queue priorities (`state::fbsng`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 13;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 14;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
@@ -431,6 +431,7 @@ mod tests {
                 work_dir_retention_ms: crate::core::event::OutputPolicy::default().work_dir_retention_ms,
                 nodes: Vec::new(),
                 companion: false,
+                companion_argv: Vec::new(),
             }),
         }
     }

@@ -37,6 +37,7 @@ enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelRe
     RedundantCopy,
     Requeued,
     TaskCancelled,
+    ParallelEnded,
 });
 enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> RequeueReason {
     DispatchTimeout,

@@ -177,7 +177,10 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         proto::Span::Unspecified | proto::Span::Engine => crate::core::event::Span::Engine,
         proto::Span::Site => crate::core::event::Span::Site,
     };
+    crate::core::event::check_companion_argv(&m.companion_argv)
+        .map_err(|problem| WireError::at("companion_argv", FieldProblem::Inconsistent(problem)))?;
     Ok(JobOptions {
+        companion_argv: m.companion_argv,
         span,
         reserve: m.reserve,
         project_priority,

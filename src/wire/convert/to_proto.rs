@@ -102,6 +102,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         project_priority: options.project_priority,
         soft: options.soft.clone(),
         process_type: options.process_type.clone(),
+        companion_argv: options.companion_argv.clone(),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
