@@ -333,6 +333,16 @@ pub async fn ask<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
     subject: &str,
     question: &Q,
 ) -> anyhow::Result<A> {
+    ask_within(nats, subject, question, Duration::from_secs(10)).await
+}
+
+/// [`ask`], waiting at most `wait` for the answer.
+pub async fn ask_within<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
+    nats: &NatsArgs,
+    subject: &str,
+    question: &Q,
+    wait: Duration,
+) -> anyhow::Result<A> {
     let (client, refusals) = match nats.access()?.connect("gridfold", Duration::from_secs(5)).await {
         Ok(connected) => connected,
         Err(ConnectFailure::Refused(detail)) => anyhow::bail!("{detail} (broker at {})", nats.url),
@@ -341,14 +351,17 @@ pub async fn ask<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
         }
     };
     let payload = serde_json::to_vec(question)?;
-    let answered = tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.into())).await;
+    let answered = tokio::time::timeout(wait, client.request(subject.to_string(), payload.into())).await;
     // A question the broker refused (by permission) is never answered: say so, not "no projector".
     let reply = match answered {
         Ok(Ok(reply)) => reply,
         _ if refusals.latest().is_some() => {
             anyhow::bail!("asking on {subject}: {}", refusals.latest().unwrap_or_default())
         }
-        Err(_) => anyhow::bail!("no projector answered on {subject} within 10 s: is `gridfold projector` running against {}?", nats.url),
+        Err(_) => {
+            let waited = if wait.subsec_millis() == 0 { format!("{} s", wait.as_secs()) } else { format!("{} ms", wait.as_millis()) };
+            anyhow::bail!("no projector answered on {subject} within {waited}: is `gridfold projector` running against {}?", nats.url)
+        }
         Ok(Err(e)) => anyhow::bail!(
             "no projector answered on {subject}: {}; is `gridfold projector` running against {}?",
             super::said_once(&e.to_string()),

@@ -2,17 +2,23 @@
 //! submitters and operators decide. Submitters bind to the log's stream; an
 //! operator's `policy apply` creates it if it is missing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
 use super::client::{
-    await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs,
+    ask_within, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs,
 };
 use super::{bad_input, BadInput};
-use crate::core::event::Event;
+use crate::core::event::{Event, JobSpec};
+use crate::core::expr::Expr;
 use crate::core::ids::JobId;
+use crate::core::reject::JobProblem;
+use crate::core::schedule::fbsng;
+use crate::files::jobfile::fbsng_key_lines;
+use crate::projector::query::{PolicyReply, PolicyRequest, POLICY_SUBJECT};
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
@@ -113,6 +119,9 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let job = spec.id.clone();
     let tasks = spec.task_count();
     let wait = args.verdict.wait();
+    if let Some(refused) = block_on(policy_refuses(&args.nats, &args.job_file, &spec, wait)) {
+        return Ok(bad_input(refused));
+    }
     let parts = match super::parts::split_job(spec, super::parts::PART_BYTES_MAX) {
         Ok(parts) => parts,
         Err(problem) => return Ok(bad_input(BadInput(format!("{}: {problem}", args.job_file.display())))),
@@ -126,6 +135,35 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         println!("{job}");
     }
     Ok(code)
+}
+
+/// Longest `submit` waits for the policy in force before it publishes anyway.
+const POLICY_CHECK_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// Under `fbsng`, the policy in force (asked of the projector) refuses a job
+/// naming a queue or process type it does not define: said at once, with the
+/// file, the line of the key and the known names, and nothing published. When
+/// the policy cannot be read (no projector answers within `wait`, at most
+/// [`POLICY_CHECK_WAIT_MAX`]; nothing is asked with `--no-wait`), the job is
+/// published and the fold refuses it with the same reason.
+async fn policy_refuses(nats: &NatsArgs, path: &Path, spec: &JobSpec, wait: Duration) -> Option<BadInput> {
+    if wait.is_zero() {
+        return None;
+    }
+    let reply: PolicyReply = ask_within(nats, POLICY_SUBJECT, &PolicyRequest {}, wait.min(POLICY_CHECK_WAIT_MAX)).await.ok()?;
+    let problem = fbsng::admit_job(&reply.policy, spec, Expr::Bool(true)).err()?;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (queue_line, kind_line) = fbsng_key_lines(&text);
+    let line = match problem {
+        JobProblem::UnknownQueue { .. } => queue_line,
+        JobProblem::UnknownProcessType { .. } => kind_line,
+        _ => return None,
+    };
+    let at = line.map_or_else(|| path.display().to_string(), |line| format!("{}:{line}", path.display()));
+    Some(BadInput(format!(
+        "{at}: {problem} (under the policy in force, set at seq {}); job {} not published",
+        reply.seq, spec.id
+    )))
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {

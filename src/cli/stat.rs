@@ -231,6 +231,9 @@ fn print_stat(summary: &StateSummary, long: bool) {
         }
     }
     println!();
+    if !summary.fbsng_queues.is_empty() {
+        println!("{}", crate::core::schedule::fbsng::QueueTable(&summary.fbsng_queues));
+    }
     if summary.jobs_retired > 0 {
         println!("{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired);
     }

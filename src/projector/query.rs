@@ -658,16 +658,7 @@ impl std::fmt::Display for StateSummary {
         if let Some(retired) = &self.retired {
             writeln!(f, "{retired}")?;
         }
-        if !self.fbsng_queues.is_empty() {
-            writeln!(f, "{:<24} {:>9} {:>8} {:>12} {:>12}", "FBSNG QUEUE", "PRIORITY", "WAITING", "SECTION MAX", "GAP-HELD")?;
-            for queue in &self.fbsng_queues {
-                writeln!(
-                    f,
-                    "{:<24} {:>9} {:>8} {:>12} {:>12}",
-                    queue.name, queue.priority, queue.waiting_sections, queue.section_priority_max, queue.jobs_held_by_section_gap
-                )?;
-            }
-        }
+        write!(f, "{}", crate::core::schedule::fbsng::QueueTable(&self.fbsng_queues))?;
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;
             for job in &self.jobs {

@@ -26,6 +26,13 @@ fn run_checked(scenario: &Scenario) -> (SimReport, Vec<Entry>) {
     let (report, entries) = run(scenario, &options, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(report.outcome, Outcome::Horizon | Outcome::AllJobsEnded), "{report}");
     assert_eq!(report.rejected_entries, 0, "{report}");
+    // FBSNG is not preemptive: no batch of any scenario stops or suspends a running section.
+    for entry in &entries {
+        if let Some(Event::OrderBatch(batch)) = entry.payload_event() {
+            let stops = batch.orders.iter().find(|order| matches!(order, Order::Preempt { .. } | Order::Suspend { .. }));
+            assert!(stops.is_none(), "seq {}: FBSNG stopped a running section: {}", entry.seq, stops.map(ToString::to_string).unwrap_or_default());
+        }
+    }
     (report, entries)
 }
 

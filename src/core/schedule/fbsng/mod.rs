@@ -176,7 +176,7 @@ pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, Jo
     let queues = queues(policy);
     if !queues.iter().any(|queue| queue.name == spec.queue) {
         let known = queues.iter().map(|queue| queue.name.clone()).collect();
-        return Err(JobProblem::UnknownQueue { queue: spec.queue.clone(), known });
+        return Err(JobProblem::UnknownQueue { queue: clipped_name(&spec.queue), known });
     }
     let wanted = &spec.options.process_type;
     if wanted.is_empty() {
@@ -184,7 +184,7 @@ pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, Jo
     }
     let Some(kind) = policy.fbsng.process_types.iter().find(|kind| kind.name == *wanted) else {
         let known = policy.fbsng.process_types.iter().map(|kind| kind.name.clone()).collect();
-        return Err(JobProblem::UnknownProcessType { process_type: wanted.clone(), known });
+        return Err(JobProblem::UnknownProcessType { process_type: clipped_name(wanted), known });
     };
     let required = crate::core::expr::parse(&kind.requirements).unwrap_or(Expr::Bool(true));
     Ok(match (required, expr) {
@@ -195,6 +195,16 @@ pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, Jo
             JobProblem::BadRequirements { position: 0, message: format!("joined with process type {wanted}'s: {}", e.message) }
         })?,
     })
+}
+
+/// A name a client sent, as a refusal repeats it: no defined name is longer
+/// than [`NAME_BYTES_MAX`], so a longer one is cut there (marked `...`) and
+/// the kept rejection stays small whatever the client sent.
+fn clipped_name(name: &str) -> String {
+    if name.len() <= NAME_BYTES_MAX {
+        return name.to_string();
+    }
+    format!("{}...", crate::core::reject::truncated(name, NAME_BYTES_MAX))
 }
 
 /// Moves the queue priorities for a section started from queue `q` (see the module docs).
@@ -565,6 +575,51 @@ pub struct QueueStatus {
     /// Runnable jobs of the queue whose ready section is `spg` or more below
     /// that greatest one: held by the section gap while it cannot start.
     pub jobs_held_by_section_gap: u32,
+    /// Its waiting sections (each runnable job's ready one), greatest priority
+    /// first, then by submission; at most [`SECTIONS_SHOWN_MAX`].
+    #[serde(default)]
+    pub sections: Vec<SectionStatus>,
+}
+
+/// Most waiting sections `gridfold stat` lists per queue.
+pub const SECTIONS_SHOWN_MAX: usize = 32;
+
+/// One waiting section as `gridfold stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SectionStatus {
+    /// The job whose ready section it is.
+    pub job: String,
+    /// Its section priority (folded).
+    pub priority: u32,
+    /// Its priority is `spg` or more below the queue's greatest: held by the
+    /// section gap while that section cannot start.
+    pub held_by_section_gap: bool,
+}
+
+/// The queues as `stat` prints them (nothing when there are none): a row
+/// each, then a line per waiting section, `  section JOB priority P` (with
+/// `, held by the section gap`).
+pub struct QueueTable<'a>(pub &'a [QueueStatus]);
+
+impl std::fmt::Display for QueueTable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "{:<24} {:>9} {:>8} {:>12} {:>12}", "FBSNG QUEUE", "PRIORITY", "WAITING", "SECTION MAX", "GAP-HELD")?;
+        for queue in self.0 {
+            writeln!(
+                f,
+                "{:<24} {:>9} {:>8} {:>12} {:>12}",
+                queue.name, queue.priority, queue.waiting_sections, queue.section_priority_max, queue.jobs_held_by_section_gap
+            )?;
+            for section in &queue.sections {
+                let held = if section.held_by_section_gap { ", held by the section gap" } else { "" };
+                writeln!(f, "  section {} priority {}{held}", section.job, section.priority)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Each queue of the policy in force, in its order (empty unless `fbsng`).
@@ -582,19 +637,32 @@ pub fn queue_statuses(state: &State) -> Vec<QueueStatus> {
             waiting_sections: 0,
             section_priority_max: 0,
             jobs_held_by_section_gap: 0,
+            sections: Vec::new(),
         })
         .collect();
-    let mut members: Vec<Vec<u32>> = vec![Vec::new(); queues.len()];
+    // Per queue: (priority, greatest first; submission; job) of each ready section.
+    let mut members: Vec<Vec<(Reverse<u32>, Seq, JobIdx)>> = vec![Vec::new(); queues.len()];
     for rank in state.runnable_jobs() {
         let job = state.job(rank.job);
         let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { continue };
         statuses[q].waiting_sections += u64::from(job.n_wanting_dispatch());
         statuses[q].section_priority_max = statuses[q].section_priority_max.max(job.fbsng_section_priority);
-        members[q].push(job.fbsng_section_priority);
+        members[q].push((Reverse(job.fbsng_section_priority), job.submit_seq, rank.job));
     }
-    for ((status, queue), priorities) in statuses.iter_mut().zip(queues.iter()).zip(&members) {
+    for ((status, queue), members) in statuses.iter_mut().zip(queues.iter()).zip(&mut members) {
         let top = i64::from(status.section_priority_max);
-        status.jobs_held_by_section_gap = priorities.iter().filter(|&&p| top - i64::from(p) >= queue.spg).count() as u32;
+        let held = |priority: u32| top - i64::from(priority) >= queue.spg;
+        status.jobs_held_by_section_gap = members.iter().filter(|(Reverse(p), _, _)| held(*p)).count() as u32;
+        members.sort_unstable();
+        status.sections = members
+            .iter()
+            .take(SECTIONS_SHOWN_MAX)
+            .map(|&(Reverse(priority), _, j)| SectionStatus {
+                job: state.job(j).id.to_string(),
+                priority,
+                held_by_section_gap: held(priority),
+            })
+            .collect();
     }
     statuses
 }

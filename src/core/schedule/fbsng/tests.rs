@@ -191,8 +191,93 @@ fn a_section_passed_spg_times_holds_the_later_ones_of_its_queue() {
     let mut bulk = JobSpec { queue: "mixed".into(), ..job_spec("bulk", 1, "") };
     bulk.slots_per_task = 8;
     let light = JobSpec { queue: "mixed".into(), ..job_spec("light", 10, "") };
-    let state = state_of(&grid(policy(queues, vec![]), vec![bulk, light.clone()]));
+    let log = grid(policy(queues, vec![]), vec![bulk, light.clone()]);
+    let state = state_of(&log);
     assert_eq!(dispatched_jobs(&state), vec!["light", "light"], "two pass the bulk section, then it holds the rest");
+    // Those two starts read back, `why` names the section that holds the rest.
+    let state = run_and_read_back(log);
     let j = state.job_idx(&light.id).expect("held");
-    let _ = j;
+    assert_eq!(
+        hold_of(&state, j).map(|hold| hold.to_string()),
+        Some("held by the section gap: job bulk's section cannot start and its priority leads by 2, spg is 2".into())
+    );
+}
+
+/// A state folded from the log with `schedule`'s orders of each run read back.
+fn run_and_read_back(mut log: LogBuilder) -> State {
+    let mut state = state_of(&log);
+    let orders = schedule(&state, &InFlight::new());
+    log.orders(crate::core::event::OrderBatch {
+        based_on_seq: state.last_seq,
+        algorithm: "fbsng".into(),
+        algorithm_version: crate::core::schedule::ALGORITHM_VERSION,
+        orders,
+    });
+    state = state_of(&log);
+    state
+}
+
+#[test]
+fn stat_lists_each_waiting_sections_priority_and_the_ones_the_section_gap_holds() {
+    let queues = vec![FbsngQueue { spg: 2, ..default_queue("mixed") }, default_queue("other")];
+    let mut bulk = JobSpec { queue: "mixed".into(), ..job_spec("bulk", 1, "") };
+    bulk.slots_per_task = 8;
+    let light = JobSpec { queue: "mixed".into(), ..job_spec("light", 10, "") };
+    let state = run_and_read_back(grid(policy(queues, vec![]), vec![bulk, light]));
+    let statuses = queue_statuses(&state);
+    let names: Vec<&str> = statuses.iter().map(|status| status.name.as_str()).collect();
+    assert_eq!(names, ["mixed", "other"]);
+    let shown: Vec<(&str, u32, bool)> =
+        statuses[0].sections.iter().map(|s| (s.job.as_str(), s.priority, s.held_by_section_gap)).collect();
+    assert_eq!(shown, [("bulk", 2, false), ("light", 0, true)], "greatest priority first; light held by the gap");
+    assert_eq!(statuses[0].jobs_held_by_section_gap, 1);
+    assert!(statuses[1].sections.is_empty());
+    let table = QueueTable(&statuses).to_string();
+    assert!(table.contains("  section bulk priority 2\n  section light priority 0, held by the section gap\n"), "{table}");
+}
+
+#[test]
+fn why_names_the_quota_with_used_and_quota_and_the_queue_of_higher_priority() {
+    let kinds = vec![FbsngProcessType { name: "cms".into(), quota_slots: 2, requirements: String::new() }];
+    let mut capped = job_spec("capped", 4, "");
+    capped.options.process_type = "cms".into();
+    let state = run_and_read_back(grid(policy(vec![], kinds), vec![capped.clone()]));
+    let j = state.job_idx(&capped.id).expect("waiting");
+    assert_eq!(
+        hold_of(&state, j).map(|hold| hold.to_string()),
+        Some("process type cms holds 2 of its 2 slots (quota)".into())
+    );
+    // Two queues, nothing free: the one of lower priority comes after the other.
+    let queues = vec![queue("high", 5, 1, 1, 100), queue("low", 0, 1, 1, 100)];
+    let high = JobSpec { queue: "high".into(), ..job_spec("hi", 8, "") };
+    let low = JobSpec { queue: "low".into(), ..job_spec("lo", 8, "") };
+    let state = run_and_read_back(grid(policy(queues, vec![]), vec![high, low.clone()]));
+    let j = state.job_idx(&low.id).expect("waiting");
+    // Four starts from high (qpi 1, qpd 1): high stays at 5, low gains 4.
+    assert_eq!(
+        hold_of(&state, j).map(|hold| hold.to_string()),
+        Some("queue low (priority 4) comes after queue high (priority 5)".into())
+    );
+}
+
+#[test]
+fn a_job_naming_a_queue_or_process_type_of_a_megabyte_is_refused_repeating_at_most_64_bytes_of_it() {
+    let mut log = LogBuilder::new();
+    log.push(Event::PolicySet(policy(vec![default_queue("high")], vec![])));
+    log.submit(JobSpec { queue: "q".repeat(1 << 20), ..job_spec("j1", 1, "") });
+    let mut spec = JobSpec { queue: "high".into(), ..job_spec("j2", 1, "") };
+    spec.options.process_type = "\u{e9}".repeat(1 << 19);
+    log.submit(spec);
+    let mut state = State::new();
+    let mut refused = Vec::new();
+    for entry in &log.entries {
+        refused.extend(fold(&mut state, entry));
+    }
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    for rejection in &refused {
+        let said = rejection.to_string();
+        assert!(said.len() < 200, "{} bytes: {}", said.len(), &said[..200]);
+        assert!(said.contains("...\"; known: "), "{said}");
+    }
+    assert!(state.jobs().next().is_none(), "neither job is held");
 }
