@@ -71,6 +71,8 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.JobOptions.reserve",
     ".gridfold.v1.PolicySet.fbsng",
     ".gridfold.v1.JobOptions.process_type",
+    ".gridfold.v1.PolicySet.cigri",
+    ".gridfold.v1.JobOptions.campaign",
 ];
 
 fn main() {

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) mod cigri;
 pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
@@ -54,6 +55,8 @@ sge::with_grid_engine_keys! {
         default_duration_secs: Option<Spanned<u64>>,
         /// FBSNG's queues and process types (`algorithm = "fbsng"`).
         fbsng: Option<fbsng::FbsngSection>,
+        /// CiGri's affinities, finalize and sink settings (`algorithm = "cigri"`).
+        cigri: Option<cigri::CigriSection>,
     }
 }
 
@@ -254,6 +257,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         )?,
         reservation: reservation(file_text, &file.max_reservation, &file.default_duration_secs)?,
         fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
+        cigri: cigri::cigri(file_text, &file.cigri)?,
     })
 }
 
