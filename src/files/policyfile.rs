@@ -517,4 +517,30 @@ copies_per_task_max = 3
         );
         check_error("[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqpx = 1\n", expect!["p.toml:4: unknown field `qpx`, expected one of `name`, `qp_min`, `qp_max`, `qpi`, `qpd`, `qpg`, `spg`"]);
     }
+
+    #[test]
+    fn a_cigri_section_is_read_with_defaults_and_bad_rows_name_the_line() {
+        let policy = parse_policy(
+            "algorithm = \"cigri\"\n[cigri]\nsink_ratio = 0.1\n[[cigri.affinity]]\nuser = \"alice\"\ncluster = \"lyon\"\n",
+            "p.toml",
+        )
+        .expect("parses");
+        assert_eq!(policy.algorithm, crate::core::event::Algorithm::Cigri);
+        let cigri = &policy.cigri;
+        assert_eq!((cigri.finalize_copies_max, cigri.sink_ratio_milli, cigri.sink_min_tasks, cigri.predictor_window_ms), (1, 100, 10, 3_600_000));
+        assert_eq!((cigri.affinity[0].user.as_str(), cigri.affinity[0].cluster.as_str()), ("alice", "lyon"));
+        check_error(
+            "[cigri]\n[[cigri.affinity]]\nuser = \"a\"\ncluster = \"c\"\n[[cigri.affinity]]\nuser = \"a\"\ncluster = \"c\"\n",
+            expect!["p.toml:5: cigri.affinity[1]: user a and cluster c are listed twice"],
+        );
+        check_error("[cigri]\nsink_ratio = 2.0\n", expect!["p.toml:2: cigri.sink_ratio must be within 0..=1"]);
+        check_error("[cigri]\nfinalize_copies_max = 9\n", expect!["p.toml:2: cigri.finalize_copies_max: 9, more than 8"]);
+        check_error("[cigri]\npredictor_window_secs = 0\n", expect!["p.toml:2: cigri.predictor_window_secs must be within 1..=604800"]);
+        let many: String = (0..=crate::core::schedule::cigri::AFFINITIES_MAX)
+            .map(|n| format!("[[cigri.affinity]]\nuser = \"u{n}\"\ncluster = \"c\"\n"))
+            .collect();
+        let error = parse_policy(&format!("[cigri]\n{many}"), "p.toml").expect_err("too many rows");
+        assert!(error.to_string().ends_with("cigri.affinity: more than 256 rows"), "{error}");
+        check_error("[cigri]\naffinities = 1\n", expect!["p.toml:2: unknown field `affinities`, expected one of `finalize_copies_max`, `sink_ratio`, `sink_min_tasks`, `predictor_window_secs`, `affinity`"]);
+    }
 }

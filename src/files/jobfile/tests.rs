@@ -276,3 +276,11 @@ fn a_soft_request_is_read_and_a_bad_one_names_its_line_and_byte() {
           ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((true))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))
                                                                           ^"#]]);
 }
+
+#[test]
+fn a_campaign_type_is_read_and_an_unknown_one_is_refused_naming_the_known_ones() {
+    let spec = parse(&with_task("campaign = \"test\"\n"));
+    assert_eq!(spec.options.campaign, crate::core::event::CampaignType::Test);
+    assert_eq!(parse(&with_task("")).options.campaign, crate::core::event::CampaignType::Default);
+    check_error(&with_task("campaign = \"trial\"\n"), expect![[r#"job.toml:1: unknown campaign "trial"; known: default, test"#]]);
+}
