@@ -383,6 +383,41 @@ pub struct JobOptions {
     /// See [`check_companion_argv`] for its limits.
     #[serde(default)]
     pub companion_argv: Vec<String>,
+    /// CiGri's campaign type (`cigri`): a test campaign runs one task on each
+    /// cluster its requirements allow, ahead of every default campaign, and
+    /// drops the rest (see [`crate::core::schedule::cigri`]).
+    #[serde(default)]
+    pub campaign: CampaignType,
+}
+
+/// CiGri's campaign types (gridsub's `-t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
+pub enum CampaignType {
+    /// Tasks fill the clusters the metascheduler offers the campaign.
+    #[default]
+    Default,
+    /// One task on each cluster the requirements allow, first; the rest dropped.
+    Test,
+}
+
+impl CampaignType {
+    /// Every campaign type, as job files name them.
+    pub const NAMES: [&'static str; 2] = ["default", "test"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CampaignType::Default => "default",
+            CampaignType::Test => "test",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(CampaignType::Default),
+            "test" => Some(CampaignType::Test),
+            _ => None,
+        }
+    }
 }
 
 /// Where a task's slots may be (see [`crate::core::schedule::parallel`]).
@@ -657,6 +692,48 @@ pub struct Policy {
     pub reservation: ReservationPolicy,
     /// FBSNG's queues, process types and run interval (`fbsng`, see `schedule::fbsng`).
     pub fbsng: FbsngPolicy,
+    /// CiGri's cluster affinities, finalize and sink-effect settings (`cigri`,
+    /// see `schedule::cigri`).
+    #[serde(default)]
+    pub cigri: CigriPolicy,
+}
+
+/// CiGri's settings, read by the `cigri` family only. Limits:
+/// [`crate::core::schedule::cigri::check_policy`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CigriPolicy {
+    /// (user, cluster) couples: on that cluster, that user's default campaigns
+    /// come before those of users without affinity for it.
+    pub affinity: Vec<CigriAffinity>,
+    /// Finalize: most copies of one running task once its campaign has no
+    /// waiting task left and slots are free; 0: no finalize.
+    pub finalize_copies_max: u32,
+    /// Sink effect: a task "succeeding" in less than this fraction (in
+    /// thousandths) of its campaign's median duration is suspicious.
+    pub sink_ratio_milli: u32,
+    /// Sink effect: tasks a campaign must have completed before the rule applies.
+    pub sink_min_tasks: u32,
+    /// The predictor's sliding window of log time.
+    pub predictor_window_ms: u64,
+}
+
+/// One of CiGri's (user, cluster) affinities.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct CigriAffinity {
+    pub user: String,
+    pub cluster: String,
+}
+
+impl Default for CigriPolicy {
+    fn default() -> Self {
+        CigriPolicy {
+            affinity: Vec::new(),
+            finalize_copies_max: 1,
+            sink_ratio_milli: 50,
+            sink_min_tasks: 10,
+            predictor_window_ms: 3_600_000,
+        }
+    }
 }
 
 /// Resource reservation and backfilling (Grid Engine's sched_conf(5)
@@ -977,6 +1054,7 @@ impl Default for Policy {
             suspend_thresholds: SuspendThresholds::default(),
             reservation: ReservationPolicy::default(),
             fbsng: FbsngPolicy::default(),
+            cigri: CigriPolicy::default(),
         }
     }
 }
@@ -1000,11 +1078,15 @@ pub enum Algorithm {
     /// FBSNG's scheduler: job-first over queues of dynamic priorities with
     /// gaps, sections of dynamic priorities, process-type quotas (`schedule::fbsng`).
     Fbsng,
+    /// CiGri's metascheduler: per cluster, test campaigns first, then default
+    /// campaigns of users with affinity for the cluster, then the rest, FIFO;
+    /// finalize copies at a campaign's end (`schedule::cigri`).
+    Cigri,
 }
 
 impl Algorithm {
     /// Every algorithm, as policy files name them.
-    pub const NAMES: [&'static str; 4] = ["sge-plain", "sgeee", "techila", "fbsng"];
+    pub const NAMES: [&'static str; 5] = ["sge-plain", "sgeee", "techila", "fbsng", "cigri"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -1012,6 +1094,7 @@ impl Algorithm {
             Algorithm::Sgeee => "sgeee",
             Algorithm::Techila => "techila",
             Algorithm::Fbsng => "fbsng",
+            Algorithm::Cigri => "cigri",
         }
     }
     pub fn from_name(name: &str) -> Option<Self> {
@@ -1020,6 +1103,7 @@ impl Algorithm {
             "sgeee" => Some(Algorithm::Sgeee),
             "techila" => Some(Algorithm::Techila),
             "fbsng" => Some(Algorithm::Fbsng),
+            "cigri" => Some(Algorithm::Cigri),
             _ => None,
         }
     }
@@ -1112,6 +1196,9 @@ pub enum Order {
     /// first part is the master, which runs the command. `engine` and `epoch`
     /// are this order's part.
     DispatchParallel { task: TaskRef, attempt: Attempt, engine: EngineId, epoch: Epoch, parts: Vec<ParallelPart> },
+    /// CiGri: a test campaign ran one task on each of the `clusters` clusters
+    /// its requirements allow; it ends, its other tasks dropped (cancelled).
+    EndTestCampaign { job: JobId, clusters: u32 },
 }
 
 impl Order {
@@ -1141,6 +1228,7 @@ impl Order {
             Order::Blacklist { job, engine, .. } => text(job.as_str()) + text(engine.as_str()),
             Order::Reschedule { task, .. } => text(task.job.as_str()),
             Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
+            Order::EndTestCampaign { job, .. } => text(job.as_str()),
             Order::DispatchParallel { task, engine, parts, .. } => {
                 text(task.job.as_str())
                     + text(engine.as_str())
@@ -1165,6 +1253,7 @@ impl Order {
             Order::Resume { .. } => "Resume",
             Order::Preempt { .. } => "Preempt",
             Order::DispatchParallel { .. } => "DispatchParallel",
+            Order::EndTestCampaign { .. } => "EndTestCampaign",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1240,6 +1329,8 @@ pub enum RescheduleReason {
     StdDev,
     /// Techila: the task ran past its job's `expected_task_time_ms`.
     Expired,
+    /// CiGri's finalize: the campaign has no waiting task left and slots are free.
+    Finalize,
 }
 
 impl CancelReason {
@@ -1272,6 +1363,7 @@ impl RescheduleReason {
             RescheduleReason::Average => "average",
             RescheduleReason::StdDev => "std-dev",
             RescheduleReason::Expired => "expired",
+            RescheduleReason::Finalize => "finalize",
         }
     }
 }
@@ -1312,6 +1404,7 @@ impl std::fmt::Display for Order {
             Order::Suspend { task, attempt, engine } => write!(f, "suspend {task} #{attempt} on {engine}"),
             Order::Resume { task, attempt, engine } => write!(f, "resume {task} #{attempt} on {engine}"),
             Order::Preempt { task, attempt, engine } => write!(f, "preempt {task} #{attempt} on {engine}"),
+            Order::EndTestCampaign { job, clusters } => write!(f, "end test campaign {job} (tested on {clusters} clusters)"),
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

@@ -919,6 +919,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             state.dispatch(key, *attempt, e);
             super::state::fbsng::section_started(state, key);
+            super::state::cigri::dispatched(state, key, e);
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -959,6 +960,20 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::NoCopyWanted);
             }
             super::schedule::techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
+        }
+        Order::Reschedule { task, reason: super::event::RescheduleReason::Finalize, .. } => {
+            let key = order_task(state, task, last_job)?;
+            if !super::schedule::cigri::finalize_wanted(state, key) {
+                return Err(OrderProblem::NoCopyWanted);
+            }
+            super::schedule::cigri::mark_finalized(state, key);
+        }
+        Order::EndTestCampaign { job, .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            if !super::schedule::cigri::test_campaign_done(state, j) {
+                return Err(OrderProblem::TestCampaignNotDone);
+            }
+            super::schedule::cigri::end_test_campaign(state, j);
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;

@@ -265,6 +265,9 @@ pub enum OrderProblem {
     /// A `DispatchParallel` whose parts do not describe a parallel task the
     /// job may run (see [`PartsProblem`]), or a `Dispatch` of a site-spanning job.
     BadParts { problem: PartsProblem },
+    /// CiGri: an `EndTestCampaign` of a job that is not an active test
+    /// campaign whose tested tasks have all ended.
+    TestCampaignNotDone,
 }
 
 /// What is wrong with the parts of a `DispatchParallel`.
@@ -312,6 +315,7 @@ impl fmt::Display for OrderProblem {
             }
             OrderProblem::EpochClosed { epoch, current } => write!(f, "epoch-closed (epoch {epoch}, now {current})"),
             OrderProblem::BadParts { problem } => write!(f, "bad-parts ({})", problem.as_str()),
+            OrderProblem::TestCampaignNotDone => f.write_str("test-campaign-not-done"),
             other => f.write_str(other.kind_name()),
         }
     }
@@ -342,6 +346,7 @@ impl OrderProblem {
             OrderProblem::SyncNotNeeded => "sync-not-needed",
             OrderProblem::NotRequested => "not-requested",
             OrderProblem::BadParts { .. } => "bad-parts",
+            OrderProblem::TestCampaignNotDone => "test-campaign-not-done",
         }
     }
 }

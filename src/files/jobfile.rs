@@ -50,6 +50,8 @@ struct JobFile {
     queue: String,
     /// FBSNG's process type (`algorithm = "fbsng"`).
     process_type: Option<Spanned<String>>,
+    /// CiGri's campaign type, `default` or `test` (`algorithm = "cigri"`).
+    campaign: Option<Spanned<String>>,
     #[serde(default)]
     priority: i32,
     #[serde(default)]
@@ -440,6 +442,9 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
             return Err(file_text.at(kind, format!("process_type must be 1 to {most} bytes")));
         }
         options.process_type = kind.get_ref().clone();
+    }
+    if let Some(campaign) = &file.campaign {
+        options.campaign = campaign_type(file_text, campaign)?;
     }
     if let Some(deadline) = &file.deadline {
         options.deadline_ms = Some(epoch_ms(deadline.get_ref()).map_err(|problem| file_text.at(deadline, format!("deadline: {problem}")))?);
@@ -922,6 +927,7 @@ impl OptionKeys<'_> {
             reserve: false,
             process_type: String::new(),
             companion_argv: Vec::new(),
+            campaign: Default::default(),
         };
         Ok((options, task_conditions))
     }
@@ -935,3 +941,14 @@ fn generated_job_id() -> JobId {
 
 #[cfg(test)]
 mod tests;
+
+/// A campaign type by name; an unknown one names the known ones.
+pub(crate) fn campaign_type(
+    file_text: FileText<'_>,
+    name: &Spanned<String>,
+) -> Result<crate::core::event::CampaignType, JobFileError> {
+    use crate::core::event::CampaignType;
+    CampaignType::from_name(name.get_ref()).ok_or_else(|| {
+        file_text.at(name, format!("unknown campaign \"{}\"; known: {}", name.get_ref(), CampaignType::NAMES.join(", ")))
+    })
+}

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) mod cigri;
 pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
@@ -54,6 +55,8 @@ sge::with_grid_engine_keys! {
         default_duration_secs: Option<Spanned<u64>>,
         /// FBSNG's queues and process types (`algorithm = "fbsng"`).
         fbsng: Option<fbsng::FbsngSection>,
+        /// CiGri's affinities, finalize and sink settings (`algorithm = "cigri"`).
+        cigri: Option<cigri::CigriSection>,
     }
 }
 
@@ -254,6 +257,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         )?,
         reservation: reservation(file_text, &file.max_reservation, &file.default_duration_secs)?,
         fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
+        cigri: cigri::cigri(file_text, &file.cigri)?,
     })
 }
 
@@ -452,9 +456,9 @@ copies_per_task_max = 3
 
     #[test]
     fn bad_policies_name_the_line() {
-        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila, fbsng"#]]);
+        check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila, fbsng, cigri"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `cigri`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
@@ -512,5 +516,31 @@ copies_per_task_max = 3
             expect!["p.toml:2: fbsng.queues[0].qp_max: 50 is below qp_min 60"],
         );
         check_error("[fbsng]\n[[fbsng.queues]]\nname = \"a\"\nqpx = 1\n", expect!["p.toml:4: unknown field `qpx`, expected one of `name`, `qp_min`, `qp_max`, `qpi`, `qpd`, `qpg`, `spg`"]);
+    }
+
+    #[test]
+    fn a_cigri_section_is_read_with_defaults_and_bad_rows_name_the_line() {
+        let policy = parse_policy(
+            "algorithm = \"cigri\"\n[cigri]\nsink_ratio = 0.1\n[[cigri.affinity]]\nuser = \"alice\"\ncluster = \"lyon\"\n",
+            "p.toml",
+        )
+        .expect("parses");
+        assert_eq!(policy.algorithm, crate::core::event::Algorithm::Cigri);
+        let cigri = &policy.cigri;
+        assert_eq!((cigri.finalize_copies_max, cigri.sink_ratio_milli, cigri.sink_min_tasks, cigri.predictor_window_ms), (1, 100, 10, 3_600_000));
+        assert_eq!((cigri.affinity[0].user.as_str(), cigri.affinity[0].cluster.as_str()), ("alice", "lyon"));
+        check_error(
+            "[cigri]\n[[cigri.affinity]]\nuser = \"a\"\ncluster = \"c\"\n[[cigri.affinity]]\nuser = \"a\"\ncluster = \"c\"\n",
+            expect!["p.toml:5: cigri.affinity[1]: user a and cluster c are listed twice"],
+        );
+        check_error("[cigri]\nsink_ratio = 2.0\n", expect!["p.toml:2: cigri.sink_ratio must be within 0..=1"]);
+        check_error("[cigri]\nfinalize_copies_max = 9\n", expect!["p.toml:2: cigri.finalize_copies_max: 9, more than 8"]);
+        check_error("[cigri]\npredictor_window_secs = 0\n", expect!["p.toml:2: cigri.predictor_window_secs must be within 1..=604800"]);
+        let many: String = (0..=crate::core::schedule::cigri::AFFINITIES_MAX)
+            .map(|n| format!("[[cigri.affinity]]\nuser = \"u{n}\"\ncluster = \"c\"\n"))
+            .collect();
+        let error = parse_policy(&format!("[cigri]\n{many}"), "p.toml").expect_err("too many rows");
+        assert!(error.to_string().ends_with("cigri.affinity: more than 256 rows"), "{error}");
+        check_error("[cigri]\naffinities = 1\n", expect!["p.toml:2: unknown field `affinities`, expected one of `finalize_copies_max`, `sink_ratio`, `sink_min_tasks`, `predictor_window_secs`, `affinity`"]);
     }
 }

@@ -458,6 +458,7 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         max_reservation: Option<u32>,
         default_duration_ms: Option<u64>,
         fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
+        cigri: Option<crate::files::policyfile::cigri::CigriSection>,
     }
 }
 
@@ -562,6 +563,8 @@ struct RawJob {
     /// FBSNG's queue and process type, as in the job file.
     queue: Option<Spanned<String>>,
     process_type: Option<Spanned<String>>,
+    /// CiGri's campaign type, as in the job file.
+    campaign: Option<Spanned<String>>,
 }
 
 impl RawJob {
@@ -648,11 +651,14 @@ impl RawScenario {
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let fbsng = crate::files::policyfile::fbsng::fbsng(FileText { text, path: "" }, &raw.fbsng)
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let cigri = crate::files::policyfile::cigri::cigri(FileText { text, path: "" }, &raw.cigri)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
                     techila,
                     fbsng,
+                    cigri,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -788,6 +794,12 @@ impl RawScenario {
             };
             let queue = fbsng_name(&raw.queue, "default")?;
             options.process_type = fbsng_name(&raw.process_type, "")?;
+            if let Some(campaign) = &raw.campaign {
+                options.campaign = crate::core::event::CampaignType::from_name(campaign.get_ref()).ok_or_else(|| {
+                    let known = crate::core::event::CampaignType::NAMES.join(", ");
+                    (campaign.span(), format!("unknown campaign {:?}; known: {known}", campaign.get_ref()))
+                })?;
+            }
             ids.insert(id.clone(), tasks);
             let owner = account_name("owner", &raw.owner)?;
             let project = account_name("project", &raw.project)?;

@@ -75,7 +75,8 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             Order::MarkUnschedulable { .. }
             | Order::Blacklist { .. }
             | Order::Reschedule { .. }
-            | Order::FailDependent { .. } => continue,
+            | Order::FailDependent { .. }
+            | Order::EndTestCampaign { .. } => continue,
         };
         // The engine's epoch as of this fold: an engine that sees a later one
         // than its own knows another login took its name.

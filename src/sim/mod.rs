@@ -166,3 +166,5 @@ mod thresholds_tests;
 mod reservation_tests;
 #[cfg(test)]
 mod fbsng_tests;
+#[cfg(test)]
+mod cigri_tests;

@@ -85,9 +85,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::Resume { .. } => 10,
         Order::Preempt { .. } => 11,
         Order::DispatchParallel { .. } => 12,
+        Order::EndTestCampaign { .. } => 13,
     }
 }
-pub const ORDER_VARIANTS: usize = 13;
+pub const ORDER_VARIANTS: usize = 14;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -169,6 +170,7 @@ pub fn every_event() -> Vec<Event> {
                 reserve: false,
                 process_type: "cms".into(),
                 companion_argv: Vec::new(),
+                campaign: crate::core::event::CampaignType::Test,
             },
             task_conditions: [(2, busy_conditions()), (0, TaskConditions::default())].into(),
             ..spec
@@ -293,6 +295,7 @@ pub fn every_event() -> Vec<Event> {
                 work_dir_retention_ms: 600_000,
             },
             fbsng: sample_fbsng_policy(),
+            cigri: sample_cigri_policy(),
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -427,6 +430,8 @@ pub fn every_event() -> Vec<Event> {
                         crate::core::event::ParallelPart { engine: engine("e2"), epoch: 7, slots: 3 },
                     ],
                 },
+                Order::EndTestCampaign { job: job("render-1"), clusters: 3 },
+                Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
         Event::EngineReports {
@@ -563,6 +568,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
                     reserve: flags[1],
                     process_type: if flags[1] { "cms".into() } else { String::new() },
                     companion_argv: if flags[0] { vec!["hold".into(), "{index}".into()] } else { Vec::new() },
+                    campaign: if flags[0] { crate::core::event::CampaignType::Test } else { Default::default() },
                 }
             },
         );
@@ -764,7 +770,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
             prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
         ),
         (
-            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila), Just(Algorithm::Fbsng)],
+            prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila), Just(Algorithm::Fbsng), Just(Algorithm::Cigri)],
             arb_sge_policy(),
             arb_queue_sort(),
             (
@@ -831,9 +837,24 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     sge,
                     queue_sort_method,
                     fbsng: if simultaneous_projects { sample_fbsng_policy() } else { Default::default() },
+                    cigri: if simultaneous_projects { sample_cigri_policy() } else { Default::default() },
                 }
             },
         )
+}
+
+/// A CiGri policy using every field.
+fn sample_cigri_policy() -> crate::core::event::CigriPolicy {
+    crate::core::event::CigriPolicy {
+        affinity: vec![
+            crate::core::event::CigriAffinity { user: "alice".into(), cluster: "lyon".into() },
+            crate::core::event::CigriAffinity { user: "bob".into(), cluster: "grenoble".into() },
+        ],
+        finalize_copies_max: 2,
+        sink_ratio_milli: 100,
+        sink_min_tasks: 5,
+        predictor_window_ms: 600_000,
+    }
 }
 
 /// An FBSNG policy using every field.
@@ -926,6 +947,7 @@ fn arb_order() -> impl Strategy<Value = Order> {
                 Just(RescheduleReason::Average),
                 Just(RescheduleReason::StdDev),
                 Just(RescheduleReason::Expired),
+                Just(RescheduleReason::Finalize),
             ],
             any::<u64>(),
             any::<u64>(),
@@ -959,6 +981,7 @@ fn arb_order() -> impl Strategy<Value = Order> {
                     .map(|(engine, epoch, slots)| crate::core::event::ParallelPart { engine, epoch, slots })
                     .collect(),
             }),
+        (arb_job(), any::<u32>()).prop_map(|(job, clusters)| Order::EndTestCampaign { job, clusters }),
     ]
 }
 

@@ -235,7 +235,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "fair-share"}}}}}}"#),
-        expect![[r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain, sgeee, techila, fbsng"#]],
+        expect![[r#"event.policy_set.algorithm: unknown algorithm "fair-share"; known: sge-plain, sgeee, techila, fbsng, cigri"#]],
     );
     check_error(
         &format!(

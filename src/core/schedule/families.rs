@@ -26,6 +26,7 @@
 //! | `sgeee` | [`super::sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
 //! | `techila` | [`super::techila`] | resource-first: fastest free core, one project per user in a seeded ticket draw, license cap |
 //! | `fbsng` | [`super::fbsng`] | job-first: queues of dynamic priorities with gaps, sections of dynamic priorities, process-type quotas |
+//! | `cigri` | [`super::cigri`] | job-first: test campaigns, then FIFO; a filter keeps each cluster for its affinity campaigns first; finalize copies |
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -52,13 +53,15 @@ pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
             Ordering::ResourceFirst(EngineOrder::Techila(Box::new(super::techila::TechilaOrder::new(state, in_flight))))
         }
         Algorithm::Fbsng => Ordering::JobFirst(JobOrder::Fbsng(Box::new(super::fbsng::FbsngOrder::new(state, in_flight)))),
+        Algorithm::Cigri => Ordering::JobFirst(JobOrder::Cigri(super::cigri::CigriOrder::new(state, in_flight))),
     }
 }
 
 /// The family's own filters for the task on engine `e`, after the shared ones.
-pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> {
+pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => Ok(()),
+        Algorithm::Cigri => super::cigri::filter(state, key, e),
     }
 }
 
@@ -67,6 +70,7 @@ pub fn filter(state: &State, _key: TaskKey, _e: EngineIdx) -> Result<(), Unfit> 
 pub fn has_filters(state: &State) -> bool {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => false,
+        Algorithm::Cigri => true,
     }
 }
 
@@ -77,6 +81,10 @@ pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         Algorithm::Techila => {
             super::techila::expiry::copy_expired_tasks(state, in_flight, orders);
             super::techila::preempt_lowest(state, in_flight, orders);
+        }
+        Algorithm::Cigri => {
+            super::cigri::end_test_campaigns(state, in_flight, orders);
+            super::cigri::finalize(state, in_flight, orders);
         }
     }
 }
@@ -130,6 +138,8 @@ pub enum JobOrder<'s> {
     Moving(MovingOrder),
     /// FBSNG's queues and sections ([`super::fbsng`]), moving as the run books.
     Fbsng(Box<super::fbsng::FbsngOrder>),
+    /// CiGri's metascheduler ([`super::cigri`]): test campaigns, then the rest.
+    Cigri(super::cigri::CigriOrder),
 }
 
 impl JobOrder<'_> {
@@ -138,11 +148,12 @@ impl JobOrder<'_> {
             JobOrder::Fcfs(ranks) => ranks.next().map(|rank| rank.job),
             JobOrder::Moving(order) => order.next(state),
             JobOrder::Fbsng(order) => order.next(state),
+            JobOrder::Cigri(order) => order.next(state),
         }
     }
 
     pub fn moves_on_booking(&self) -> bool {
-        matches!(self, JobOrder::Moving(_) | JobOrder::Fbsng(_))
+        matches!(self, JobOrder::Moving(_) | JobOrder::Fbsng(_) | JobOrder::Cigri(_))
     }
 
     /// The run booked one task of `j` (only asked of an order that moves).
@@ -150,6 +161,7 @@ impl JobOrder<'_> {
         match self {
             JobOrder::Moving(order) => order.booked(state, j),
             JobOrder::Fbsng(order) => order.booked(state, j),
+            JobOrder::Cigri(order) => order.booked(state, j),
             JobOrder::Fcfs(_) => {}
         }
     }
@@ -159,6 +171,7 @@ impl JobOrder<'_> {
             JobOrder::Fcfs(_) => "priority-then-submission",
             JobOrder::Moving(order) => order.rule.name(),
             JobOrder::Fbsng(_) => "fbsng-queue-and-section-priority",
+            JobOrder::Cigri(_) => "cigri-test-campaigns-then-submission",
         }
     }
 
@@ -170,6 +183,7 @@ impl JobOrder<'_> {
             }
             JobOrder::Moving(order) => order.figures(state, j),
             JobOrder::Fbsng(order) => order.figures(state, j),
+            JobOrder::Cigri(_) => super::cigri::figures(state, j),
         }
     }
 }

@@ -41,6 +41,12 @@ pub enum Unfit {
     TierHeld { tier: u32, best_tier: u32 },
     /// An operator drained the engine (`gridfold engine drain`): no new work.
     Drained,
+    /// CiGri: a test campaign already ran a task on the engine's cluster (or
+    /// this task is tied to another cluster, where it first went).
+    CigriTestClusterDone,
+    /// CiGri: the engine's cluster has an affinity campaign (of a user with
+    /// affinity for it) waiting, which comes first there.
+    CigriAffinityFirst,
 }
 
 impl Unfit {
@@ -66,6 +72,8 @@ impl Unfit {
             Unfit::NoFreeSlot { .. } => "no-free-slot",
             Unfit::TierHeld { .. } => "tier-held",
             Unfit::Drained => "engine-drained",
+            Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
+            Unfit::CigriAffinityFirst => "cigri-affinity-first",
         }
     }
 }

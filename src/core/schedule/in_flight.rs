@@ -110,6 +110,12 @@ impl InFlight {
                         self.failing.insert((j, *task));
                     }
                 }
+                // A test campaign ending ends the whole job, as a failing one does.
+                Order::EndTestCampaign { job, .. } => {
+                    if let Some(j) = state.job_idx(job) {
+                        self.failing.insert((j, None));
+                    }
+                }
             }
         }
     }

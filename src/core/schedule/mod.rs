@@ -43,6 +43,7 @@
 
 pub mod blacklist;
 pub mod budget;
+pub mod cigri;
 pub mod dependencies;
 pub mod dispatch;
 pub mod families;

@@ -253,6 +253,9 @@ pub struct Job {
     /// FBSNG's section priority of the job's waiting tasks: how many sections
     /// of its queue submitted after it started before it (`state::fbsng`).
     pub fbsng_section_priority: u32,
+    /// CiGri's campaign state (`state::cigri`).
+    #[serde(default)]
+    pub cigri: super::cigri::Campaign,
     pub submitted_ms: u64,
     pub ended_ms: Option<u64>,
     pub category: CategoryIdx,
@@ -388,6 +391,7 @@ impl Job {
             project: spec.project.clone(),
             queue: spec.queue.clone(),
             fbsng_section_priority: 0,
+            cigri: Default::default(),
             priority: spec.priority,
             submit_seq,
             submitted_ms,

@@ -30,6 +30,7 @@ pub mod thresholds;
 mod ops;
 pub mod parallel;
 pub mod fbsng;
+pub mod cigri;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -1159,7 +1160,8 @@ impl State {
         job.mark_done(key.index);
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
         let cancels = job.options.cancel_redundant_on_first_result
-            || crate::core::schedule::techila::expiry::cancels_loser(job, key.index);
+            || crate::core::schedule::techila::expiry::cancels_loser(job, key.index)
+            || job.cigri.finalized.contains(&key.index);
         if others_live && cancels {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));

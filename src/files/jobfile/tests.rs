@@ -89,7 +89,7 @@ cancel_redundant_on_first_result = true
 "#,
     ));
     expect![[r#"
-        JobOptions { deadline_ms: None, job_share: 0, root_library: Some(LibraryRef { name: "render-lib", version: "2.1.0" }), affinity: [Preference { when: "type == \"blade\"", weight: 10 }, Preference { when: "site == \"hel\"", weight: -5 }], depends_on_jobs: [JobId("prep"), JobId("fetch.2")], fail_on_dependency_failure: true, continue_on_task_failure: true, engine_blacklisting: true, failures_before_blacklist: 1, engine_greylisting: true, redundant_rescheduling: true, task_max_time_ms: 600000, cancel_redundant_on_first_result: true, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [] }
+        JobOptions { deadline_ms: None, job_share: 0, root_library: Some(LibraryRef { name: "render-lib", version: "2.1.0" }), affinity: [Preference { when: "type == \"blade\"", weight: 10 }, Preference { when: "site == \"hel\"", weight: -5 }], depends_on_jobs: [JobId("prep"), JobId("fetch.2")], fail_on_dependency_failure: true, continue_on_task_failure: true, engine_blacklisting: true, failures_before_blacklist: 1, engine_greylisting: true, redundant_rescheduling: true, task_max_time_ms: 600000, cancel_redundant_on_first_result: true, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [], campaign: Default }
     "#]].assert_eq(&show(&spec));
     // failures_before_blacklist is 1 when blacklisting is on and it is not given.
     assert_eq!(spec.options.failures_before_blacklist, 1);
@@ -158,7 +158,7 @@ depends_on = ["1", "prep/4"]
         ])
     );
     expect![[r#"
-        JobOptions { deadline_ms: None, job_share: 0, root_library: None, affinity: [], depends_on_jobs: [JobId("prep")], fail_on_dependency_failure: true, continue_on_task_failure: false, engine_blacklisting: false, failures_before_blacklist: 0, engine_greylisting: false, redundant_rescheduling: false, task_max_time_ms: 0, cancel_redundant_on_first_result: false, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [] }
+        JobOptions { deadline_ms: None, job_share: 0, root_library: None, affinity: [], depends_on_jobs: [JobId("prep")], fail_on_dependency_failure: true, continue_on_task_failure: false, engine_blacklisting: false, failures_before_blacklist: 0, engine_greylisting: false, redundant_rescheduling: false, task_max_time_ms: 0, cancel_redundant_on_first_result: false, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [], campaign: Default }
         task 1: TaskConditions { discriminator: "memory_mb >= 8192", affinity: [Preference { when: "site == \"hel\"", weight: 3 }], task_affinity: [], queue_jump: true, depends_on: [] }
         task 2: TaskConditions { discriminator: "", affinity: [], task_affinity: [0, 1], queue_jump: false, depends_on: [sweep/1, prep/4] }
     "#]].assert_eq(&show(&spec));
@@ -189,7 +189,7 @@ depends_on = ["9", "other/0"]
 "#,
     );
     expect![[r#"
-        JobOptions { deadline_ms: None, job_share: 0, root_library: None, affinity: [], depends_on_jobs: [], fail_on_dependency_failure: false, continue_on_task_failure: false, engine_blacklisting: false, failures_before_blacklist: 0, engine_greylisting: false, redundant_rescheduling: false, task_max_time_ms: 0, cancel_redundant_on_first_result: false, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [] }
+        JobOptions { deadline_ms: None, job_share: 0, root_library: None, affinity: [], depends_on_jobs: [], fail_on_dependency_failure: false, continue_on_task_failure: false, engine_blacklisting: false, failures_before_blacklist: 0, engine_greylisting: false, redundant_rescheduling: false, task_max_time_ms: 0, cancel_redundant_on_first_result: false, tasks_total: None, project_priority: 0, expected_task_time_ms: 0, soft: "", span: Engine, reserve: false, process_type: "", companion_argv: [], campaign: Default }
         task 0: TaskConditions { discriminator: "", affinity: [], task_affinity: [], queue_jump: true, depends_on: [] }
         task 1: TaskConditions { discriminator: "", affinity: [], task_affinity: [], queue_jump: true, depends_on: [] }
         task 2: TaskConditions { discriminator: "", affinity: [], task_affinity: [], queue_jump: true, depends_on: [] }
@@ -275,4 +275,12 @@ fn a_soft_request_is_read_and_a_bad_one_names_its_line_and_byte() {
         job.toml:2: soft at byte 64: nested too deeply: at most 64 levels of `(` and `!`
           ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((true))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))
                                                                           ^"#]]);
+}
+
+#[test]
+fn a_campaign_type_is_read_and_an_unknown_one_is_refused_naming_the_known_ones() {
+    let spec = parse(&with_task("campaign = \"test\"\n"));
+    assert_eq!(spec.options.campaign, crate::core::event::CampaignType::Test);
+    assert_eq!(parse(&with_task("")).options.campaign, crate::core::event::CampaignType::Default);
+    check_error(&with_task("campaign = \"trial\"\n"), expect![[r#"job.toml:2: unknown campaign "trial"; known: default, test"#]]);
 }

@@ -89,6 +89,9 @@ pub fn policy_file_text(policy: &Policy) -> String {
     if policy.fbsng != crate::core::event::FbsngPolicy::default() {
         top.insert("fbsng".into(), Value::Table(super::fbsng::render(&policy.fbsng)));
     }
+    if policy.cigri != crate::core::event::CigriPolicy::default() {
+        top.insert("cigri".into(), Value::Table(super::cigri::render(&policy.cigri)));
+    }
 
     let mut text: String = notes.iter().map(|note| format!("# note: {note}\n")).collect();
     text += &toml::to_string(&top).unwrap_or_else(|e| format!("# the policy has no TOML form: {e}\n"));
@@ -230,7 +233,7 @@ mod tests {
 
     /// Files that set every part of the policy: what `policy show` prints of
     /// each reads back as the same policy.
-    const FILES: [&str; 6] = [
+    const FILES: [&str; 7] = [
         "",
         super::super::sge::tests::TICKET_MODE,
         r#"
@@ -277,6 +280,17 @@ name = "background"
 name = "cms"
 quota_slots = 200
 requirements = 'project == "cms"'
+"#,
+        r#"
+algorithm = "cigri"
+[cigri]
+finalize_copies_max = 2
+sink_ratio = 0.1
+sink_min_tasks = 5
+predictor_window_secs = 600
+[[cigri.affinity]]
+user = "alice"
+cluster = "lyon"
 "#,
     ];
 

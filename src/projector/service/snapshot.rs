@@ -77,6 +77,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// `default_duration`), a job's options its `reserve` (ge-reserve); FBSNG's
 /// queues and process types in the policy, a job its process type and section
 /// priority, the state its queue priorities (`state::fbsng`).
+/// 14: a job's options its companion command (`companion_argv`); CiGri's
+/// settings in the policy, a job's options its campaign type, a job its
+/// campaign state (`state::cigri`).
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 14;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";

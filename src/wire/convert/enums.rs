@@ -56,4 +56,5 @@ enum_both_ways!(reschedule_reason_to_proto, reschedule_reason: RescheduleReason 
     Average,
     StdDev,
     Expired,
+    Finalize,
 });

@@ -204,6 +204,7 @@ fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
         tasks_total: m.tasks_total,
         soft: m.soft,
         process_type: super::fbsng::process_type(m.process_type)?,
+        campaign: super::cigri::campaign(m.campaign)?,
     })
 }
 
@@ -356,6 +357,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
             .map_err(|e| e.within("suspend_thresholds"))?,
         reservation: super::reservation::reservation(m.reservation).map_err(|e| e.within("reservation"))?,
         fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
+        cigri: super::cigri::cigri(m.cigri).map_err(|e| e.within("cigri"))?,
     })
 }
 

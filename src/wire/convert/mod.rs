@@ -41,6 +41,7 @@ macro_rules! redundancy_fields {
     }};
 }
 
+mod cigri;
 mod enums;
 mod fbsng;
 mod fields;
@@ -164,7 +165,7 @@ const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
 /// one is added and not listed here.
-const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila, Algorithm::Fbsng];
+const ALGORITHMS: &[Algorithm] = &[Algorithm::SgePlain, Algorithm::Sgeee, Algorithm::Techila, Algorithm::Fbsng, Algorithm::Cigri];
 const _: fn(Algorithm) = |algorithm| match algorithm {
-    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => {}
+    Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng | Algorithm::Cigri => {}
 };

@@ -104,6 +104,9 @@ pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
                 .map(|part| proto::ParallelPart { engine: part.engine.to_string(), epoch: part.epoch, slots: part.slots })
                 .collect(),
         }),
+        Order::EndTestCampaign { job, clusters } => {
+            P::EndTestCampaign(proto::EndTestCampaign { job: job.to_string(), clusters: *clusters })
+        }
     };
     proto::Order { kind: Some(kind) }
 }
@@ -163,6 +166,10 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
         P::Resume(m) => ("resume", attempt_order(m).map(|(task, attempt, engine)| Order::Resume { task, attempt, engine })),
         P::Preempt(m) => ("preempt", attempt_order(m).map(|(task, attempt, engine)| Order::Preempt { task, attempt, engine })),
         P::DispatchParallel(m) => ("dispatch_parallel", dispatch_parallel(m)),
+        P::EndTestCampaign(m) => (
+            "end_test_campaign",
+            job_id("job", &m.job).map(|job| Order::EndTestCampaign { job, clusters: m.clusters }),
+        ),
     };
     order.map_err(|e| e.within(name))
 }

@@ -103,6 +103,7 @@ fn job_options_to_proto(options: &JobOptions) -> Option<proto::JobOptions> {
         soft: options.soft.clone(),
         process_type: options.process_type.clone(),
         companion_argv: options.companion_argv.clone(),
+        campaign: super::cigri::campaign_to_proto(options.campaign),
     };
     (message != proto::JobOptions::default()).then_some(message)
 }
@@ -254,6 +255,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             suspend_thresholds: super::thresholds::thresholds_to_proto(&policy.suspend_thresholds),
             reservation: super::reservation::reservation_to_proto(&policy.reservation),
             fbsng: super::fbsng::fbsng_to_proto(&policy.fbsng),
+            cigri: super::cigri::cigri_to_proto(&policy.cigri),
         }),
         Event::EngineReports { engine, reports } => P::EngineReports(proto::EngineReports {
             engine: engine.to_string(),

@@ -1,0 +1,352 @@
+//! CiGri's campaign scheduler (`algorithm = "cigri"`, seed 004, issue 13).
+//!
+//! A CiGri *campaign* is a gridfold job whose tasks are its jobs; a *cluster*
+//! is the set of engines sharing the value of the custom property `cluster`
+//! (engines without it form the unnamed cluster `""`). A later Slurm gateway
+//! engine logs in with its cluster's name, so it fits here unchanged.
+//!
+//! # The metascheduler (the seed's note of 20 May 2009)
+//! On each cluster: test campaigns first (FIFO), then the default campaigns of
+//! users with **affinity** for that cluster, then the rest (FIFO). Here:
+//! - **Ordering** ([`CigriOrder`]): test campaigns by submission, then every
+//!   other runnable campaign in gridfold's usual order (`-p`, then
+//!   submission). Test campaigns are served one booking each per run.
+//! - **Affinity** (filter [`filter`], rule `cigri-affinity-first`): on a
+//!   cluster that some user has affinity for, a campaign of a user without
+//!   affinity for it may take an engine only when no default campaign of a
+//!   user with affinity for it has a waiting task that engine may take: "the
+//!   others use what is left". The filter reads the folded state, so an
+//!   affinity campaign whose last waiting tasks this run books still holds
+//!   its cluster for this run; the overflow starts at the next run (after
+//!   the batch is read back). So with the seed's example (campaign1 has
+//!   affinity for cluster1, campaign2 for both), campaign1 runs on cluster1,
+//!   campaign2 on cluster2 and on what campaign1 leaves of cluster1, and
+//!   campaign3 only on what both leave.
+//! - **Test campaigns** (filter rule `cigri-test-cluster-done`): a test task
+//!   goes only to a cluster no other task of its campaign went to (and a
+//!   retried test task back to its own cluster). The fold records each
+//!   cluster with its task (`state::cigri`). Once every cluster whose
+//!   logged-in engines the campaign's requirements allow has had its test
+//!   task and each of those tasks has ended, the stage
+//!   [`end_test_campaigns`] orders `EndTestCampaign`: the job ends (done, or
+//!   failed when a tested task failed) and its other tasks are dropped: they
+//!   end cancelled, as the seed's test scheduling "drops all the other
+//!   defined jobs".
+//!
+//! # Finalize (the seed's "finalize scheduling")
+//! When a default campaign has no waiting task left and the grid has free
+//! slots its tasks may use, its running tasks get copies (the existing
+//! redundant-copy machinery: `Reschedule` with the reason `finalize`, the copy
+//! queued first), up to `finalize_copies_max` copies per task, oldest
+//! dispatch first, one per task per run and no more per run than there are
+//! free slots. The first result wins and cancels the other attempts (as a
+//! Techila expired task's does). `finalize_copies_max = 0` turns it off.
+//!
+//! # Not here (yet)
+//! The predictor (Spritz) with its throughput, ETA and job ratio, sink-effect
+//! detection, gridstat's views and the Slurm gateway with flood control: the
+//! policy carries their keys (`sink_ratio_milli`, `sink_min_tasks`,
+//! `predictor_window_ms`) so policies written now stay valid.
+//!
+//! Cost: the ordering is built once per run over the runnable jobs; the
+//! affinity filter is free when no affinity names the engine's cluster, and
+//! otherwise walks the runnable jobs until it finds an affinity campaign.
+
+use std::collections::BTreeSet;
+
+use super::filters::Unfit;
+use super::{InFlight, Orders};
+use crate::core::event::{Algorithm, CampaignType, CigriAffinity, CigriPolicy, Order, RescheduleReason};
+use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
+
+/// Most (user, cluster) affinities a policy may list.
+pub const AFFINITIES_MAX: usize = 256;
+/// Longest user or cluster name in an affinity, in bytes.
+pub const NAME_BYTES_MAX: usize = 64;
+/// Highest `finalize_copies_max` a policy may set.
+pub const FINALIZE_COPIES_MAX_MAX: u32 = 8;
+/// Highest `sink_ratio_milli` (1,000: the whole median).
+pub const SINK_RATIO_MILLI_MAX: u32 = 1_000;
+/// Highest `sink_min_tasks`.
+pub const SINK_MIN_TASKS_MAX: u32 = 1_000_000;
+/// Longest predictor window: seven days of log time.
+pub const PREDICTOR_WINDOW_MS_MAX: u64 = 7 * 24 * 3_600_000;
+/// Most clusters one test campaign records (the filter refuses a new one past it).
+pub const TESTED_CLUSTERS_MAX: usize = 1_024;
+/// Most finalize `Reschedule` orders in one run.
+pub const FINALIZE_PER_RUN_MAX: usize = 1_024;
+/// Most `EndTestCampaign` orders in one run.
+pub const END_TESTS_PER_RUN_MAX: usize = 256;
+
+/// Checks a policy's CiGri settings against their limits: the failing field and why.
+pub fn check_policy(policy: &CigriPolicy) -> Result<(), (String, String)> {
+    if policy.affinity.len() > AFFINITIES_MAX {
+        return Err(("affinity".into(), format!("{} affinities, more than {AFFINITIES_MAX}", policy.affinity.len())));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, row) in policy.affinity.iter().enumerate() {
+        for (name, value) in [("user", &row.user), ("cluster", &row.cluster)] {
+            if value.is_empty() || value.len() > NAME_BYTES_MAX {
+                return Err((format!("affinity[{i}].{name}"), format!("must be 1 to {NAME_BYTES_MAX} bytes")));
+            }
+        }
+        if !seen.insert(row) {
+            return Err((format!("affinity[{i}]"), format!("user {} and cluster {} are listed twice", row.user, row.cluster)));
+        }
+    }
+    let bounds: [(&str, u64, u64); 4] = [
+        ("finalize_copies_max", u64::from(policy.finalize_copies_max), u64::from(FINALIZE_COPIES_MAX_MAX)),
+        ("sink_ratio_milli", u64::from(policy.sink_ratio_milli), u64::from(SINK_RATIO_MILLI_MAX)),
+        ("sink_min_tasks", u64::from(policy.sink_min_tasks), u64::from(SINK_MIN_TASKS_MAX)),
+        ("predictor_window_ms", policy.predictor_window_ms, PREDICTOR_WINDOW_MS_MAX),
+    ];
+    for (field, value, max) in bounds {
+        if value > max {
+            return Err((field.into(), format!("{value}, more than {max}")));
+        }
+    }
+    if policy.predictor_window_ms == 0 {
+        return Err(("predictor_window_ms".into(), "must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// The cluster an engine belongs to: its custom property `cluster`, or `""`.
+pub fn cluster_of(engine: &Engine) -> &str {
+    engine.props.custom.get("cluster").map_or("", String::as_str)
+}
+
+fn engines_indexed(state: &State) -> impl Iterator<Item = (EngineIdx, &Engine)> {
+    state.engines().iter().enumerate().map(|(at, engine)| (EngineIdx(at as u32), engine))
+}
+
+fn has_affinity(affinity: &[CigriAffinity], user: &str, cluster: &str) -> bool {
+    affinity.iter().any(|row| row.user == user && row.cluster == cluster)
+}
+
+fn is_test(state: &State, j: JobIdx) -> bool {
+    state.job(j).options.campaign == CampaignType::Test
+}
+
+/// The clusters whose logged-in engines job `j`'s requirements allow, by name.
+pub fn allowed_clusters(state: &State, j: JobIdx) -> BTreeSet<&str> {
+    let category = state.category(state.job(j).category);
+    engines_indexed(state)
+        .filter(|(e, engine)| engine.status == EngineStatus::LoggedIn && category.is_eligible(*e))
+        .map(|(_, engine)| cluster_of(engine))
+        .collect()
+}
+
+/// The metascheduler's job order for one run: test campaigns by submission
+/// (each served for one booking, then not again this run), then the other
+/// runnable campaigns in `-p`-then-submission order, each served until it
+/// has nothing more it can dispatch.
+pub struct CigriOrder {
+    jobs: std::vec::IntoIter<JobIdx>,
+    /// A default campaign that just booked: it is asked again first.
+    again: Option<JobIdx>,
+}
+
+impl CigriOrder {
+    pub fn new(state: &State, in_flight: &InFlight) -> CigriOrder {
+        let mut tests: Vec<JobIdx> = Vec::new();
+        let mut rest: Vec<JobIdx> = Vec::new();
+        for rank in state.runnable_jobs() {
+            let j = rank.job;
+            if !is_test(state, j) {
+                rest.push(j);
+                continue;
+            }
+            // A test campaign with a dispatch in flight waits for it to be read
+            // back (its cluster is recorded then), and one that tested every
+            // cluster it may use has nothing more to run.
+            let tested = state.job(j).cigri.tested.len();
+            if in_flight.dispatched_of_job(j) == 0 && allowed_clusters(state, j).len() > tested {
+                tests.push(j);
+            }
+        }
+        tests.sort_by_key(|&j| (state.job(j).submit_seq, j));
+        tests.extend(rest);
+        CigriOrder { jobs: tests.into_iter(), again: None }
+    }
+
+    pub fn next(&mut self, _state: &State) -> Option<JobIdx> {
+        self.again.take().or_else(|| self.jobs.next())
+    }
+
+    /// The run booked a task of `j`: a default campaign goes on, a test campaign waits for the next run.
+    pub fn booked(&mut self, state: &State, j: JobIdx) {
+        if !is_test(state, j) {
+            self.again = Some(j);
+        }
+    }
+}
+
+/// What `why` shows of a campaign's place in the order.
+pub fn figures(state: &State, j: JobIdx) -> Vec<(&'static str, i64)> {
+    let job = state.job(j);
+    vec![
+        ("test_campaign", i64::from(is_test(state, j))),
+        ("priority", i64::from(job.priority)),
+        ("submitted_seq", job.submit_seq.0 as i64),
+    ]
+}
+
+/// The family's filter: test campaigns' one task per cluster, and affinity.
+pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
+    let job = state.job(key.job);
+    let cluster = cluster_of(state.engine(e));
+    if job.options.campaign == CampaignType::Test {
+        let campaign = &job.cigri;
+        return match campaign.tested.get(cluster) {
+            Some(&task) if task == key.index => Ok(()),
+            Some(_) => Err(Unfit::CigriTestClusterDone),
+            None if campaign.cluster_of_task(key.index).is_some() || campaign.tested.len() >= TESTED_CLUSTERS_MAX => {
+                Err(Unfit::CigriTestClusterDone)
+            }
+            None => Ok(()),
+        };
+    }
+    let affinity = &state.policy.cigri.affinity;
+    if !affinity.iter().any(|row| row.cluster == cluster) || has_affinity(affinity, &job.owner, cluster) {
+        return Ok(());
+    }
+    let first = state.runnable_jobs().any(|rank| {
+        let other = state.job(rank.job);
+        rank.job != key.job
+            && other.options.campaign == CampaignType::Default
+            && other.counts.waiting > 0
+            && has_affinity(affinity, &other.owner, cluster)
+            && state.category(other.category).is_eligible(e)
+    });
+    if first { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+}
+
+/// Whether test campaign `j` is done: active, it ran a task on every cluster
+/// its requirements allow among the logged-in engines (at least one), and
+/// every such task has ended.
+pub fn test_campaign_done(state: &State, j: JobIdx) -> bool {
+    let job = state.job(j);
+    if job.status != JobStatus::Active || job.options.campaign != CampaignType::Test || job.cigri.tested.is_empty() {
+        return false;
+    }
+    let all_ended = job.cigri.tested.values().all(|&index| state.task_has_ended(TaskKey { job: j, index }));
+    all_ended && allowed_clusters(state, j).iter().all(|cluster| job.cigri.tested.contains_key(*cluster))
+}
+
+/// Folds an accepted `EndTestCampaign`: the job ends, its untried tasks cancelled.
+pub(crate) fn end_test_campaign(state: &mut State, j: JobIdx) {
+    let status = if state.job(j).counts.failed > 0 { JobStatus::Failed } else { JobStatus::Done };
+    state.end_job(j, status);
+}
+
+/// Orders the end of every test campaign that is done.
+pub fn end_test_campaigns(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+    let mut n_ordered = 0;
+    for (j, job) in state.jobs_indexed() {
+        if job.options.campaign != CampaignType::Test || in_flight.is_failing(j, None) || !test_campaign_done(state, j) {
+            continue;
+        }
+        if n_ordered == END_TESTS_PER_RUN_MAX
+            || !orders.push(Order::EndTestCampaign { job: job.id.clone(), clusters: job.cigri.tested.len() as u32 })
+        {
+            return;
+        }
+        n_ordered += 1;
+    }
+}
+
+/// Whether the fold takes a finalize `Reschedule` of `key`: under `cigri`, a
+/// default campaign's live task with no copy waiting and fewer than
+/// `finalize_copies_max` copies alive.
+pub fn finalize_wanted(state: &State, key: TaskKey) -> bool {
+    let job = state.job(key.job);
+    let copies_max = state.policy.cigri.finalize_copies_max;
+    state.policy.algorithm == Algorithm::Cigri
+        && copies_max > 0
+        && job.is_active()
+        && job.options.campaign == CampaignType::Default
+        && state.task(key).is_live()
+        && !job.copy_waits(key.index)
+        && state.live_attempts_of(key).len() as u32 <= copies_max
+}
+
+/// Folds an accepted finalize: the task's first result will cancel the others, its copy waits first.
+pub(crate) fn mark_finalized(state: &mut State, key: TaskKey) {
+    state.job_mut(key.job).cigri.finalized.insert(key.index);
+    state.add_copy(key, true);
+}
+
+/// Finalize: campaigns with no waiting task left get copies of their running
+/// tasks while free slots they may use remain (see the module's notes).
+pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
+    if state.policy.cigri.finalize_copies_max == 0 {
+        return;
+    }
+    let lost_in_run: Vec<EngineIdx> = orders
+        .as_slice()
+        .iter()
+        .filter_map(|order| match order {
+            Order::EngineLost { engine, .. } => state.engine_idx(engine),
+            _ => None,
+        })
+        .collect();
+    let mut n_ordered = 0usize;
+    for (j, job) in state.jobs_indexed() {
+        if job.status != JobStatus::Active
+            || job.options.campaign != CampaignType::Default
+            || job.counts.waiting > 0
+            || !job.copies_waiting_is_empty()
+            || job.awaits_parts()
+            || job.counts.running + job.counts.dispatched == 0
+            || in_flight.is_failing(j, None)
+        {
+            continue;
+        }
+        let category = state.category(job.category);
+        let mut free: u32 = engines_indexed(state)
+            .filter(|(e, engine)| {
+                engine.takes_work() && category.is_eligible(*e) && !in_flight.is_lost(*e) && !lost_in_run.contains(e)
+            })
+            .map(|(e, engine)| engine.free_slots().saturating_sub(in_flight.booked_slots(e)) / job.slots_per_task.max(1))
+            .sum();
+        if free == 0 {
+            continue;
+        }
+        let mut tasks: Vec<(u64, TaskKey, u32)> = Vec::new();
+        for (key, live) in state.live_attempts_of_job_sorted(j) {
+            match tasks.last_mut() {
+                Some((oldest, last, n)) if *last == key => {
+                    *oldest = (*oldest).min(live.dispatched_ms);
+                    *n += 1;
+                }
+                _ => tasks.push((live.dispatched_ms, key, 1)),
+            }
+        }
+        tasks.sort_unstable();
+        for (dispatched_ms, key, _) in tasks {
+            if free == 0 {
+                break;
+            }
+            if !finalize_wanted(state, key) || in_flight.is_rescheduled(key) {
+                continue;
+            }
+            let live = state.live_attempts_of(key);
+            if live.iter().any(|attempt| in_flight.is_ending(key, attempt.attempt) || lost_in_run.contains(&attempt.engine)) {
+                continue;
+            }
+            let task = state.task_ref(key);
+            let elapsed_ms = state.now_ms.saturating_sub(dispatched_ms);
+            if n_ordered == FINALIZE_PER_RUN_MAX
+                || !orders.push(Order::Reschedule { task, reason: RescheduleReason::Finalize, elapsed_ms, limit_ms: 0 })
+            {
+                return;
+            }
+            n_ordered += 1;
+            free -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
