@@ -980,7 +980,7 @@ projector_restarts = 2
         assert_eq!(scenario.policy.sge.share_tree.len(), 2);
         assert_eq!(
             error_of("seed = 1\n[policy]\nalgorithm = \"fifo\"\n"),
-            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila, fbsng"
+            "test.toml:3: unknown algorithm \"fifo\"; known: sge-plain, sgeee, techila, fbsng, cigri"
         );
         assert_eq!(
             error_of(&format!("{base}\n[policy.share_tree.a]\nshares = -1\n")),

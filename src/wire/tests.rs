@@ -271,6 +271,14 @@ fn decoding_errors_name_the_field() {
 
 #[test]
 fn decoding_errors_in_job_options_libraries_and_tiers_name_the_field() {
+    // A job's labels are bounded: a megabyte queue name is refused at decode.
+    let long = "q".repeat(super::convert::JOB_LABEL_BYTES_MAX + 1);
+    for field in ["owner", "project", "queue"] {
+        let envelope = format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "{field}": "{long}"}}}}}}"#);
+        let envelope: proto::Envelope = serde_json::from_str(&envelope).unwrap();
+        let error = decode(&envelope.encode_to_vec()).unwrap_err().to_string();
+        assert_eq!(error, format!("event.job_submitted.{field}: 257 bytes, more than 256"));
+    }
     check_error(
         &format!(
             r#"{{{ID}, "event": {{"job_submitted": {{"id": "j", "tasks": {{"count": 1}}, "options": {{"root_library": {{"name": "lib"}}}}}}}}}}"#

@@ -133,9 +133,9 @@ fn job_spec(m: proto::JobSubmitted) -> Result<JobSpec, WireError> {
     };
     Ok(JobSpec {
         id,
-        owner: m.owner,
-        project: m.project,
-        queue: m.queue,
+        owner: super::job_label("owner", m.owner)?,
+        project: super::job_label("project", m.project)?,
+        queue: super::job_label("queue", m.queue)?,
         priority: m.priority,
         requirements: m.requirements,
         max_attempts: m.max_attempts,

@@ -107,6 +107,21 @@ pub enum FieldProblem {
     /// A load formula or named load values beyond their grammar or limits.
     #[error("{0}")]
     BadLoad(crate::core::load::LoadError),
+    /// A name or label longer than its limit.
+    #[error("{bytes} bytes, more than {max}")]
+    TooLong { bytes: usize, max: usize },
+}
+
+/// Most bytes of a job's owner, project or queue: names people read in tables,
+/// which no client may make the state carry by the megabyte.
+pub const JOB_LABEL_BYTES_MAX: usize = 256;
+
+/// `value`, if it is at most [`JOB_LABEL_BYTES_MAX`] bytes.
+fn job_label(field: &str, value: String) -> Result<String, WireError> {
+    if value.len() > JOB_LABEL_BYTES_MAX {
+        return Err(WireError::at(field, FieldProblem::TooLong { bytes: value.len(), max: JOB_LABEL_BYTES_MAX }));
+    }
+    Ok(value)
 }
 
 impl WireError {
