@@ -21,15 +21,7 @@ const POLICY: &str = "algorithm = \"sge-plain\"\nengine_timeout_secs = 10\ndispa
 fn a_site_task_runs_on_two_engines_with_its_nodefile_and_holds_the_companion_until_it_ends() {
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
-    for name in ["e1", "e2"] {
-        let (url, work) = (cluster.url(), cluster.path(&format!("{name}-work")).display().to_string());
-        let args = [
-            "engine", "--nats", &url, "--name", name, "--slots", "2", "--work-dir", &work, "--prop", "site=lyon",
-            "--heartbeat-secs", "1", "--drain-timeout-secs", "2",
-        ];
-        cluster.spawn(&format!("engine-{name}"), &args);
-    }
-    cluster.wait_logged_in(&["e1", "e2"]);
+    cluster.site_engines("lyon", &["e1", "e2"], 2);
 
     let mpi = "id = \"mpi\"\nowner = \"tester\"\ntasks = 1\nslots = 4\nspan = \"site\"\n\n[task]\n\
                argv = [\"sh\", \"-c\", \"cat \\\"$GRIDFOLD_NODEFILE\\\"; sleep 3\"]\n";
@@ -130,15 +122,7 @@ fn is_alive(pid: i32) -> bool {
 fn a_companion_command_runs_with_the_nodefile_and_is_stopped_when_the_master_ends() {
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
-    for name in ["e1", "e2"] {
-        let (url, work) = (cluster.url(), cluster.path(&format!("{name}-work")).display().to_string());
-        let args = [
-            "engine", "--nats", &url, "--name", name, "--slots", "2", "--work-dir", &work, "--prop", "site=lyon",
-            "--heartbeat-secs", "1", "--drain-timeout-secs", "2",
-        ];
-        cluster.spawn(&format!("engine-{name}"), &args);
-    }
-    cluster.wait_logged_in(&["e1", "e2"]);
+    cluster.site_engines("lyon", &["e1", "e2"], 2);
 
     // The companion copies its node file and records its pid, then would run
     // for ten minutes; the master waits for that proof and ends 1 s later.

@@ -26,15 +26,7 @@ fn started(cluster: &Cluster, job: &str) -> usize {
 fn a_reserving_site_task_starts_through_a_stream_of_small_tasks_and_why_names_its_reservation() {
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
-    for name in ["e1", "e2"] {
-        let (url, work) = (cluster.url(), cluster.path(&format!("{name}-work")).display().to_string());
-        let args = [
-            "engine", "--nats", &url, "--name", name, "--slots", "2", "--work-dir", &work, "--prop", "site=lyon",
-            "--heartbeat-secs", "1", "--drain-timeout-secs", "2",
-        ];
-        cluster.spawn(&format!("engine-{name}"), &args);
-    }
-    cluster.wait_logged_in(&["e1", "e2"]);
+    cluster.site_engines("lyon", &["e1", "e2"], 2);
 
     // The stream: 40 small tasks of 2 s each (limit 6 s), four at a time.
     let small = "id = \"small\"\nowner = \"tester\"\ntasks = 40\nwall_time_limit_secs = 6\n\n[task]\nargv = [\"sleep\", \"2\"]\n";

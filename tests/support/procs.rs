@@ -353,6 +353,22 @@ impl Cluster {
             .collect())
     }
 
+    /// Engine processes called `engine-<name>`, one for each of `names`, of
+    /// `slots` slots each on the site `site` (a heartbeat a second, a 2 s drain),
+    /// once the projector shows them all logged in.
+    pub fn site_engines(&mut self, site: &str, names: &[&str], slots: u32) {
+        let (slots, site) = (slots.to_string(), format!("site={site}"));
+        for name in names {
+            let (url, work) = (self.url(), self.path(&format!("{name}-work")).display().to_string());
+            let args = [
+                "engine", "--nats", &url, "--name", name, "--slots", &slots, "--work-dir", &work, "--prop", &site,
+                "--heartbeat-secs", "1", "--drain-timeout-secs", "2",
+            ];
+            self.spawn(&format!("engine-{name}"), &args);
+        }
+        self.wait_logged_in(names);
+    }
+
     /// Waits until the projector shows every engine of `names` logged in.
     pub fn wait_logged_in(&mut self, names: &[&str]) {
         self.wait_for(&format!("engines {names:?} to log in"), Duration::from_secs(30), |cluster| {
