@@ -706,7 +706,7 @@ impl Audit {
         };
         for raw in raw {
             let entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
-            let gridfold::core::fold::Folded { rejections, applied } = fold_events(&mut audit.state, &entry);
+            let gridfold::core::fold::Folded { rejections, applied, .. } = fold_events(&mut audit.state, &entry);
             audit.state.check_invariants();
             for (event, accepted) in entry.events().zip(applied) {
                 match event {

@@ -13,7 +13,7 @@ use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Ord
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{ControlProblem, JobProblem, OpsProblem, OrderProblem, Rejection, SealProblem};
 use super::state::{
-    CompiledPreference, Control, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey,
+    CompanionEnd, CompiledPreference, Control, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey,
     TaskStatus,
 };
 
@@ -42,13 +42,16 @@ pub struct Folded {
     /// per report), whether it applied: a report of a batch is refused alone.
     /// Empty for an entry already folded (at or below the last sequence).
     pub applied: Vec<bool>,
+    /// The parallel attempts with a companion command the entry ended: the
+    /// projector tells each companion engine to stop it.
+    pub companion_ends: Vec<CompanionEnd>,
 }
 
 /// [`fold`], saying also which of the entry's events applied: for tools that
 /// audit a log event by event (an engine's batch refused in part).
 pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
     if entry.seq <= state.last_seq {
-        return Folded { rejections: Vec::new(), applied: Vec::new() };
+        return Folded { rejections: Vec::new(), applied: Vec::new(), companion_ends: Vec::new() };
     }
     state.last_seq = entry.seq;
     state.now_ms = state.now_ms.max(entry.time_ms);
@@ -90,7 +93,7 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
             state.record_rejection(entry, source, rejection.clone());
         }
     }
-    Folded { rejections, applied }
+    Folded { rejections, applied, companion_ends: state.take_companion_ends() }
 }
 
 fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Rejection>) {

@@ -40,7 +40,7 @@ fn as_if_rejected(before: &State, after: &State) -> State {
 /// Folds one entry and checks the three promises. Returns the rejections.
 pub(crate) fn fold_checked(state: &mut State, entry: &Entry) -> Vec<Rejection> {
     let before = state.clone();
-    let Folded { rejections, applied } = fold_events(state, entry);
+    let Folded { rejections, applied, .. } = fold_events(state, entry);
     state.check_invariants();
     assert_eq!(applied.len(), if entry.seq > before.last_seq { entry.events().count() } else { 0 }, "one flag per event");
     let whole = rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. }));

@@ -7,15 +7,15 @@
 //! says the library was published with; `Suspend`, `Resume` and `Preempt` to
 //! the engine holding the attempt. When a parallel attempt whose job names a
 //! companion command ends, each companion engine hears a `Cancel` (reason
-//! `parallel-ended`) derived from the entry that ended it ([`companion_stops`]),
-//! not from an order. Orders no engine acts on
+//! `parallel-ended`) derived from what the fold reports of the entry that
+//! ended it ([`companion_stops`]), not from an order. Orders no engine acts on
 //! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
 //! delivered.
 
 use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, ParallelPart, Payload};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::reject::Rejection;
-use crate::core::state::{EngineIdx, State, TaskKey};
+use crate::core::state::{CompanionEnd, State};
 use crate::wire::delivery::{Delivery, DeliveryKind, RunTask};
 
 /// The deliveries an entry makes, folded into `state` with these `rejections`:
@@ -117,51 +117,18 @@ fn run_task(state: &State, task: &TaskRef, attempt: Attempt, part: Option<(&Engi
     })
 }
 
-/// A parallel attempt whose companions run a command: the task, the attempt
-/// and its companion engines, as the state names them before an entry is folded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompanionRun {
-    key: TaskKey,
-    attempt: Attempt,
-    task: TaskRef,
-    companions: Vec<EngineIdx>,
-}
-
-/// The live parallel attempts of `state` whose job names a companion command
-/// (none, at no cost, when no parallel attempt is live): taken before an entry
-/// is folded, for [`companion_stops`] to tell which of them it ended.
-pub fn companion_runs(state: &State) -> Vec<CompanionRun> {
-    if state.parallel().is_empty() {
-        return Vec::new();
-    }
-    state
-        .parallel()
-        .all()
-        .filter(|(key, _, _)| !state.job(key.job).options.companion_argv.is_empty())
-        .map(|(key, attempt, parts)| CompanionRun {
-            key,
-            attempt,
-            task: state.task_ref(key),
-            companions: parts[1..].iter().map(|part| part.engine).collect(),
-        })
-        .collect()
-}
-
-/// The stops of the companion commands whose master part the entry at `seq`
-/// ended (however it ended: completed, failed, cancelled, requeued, preempted,
-/// its engine lost), one `Cancel` (reason `parallel-ended`) to each companion
-/// engine. Not an order: the log holds the end that freed the booking, and the
-/// companion engines act on nothing else. `before` is [`companion_runs`] of
-/// the state before the entry, `state` the state after it.
-pub fn companion_stops(before: Vec<CompanionRun>, state: &State, seq: Seq) -> Vec<Delivery> {
+/// The stops of the companion commands of the parallel attempts an entry
+/// ended (the fold's [`crate::core::fold::Folded::companion_ends`]), one
+/// `Cancel` (reason `parallel-ended`) to each companion engine. Not an order:
+/// the log holds the end that freed the booking, and the companion engines
+/// act on nothing else. `state` is the state after the entry at `seq`.
+pub fn companion_stops(ends: &[CompanionEnd], state: &State, seq: Seq) -> Vec<Delivery> {
     let mut stops = Vec::new();
-    for run in before {
-        if state.parallel().parts_of(run.key, run.attempt).is_some() {
-            continue;
-        }
-        for e in run.companions {
+    for end in ends {
+        let task = state.task_ref(end.key);
+        for &e in &end.companions {
             let engine = state.engine(e);
-            let order = Order::Cancel { task: run.task.clone(), attempt: run.attempt, engine: engine.id.clone(), reason: CancelReason::ParallelEnded };
+            let order = Order::Cancel { task: task.clone(), attempt: end.attempt, engine: engine.id.clone(), reason: CancelReason::ParallelEnded };
             stops.push(Delivery {
                 id: format!("{}-end-{}", seq.0, stops.len()),
                 batch_seq: seq,
@@ -285,19 +252,18 @@ mod tests {
         );
 
         // Entries that do not end the master's part stop nothing.
-        let before = companion_runs(&state);
-        assert_eq!(before.len(), 1);
         log.started("mpi", 0, 1, "a1");
         let started = log.entries.last().unwrap().clone();
-        fold(&mut state, &started);
-        assert_eq!(companion_stops(before, &state, started.seq), vec![]);
+        let folded = crate::core::fold::fold_events(&mut state, &started);
+        assert_eq!(folded.companion_ends, vec![]);
+        assert_eq!(companion_stops(&folded.companion_ends, &state, started.seq), vec![]);
 
         // The master's end stops the companion command on a2.
-        let before = companion_runs(&state);
         log.completed("mpi", 0, 1, "a1");
         let completed = log.entries.last().unwrap().clone();
-        fold(&mut state, &completed);
-        let stops = companion_stops(before, &state, completed.seq);
+        let folded = crate::core::fold::fold_events(&mut state, &completed);
+        assert_eq!(folded.companion_ends.len(), 1, "the fold reports the companion run the completion ended");
+        let stops = companion_stops(&folded.companion_ends, &state, completed.seq);
         let epoch = state.engine(state.engine_idx(&engine_id("a2")).unwrap()).epoch;
         assert_eq!(
             stops,
@@ -314,6 +280,6 @@ mod tests {
                 }),
             }]
         );
-        assert!(companion_runs(&state).is_empty());
+        assert!(state.parallel().is_empty(), "the completion freed every part");
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use crate::core::event::{Entry, Event, OrderBatch, Origin, Payload};
-use crate::core::fold::fold;
+use crate::core::fold::{fold_events, Folded};
 use crate::core::reject::Rejection;
 use crate::core::schedule::{decide, InFlight};
 use crate::core::state::State;
@@ -49,13 +49,19 @@ impl Machine {
 
     /// Folds one entry; if it is a batch this machine published, it is no longer in flight.
     pub fn handle_entry(&mut self, entry: &Entry) -> Vec<Rejection> {
-        let rejections = fold(&mut self.state, entry);
+        self.handle_entry_folded(entry).rejections
+    }
+
+    /// [`Machine::handle_entry`], with all the fold says of the entry
+    /// ([`Folded`]: the companion runs it ended, too).
+    pub fn handle_entry_folded(&mut self, entry: &Entry) -> Folded {
+        let folded = fold_events(&mut self.state, entry);
         if let (Origin::Projector, Payload::Event(envelope)) = (&entry.origin, &entry.payload)
             && let Event::OrderBatch(batch) = &envelope.event
                 && self.pending.front() == Some(batch) {
                     self.pending.pop_front();
                 }
-        rejections
+        folded
     }
 
     /// Decides on the state folded so far; the batch returned is in flight until

@@ -37,7 +37,7 @@ impl Log {
         let mut rejected = BTreeSet::new();
         let mut folded = Vec::new();
         for entry in &entries {
-            let Folded { rejections, applied } = fold_events(&mut state, entry);
+            let Folded { rejections, applied, .. } = fold_events(&mut state, entry);
             if !rejections.is_empty() {
                 rejected.insert(entry.seq.0);
             }

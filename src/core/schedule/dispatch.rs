@@ -47,6 +47,7 @@ use crate::core::state::{
 };
 
 pub use super::queue_sort::load_index;
+use super::parallel::Offer;
 use super::reservation::{end_from, Reservations};
 use super::queue_sort::{SortKey, sort_key};
 
@@ -82,6 +83,18 @@ pub(crate) struct Candidate {
     pub(crate) slots: u32,
     /// Slots in use, including what this run and the orders in flight booked.
     pub(crate) used: u32,
+    /// Its queue sort key with `used` slots in use: computed when the run
+    /// gathers it and again when a booking changes `used`, since evaluating the
+    /// load formula and reading `seq_no` per comparison dominated large runs.
+    pub(crate) key: SortKey,
+}
+
+impl Candidate {
+    fn new(state: &State, engine: EngineIdx, used: u32) -> Candidate {
+        let mut candidate = Candidate { engine, slots: state.engine(engine).slots, used, key: (0, 0) };
+        candidate.key = candidate_key(state, &candidate);
+        candidate
+    }
 }
 
 /// Up to this many candidates in a run, a pick walks them all (cheaper than
@@ -107,8 +120,25 @@ fn resume_point(state: &State, j: JobIdx) -> u64 {
 /// stands for the engine id.
 type Rank = (u32, bool, i64, SortKey, u32);
 
-/// Candidates ranked, least rank first.
-type RankQueue = BinaryHeap<Reverse<Rank>>;
+/// Candidates ranked, least rank first, in two parts.
+#[derive(Default)]
+struct RankQueue {
+    heap: BinaryHeap<Reverse<Rank>>,
+    /// Entries whose engine a reservation of the run holds, taken out of the
+    /// heap when they come to its top and compared by a walk instead. A
+    /// reservation refuses every task that would end past its start, and its
+    /// engine, whose slots it keeps free, tends to rank first: left in the
+    /// heap it would be popped and put back by every later pick. Reservations
+    /// only grow within a run, so an entry never returns to the heap; there
+    /// are at most `max_reservation` × [`PARALLEL_PARTS_MAX`] of them.
+    reserved: Vec<Rank>,
+}
+
+impl RankQueue {
+    fn from_ranks(ranks: Vec<Reverse<Rank>>) -> RankQueue {
+        RankQueue { heap: BinaryHeap::from(ranks), reserved: Vec::new() }
+    }
+}
 
 /// How one pick chooses: which engines it may not use, and the score of each
 /// (absent parts score 0).
@@ -121,6 +151,8 @@ struct PickRules<'a> {
     task_score: Option<&'a dyn Fn(EngineIdx) -> i64>,
     /// The job's soft request ([`super::soft`]), if any.
     soft: Option<&'a CompiledPreference>,
+    /// Whether a reservation of the run holds the engine (see [`RankQueue::reserved`]).
+    reserved: &'a dyn Fn(EngineIdx) -> bool,
 }
 
 impl PickRules<'_> {
@@ -164,7 +196,7 @@ impl<'s> Candidates<'s> {
             let engine = state.engine(e);
             let used = engine.used + in_flight.booked_slots(e);
             if used < engine.slots {
-                by_id.push(Candidate { engine: e, slots: engine.slots, used });
+                by_id.push(Candidate::new(state, e, used));
             }
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));
@@ -173,7 +205,7 @@ impl<'s> Candidates<'s> {
     }
 
     fn load(&self, candidate: &Candidate) -> SortKey {
-        candidate_key(self.state, candidate)
+        candidate.key
     }
 
     fn tier(&self, candidate: &Candidate) -> u32 {
@@ -228,10 +260,18 @@ impl<'s> Candidates<'s> {
                 eligible.push(Reverse((self.tier(candidate), unmet, -score(e), self.load(candidate), at as u32)));
             }
         }
-        BinaryHeap::from(eligible)
+        RankQueue::from_ranks(eligible)
     }
 
     fn pick_from_queue(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
+        let slots = category.slots_per_task;
+        let (queue, by_id) = self.queue_for(c, category, rules)?;
+        pop_best(queue, by_id, slots, rules)
+    }
+
+    /// The queue a pick under these rules draws from, built on first use, and
+    /// the candidates it ranks.
+    fn queue_for(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<(&mut RankQueue, &[Candidate])> {
         let queue = match (rules.job_score, rules.soft) {
             (None, Some(soft)) => {
                 let built = self.soft_queues.get(&c).is_some_and(|queues| queues.contains_key(&soft.when));
@@ -251,16 +291,16 @@ impl<'s> Candidates<'s> {
                 if self.queues[c.0 as usize].is_none() {
                     self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0, None));
                 }
-                self.queues[c.0 as usize].as_mut().expect("just built")
+                self.queues[c.0 as usize].get_or_insert_with(RankQueue::default)
             }
             (Some((j, score)), _) => {
                 if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c)) {
                     self.job_queue = Some(((j, c), self.ranked(category, score, rules.soft)));
                 }
-                &mut self.job_queue.as_mut().expect("just built").1
+                &mut self.job_queue.get_or_insert_with(|| ((j, c), RankQueue::default())).1
             }
         };
-        pop_best(queue, &self.by_id, self.state, category.slots_per_task, rules)
+        Some((queue, &self.by_id))
     }
 
     /// Books `slots` on the candidate at `at`; returns its engine.
@@ -268,6 +308,7 @@ impl<'s> Candidates<'s> {
         let candidate = &mut self.by_id[at as usize];
         assert!(candidate.used < candidate.slots && candidate.slots - candidate.used >= slots, "booked a full engine");
         candidate.used += slots;
+        candidate.key = candidate_key(self.state, candidate);
         if candidate.used == candidate.slots {
             self.n_open -= 1;
         }
@@ -283,36 +324,51 @@ impl<'s> Candidates<'s> {
 /// The best entry of a ranked queue under the rules. Entries without room for
 /// the category are dropped (free slots only shrink during a run); entries whose
 /// load has risen are re-filed (loads only rise, so the first up-to-date entry is
-/// the true best); excluded ones are put back afterwards, for other picks.
-fn pop_best(
-    queue: &mut RankQueue,
-    by_id: &[Candidate],
-    state: &State,
-    slots: u32,
-    rules: &PickRules,
-) -> Option<u32> {
+/// the true best); entries of reserved engines move to the queue's walked part;
+/// excluded ones are put back afterwards, for other picks. The best of the
+/// heap is then compared with the best of the walked part.
+fn pop_best(queue: &mut RankQueue, by_id: &[Candidate], slots: u32, rules: &PickRules) -> Option<u32> {
     let mut set_aside: Vec<Reverse<Rank>> = Vec::new();
-    let found = loop {
-        let Some(&Reverse((tier, unmet, neg_score, load, at))) = queue.peek() else { break None };
+    let from_heap = loop {
+        let Some(&Reverse((tier, unmet, neg_score, load, at))) = queue.heap.peek() else { break None };
         let candidate = &by_id[at as usize];
         if candidate.slots - candidate.used < slots {
-            queue.pop();
+            queue.heap.pop();
             continue;
         }
-        let now = candidate_key(state, candidate);
+        let now = candidate.key;
         if now != load {
-            queue.pop();
-            queue.push(Reverse((tier, unmet, neg_score, now, at)));
+            queue.heap.pop();
+            queue.heap.push(Reverse((tier, unmet, neg_score, now, at)));
+            continue;
+        }
+        if (rules.reserved)(candidate.engine) {
+            queue.heap.pop();
+            queue.reserved.push((tier, unmet, neg_score, now, at));
             continue;
         }
         if (rules.excluded)(candidate.engine) {
-            set_aside.extend(queue.pop());
+            set_aside.extend(queue.heap.pop());
             continue;
         }
-        break Some(at);
+        break Some((tier, unmet, neg_score, now, at));
     };
-    queue.extend(set_aside);
-    found
+    queue.heap.extend(set_aside);
+    queue.reserved.retain(|&(.., at)| {
+        let candidate = &by_id[at as usize];
+        candidate.slots - candidate.used >= slots
+    });
+    let from_reserved = queue
+        .reserved
+        .iter()
+        .map(|&(tier, unmet, neg_score, _, at)| (tier, unmet, neg_score, by_id[at as usize].key, at))
+        .filter(|&(.., at)| !(rules.excluded)(by_id[at as usize].engine))
+        .min();
+    match (from_heap, from_reserved) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+    .map(|(.., at)| at)
 }
 
 /// A candidate's queue sort key now ([`super::queue_sort`]).
@@ -360,6 +416,7 @@ pub(crate) fn fill_in_order(
         exhausted: vec![false; state.categories().len()],
         reservations: Reservations::default(),
         positions: Vec::new(),
+        sites: None,
         explaining,
     };
     match ordering {
@@ -383,6 +440,9 @@ struct Run<'s> {
     /// Per engine index, its position among the candidates plus one (0: none);
     /// built on the run's first reservation.
     positions: Vec<u32>,
+    /// The sites of the logged-in engines, numbered on the run's first site
+    /// task or reservation.
+    sites: Option<super::parallel::SiteIndex>,
     /// A run for `why` ([`reservations_now`]): it goes on without a free slot,
     /// to find the reservations waiting jobs hold.
     explaining: bool,
@@ -617,21 +677,27 @@ impl Run<'_> {
             .is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
         let job_part = |e: EngineIdx| job_score(state, job, e);
         let task_part = |e: EngineIdx| task_score(state, job, key.index, e);
+        let reserved = |e: EngineIdx| reservations.holds(e);
         let rules = PickRules {
             excluded: &excluded,
             job_score: job.has_scores().then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
             task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
             soft: job.soft.as_ref(),
+            reserved: &reserved,
         };
         let Some(at) = self.candidates.pick(c, category, &rules) else {
             // Nothing free may take it. Unless the task's own rules (or its
             // end past a reservation) were in the way, nothing free may take
-            // any task of the category this run.
-            let job_specific = task_rules.is_job_specific() || self.reservations.take_refused();
-            if !job_specific {
+            // any task of the category this run. A reservation refuses by the
+            // task's end and slots, which every task of a job without
+            // conditions shares (its other rules only refuse more): then
+            // nothing free may take any task of the job either.
+            let refused_by_reservation = self.reservations.take_refused();
+            let task_specific = task_rules.is_job_specific();
+            if !task_specific && !refused_by_reservation {
                 self.exhausted[c.0 as usize] = true;
             }
-            if c == job.category && !job_specific && job.conditions_are_empty() {
+            if c == job.category && !task_specific && job.conditions_are_empty() {
                 return self.reserve_or(key, c, TaskOutcome::JobDone);
             }
             return self.reserve_or(key, c, TaskOutcome::PassedOver);
@@ -657,12 +723,13 @@ impl Run<'_> {
         let rules = TaskRules::new(state, key);
         let eligible =
             super::reservation::eligible_engines(&state.category(c).eligible).filter(|&e| rules.check(e).is_ok());
+        let sites = self.sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
         let (candidates, positions, in_flight) = (&self.candidates.by_id, &self.positions, self.in_flight);
         let used = |e: EngineIdx| match positions.get(e.0 as usize).copied().unwrap_or(0) {
             0 => state.engine(e).used.saturating_add(in_flight.booked_slots(e)),
             at => candidates[at as usize - 1].used,
         };
-        self.reservations.reserve(state, key, eligible, used);
+        self.reservations.reserve(state, sites, key, eligible, used);
         TaskOutcome::JobDone
     }
 
@@ -674,27 +741,8 @@ impl Run<'_> {
         if state.task(key).is_live() {
             return TaskOutcome::PassedOver; // a parallel task takes no redundant copy
         }
-        let category = state.category(c);
-        let task_rules = TaskRules::new(state, key);
         let end_ms = end_from(state, job, state.now_ms);
-        let mut ranked: Vec<(Rank, super::parallel::Offer)> = Vec::new();
-        for (at, candidate) in self.candidates.by_id.iter().enumerate() {
-            let e = candidate.engine;
-            if candidate.used >= candidate.slots || !category.is_eligible(e) || task_rules.check(e).is_err() {
-                continue;
-            }
-            let free = self.reservations.usable(e, candidate.slots - candidate.used, end_ms);
-            if free == 0 {
-                continue;
-            }
-            let score = job_score(state, job, e) + task_score(state, job, key.index, e);
-            let unmet = soft_unmet(state, job.soft.as_ref(), e);
-            let rank = (self.candidates.tier(candidate), unmet, -score, self.candidates.load(candidate), at as u32);
-            ranked.push((rank, super::parallel::Offer { engine: e, at: at as u32, free }));
-        }
-        ranked.sort_unstable_by_key(|&(rank, _)| rank);
-        let Some(parts) = super::parallel::fill_up(state, job.slots_per_task, ranked.into_iter().map(|(_, offer)| offer))
-        else {
+        let Some(parts) = self.site_parts(key, c, end_ms) else {
             let outcome = if job.conditions_are_empty() { TaskOutcome::JobDone } else { TaskOutcome::PassedOver };
             return self.reserve_or(key, c, outcome);
         };
@@ -709,6 +757,81 @@ impl Run<'_> {
         }
         self.n_dispatched += 1;
         TaskOutcome::Booked
+    }
+
+    /// The parts a site task would take now ([`super::parallel::FillUp`]
+    /// over the candidates it may use, best ranked first), or `None`. A task
+    /// whose job and conditions score no engine walks its category's ranked
+    /// queue only as far as a site fills; others rank every candidate.
+    fn site_parts(&mut self, key: TaskKey, c: CategoryIdx, end_ms: u64) -> Option<Vec<(Offer, u32)>> {
+        let state = self.state;
+        let job = state.job(key.job);
+        let task_rules = TaskRules::new(state, key);
+        let task_scored = job.condition(key.index).is_some_and(|condition| !condition.affinity.is_empty() || !condition.task_affinity.is_empty());
+        if job.has_scores() || task_scored || self.candidates.by_id.len() <= SCAN_CANDIDATES_MAX {
+            let sites = self.sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
+            return site_parts_by_scan(state, &self.candidates, &self.reservations, sites, key, c, &task_rules, end_ms);
+        }
+        let category = state.category(c);
+        let reservations = &self.reservations;
+        let reserved = |e: EngineIdx| reservations.holds(e);
+        let excluded = |e: EngineIdx| task_rules.check(e).is_err();
+        let rules = PickRules { excluded: &excluded, job_score: None, task_score: None, soft: job.soft.as_ref(), reserved: &reserved };
+        let sites = self.sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
+        let (queue, by_id) = self.candidates.queue_for(c, category, &rules)?;
+        let has_room = |at: u32| by_id[at as usize].used < by_id[at as usize].slots;
+        // The walked part (reserved engines) in rank order, merged with the heap's pops.
+        let mut side: Vec<Rank> = queue
+            .reserved
+            .iter()
+            .filter(|&&(.., at)| has_room(at))
+            .map(|&(tier, unmet, neg_score, _, at)| (tier, unmet, neg_score, by_id[at as usize].key, at))
+            .collect();
+        side.sort_unstable();
+        let mut side = side.into_iter().peekable();
+        let mut popped: Vec<Reverse<Rank>> = Vec::new();
+        let mut fill = super::parallel::FillUp::new(job.slots_per_task, sites);
+        let found = loop {
+            let from_heap = loop {
+                let Some(&Reverse((tier, unmet, neg_score, load, at))) = queue.heap.peek() else { break None };
+                if !has_room(at) {
+                    queue.heap.pop();
+                    continue;
+                }
+                let now = by_id[at as usize].key;
+                if now != load {
+                    queue.heap.pop();
+                    queue.heap.push(Reverse((tier, unmet, neg_score, now, at)));
+                    continue;
+                }
+                break Some((tier, unmet, neg_score, now, at));
+            };
+            let next = match (from_heap, side.peek()) {
+                (None, None) => break None,
+                (Some(heap), Some(&walked)) if walked < heap => side.next(),
+                (Some(heap), _) => {
+                    let entry = queue.heap.pop();
+                    if reservations.holds(by_id[heap.4 as usize].engine) {
+                        queue.reserved.push(heap);
+                    } else {
+                        popped.extend(entry);
+                    }
+                    Some(heap)
+                }
+                (None, Some(_)) => side.next(),
+            };
+            let Some((.., at)) = next else { break None };
+            let candidate = &by_id[at as usize];
+            if excluded(candidate.engine) {
+                continue;
+            }
+            let free = reservations.usable(candidate.engine, candidate.slots - candidate.used, end_ms);
+            if let Some(parts) = fill.offer(Offer { engine: candidate.engine, at, free }) {
+                break Some(parts);
+            }
+        };
+        queue.heap.extend(popped);
+        found
     }
 
     fn dispatch(&mut self, key: TaskKey, at: u32, orders: &mut Orders) -> TaskOutcome {
@@ -732,6 +855,39 @@ impl Run<'_> {
         self.n_dispatched += 1;
         TaskOutcome::Booked
     }
+}
+
+/// [`Run::site_parts`] by ranking every candidate the task may use.
+#[allow(clippy::too_many_arguments)]
+fn site_parts_by_scan(
+    state: &State,
+    candidates: &Candidates,
+    reservations: &Reservations,
+    sites: &super::parallel::SiteIndex,
+    key: TaskKey,
+    c: CategoryIdx,
+    task_rules: &TaskRules,
+    end_ms: u64,
+) -> Option<Vec<(Offer, u32)>> {
+    let job = state.job(key.job);
+    let category = state.category(c);
+    let mut ranked: Vec<(Rank, Offer)> = Vec::new();
+    for (at, candidate) in candidates.by_id.iter().enumerate() {
+        let e = candidate.engine;
+        if candidate.used >= candidate.slots || !category.is_eligible(e) || task_rules.check(e).is_err() {
+            continue;
+        }
+        let free = reservations.usable(e, candidate.slots - candidate.used, end_ms);
+        if free == 0 {
+            continue;
+        }
+        let score = job_score(state, job, e) + task_score(state, job, key.index, e);
+        let unmet = soft_unmet(state, job.soft.as_ref(), e);
+        let rank = (candidates.tier(candidate), unmet, -score, candidates.load(candidate), at as u32);
+        ranked.push((rank, Offer { engine: e, at: at as u32, free }));
+    }
+    ranked.sort_unstable_by_key(|&(rank, _)| rank);
+    super::parallel::fill_up(sites, job.slots_per_task, ranked.into_iter().map(|(_, offer)| offer))
 }
 
 /// The category of one task: its discriminator's, or its job's.

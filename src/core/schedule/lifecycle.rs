@@ -133,10 +133,13 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     }
     // Site tasks whose category engines fit one by one, but no site holds all
     // their slots (`parallel::site_unschedulable`).
+    let mut sites = None;
     for (c, category) in state.categories().iter().enumerate() {
         if category.is_vacant() || why_unschedulable(state, category).is_some() {
             continue;
         }
+        // The category's best site, counted once for all its site jobs.
+        let mut site_slots_max = None;
         for &j in &category.jobs {
             let job = state.job(j);
             let candidate = job.category.0 as usize == c
@@ -144,7 +147,13 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
                 && job.unschedulable.is_none()
                 && job.counts.waiting > 0
                 && !in_flight.is_flagged(j);
-            if let Some(reason) = candidate.then(|| super::parallel::site_unschedulable(state, j)).flatten() {
+            if !candidate {
+                continue;
+            }
+            let sites = sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
+            let most = *site_slots_max.get_or_insert_with(|| super::parallel::category_site_slots_max(state, sites, category));
+            if most < job.slots_per_task {
+                let reason = Unschedulable::NoSiteHasEnoughSlots;
                 if n_flagged == UNSCHEDULABLE_PER_RUN_MAX || !orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason }) {
                     return;
                 }

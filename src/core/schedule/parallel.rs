@@ -30,7 +30,7 @@ use crate::core::event::{Order, ParallelPart, RequeueReason, Span, Unschedulable
 use crate::core::fold::{check_engine_state, check_engine_takes};
 use crate::core::ids::{Attempt, EngineId};
 use crate::core::reject::{OrderProblem, PartsProblem};
-use crate::core::state::{BookedPart, EngineIdx, EngineStatus, JobIdx, State, TaskKey, TaskStatus};
+use crate::core::state::{BookedPart, Category, EngineIdx, EngineStatus, JobIdx, State, TaskKey, TaskStatus};
 
 /// Most `part-lost` requeues one run orders.
 pub const PART_LOST_REQUEUES_PER_RUN_MAX: usize = 256;
@@ -53,32 +53,111 @@ pub struct Offer {
     pub free: u32,
 }
 
+/// The sites of the logged-in engines, numbered for one run so that grouping
+/// engines by site indexes a vector instead of comparing names in a map. The
+/// numbers follow the names' order, so a tie broken by number is broken by
+/// name. Built in one pass; engines of one site usually sit next to each
+/// other, so most engines cost one comparison with the previous one's site.
+pub struct SiteIndex {
+    n_sites: u32,
+    /// Per engine index: its site's number, or [`SiteIndex::NONE`].
+    of_engine: Vec<u32>,
+}
+
+impl SiteIndex {
+    const NONE: u32 = u32::MAX;
+
+    pub fn new(state: &State) -> SiteIndex {
+        let mut by_name: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut of_engine = Vec::with_capacity(state.engines().len());
+        let mut previous: Option<(&str, u32)> = None;
+        for engine in state.engines() {
+            let site = engine.props.site.as_str();
+            if engine.status != EngineStatus::LoggedIn || site.is_empty() {
+                of_engine.push(Self::NONE);
+                continue;
+            }
+            let number = match previous {
+                Some((name, number)) if name == site => number,
+                _ => {
+                    let next = by_name.len() as u32;
+                    *by_name.entry(site).or_insert(next)
+                }
+            };
+            previous = Some((site, number));
+            of_engine.push(number);
+        }
+        // Renumber in name order.
+        let mut in_name_order = vec![0u32; by_name.len()];
+        for (order, &first_seen) in by_name.values().enumerate() {
+            in_name_order[first_seen as usize] = order as u32;
+        }
+        for number in of_engine.iter_mut().filter(|number| **number != Self::NONE) {
+            *number = in_name_order[*number as usize];
+        }
+        SiteIndex { n_sites: by_name.len() as u32, of_engine }
+    }
+
+    /// The number of engine `e`'s site; `None` for an engine without a site
+    /// or not logged in.
+    pub fn of(&self, e: EngineIdx) -> Option<u32> {
+        self.of_engine.get(e.0 as usize).copied().filter(|&number| number != Self::NONE)
+    }
+
+    pub fn len(&self) -> usize {
+        self.n_sites as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n_sites == 0
+    }
+}
+
 /// A site's slots gathered so far: their sum and the (offer, slots) parts.
 type SiteFill = (u32, Vec<(Offer, u32)>);
 
-/// `$fill_up` within a site: walks the offers best first, adding each engine's
-/// free slots to its site's sum; the first site to reach `needed` gets the
+/// `$fill_up` within a site, fed the offers best first: each engine's free
+/// slots add to its site's sum; the first site to reach `needed` gets the
 /// task, its engines in ranking order each giving all its free slots (the last
-/// what is still needed). Returns (offer, slots) pairs, the master first.
-pub fn fill_up(state: &State, needed: u32, offers: impl IntoIterator<Item = Offer>) -> Option<Vec<(Offer, u32)>> {
-    let mut sites: BTreeMap<&str, SiteFill> = BTreeMap::new();
-    for offer in offers {
-        let site = state.engine(offer.engine).props.site.as_str();
-        if site.is_empty() || offer.free == 0 {
-            continue;
+/// what is still needed). Fed one offer at a time, so a caller walking a
+/// ranked queue stops as soon as a site is full.
+pub struct FillUp<'a> {
+    needed: u32,
+    sites: &'a SiteIndex,
+    /// Per site number, what is gathered there.
+    gathered: Vec<SiteFill>,
+}
+
+impl<'a> FillUp<'a> {
+    pub fn new(needed: u32, sites: &'a SiteIndex) -> FillUp<'a> {
+        FillUp { needed, sites, gathered: vec![(0, Vec::new()); sites.len()] }
+    }
+
+    /// Adds the next offer; returns the (offer, slots) parts, the master
+    /// first, once a site has all the slots.
+    pub fn offer(&mut self, offer: Offer) -> Option<Vec<(Offer, u32)>> {
+        let site = self.sites.of(offer.engine)?;
+        if offer.free == 0 {
+            return None;
         }
-        let (sum, parts) = sites.entry(site).or_default();
+        let (sum, parts) = &mut self.gathered[site as usize];
         if parts.len() == PARALLEL_PARTS_MAX {
-            continue;
+            return None;
         }
-        let take = offer.free.min(needed - *sum);
+        let take = offer.free.min(self.needed - *sum);
         *sum += take;
         parts.push((offer, take));
-        if *sum == needed {
-            return sites.remove(site).map(|(_, parts)| parts);
+        if *sum == self.needed {
+            return Some(std::mem::take(parts));
         }
+        None
     }
-    None
+}
+
+/// [`FillUp`] over offers already ranked, best first.
+pub fn fill_up(sites: &SiteIndex, needed: u32, offers: impl IntoIterator<Item = Offer>) -> Option<Vec<(Offer, u32)>> {
+    let mut fill = FillUp::new(needed, sites);
+    offers.into_iter().find_map(|offer| fill.offer(offer))
 }
 
 /// Free slots of the logged-in engines that may take a part of the task, by site (engine id
@@ -263,19 +342,33 @@ pub fn parts_of_task(state: &State, key: TaskKey) -> Vec<(String, u32)> {
 }
 
 /// The most slots a `span = "site"` task of job `j` could ever hold at once:
-/// for each site, the slots of its logged-in engines the job's category fits
+/// [`category_site_slots_max`] of its category.
+pub fn site_slots_max(state: &State, j: JobIdx) -> u32 {
+    category_site_slots_max(state, &SiteIndex::new(state), state.category(state.job(j).category))
+}
+
+/// The most slots a `span = "site"` task of the category could ever hold at
+/// once: for each site, the slots of its logged-in engines the category fits
 /// (requirements met, a slot or more; a root library they lack they can
 /// sync), the [`PARALLEL_PARTS_MAX`] largest of them summed; the best site's.
-pub fn site_slots_max(state: &State, j: JobIdx) -> u32 {
-    let category = state.category(state.job(j).category);
-    let mut by_site: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for engine in state.engines() {
-        if engine.status == EngineStatus::LoggedIn && !engine.props.site.is_empty() && category.fits(engine) {
-            by_site.entry(engine.props.site.as_str()).or_default().push(engine.slots);
+/// Without a root library the fit is the category's eligibility bitset, read
+/// rather than evaluated: the unschedulable check asks this of every site
+/// category each run.
+pub fn category_site_slots_max(state: &State, sites: &SiteIndex, category: &Category) -> u32 {
+    let mut by_site: Vec<Vec<u32>> = vec![Vec::new(); sites.len()];
+    for (n, engine) in state.engines().iter().enumerate() {
+        let e = EngineIdx(n as u32);
+        let Some(site) = sites.of(e) else { continue };
+        let fits = match category.library {
+            None => category.is_eligible(e),
+            Some(_) => category.fits(engine),
+        };
+        if fits {
+            by_site[site as usize].push(engine.slots);
         }
     }
     by_site
-        .into_values()
+        .into_iter()
         .map(|mut slots| {
             slots.sort_unstable_by(|a, b| b.cmp(a));
             slots.iter().take(PARALLEL_PARTS_MAX).fold(0u32, |sum, &n| sum.saturating_add(n))

@@ -43,9 +43,9 @@ pub fn load_index(formula: &LoadFormula, engine: &Engine, used_slots: u32) -> i6
     index.clamp(-i128::from(LOAD_UNKNOWN) + 1, i128::from(LOAD_UNKNOWN) - 1) as i64
 }
 
-/// The engine's queue sequence number (queue_conf(5) `seq_no`).
+/// The engine's queue sequence number (queue_conf(5) `seq_no`), read at login.
 pub fn seq_no(engine: &Engine) -> i64 {
-    crate::core::load::seq_no(&engine.props.custom) as i64
+    engine.seq_no as i64
 }
 
 /// The engine's sort key under the policy's method, with `used_slots` in use.

@@ -36,10 +36,11 @@
 //! once), and preemption to honour a reservation.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::core::event::Span;
-use crate::core::state::{EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey};
+use super::parallel::SiteIndex;
+use crate::core::state::{EngineIdx, EngineStatus, Job, JobIdx, LiveAttempt, State, TaskKey};
 
 /// One reservation of the run: the task, when its slots are expected free,
 /// and the slots it holds on each engine from then.
@@ -63,11 +64,12 @@ pub fn end_from(state: &State, job: &Job, from_ms: u64) -> u64 {
 pub(crate) struct Reservations {
     made: Vec<Reservation>,
     jobs: BTreeSet<JobIdx>,
-    /// Per reserved engine: (reservation start, slots to spare at it).
-    engines: BTreeMap<EngineIdx, (u64, u32)>,
-    /// Per engine, the releases of its live attempts (end, slots), sorted;
-    /// gathered on the first reservation of the run.
-    releases: Option<BTreeMap<EngineIdx, Vec<(u64, u32)>>>,
+    /// Per engine index, if reserved: (reservation start, slots to spare at
+    /// it). Dense, as every pick of the run asks it of its best engine.
+    engines: Vec<Option<(u64, u32)>>,
+    /// Per engine index, the releases of its live attempts (end, slots),
+    /// sorted; gathered on the first reservation of the run.
+    releases: Option<Releases>,
     /// Set when a check refused an engine because of a reservation.
     refused: Cell<bool>,
 }
@@ -91,7 +93,7 @@ impl Reservations {
     /// book there: it backfills (ends by the reservation's start) or the
     /// engine has that many slots to spare.
     pub(crate) fn allows(&self, e: EngineIdx, slots: u32, end_ms: u64) -> bool {
-        let Some(&(start, surplus)) = self.engines.get(&e) else { return true };
+        let Some((start, surplus)) = self.reserved_at(e) else { return true };
         let ok = end_ms <= start || slots <= surplus;
         if !ok {
             self.refused.set(true);
@@ -99,10 +101,20 @@ impl Reservations {
         ok
     }
 
+    /// Whether a reservation of the run holds engine `e`.
+    pub(crate) fn holds(&self, e: EngineIdx) -> bool {
+        self.reserved_at(e).is_some()
+    }
+
+    /// Engine `e`'s reservation: (start, slots to spare at it).
+    fn reserved_at(&self, e: EngineIdx) -> Option<(u64, u32)> {
+        self.engines.get(e.0 as usize).copied().flatten()
+    }
+
     /// The slots a task ending at `end_ms` may take of `free` on engine `e`.
     pub(crate) fn usable(&self, e: EngineIdx, free: u32, end_ms: u64) -> u32 {
-        match self.engines.get(&e) {
-            Some(&(start, surplus)) if end_ms > start => free.min(surplus),
+        match self.reserved_at(e) {
+            Some((start, surplus)) if end_ms > start => free.min(surplus),
             _ => free,
         }
     }
@@ -110,7 +122,7 @@ impl Reservations {
     /// A task ending at `end_ms` booked `slots` on `e`: what it takes past a
     /// reservation's start comes off the surplus.
     pub(crate) fn booked(&mut self, e: EngineIdx, slots: u32, end_ms: u64) {
-        if let Some((start, surplus)) = self.engines.get_mut(&e)
+        if let Some(Some((start, surplus))) = self.engines.get_mut(e.0 as usize)
             && end_ms > *start
         {
             assert!(slots <= *surplus, "a booking past a reservation takes only its surplus");
@@ -130,6 +142,7 @@ impl Reservations {
     pub(crate) fn reserve(
         &mut self,
         state: &State,
+        sites: &SiteIndex,
         key: TaskKey,
         eligible: impl Iterator<Item = EngineIdx>,
         used: impl Fn(EngineIdx) -> u32,
@@ -142,21 +155,25 @@ impl Reservations {
         let mut offers: Vec<Offer> = Vec::new();
         for e in eligible {
             let engine = state.engine(e);
-            if engine.status != EngineStatus::LoggedIn || engine.drained || self.engines.contains_key(&e) {
+            let held = self.engines.get(e.0 as usize).is_some_and(Option::is_some);
+            if engine.status != EngineStatus::LoggedIn || engine.drained || held {
                 continue;
             }
             let free = engine.slots.saturating_sub(used(e));
-            let on = releases.get(&e).map_or(&[][..], Vec::as_slice);
+            let on = releases.of(e);
             offers.push((e, free, on));
         }
         let found = match job.options.span {
             Span::Engine => soonest_engine(now, job.slots_per_task, &offers),
-            Span::Site => soonest_site(state, now, job.slots_per_task, &offers),
+            Span::Site => soonest_site(sites, now, job.slots_per_task, &offers),
         };
         let Some((start_ms, parts)) = found else { return false };
         for &(e, slots, free_at_start) in &parts {
             assert!(slots <= free_at_start, "a reservation takes what is free at its start");
-            let previous = self.engines.insert(e, (start_ms, free_at_start - slots));
+            if self.engines.len() <= e.0 as usize {
+                self.engines.resize(state.engines().len().max(e.0 as usize + 1), None);
+            }
+            let previous = self.engines[e.0 as usize].replace((start_ms, free_at_start - slots));
             assert!(previous.is_none(), "two reservations of a run share no engine");
         }
         self.made.push(Reservation { key, start_ms, parts: parts.into_iter().map(|(e, slots, _)| (e, slots)).collect() });
@@ -198,23 +215,18 @@ fn soonest_engine(now: u64, needed: u32, offers: &[Offer]) -> Option<Found> {
     best.map(|(t, e, free_then)| (t, vec![(e, needed, free_then)]))
 }
 
-/// The site with `needed` slots free soonest over its engines, and each
-/// engine's part then (engine index order).
-fn soonest_site(
-    state: &State,
-    now: u64,
-    needed: u32,
-    offers: &[Offer],
-) -> Option<Found> {
-    let mut sites: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+/// The site with `needed` slots free soonest over its engines (ties by site
+/// name), and each engine's part then (engine index order).
+fn soonest_site(sites: &SiteIndex, now: u64, needed: u32, offers: &[Offer]) -> Option<Found> {
+    let mut members_of: Vec<Vec<usize>> = vec![Vec::new(); sites.len()];
     for (n, &(e, ..)) in offers.iter().enumerate() {
-        let site = state.engine(e).props.site.as_str();
-        if !site.is_empty() {
-            sites.entry(site).or_default().push(n);
+        if let Some(site) = sites.of(e) {
+            members_of[site as usize].push(n);
         }
     }
-    let mut best: Option<(u64, &str)> = None;
-    for (&site, members) in &sites {
+    // Sites in number order, which is name order: the first of equal starts wins.
+    let mut best: Option<(u64, usize)> = None;
+    for (site, members) in members_of.iter().enumerate() {
         let mut sum: u32 = members.iter().map(|&n| offers[n].1).fold(0, u32::saturating_add);
         let mut t = (sum >= needed).then_some(now);
         if t.is_none() {
@@ -229,13 +241,13 @@ fn soonest_site(
             }
         }
         if let Some(t) = t
-            && best.is_none_or(|(bt, bs)| (t, site) < (bt, bs))
+            && best.is_none_or(|(bt, _)| t < bt)
         {
             best = Some((t, site));
         }
     }
     let (start, site) = best?;
-    let mut members: Vec<usize> = sites[site].clone();
+    let mut members: Vec<usize> = std::mem::take(&mut members_of[site]);
     members.sort_unstable_by_key(|&n| offers[n].0);
     let mut parts = Vec::new();
     let mut left = needed;
@@ -255,26 +267,78 @@ fn soonest_site(
     Some((start, parts))
 }
 
-/// Per engine, the releases of its live attempts and companion parts:
-/// (end, slots), sorted by end.
-fn releases_by_engine(state: &State) -> BTreeMap<EngineIdx, Vec<(u64, u32)>> {
-    let mut releases: BTreeMap<EngineIdx, Vec<(u64, u32)>> = BTreeMap::new();
-    for (key, live) in state.live_attempts() {
-        let job = state.job(key.job);
-        let end = end_from(state, job, live.dispatched_ms);
-        releases.entry(live.engine).or_default().push((end, state.attempt_slots(key, live.attempt)));
-    }
-    for (key, attempt, parts) in state.parallel().all() {
-        let Some(live) = state.live_attempt_numbered(key, attempt) else { continue };
-        let end = end_from(state, state.job(key.job), live.dispatched_ms);
-        for part in &parts[1..] {
-            releases.entry(part.engine).or_default().push((end, part.slots));
+/// Per engine index, the releases of its live attempts and companion parts:
+/// (end, slots), sorted by end, as one flat list cut per engine (two passes
+/// over the live attempts, in the table's order: the per-engine sort makes
+/// it irrelevant), rather than a vector per engine grown one push at a time.
+#[derive(Debug)]
+pub(crate) struct Releases {
+    /// Per engine index, where its releases start in `all`; one more entry
+    /// than engines, the last the end of `all`.
+    starts: Vec<u32>,
+    all: Vec<(u64, u32)>,
+}
+
+impl Releases {
+    pub(crate) fn of(&self, e: EngineIdx) -> &[(u64, u32)] {
+        let n = e.0 as usize;
+        match (self.starts.get(n), self.starts.get(n + 1)) {
+            (Some(&from), Some(&to)) => &self.all[from as usize..to as usize],
+            _ => &[],
         }
     }
-    for list in releases.values_mut() {
-        list.sort_unstable();
+}
+
+fn releases_by_engine(state: &State) -> Releases {
+    let n_engines = state.engines().len();
+    // Pass 1: how many releases each engine has (a companion part is one on its engine).
+    let mut counts = vec![0u32; n_engines + 1];
+    state.live.visit_unordered(|_, live| counts[live.engine.0 as usize] += 1);
+    for live in state.copies.values() {
+        counts[live.engine.0 as usize] += 1;
     }
-    releases
+    let companion_parts = || {
+        state
+            .parallel()
+            .all()
+            .filter_map(|(key, attempt, parts)| Some((state.live_attempt_numbered(key, attempt)?, key, &parts[1..])))
+    };
+    for (_, _, parts) in companion_parts() {
+        for part in parts {
+            counts[part.engine.0 as usize] += 1;
+        }
+    }
+    let mut starts = Vec::with_capacity(n_engines + 1);
+    let mut total = 0u32;
+    for count in &counts {
+        starts.push(total);
+        total += count;
+    }
+    // Pass 2: each release at its engine's next free place.
+    let mut next = starts.clone();
+    let mut all = vec![(0u64, 0u32); total as usize];
+    let mut place = |e: EngineIdx, release: (u64, u32)| {
+        let at = &mut next[e.0 as usize];
+        all[*at as usize] = release;
+        *at += 1;
+    };
+    let release = |key: TaskKey, live: &LiveAttempt| {
+        (end_from(state, state.job(key.job), live.dispatched_ms), state.attempt_slots(key, live.attempt))
+    };
+    state.live.visit_unordered(|key, live| place(live.engine, release(key, live)));
+    for (&(key, _), live) in &state.copies {
+        place(live.engine, release(key, live));
+    }
+    for (live, key, parts) in companion_parts() {
+        let end = end_from(state, state.job(key.job), live.dispatched_ms);
+        for part in parts {
+            place(part.engine, (end, part.slots));
+        }
+    }
+    for n in 0..n_engines {
+        all[starts[n] as usize..starts[n + 1] as usize].sort_unstable();
+    }
+    Releases { starts, all }
 }
 
 /// The engines a category's bitset marks eligible, in index order.

@@ -45,6 +45,11 @@ pub struct Engine {
     /// Drained by an operator (`gridfold engine drain`): no new work; its live
     /// attempts finish. Kept across its logins until resumed.
     pub drained: bool,
+    /// Its queue sequence number (`seq_no` property), read once at login
+    /// rather than parsed at every comparison of the queue sort; derived from
+    /// `props`, so not stored ([`super::State::from_snapshot`] reads it again).
+    #[serde(skip)]
+    pub seq_no: u64,
 }
 
 impl Engine {
@@ -57,6 +62,7 @@ impl Engine {
     pub(super) fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
         Engine {
             tier: 0,
+            seq_no: crate::core::load::seq_no(&props.custom),
             libraries: props.libraries.iter().cloned().collect(),
             syncing: None,
             last_sync_failure: None,

@@ -481,6 +481,15 @@ impl LiveAttempts {
         }
     }
 
+    /// Calls `visit` with every live attempt, in the table's order, which is
+    /// not exposed: only for what does not depend on it (sums, counts, lists
+    /// the caller sorts).
+    pub fn visit_unordered(&self, mut visit: impl FnMut(TaskKey, &LiveAttempt)) {
+        for (key, live) in &self.map {
+            visit(*key, live);
+        }
+    }
+
     /// The tasks of one job with a live attempt, in task order.
     pub fn tasks_of_job(&self, job: JobIdx) -> Vec<TaskKey> {
         let mut keys: Vec<TaskKey> = self.map.keys().filter(|key| key.job == job).copied().collect();

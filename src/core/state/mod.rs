@@ -44,7 +44,7 @@ pub use job::{
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
 pub use suspension::{Control, Suspensions};
-pub use parallel::{BookedPart, ParallelBookings};
+pub use parallel::{BookedPart, CompanionEnd, ParallelBookings};
 
 use super::digest::Digest;
 use super::event::{EngineProps, LibraryInfo, LibraryRef, Policy};
@@ -276,6 +276,10 @@ pub struct State {
     pub(crate) live: LiveAttempts,
     /// Redundant copies: live attempts beside the one in `live`.
     pub(crate) copies: BTreeMap<(TaskKey, Attempt), LiveAttempt>,
+    /// Companion runs ended by the entry being folded: emptied by the fold
+    /// into what it returns, so never more than one entry's worth, never stored.
+    #[serde(skip)]
+    pub(crate) companion_ends: Vec<CompanionEnd>,
     /// Dispatched, not yet started attempts by the log time they were dispatched.
     pub(crate) dispatched_since: SortedDeque<(u64, TaskKey, Attempt)>,
     /// Logged-in engines by the log time of their last accepted event (then index).
@@ -561,6 +565,7 @@ impl State {
                 engine.slots = slots;
                 engine.libraries = props.libraries.iter().cloned().collect();
                 engine.syncing = None;
+                engine.seq_no = super::load::seq_no(&props.custom);
                 engine.props = props;
                 idx
             }
@@ -1392,6 +1397,9 @@ impl State {
             }
         }
         state.tier_exprs = compile_tiers(&state.policy.engine_tiers).map_err(|e| broken("engine tiers", e))?;
+        for engine in state.engines.iter_mut() {
+            engine.seq_no = super::load::seq_no(&engine.props.custom);
+        }
         state.users.rebuild_index();
         state.projects.rebuild_index();
         for key in state.projector_keys.keys() {

@@ -38,6 +38,18 @@ pub struct BookedPart {
     pub slots: u32,
 }
 
+/// A parallel attempt of a job that names a companion command ended (however:
+/// completed, failed, cancelled, requeued, preempted, its engine lost): each
+/// companion engine is to stop that command. What the fold reports of the
+/// entry that ended it; never stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompanionEnd {
+    pub key: TaskKey,
+    pub attempt: Attempt,
+    /// The companion parts' engines, in part order.
+    pub companions: Vec<EngineIdx>,
+}
+
 /// The parallel attempts live now, with their parts (the master first).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParallelBookings {
@@ -98,7 +110,9 @@ impl State {
         self.dispatch(key, attempt, master);
     }
 
-    /// Frees the companions of an attempt that ended (called by `release`).
+    /// Frees the companions of an attempt that ended (called by `release`);
+    /// if its job names a companion command, notes the end for the fold to
+    /// report ([`CompanionEnd`]).
     pub(super) fn release_companions(&mut self, key: TaskKey, attempt: Attempt) {
         if self.parallel.is_empty() {
             return;
@@ -109,6 +123,16 @@ impl State {
             self.engines[part.engine.0 as usize].used -= part.slots;
             self.refresh_free(part.engine);
         }
+        if !self.job(key.job).options.companion_argv.is_empty() {
+            let companions = parts[1..].iter().map(|part| part.engine).collect();
+            self.companion_ends.push(CompanionEnd { key, attempt, companions });
+        }
+    }
+
+    /// The companion ends noted while folding one entry, handed to the fold's
+    /// caller ([`crate::core::fold::Folded::companion_ends`]).
+    pub(crate) fn take_companion_ends(&mut self) -> Vec<CompanionEnd> {
+        std::mem::take(&mut self.companion_ends)
     }
 
     /// A companion's engine is gone (lost, logged out, logged in again): the

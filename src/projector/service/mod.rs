@@ -698,8 +698,8 @@ where
                 "the reader returns every entry once, in order"
             );
             let entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
-            let companions = crate::projector::delivery::companion_runs(self.machine.state());
-            let rejections = self.machine.handle_entry(&entry);
+            let folded = self.machine.handle_entry_folded(&entry);
+            let rejections = folded.rejections;
             if self.config.check_invariants {
                 self.machine.state().check_invariants();
             }
@@ -708,9 +708,7 @@ where
                 self.last_orders_seq = self.last_orders_seq.max(raw.seq);
             }
             let mut deliveries = deliveries_of_entry(self.machine.state(), &entry, &rejections);
-            if !companions.is_empty() {
-                deliveries.extend(crate::projector::delivery::companion_stops(companions, self.machine.state(), entry.seq));
-            }
+            deliveries.extend(crate::projector::delivery::companion_stops(&folded.companion_ends, self.machine.state(), entry.seq));
             for delivery in deliveries {
                 if self.is_leader() {
                     self.outbox.push_back(delivery.clone());
