@@ -128,7 +128,10 @@ pub enum Event {
     EngineLoggedIn { engine: EngineId, slots: u32, props: EngineProps },
     EngineLoggedOut { engine: EngineId },
     EngineHeartbeat { engine: EngineId, load: EngineLoad },
-    TaskStarted { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// `remote_job`: a gateway engine's job id in the resource manager it
+    /// submitted the attempt to (a Slurm job id); empty for an ordinary engine.
+    /// At most [`REMOTE_JOB_BYTES_MAX`] bytes (refused at decode).
+    TaskStarted { task: TaskRef, attempt: Attempt, engine: EngineId, remote_job: String },
     TaskCompleted {
         task: TaskRef,
         attempt: Attempt,
@@ -623,6 +626,9 @@ pub struct EngineLoad {
     pub values_milli: BTreeMap<String, i64>,
 }
 
+/// Most bytes of a gateway's remote job id ([`Event::TaskStarted`]).
+pub const REMOTE_JOB_BYTES_MAX: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum FailureKind {
     /// The process exited with a non-zero code.
@@ -635,6 +641,10 @@ pub enum FailureKind {
     LaunchFailed,
     /// The engine was shutting down and its drain timeout ran out.
     EngineShutdown,
+    /// A gateway's resource manager killed or preempted it, or someone cancelled
+    /// it there: the task waits again without using an attempt (CiGri's
+    /// best-effort jobs).
+    Preempted,
 }
 
 impl FailureKind {
@@ -645,6 +655,7 @@ impl FailureKind {
             FailureKind::WallTimeExceeded => "wall-time-exceeded",
             FailureKind::LaunchFailed => "launch-failed",
             FailureKind::EngineShutdown => "engine-shutdown",
+            FailureKind::Preempted => "preempted",
         }
     }
 }

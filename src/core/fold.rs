@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
+use super::event::{Entry, Envelope, Event, FailureKind, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
     Policy, TaskConditions, TaskSelector, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{ControlProblem, JobProblem, OpsProblem, OrderProblem, Rejection, SealProblem};
@@ -130,7 +130,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
             state.engine_mut(e).load = load.clone();
             state.touch_engine(e);
         }),
-        Event::TaskStarted { task, attempt, engine } => task_started(state, task, *attempt, engine),
+        Event::TaskStarted { task, attempt, engine, .. } => task_started(state, task, *attempt, engine),
         Event::TaskCompleted { task, attempt, engine, wall_ms, cpu_ms, result, .. } => {
             if result.len() > RESULT_BYTES_MAX {
                 Err(Rejection::ResultTooLarge { task: task.clone(), bytes: result.len(), max: RESULT_BYTES_MAX })
@@ -142,13 +142,19 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
                 })
             }
         }
-        Event::TaskFailed { task, attempt, engine, error_tail, .. } => {
+        Event::TaskFailed { task, attempt, engine, error_tail, kind, .. } => {
             if error_tail.len() > ERROR_TAIL_BYTES_MAX {
                 Err(Rejection::ErrorTailTooLarge { task: task.clone(), bytes: error_tail.len(), max: ERROR_TAIL_BYTES_MAX })
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
-                    state.fail(key, *attempt);
+                    if *kind == FailureKind::Preempted {
+                        // A gateway's resource manager ended it, not the task:
+                        // it waits again without using an attempt.
+                        state.requeue(key, *attempt);
+                    } else {
+                        state.fail(key, *attempt);
+                    }
                 })
             }
         }

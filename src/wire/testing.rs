@@ -214,6 +214,7 @@ pub fn every_event() -> Vec<Event> {
             task: task("render-1", 7),
             attempt: 1,
             engine: engine("e1"),
+            remote_job: String::new(),
         },
         Event::TaskCompleted {
             task: task("render-1", 7),
@@ -440,7 +441,7 @@ pub fn every_event() -> Vec<Event> {
                 Envelope {
                     id: [21; 16],
                     source: "engine:e1".to_string(),
-                    event: Event::TaskStarted { task: task("render-1", 4), attempt: 1, engine: engine("e1") },
+                    event: Event::TaskStarted { task: task("render-1", 4), attempt: 1, engine: engine("e1"), remote_job: String::new() },
                 },
                 Envelope {
                     id: [22; 16],
@@ -632,6 +633,7 @@ fn arb_failure_kind() -> impl Strategy<Value = FailureKind> {
         Just(FailureKind::WallTimeExceeded),
         Just(FailureKind::LaunchFailed),
         Just(FailureKind::EngineShutdown),
+        Just(FailureKind::Preempted),
     ]
 }
 
@@ -1015,6 +1017,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 task,
                 attempt,
                 engine,
+                remote_job: String::new(),
             }
         }),
         (

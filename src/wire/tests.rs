@@ -604,6 +604,7 @@ fn an_engine_batch_beyond_its_limits_or_nested_does_not_decode_and_says_where() 
             task: Some(proto::TaskRef { job: "j".into(), index: n }),
             attempt: 1,
             engine: "e1".into(),
+            remote_job: String::new(),
         })),
         seal: None,
     };

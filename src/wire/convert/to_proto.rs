@@ -191,10 +191,12 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             task,
             attempt,
             engine,
+            remote_job,
         } => P::TaskStarted(proto::TaskStarted {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
+            remote_job: remote_job.clone(),
         }),
         Event::TaskCompleted {
             task,
