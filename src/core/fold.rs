@@ -974,6 +974,17 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             super::schedule::cigri::mark_finalized(state, key);
         }
+        Order::FloodRatio { engine, ratio_milli, .. } => {
+            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+            let refused = state.policy.flood.is_none()
+                || !super::schedule::flood::is_gateway(state.engine(e))
+                || !(1..=super::schedule::flood::RATIO_MAX_MILLI_MAX).contains(ratio_milli);
+            if refused {
+                return Err(OrderProblem::FloodRatioRefused);
+            }
+            let now_ms = state.now_ms;
+            state.flood.set(engine, *ratio_milli, now_ms);
+        }
         Order::EndTestCampaign { job, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
             if !super::schedule::cigri::test_campaign_done(state, j) {

@@ -157,14 +157,21 @@ struct Candidates<'s> {
 impl<'s> Candidates<'s> {
     fn gather(state: &'s State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>) -> Candidates<'s> {
         let mut by_id = Vec::new();
+        // Flood control: gateways' unstarted slots (empty with it off).
+        let flood_held = super::flood::held_slots(state);
         for e in state.free_engines() {
             if lost.contains(&e) || in_flight.is_lost(e) {
                 continue;
             }
             let engine = state.engine(e);
             let used = engine.used + in_flight.booked_slots(e);
-            if used < engine.slots {
-                by_id.push(Candidate { engine: e, slots: engine.slots, used });
+            let held = flood_held.get(&e).map_or(0, |&(held, _)| held) + in_flight.booked_slots(e);
+            let slots = match super::flood::room(state, e, held) {
+                Some(room) => engine.slots.min(used + room),
+                None => engine.slots,
+            };
+            if used < slots {
+                by_id.push(Candidate { engine: e, slots, used });
             }
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));

@@ -44,6 +44,7 @@ enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> Reque
     DispatchTimeout,
     EngineRestarted,
     PartLost,
+    FloodWithdrawn,
 });
 enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unschedulable {
     NoEngineMatchesRequirements,

@@ -363,6 +363,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         reservation: super::reservation::reservation(m.reservation).map_err(|e| e.within("reservation"))?,
         fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
         cigri: super::cigri::cigri(m.cigri).map_err(|e| e.within("cigri"))?,
+        flood: super::flood::flood(m.flood).map_err(|e| e.within("flood"))?,
     })
 }
 
