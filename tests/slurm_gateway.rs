@@ -96,7 +96,7 @@ fn a_campaign_runs_through_slurm_under_flood_control_an_outside_scancel_reruns_a
         // Once a gateway task runs, cancel its Slurm job from outside, once.
         if preempted_job.is_none() {
             let running: BTreeSet<String> = live_slurm_jobs(&slurm).into_iter().filter(|(_, s)| s == "RUNNING").map(|(id, _)| id).collect();
-            let long = |task: &TaskRef| task.job.as_str() == "camp" && task.index % 6 == 0;
+            let long = |task: &TaskRef| task.job.as_str() == "camp" && task.index.is_multiple_of(6);
             if let Some((id, task)) = remote_jobs(&log).into_iter().find(|(id, task)| running.contains(id) && long(task)) {
                 slurm.command("scancel", &[&id]);
                 preempted_job = Some((id, task));

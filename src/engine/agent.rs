@@ -797,7 +797,7 @@ impl Agent {
     async fn gateway_notice(&mut self, notice: super::gateway::GatewayNotice) -> Result<(), EngineError> {
         match notice {
             super::gateway::GatewayNotice::Started { key, remote_job } => {
-                if !self.running.get(&key).is_some_and(|running| running.stop.is_none()) {
+                if self.running.get(&key).is_none_or(|running| running.stop.is_some()) {
                     return Ok(());
                 }
                 self.report.started += 1;
