@@ -58,6 +58,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.BlacklistsCleared.engine",
     ".gridfold.v1.Envelope.seal",
     ".gridfold.v1.Dispatch.epoch",
+    ".gridfold.v1.TaskStarted.remote_job",
     ".gridfold.v1.EngineLost.epoch",
     ".gridfold.v1.EngineLoad.values_milli",
     ".gridfold.v1.LoadFormula.expression",
@@ -74,6 +75,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.JobOptions.companion_argv",
     ".gridfold.v1.RunTask.companion_argv",
     ".gridfold.v1.PolicySet.cigri",
+    ".gridfold.v1.PolicySet.flood",
     ".gridfold.v1.JobOptions.campaign",
 ];
 

@@ -319,6 +319,7 @@ fn build_history() -> Vec<Entry> {
                 task: run.task.clone(),
                 attempt: run.attempt,
                 engine: run.engine.clone(),
+                remote_job: String::new(),
             }));
             serial += 1;
             finishing.insert((now + run.wall_ms, serial), run);
@@ -675,7 +676,7 @@ fn saturate(state: &mut State, log: &mut LogBuilder, started: Instant) -> Vec<(T
     }
     log.at(log.time_ms + 500);
     for (task, attempt, engine) in &running {
-        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
+        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine), remote_job: String::new() });
         fold(state, &entry);
     }
     running
@@ -948,7 +949,7 @@ fn saturate_parallel(state: &mut State, log: &mut LogBuilder, started: Instant) 
     }
     log.at(log.time_ms + 500);
     for (task, attempt, engine) in &running {
-        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine) });
+        let entry = append(log, Event::TaskStarted { task: task.clone(), attempt: *attempt, engine: engine_id(engine), remote_job: String::new() });
         fold(state, &entry);
     }
     running

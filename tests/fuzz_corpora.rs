@@ -382,6 +382,7 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
                 task: task("j", 2),
                 attempt: 1,
                 engine: engine("e1"),
+                remote_job: String::new(),
             },
         ),
         (

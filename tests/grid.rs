@@ -714,6 +714,7 @@ impl Audit {
                         task,
                         attempt,
                         engine,
+                        ..
                     } => {
                         audit
                             .started

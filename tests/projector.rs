@@ -136,6 +136,7 @@ async fn spawn_engine(
                         task: run.task.clone(),
                         attempt: run.attempt,
                         engine: engine.clone(),
+                        remote_job: String::new(),
                     },
                 )
                 .await;

@@ -27,7 +27,8 @@ pub struct EngineArgs {
     #[arg(long, required = true, value_parser = parse_engine_id)]
     pub name: Option<EngineId>,
     /// How many slots to offer: the most task slots running at once.
-    #[arg(long, required = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::SLOTS_MAX)))]
+    /// For a gateway: the most remote jobs it holds at once [default: 64].
+    #[arg(long, required_unless_present = "gateway", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::SLOTS_MAX)))]
     pub slots: Option<u32>,
     /// A property to log in with, KEY=VALUE (repeatable): custom (`type=blade`), or one of
     /// os, arch, cores, memory_mb, disk_mb, mflops, site to replace the measured value.
@@ -61,6 +62,54 @@ pub struct EngineArgs {
     /// `end`; its values join the heartbeat's named load values, replacing measured ones.
     #[arg(long, value_name = "PATH")]
     pub load_sensor: Option<PathBuf>,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// Slots of a gateway engine without `--slots`: the most remote jobs it holds at once.
+pub const GATEWAY_SLOTS_DEFAULT: u32 = 64;
+
+/// `--gateway`: an engine that runs each task as a batch job of a cluster's own
+/// resource manager (CiGri's runner), see README "Gateway engines (Slurm) and flood control".
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Run each task as a batch job of this resource manager instead of as a local process: slurm.
+    #[arg(long, value_name = "KIND", value_parser = crate::engine::gateway::GatewayKind::parse)]
+    pub gateway: Option<crate::engine::gateway::GatewayKind>,
+    /// The cluster this gateway submits to: logged in as the property `cluster=<NAME>`
+    /// (CiGri's cluster: the engines sharing it) [default: the engine's name].
+    #[arg(long, value_name = "NAME", requires = "gateway")]
+    pub cluster: Option<String>,
+    /// The Slurm partition of every job [default: the cluster's default].
+    #[arg(long, requires = "gateway")]
+    pub partition: Option<String>,
+    /// The Slurm account of every job [default: the user's default].
+    #[arg(long, requires = "gateway")]
+    pub account: Option<String>,
+    /// The slurm.conf the Slurm commands use (SLURM_CONF) [default: Slurm's own].
+    #[arg(long, value_name = "PATH", requires = "gateway")]
+    pub slurm_conf: Option<PathBuf>,
+    /// Milliseconds between two polls of the resource manager (one squeue for all jobs).
+    #[arg(long, default_value_t = crate::engine::gateway::POLL_INTERVAL_DEFAULT.as_millis() as u64,
+        value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    pub poll_interval_ms: u64,
+}
+
+impl GatewayArgs {
+    /// The gateway's configuration, and the properties it logs in with
+    /// (`cluster`, `gateway`), or `None` for an ordinary engine.
+    fn config(&self, name: &EngineId) -> Option<(crate::engine::gateway::GatewayConfig, [(String, String); 2])> {
+        let kind = self.gateway?;
+        let cluster = self.cluster.clone().unwrap_or_else(|| name.to_string());
+        let config = crate::engine::gateway::GatewayConfig {
+            kind,
+            partition: self.partition.clone(),
+            account: self.account.clone(),
+            slurm_conf: self.slurm_conf.clone(),
+            poll_interval: Duration::from_millis(self.poll_interval_ms),
+        };
+        Some((config, [("cluster".to_string(), cluster), ("gateway".to_string(), kind.as_str().to_string())]))
+    }
 }
 
 /// Binds to the log and opens this engine's order feed. An engine never creates a
@@ -112,12 +161,21 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let name = args.name.clone().context("--name is required to run an engine")?;
-    let slots = args.slots.context("--slots is required to run an engine")?;
+    let gateway = args.gateway.config(&name);
+    let slots = match (args.slots, &gateway) {
+        (Some(slots), _) => slots,
+        (None, Some(_)) => GATEWAY_SLOTS_DEFAULT,
+        (None, None) => anyhow::bail!("--slots is required to run an engine"),
+    };
 
     let work_dir = args
         .work_dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("gridfold-engine-{}", name)));
-    let given_props: BTreeMap<String, String> = args.props.into_iter().collect();
+    let mut given_props: BTreeMap<String, String> = args.props.into_iter().collect();
+    let gateway = gateway.map(|(config, props)| {
+        given_props.extend(props);
+        config
+    });
     let defaults = EngineConfig::new(name.clone(), slots, work_dir);
     let config = EngineConfig {
         given_props,
@@ -128,6 +186,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         output_retention: Duration::from_secs(args.output_retention_secs),
         work_dir_retention: crate::engine::WORK_DIR_RETENTION_DEFAULT,
         load_sensor: args.load_sensor,
+        gateway,
         ..defaults
     };
     // Waiting for the broker may take long: a signal meanwhile ends the engine at once
@@ -142,6 +201,14 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         output_store: Some(crate::output_store::OutputStore::new(log.context().clone())),
         ..config
     };
+    if let Some(gateway) = &config.gateway {
+        eprintln!(
+            "gridfold engine {}: a {} gateway for cluster {}",
+            name,
+            gateway.kind.as_str(),
+            config.given_props.get("cluster").map_or("", String::as_str)
+        );
+    }
     eprintln!(
         "gridfold engine {}: {} slot(s), broker {}, work dir {}, library dir {}",
         name,

@@ -128,7 +128,10 @@ pub enum Event {
     EngineLoggedIn { engine: EngineId, slots: u32, props: EngineProps },
     EngineLoggedOut { engine: EngineId },
     EngineHeartbeat { engine: EngineId, load: EngineLoad },
-    TaskStarted { task: TaskRef, attempt: Attempt, engine: EngineId },
+    /// `remote_job`: a gateway engine's job id in the resource manager it
+    /// submitted the attempt to (a Slurm job id); empty for an ordinary engine.
+    /// At most [`REMOTE_JOB_BYTES_MAX`] bytes (refused at decode).
+    TaskStarted { task: TaskRef, attempt: Attempt, engine: EngineId, remote_job: String },
     TaskCompleted {
         task: TaskRef,
         attempt: Attempt,
@@ -623,6 +626,9 @@ pub struct EngineLoad {
     pub values_milli: BTreeMap<String, i64>,
 }
 
+/// Most bytes of a gateway's remote job id ([`Event::TaskStarted`]).
+pub const REMOTE_JOB_BYTES_MAX: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum FailureKind {
     /// The process exited with a non-zero code.
@@ -635,6 +641,10 @@ pub enum FailureKind {
     LaunchFailed,
     /// The engine was shutting down and its drain timeout ran out.
     EngineShutdown,
+    /// A gateway's resource manager killed or preempted it, or someone cancelled
+    /// it there: the task waits again without using an attempt (CiGri's
+    /// best-effort jobs).
+    Preempted,
 }
 
 impl FailureKind {
@@ -645,6 +655,7 @@ impl FailureKind {
             FailureKind::WallTimeExceeded => "wall-time-exceeded",
             FailureKind::LaunchFailed => "launch-failed",
             FailureKind::EngineShutdown => "engine-shutdown",
+            FailureKind::Preempted => "preempted",
         }
     }
 }
@@ -696,6 +707,102 @@ pub struct Policy {
     /// see `schedule::cigri`).
     #[serde(default)]
     pub cigri: CigriPolicy,
+    /// Flood control of gateway engines (`[flood]`, see `schedule::flood`);
+    /// `None`: off.
+    #[serde(default)]
+    pub flood: Option<FloodPolicy>,
+}
+
+/// Flood control (CiGri's job ratio, seed 004): a gateway engine (property
+/// `gateway`) may hold at most `ratio_milli × slots / 1000` slots of tasks
+/// dispatched and not yet started; every `interval_ms` the ratio moves up when
+/// nothing waited in excess, down when something did, as `algorithm` says.
+/// Limits: [`crate::core::schedule::flood::check_policy`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FloodPolicy {
+    pub algorithm: FloodAlgorithm,
+    /// Log time between two adjustments of one gateway's ratio.
+    pub interval_ms: u64,
+    /// The highest ratio, thousandths of a task per slot.
+    pub ratio_max_milli: u32,
+    /// The ratio a gateway starts from (1,000: one slot per task).
+    pub ratio_start_milli: u32,
+    /// Slots of tasks a gateway may hold waiting without it counting as excess.
+    pub waiting_allowed: u32,
+    /// A task counts as waiting once dispatched and unstarted this long.
+    pub waiting_grace_ms: u64,
+    /// A task unstarted this long on a gateway is withdrawn (requeued, its
+    /// remote job cancelled) and waits again without using an attempt; 0: never.
+    pub remote_queue_timeout_ms: u64,
+}
+
+impl Default for FloodPolicy {
+    fn default() -> Self {
+        FloodPolicy {
+            algorithm: FloodAlgorithm::SlowStart,
+            interval_ms: 10_000,
+            ratio_max_milli: 8_000,
+            ratio_start_milli: 1_000,
+            waiting_allowed: 0,
+            waiting_grace_ms: 2_000,
+            remote_queue_timeout_ms: 0,
+        }
+    }
+}
+
+/// The seed's three ways of moving the job ratio.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FloodAlgorithm {
+    /// TCP's slow start: up, double; down, to one task.
+    #[default]
+    SlowStart,
+    /// Up by the share of the gateway's idle slots; down by the share of the excess.
+    TwoWayAdaptive,
+    /// Up, double; down by the share of the excess.
+    AdaptiveDownExponentialUp,
+}
+
+impl FloodAlgorithm {
+    pub const NAMES: [&'static str; 3] = ["slow-start", "two-way-adaptive", "adaptive-down-exponential-up"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FloodAlgorithm::SlowStart => "slow-start",
+            FloodAlgorithm::TwoWayAdaptive => "two-way-adaptive",
+            FloodAlgorithm::AdaptiveDownExponentialUp => "adaptive-down-exponential-up",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<FloodAlgorithm> {
+        match name {
+            "slow-start" => Some(FloodAlgorithm::SlowStart),
+            "two-way-adaptive" => Some(FloodAlgorithm::TwoWayAdaptive),
+            "adaptive-down-exponential-up" => Some(FloodAlgorithm::AdaptiveDownExponentialUp),
+            _ => None,
+        }
+    }
+}
+
+/// Why flood control set a ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum FloodReason {
+    /// The gateway's first ratio.
+    Start,
+    /// Nothing waited in excess over the interval.
+    Up,
+    /// More waited than allowed.
+    Down,
+}
+
+impl FloodReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FloodReason::Start => "start",
+            FloodReason::Up => "up",
+            FloodReason::Down => "down",
+        }
+    }
 }
 
 /// CiGri's settings, read by the `cigri` family only. Limits:
@@ -1055,6 +1162,7 @@ impl Default for Policy {
             reservation: ReservationPolicy::default(),
             fbsng: FbsngPolicy::default(),
             cigri: CigriPolicy::default(),
+            flood: None,
         }
     }
 }
@@ -1199,6 +1307,9 @@ pub enum Order {
     /// CiGri: a test campaign ran one task on each of the `clusters` clusters
     /// its requirements allow; it ends, its other tasks dropped (cancelled).
     EndTestCampaign { job: JobId, clusters: u32 },
+    /// Flood control set a gateway engine's job ratio (thousandths of a task
+    /// per slot); `waiting`: slots of its tasks waiting when decided.
+    FloodRatio { engine: EngineId, ratio_milli: u32, waiting: u32, reason: FloodReason },
 }
 
 impl Order {
@@ -1229,6 +1340,7 @@ impl Order {
             Order::Reschedule { task, .. } => text(task.job.as_str()),
             Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
             Order::EndTestCampaign { job, .. } => text(job.as_str()),
+            Order::FloodRatio { engine, .. } => text(engine.as_str()),
             Order::DispatchParallel { task, engine, parts, .. } => {
                 text(task.job.as_str())
                     + text(engine.as_str())
@@ -1254,6 +1366,7 @@ impl Order {
             Order::Preempt { .. } => "Preempt",
             Order::DispatchParallel { .. } => "DispatchParallel",
             Order::EndTestCampaign { .. } => "EndTestCampaign",
+            Order::FloodRatio { .. } => "FloodRatio",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1305,6 +1418,9 @@ pub enum RequeueReason {
     /// Another part of the parallel task's attempt lost its engine (lost,
     /// logged out or logged in again): the whole attempt is given up.
     PartLost,
+    /// Flood control withdrew it from a gateway's remote queue, where it waited
+    /// past the policy's `remote_queue_timeout` (CiGri's Nikita).
+    FloodWithdrawn,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -1351,6 +1467,7 @@ impl RequeueReason {
             RequeueReason::DispatchTimeout => "dispatch-timeout",
             RequeueReason::EngineRestarted => "engine-restarted",
             RequeueReason::PartLost => "part-lost",
+            RequeueReason::FloodWithdrawn => "flood-withdrawn",
         }
     }
 }
@@ -1405,6 +1522,9 @@ impl std::fmt::Display for Order {
             Order::Resume { task, attempt, engine } => write!(f, "resume {task} #{attempt} on {engine}"),
             Order::Preempt { task, attempt, engine } => write!(f, "preempt {task} #{attempt} on {engine}"),
             Order::EndTestCampaign { job, clusters } => write!(f, "end test campaign {job} (tested on {clusters} clusters)"),
+            Order::FloodRatio { engine, ratio_milli, waiting, reason } => {
+                write!(f, "flood ratio of {engine} {ratio_milli}/1000 ({}, {waiting} waiting)", reason.as_str())
+            }
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::event::{Entry, Envelope, Event, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
+use super::event::{Entry, Envelope, Event, FailureKind, JobSpec, LibraryInfo, LibraryRef, Order, OrderBatch, Origin, Payload,
     Policy, TaskConditions, TaskSelector, ERROR_TAIL_BYTES_MAX, ORDERS_PER_BATCH_MAX, RESULT_BYTES_MAX, TASKS_PER_JOB_MAX};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::reject::{ControlProblem, JobProblem, OpsProblem, OrderProblem, Rejection, SealProblem};
@@ -133,7 +133,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
             state.engine_mut(e).load = load.clone();
             state.touch_engine(e);
         }),
-        Event::TaskStarted { task, attempt, engine } => task_started(state, task, *attempt, engine),
+        Event::TaskStarted { task, attempt, engine, .. } => task_started(state, task, *attempt, engine),
         Event::TaskCompleted { task, attempt, engine, wall_ms, cpu_ms, result, .. } => {
             if result.len() > RESULT_BYTES_MAX {
                 Err(Rejection::ResultTooLarge { task: task.clone(), bytes: result.len(), max: RESULT_BYTES_MAX })
@@ -145,13 +145,21 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
                 })
             }
         }
-        Event::TaskFailed { task, attempt, engine, error_tail, .. } => {
+        Event::TaskFailed { task, attempt, engine, error_tail, kind, .. } => {
             if error_tail.len() > ERROR_TAIL_BYTES_MAX {
                 Err(Rejection::ErrorTailTooLarge { task: task.clone(), bytes: error_tail.len(), max: ERROR_TAIL_BYTES_MAX })
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
-                    state.fail(key, *attempt);
+                    if *kind == FailureKind::Preempted && super::schedule::flood::is_gateway(state.engine(e)) {
+                        // A gateway's resource manager ended it, not the task:
+                        // it waits again without using an attempt. Another
+                        // engine saying so is an ordinary failure, so a
+                        // forged `PREEMPTED` cannot retry a task for ever.
+                        state.requeue(key, *attempt);
+                    } else {
+                        state.fail(key, *attempt);
+                    }
                 })
             }
         }
@@ -970,6 +978,17 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::NoCopyWanted);
             }
             super::schedule::cigri::mark_finalized(state, key);
+        }
+        Order::FloodRatio { engine, ratio_milli, .. } => {
+            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+            let refused = state.policy.flood.is_none()
+                || !super::schedule::flood::is_gateway(state.engine(e))
+                || !(1..=super::schedule::flood::RATIO_MAX_MILLI_MAX).contains(ratio_milli);
+            if refused {
+                return Err(OrderProblem::FloodRatioRefused);
+            }
+            let now_ms = state.now_ms;
+            state.flood.set(engine, *ratio_milli, now_ms);
         }
         Order::EndTestCampaign { job, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;

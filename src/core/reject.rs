@@ -268,6 +268,9 @@ pub enum OrderProblem {
     /// CiGri: an `EndTestCampaign` of a job that is not an active test
     /// campaign whose tested tasks have all ended.
     TestCampaignNotDone,
+    /// A `FloodRatio` with flood control off, of an engine that is not a
+    /// gateway, or of a ratio outside 1..=`flood::RATIO_MAX_MILLI_MAX`.
+    FloodRatioRefused,
 }
 
 /// What is wrong with the parts of a `DispatchParallel`.
@@ -347,6 +350,7 @@ impl OrderProblem {
             OrderProblem::NotRequested => "not-requested",
             OrderProblem::BadParts { .. } => "bad-parts",
             OrderProblem::TestCampaignNotDone => "test-campaign-not-done",
+            OrderProblem::FloodRatioRefused => "flood-ratio-refused",
         }
     }
 }

@@ -184,7 +184,7 @@ impl LogBuilder {
 }
 
 pub fn started_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {
-    Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine) }
+    Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine), remote_job: String::new() }
 }
 
 pub fn completed_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {

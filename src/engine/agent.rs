@@ -90,6 +90,11 @@ where
             report::spawn_publisher(log, config.publish_retry.clone(), config.engine.clone());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+        let (gateway_tx, gateway_rx) = mpsc::unbounded_channel();
+        let gateway = match &config.gateway {
+            Some(gateway_config) => Some(super::gateway::start_for(&config.engine, gateway_config.clone(), gateway_tx)?),
+            None => None,
+        };
         let load_sensor = config.load_sensor.as_deref().map(|path| {
             super::load_sensor::LoadSensor::start(path, super::load_sensor::reply_timeout(config.heartbeat_interval))
         });
@@ -119,6 +124,8 @@ where
             sync_tx,
             sync_rx,
             report: EngineReport::default(),
+            gateway,
+            gateway_rx,
         };
         let mut in_hand = None;
         let result = agent
@@ -272,6 +279,10 @@ struct Agent {
     report: EngineReport,
     /// `--load-sensor`: asked before each heartbeat (see [`super::load_sensor`]).
     load_sensor: Option<super::load_sensor::LoadSensor>,
+    /// `--gateway`: attempts run as remote batch jobs (see [`super::gateway`]).
+    gateway: Option<std::sync::Arc<super::gateway::Gateway>>,
+    /// The gateway's starts and ends, in order per job.
+    gateway_rx: mpsc::UnboundedReceiver<super::gateway::GatewayNotice>,
 }
 
 impl Drop for Agent {
@@ -308,6 +319,7 @@ impl Agent {
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 () = &mut shutdown => break,
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 Some(sync) = self.sync_rx.recv() => self.sync_finished(sync).await?,
                 Some(newest) = self.login_newest.recv() => self.check_newest_login(newest)?,
                 _ = heartbeat.tick() => {
@@ -717,6 +729,9 @@ impl Agent {
                 bytes_max: run.output_bytes_max.min(self.config.output_bytes_max),
             }),
         };
+        if self.gateway.is_some() && !run.companion {
+            return self.submit_remote(run, key, spec, slots).await;
+        }
         match runner::start(spec, key.clone(), self.done_tx.clone()) {
             Ok(killer) if run.companion => {
                 super::nodefile::companion_started(self.engine(), &run, killer.pgid());
@@ -744,10 +759,57 @@ impl Agent {
                     task: run.task.clone(),
                     attempt: run.attempt,
                     engine: self.engine().clone(),
+                    remote_job: String::new(),
                 };
                 self.publish_task_event(event).await
             }
             Err(err) => self.cannot_start(&run, err.to_string()).await,
+        }
+    }
+
+    /// A gateway's run: submitted as a remote batch job (off the loop, as the
+    /// command blocks); `TaskStarted` comes when the resource manager starts it.
+    async fn submit_remote(&mut self, run: RunTask, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
+        let gateway = self.gateway.as_ref().expect("a gateway engine").clone();
+        let submitted = {
+            let key = key.clone();
+            tokio::task::spawn_blocking(move || gateway.submit(key, &spec, slots))
+                .await
+                .unwrap_or_else(|err| Err(format!("the submission panicked: {err}")))
+        };
+        match submitted {
+            Ok((killer, remote_job)) => {
+                tracing::info!(task = %run.task, attempt = run.attempt, remote_job, argv = %run.argv.join(" "), "submitted");
+                self.slots_used += slots;
+                assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
+                self.running.insert(key, Running { slots, killer, stop: None, companion: false });
+                Ok(())
+            }
+            Err(message) => {
+                let message = format!("engine {} cannot submit {} #{}: {message}", self.engine(), run.task, run.attempt);
+                self.cannot_start(&run, message).await
+            }
+        }
+    }
+
+    /// A gateway's news of a remote job: its start is reported (with its remote
+    /// id), its end handled as a local run's.
+    async fn gateway_notice(&mut self, notice: super::gateway::GatewayNotice) -> Result<(), EngineError> {
+        match notice {
+            super::gateway::GatewayNotice::Started { key, remote_job } => {
+                if self.running.get(&key).is_none_or(|running| running.stop.is_some()) {
+                    return Ok(());
+                }
+                self.report.started += 1;
+                let event = Event::TaskStarted {
+                    task: key.0.clone(),
+                    attempt: key.1,
+                    engine: self.engine().clone(),
+                    remote_job,
+                };
+                self.publish_task_event(event).await
+            }
+            super::gateway::GatewayNotice::Ended { key, outcome } => self.finished(key, outcome).await,
         }
     }
 
@@ -915,6 +977,7 @@ impl Agent {
             (_, RunEnd::Exited(code)) => failed(FailureKind::NonZeroExit, Some(code)),
             (_, RunEnd::Signalled(_)) => failed(FailureKind::Signalled, None),
             (_, RunEnd::WallTimeExceeded) => failed(FailureKind::WallTimeExceeded, None),
+            (_, RunEnd::Preempted) => failed(FailureKind::Preempted, None),
             (None, RunEnd::Killed) => {
                 unreachable!("a run is only killed on the engine's request, which records why")
             }
@@ -962,6 +1025,7 @@ impl Agent {
                 biased;
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 _ = heartbeat.tick() => self.heartbeat().await,
                 () = tokio::time::sleep_until(drain_deadline), if give_up.is_none() => {
                     tracing::warn!(running = self.running.len(), "drain timeout: stopping what still runs");
@@ -991,6 +1055,7 @@ impl Agent {
         while !self.running.is_empty() {
             tokio::select! {
                 Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 () = tokio::time::sleep_until(give_up) => {
                     tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; forgetting them");
                     for (_, running) in std::mem::take(&mut self.running) {

@@ -97,6 +97,7 @@
 
 mod agent;
 pub mod feed;
+pub mod gateway;
 pub mod groups;
 pub mod library;
 pub mod nodefile;
@@ -188,6 +189,9 @@ pub struct EngineConfig {
     /// A load sensor program (Grid Engine's `load_sensor`), started once and asked
     /// before each heartbeat; its values join the heartbeat's (see [`load_sensor`]).
     pub load_sensor: Option<PathBuf>,
+    /// `--gateway`: run each attempt as a batch job of this resource manager
+    /// instead of as a child process (see [`gateway`]).
+    pub gateway: Option<gateway::GatewayConfig>,
 }
 
 impl EngineConfig {
@@ -211,6 +215,7 @@ impl EngineConfig {
             output_retention: crate::output_store::RETENTION_DEFAULT,
             work_dir_retention: WORK_DIR_RETENTION_DEFAULT,
             load_sensor: None,
+            gateway: None,
         }
     }
 

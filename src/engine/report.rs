@@ -438,7 +438,7 @@ mod tests {
     fn report(engine: &EngineId, index: u32, kind: &str) -> Outgoing {
         let task = TaskRef::new(JobId::new("j").unwrap(), index);
         let event = match kind {
-            "TaskStarted" => Event::TaskStarted { task: task.clone(), attempt: 1, engine: engine.clone() },
+            "TaskStarted" => Event::TaskStarted { task: task.clone(), attempt: 1, engine: engine.clone(), remote_job: String::new() },
             _ => Event::TaskCompleted {
                 task: task.clone(),
                 attempt: 1,

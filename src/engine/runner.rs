@@ -131,6 +131,9 @@ pub enum RunEnd {
     WallTimeExceeded,
     /// The engine stopped it on request ([`Killer::stop`], or the killer was dropped).
     Killed,
+    /// A gateway's resource manager killed or preempted it, or someone cancelled
+    /// it there (see [`super::gateway`]).
+    Preempted,
 }
 
 impl std::fmt::Display for RunEnd {
@@ -140,6 +143,7 @@ impl std::fmt::Display for RunEnd {
             RunEnd::Signalled(signal) => write!(f, "killed by signal {signal}"),
             RunEnd::WallTimeExceeded => f.write_str("stopped at its wall-time limit"),
             RunEnd::Killed => f.write_str("stopped by the engine"),
+            RunEnd::Preempted => f.write_str("killed or preempted by the resource manager"),
         }
     }
 }
@@ -230,9 +234,20 @@ impl Killer {
         self.group.signal(libc::SIGKILL);
     }
 
-    /// The process group (the leader's pid).
+    /// The process group (the leader's pid); 0 for a remote job.
     pub fn pgid(&self) -> i32 {
         self.group.pgid
+    }
+
+    /// A killer of a job that runs elsewhere (a gateway's remote job): it
+    /// signals no process; whoever follows the job watches the returned
+    /// receivers (stop, pause) and acts on them.
+    pub fn remote() -> (Killer, watch::Receiver<bool>, watch::Receiver<bool>) {
+        let (stop, stop_rx) = watch::channel(false);
+        let (pause, pause_rx) = watch::channel(false);
+        // Marked reaped: `Group::signal` never sends anything.
+        let group = Arc::new(Group { pgid: 0, reaped: Mutex::new(true) });
+        (Killer { group, stop, pause }, stop_rx, pause_rx)
     }
 }
 

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub(crate) mod cigri;
+pub(crate) mod flood;
 pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
@@ -57,6 +58,8 @@ sge::with_grid_engine_keys! {
         fbsng: Option<fbsng::FbsngSection>,
         /// CiGri's affinities, finalize and sink settings (`algorithm = "cigri"`).
         cigri: Option<cigri::CigriSection>,
+        /// Flood control of gateway engines.
+        flood: Option<flood::FloodSection>,
     }
 }
 
@@ -258,6 +261,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         reservation: reservation(file_text, &file.max_reservation, &file.default_duration_secs)?,
         fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
         cigri: cigri::cigri(file_text, &file.cigri)?,
+        flood: flood::flood(file_text, &file.flood)?,
     })
 }
 
@@ -458,7 +462,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila, fbsng, cigri"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `cigri`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `cigri`, `flood`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);

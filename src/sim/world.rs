@@ -577,7 +577,7 @@ impl<'a> World<'a> {
         // Suspended before it started: it ends after its resume.
         let suspended = sim.suspensions.get(&key).is_some_and(|suspension| suspension.since_ms.is_some());
         let end_at = now + run.end_after_ms;
-        let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone() };
+        let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone(), remote_job: String::new() };
         self.report(engine, event, true);
         if !suspended {
             self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });

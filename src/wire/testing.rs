@@ -86,9 +86,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::Preempt { .. } => 11,
         Order::DispatchParallel { .. } => 12,
         Order::EndTestCampaign { .. } => 13,
+        Order::FloodRatio { .. } => 14,
     }
 }
-pub const ORDER_VARIANTS: usize = 14;
+pub const ORDER_VARIANTS: usize = 15;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -214,6 +215,7 @@ pub fn every_event() -> Vec<Event> {
             task: task("render-1", 7),
             attempt: 1,
             engine: engine("e1"),
+            remote_job: String::new(),
         },
         Event::TaskCompleted {
             task: task("render-1", 7),
@@ -296,6 +298,15 @@ pub fn every_event() -> Vec<Event> {
             },
             fbsng: sample_fbsng_policy(),
             cigri: sample_cigri_policy(),
+            flood: Some(crate::core::event::FloodPolicy {
+                algorithm: crate::core::event::FloodAlgorithm::TwoWayAdaptive,
+                interval_ms: 5_000,
+                ratio_max_milli: 4_000,
+                ratio_start_milli: 500,
+                waiting_allowed: 2,
+                waiting_grace_ms: 1_000,
+                remote_queue_timeout_ms: 60_000,
+            }),
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -431,6 +442,8 @@ pub fn every_event() -> Vec<Event> {
                     ],
                 },
                 Order::EndTestCampaign { job: job("render-1"), clusters: 3 },
+                Order::FloodRatio { engine: engine("lyon"), ratio_milli: 2_000, waiting: 3, reason: crate::core::event::FloodReason::Down },
+                Order::Requeue { task: task("render-1", 3), attempt: 1, engine: engine("lyon"), reason: crate::core::event::RequeueReason::FloodWithdrawn },
                 Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
@@ -440,7 +453,7 @@ pub fn every_event() -> Vec<Event> {
                 Envelope {
                     id: [21; 16],
                     source: "engine:e1".to_string(),
-                    event: Event::TaskStarted { task: task("render-1", 4), attempt: 1, engine: engine("e1") },
+                    event: Event::TaskStarted { task: task("render-1", 4), attempt: 1, engine: engine("e1"), remote_job: String::new() },
                 },
                 Envelope {
                     id: [22; 16],
@@ -632,6 +645,7 @@ fn arb_failure_kind() -> impl Strategy<Value = FailureKind> {
         Just(FailureKind::WallTimeExceeded),
         Just(FailureKind::LaunchFailed),
         Just(FailureKind::EngineShutdown),
+        Just(FailureKind::Preempted),
     ]
 }
 
@@ -838,6 +852,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     queue_sort_method,
                     fbsng: if simultaneous_projects { sample_fbsng_policy() } else { Default::default() },
                     cigri: if simultaneous_projects { sample_cigri_policy() } else { Default::default() },
+                    flood: simultaneous_projects.then(crate::core::event::FloodPolicy::default),
                 }
             },
         )
@@ -982,6 +997,13 @@ fn arb_order() -> impl Strategy<Value = Order> {
                     .collect(),
             }),
         (arb_job(), any::<u32>()).prop_map(|(job, clusters)| Order::EndTestCampaign { job, clusters }),
+        (arb_engine(), any::<u32>(), any::<u32>(), 0..3u8).prop_map(|(engine, ratio_milli, waiting, reason)| Order::FloodRatio {
+            engine,
+            ratio_milli,
+            waiting,
+            reason: [crate::core::event::FloodReason::Start, crate::core::event::FloodReason::Up, crate::core::event::FloodReason::Down]
+                [usize::from(reason)],
+        }),
     ]
 }
 
@@ -1015,6 +1037,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 task,
                 attempt,
                 engine,
+                remote_job: String::new(),
             }
         }),
         (

@@ -251,7 +251,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel"],
+        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, end_test_campaign, flood_ratio"],
     );
     check_error(
         &format!(
@@ -604,6 +604,7 @@ fn an_engine_batch_beyond_its_limits_or_nested_does_not_decode_and_says_where() 
             task: Some(proto::TaskRef { job: "j".into(), index: n }),
             attempt: 1,
             engine: "e1".into(),
+            remote_job: String::new(),
         })),
         seal: None,
     };

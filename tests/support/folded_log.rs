@@ -105,7 +105,7 @@ impl Log {
     pub fn started_by(&self, engine: &str) -> BTreeSet<(TaskRef, Attempt)> {
         self.events()
             .filter_map(|(_, ev)| match ev {
-                Event::TaskStarted { task, attempt, engine: e } if e.as_str() == engine => {
+                Event::TaskStarted { task, attempt, engine: e, .. } if e.as_str() == engine => {
                     Some((task.clone(), *attempt))
                 }
                 _ => None,

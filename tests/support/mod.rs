@@ -6,3 +6,4 @@ pub mod folded_log;
 pub mod nats;
 pub mod procs;
 pub mod secure_nats;
+pub mod slurm;

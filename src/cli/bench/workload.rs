@@ -85,6 +85,7 @@ pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> [Envel
         task: task.clone(),
         attempt,
         engine: engine.clone(),
+        remote_job: String::new(),
     };
     let completed = Event::TaskCompleted {
         task: task.clone(),

@@ -90,8 +90,9 @@ pub(crate) struct Candidate {
 }
 
 impl Candidate {
-    fn new(state: &State, engine: EngineIdx, used: u32) -> Candidate {
-        let mut candidate = Candidate { engine, slots: state.engine(engine).slots, used, key: (0, 0) };
+    /// `slots`: the engine's, or fewer when flood control holds some back.
+    fn new(state: &State, engine: EngineIdx, slots: u32, used: u32) -> Candidate {
+        let mut candidate = Candidate { engine, slots, used, key: (0, 0) };
         candidate.key = candidate_key(state, &candidate);
         candidate
     }
@@ -189,14 +190,21 @@ struct Candidates<'s> {
 impl<'s> Candidates<'s> {
     fn gather(state: &'s State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>) -> Candidates<'s> {
         let mut by_id = Vec::new();
+        // Flood control: gateways' unstarted slots (empty with it off).
+        let flood_held = super::flood::held_slots(state);
         for e in state.free_engines() {
             if lost.contains(&e) || in_flight.is_lost(e) {
                 continue;
             }
             let engine = state.engine(e);
             let used = engine.used + in_flight.booked_slots(e);
-            if used < engine.slots {
-                by_id.push(Candidate::new(state, e, used));
+            let held = flood_held.get(&e).map_or(0, |&(held, _)| held) + in_flight.booked_slots(e);
+            let slots = match super::flood::room(state, e, held) {
+                Some(room) => engine.slots.min(used + room),
+                None => engine.slots,
+            };
+            if used < slots {
+                by_id.push(Candidate::new(state, e, slots, used));
             }
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));

@@ -47,6 +47,9 @@ pub enum Unfit {
     /// CiGri: the engine's cluster has an affinity campaign (of a user with
     /// affinity for it) waiting, which comes first there.
     CigriAffinityFirst,
+    /// Flood control: the gateway engine holds `held` slots of tasks not yet
+    /// started in its cluster's queue, and its job ratio allows `allowed`.
+    FloodHeld { held: u32, allowed: u32 },
 }
 
 impl Unfit {
@@ -74,6 +77,7 @@ impl Unfit {
             Unfit::Drained => "engine-drained",
             Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
             Unfit::CigriAffinityFirst => "cigri-affinity-first",
+            Unfit::FloodHeld { .. } => "flood-held",
         }
     }
 }
@@ -203,7 +207,8 @@ pub fn check(state: &State, rules: &TaskRules, e: EngineIdx, booked_in_flight: u
     discriminator(state, job, key.index, engine)?;
     library(job, engine)?;
     rules.check(e)?;
-    free_slot(job, engine, booked_in_flight)
+    free_slot(job, engine, booked_in_flight)?;
+    super::flood::filter(state, e, job.slots_per_task, booked_in_flight)
 }
 
 /// Whether a logged-in engine other than `failed`, eligible for the category and

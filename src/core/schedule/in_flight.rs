@@ -23,6 +23,8 @@ pub struct InFlight {
     rescheduled: BTreeSet<TaskKey>,
     /// FailDependent orders: (job, task index or `None` for the whole job).
     failing: BTreeSet<(JobIdx, Option<u32>)>,
+    /// Gateways a FloodRatio in flight sets the ratio of.
+    flood_ratio: BTreeSet<EngineIdx>,
 }
 
 impl InFlight {
@@ -110,6 +112,11 @@ impl InFlight {
                         self.failing.insert((j, *task));
                     }
                 }
+                Order::FloodRatio { engine, .. } => {
+                    if let Some(e) = state.engine_idx(engine) {
+                        self.flood_ratio.insert(e);
+                    }
+                }
                 // A test campaign ending ends the whole job, as a failing one does.
                 Order::EndTestCampaign { job, .. } => {
                     if let Some(j) = state.job_idx(job) {
@@ -146,6 +153,9 @@ impl InFlight {
     }
     pub fn is_lost(&self, engine: EngineIdx) -> bool {
         self.lost.contains(&engine)
+    }
+    pub fn sets_flood_ratio(&self, engine: EngineIdx) -> bool {
+        self.flood_ratio.contains(&engine)
     }
     pub fn is_ending(&self, key: TaskKey, attempt: Attempt) -> bool {
         self.ending.contains(&(key, attempt))

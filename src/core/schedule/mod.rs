@@ -48,6 +48,7 @@ pub mod dependencies;
 pub mod dispatch;
 pub mod families;
 pub mod fbsng;
+pub mod flood;
 pub mod filters;
 mod in_flight;
 pub mod libraries;
@@ -117,6 +118,7 @@ pub fn schedule(state: &State, in_flight: &InFlight) -> Vec<Order> {
     redundancy::reschedule_long_tasks(state, in_flight, &lost, &mut orders);
     libraries::sync_missing_libraries(state, in_flight, &lost, &mut orders);
     families::lifecycle(state, in_flight, &mut orders);
+    flood::control(state, in_flight, &mut orders);
     dispatch::fill_free_slots(state, in_flight, &lost, &mut orders);
     lifecycle::unschedulable(state, in_flight, &mut orders);
     orders.into_vec()

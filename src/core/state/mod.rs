@@ -31,6 +31,7 @@ mod ops;
 pub mod parallel;
 pub mod fbsng;
 pub mod cigri;
+pub mod flood;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -328,6 +329,8 @@ pub struct State {
     pub(crate) parallel: ParallelBookings,
     /// FBSNG's queue priorities and last run (see `fbsng.rs`).
     pub fbsng: fbsng::FbsngState,
+    /// Flood control's job ratio per gateway engine (see `flood.rs`).
+    pub flood: flood::FloodState,
 }
 
 impl State {

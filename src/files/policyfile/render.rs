@@ -89,6 +89,9 @@ pub fn policy_file_text(policy: &Policy) -> String {
     if policy.fbsng != crate::core::event::FbsngPolicy::default() {
         top.insert("fbsng".into(), Value::Table(super::fbsng::render(&policy.fbsng)));
     }
+    if let Some(flood) = &policy.flood {
+        top.insert("flood".into(), Value::Table(super::flood::render(flood)));
+    }
     if policy.cigri != crate::core::event::CigriPolicy::default() {
         top.insert("cigri".into(), Value::Table(super::cigri::render(&policy.cigri)));
     }

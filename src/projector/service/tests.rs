@@ -79,6 +79,7 @@ fn spawn_engines(
                                 task: run.task.clone(),
                                 attempt: run.attempt,
                                 engine: engine.clone(),
+                                remote_job: String::new(),
                             },
                         )
                         .await;

@@ -31,6 +31,7 @@ enum_both_ways!(failure_kind_to_proto, failure_kind: FailureKind <=> FailureKind
     WallTimeExceeded,
     LaunchFailed,
     EngineShutdown,
+    Preempted,
 });
 enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelReason {
     JobCancelled,
@@ -43,6 +44,7 @@ enum_both_ways!(requeue_reason_to_proto, requeue_reason: RequeueReason <=> Reque
     DispatchTimeout,
     EngineRestarted,
     PartLost,
+    FloodWithdrawn,
 });
 enum_both_ways!(unschedulable_to_proto, unschedulable: Unschedulable <=> Unschedulable {
     NoEngineMatchesRequirements,

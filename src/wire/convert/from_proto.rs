@@ -268,10 +268,15 @@ fn engine_heartbeat(m: proto::EngineHeartbeat) -> Result<Event, WireError> {
 }
 
 fn task_started(m: proto::TaskStarted) -> Result<Event, WireError> {
+    let max = crate::core::event::REMOTE_JOB_BYTES_MAX;
+    if m.remote_job.len() > max {
+        return Err(WireError::at("remote_job", FieldProblem::TooLong { bytes: m.remote_job.len(), max }));
+    }
     Ok(Event::TaskStarted {
         task: task_ref(m.task)?,
         attempt: m.attempt,
         engine: engine_id("engine", &m.engine)?,
+        remote_job: m.remote_job,
     })
 }
 
@@ -358,6 +363,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         reservation: super::reservation::reservation(m.reservation).map_err(|e| e.within("reservation"))?,
         fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
         cigri: super::cigri::cigri(m.cigri).map_err(|e| e.within("cigri"))?,
+        flood: super::flood::flood(m.flood).map_err(|e| e.within("flood"))?,
     })
 }
 

@@ -107,6 +107,9 @@ pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
         Order::EndTestCampaign { job, clusters } => {
             P::EndTestCampaign(proto::EndTestCampaign { job: job.to_string(), clusters: *clusters })
         }
+        Order::FloodRatio { engine, ratio_milli, waiting, reason } => {
+            P::FloodRatio(super::flood::flood_ratio_to_proto(engine.as_str(), *ratio_milli, *waiting, *reason))
+        }
     };
     proto::Order { kind: Some(kind) }
 }
@@ -170,6 +173,7 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
             "end_test_campaign",
             job_id("job", &m.job).map(|job| Order::EndTestCampaign { job, clusters: m.clusters }),
         ),
+        P::FloodRatio(m) => ("flood_ratio", super::flood::flood_ratio(m)),
     };
     order.map_err(|e| e.within(name))
 }

@@ -191,10 +191,12 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             task,
             attempt,
             engine,
+            remote_job,
         } => P::TaskStarted(proto::TaskStarted {
             task: task_ref_to_proto(task),
             attempt: *attempt,
             engine: engine.to_string(),
+            remote_job: remote_job.clone(),
         }),
         Event::TaskCompleted {
             task,
@@ -256,6 +258,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             reservation: super::reservation::reservation_to_proto(&policy.reservation),
             fbsng: super::fbsng::fbsng_to_proto(&policy.fbsng),
             cigri: super::cigri::cigri_to_proto(&policy.cigri),
+            flood: super::flood::flood_to_proto(&policy.flood),
         }),
         Event::EngineReports { engine, reports } => P::EngineReports(proto::EngineReports {
             engine: engine.to_string(),
