@@ -1199,6 +1199,11 @@ pub enum Order {
     /// CiGri: a test campaign ran one task on each of the `clusters` clusters
     /// its requirements allow; it ends, its other tasks dropped (cancelled).
     EndTestCampaign { job: JobId, clusters: u32 },
+    /// CiGri: the sink rule found an engine (or, `engine` absent, every engine
+    /// of `cluster`) whose tasks of the campaign succeed in less than
+    /// `sink_ratio` of the campaign's median: it gets no more of them.
+    /// `cluster` is the engine's cluster when an engine is named.
+    FlagSink { job: JobId, engine: Option<EngineId>, cluster: String, median_ms: u64, campaign_median_ms: u64 },
 }
 
 impl Order {
@@ -1229,6 +1234,9 @@ impl Order {
             Order::Reschedule { task, .. } => text(task.job.as_str()),
             Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
             Order::EndTestCampaign { job, .. } => text(job.as_str()),
+            Order::FlagSink { job, engine, cluster, .. } => {
+                text(job.as_str()) + engine.as_ref().map_or(0, |engine| text(engine.as_str())) + text(cluster)
+            }
             Order::DispatchParallel { task, engine, parts, .. } => {
                 text(task.job.as_str())
                     + text(engine.as_str())
@@ -1254,6 +1262,7 @@ impl Order {
             Order::Preempt { .. } => "Preempt",
             Order::DispatchParallel { .. } => "DispatchParallel",
             Order::EndTestCampaign { .. } => "EndTestCampaign",
+            Order::FlagSink { .. } => "FlagSink",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1405,6 +1414,14 @@ impl std::fmt::Display for Order {
             Order::Resume { task, attempt, engine } => write!(f, "resume {task} #{attempt} on {engine}"),
             Order::Preempt { task, attempt, engine } => write!(f, "preempt {task} #{attempt} on {engine}"),
             Order::EndTestCampaign { job, clusters } => write!(f, "end test campaign {job} (tested on {clusters} clusters)"),
+            Order::FlagSink { job, engine: Some(engine), cluster, median_ms, campaign_median_ms } => write!(
+                f,
+                "flag engine {engine} (cluster {cluster}) a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
+            ),
+            Order::FlagSink { job, engine: None, cluster, median_ms, campaign_median_ms } => write!(
+                f,
+                "flag cluster {cluster} a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
+            ),
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

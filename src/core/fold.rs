@@ -975,6 +975,14 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             super::schedule::cigri::end_test_campaign(state, j);
         }
+        Order::FlagSink { job, engine, cluster, .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            let target = super::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster)
+                .ok_or(OrderProblem::UnknownEngine)?;
+            let medians =
+                super::schedule::cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
+            super::schedule::cigri::sink::flag(state, j, target, medians);
+        }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;
             let job = state.job(key.job);

@@ -268,6 +268,9 @@ pub enum OrderProblem {
     /// CiGri: an `EndTestCampaign` of a job that is not an active test
     /// campaign whose tested tasks have all ended.
     TestCampaignNotDone,
+    /// CiGri: a `FlagSink` whose target the sink rule does not hold for now
+    /// (or already flagged, or not an active campaign under `cigri`).
+    NotASink,
 }
 
 /// What is wrong with the parts of a `DispatchParallel`.
@@ -347,6 +350,7 @@ impl OrderProblem {
             OrderProblem::NotRequested => "not-requested",
             OrderProblem::BadParts { .. } => "bad-parts",
             OrderProblem::TestCampaignNotDone => "test-campaign-not-done",
+            OrderProblem::NotASink => "not-a-sink",
         }
     }
 }

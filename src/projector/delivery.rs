@@ -76,7 +76,8 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             | Order::Blacklist { .. }
             | Order::Reschedule { .. }
             | Order::FailDependent { .. }
-            | Order::EndTestCampaign { .. } => continue,
+            | Order::EndTestCampaign { .. }
+            | Order::FlagSink { .. } => continue,
         };
         // The engine's epoch as of this fold: an engine that sees a later one
         // than its own knows another login took its name.

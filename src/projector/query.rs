@@ -511,6 +511,38 @@ pub struct JobSummary {
     /// `expected_task_time`) and were copied.
     #[serde(default)]
     pub expired: u32,
+    /// Under `cigri`: the campaign's type, the predictor's figures and its sink flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cigri: Option<CampaignSummary>,
+}
+
+/// A CiGri campaign as `gridfold stat` shows it (the seed's gridstat).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CampaignSummary {
+    /// `default` or `test`.
+    pub campaign: String,
+    /// The predictor over the whole campaign (`cluster` empty).
+    pub prediction: crate::core::schedule::cigri::predictor::Prediction,
+    /// The predictor per cluster, by name.
+    pub clusters: Vec<crate::core::schedule::cigri::predictor::Prediction>,
+    /// Engines and clusters flagged sinks and excluded.
+    pub sinks: Vec<crate::core::schedule::cigri::sink::SinkWarning>,
+}
+
+impl CampaignSummary {
+    /// The campaign's summary, under `cigri` only.
+    pub fn of(state: &State, j: JobIdx) -> Option<CampaignSummary> {
+        if state.policy.algorithm != crate::core::event::Algorithm::Cigri {
+            return None;
+        }
+        let (prediction, clusters) = crate::core::schedule::cigri::predictor::predict(state, j);
+        Some(CampaignSummary {
+            campaign: state.job(j).options.campaign.as_str().to_string(),
+            prediction,
+            clusters,
+            sinks: crate::core::schedule::cigri::sink::warnings(state, j),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -583,6 +615,7 @@ impl StateSummary {
                 held: job.held,
                 awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
                 expired: crate::core::schedule::techila::expiry::n_expired_live(job),
+                cigri: CampaignSummary::of(state, j),
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state

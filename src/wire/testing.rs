@@ -86,9 +86,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::Preempt { .. } => 11,
         Order::DispatchParallel { .. } => 12,
         Order::EndTestCampaign { .. } => 13,
+        Order::FlagSink { .. } => 14,
     }
 }
-pub const ORDER_VARIANTS: usize = 14;
+pub const ORDER_VARIANTS: usize = 15;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -431,6 +432,8 @@ pub fn every_event() -> Vec<Event> {
                     ],
                 },
                 Order::EndTestCampaign { job: job("render-1"), clusters: 3 },
+                Order::FlagSink { job: job("render-1"), engine: Some(engine("e2")), cluster: "lyon".into(), median_ms: 40, campaign_median_ms: 60_000 },
+                Order::FlagSink { job: job("render-1"), engine: None, cluster: "nancy".into(), median_ms: 8, campaign_median_ms: 60_000 },
                 Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
@@ -982,6 +985,9 @@ fn arb_order() -> impl Strategy<Value = Order> {
                     .collect(),
             }),
         (arb_job(), any::<u32>()).prop_map(|(job, clusters)| Order::EndTestCampaign { job, clusters }),
+        (arb_job(), proptest::option::of(arb_engine()), "[a-z]{0,64}", any::<u64>(), any::<u64>()).prop_map(
+            |(job, engine, cluster, median_ms, campaign_median_ms)| Order::FlagSink { job, engine, cluster, median_ms, campaign_median_ms }
+        ),
     ]
 }
 

@@ -47,6 +47,9 @@ pub enum Unfit {
     /// CiGri: the engine's cluster has an affinity campaign (of a user with
     /// affinity for it) waiting, which comes first there.
     CigriAffinityFirst,
+    /// CiGri: the campaign flagged the engine, or its cluster, a sink (its
+    /// tasks "succeed" in a tiny fraction of the campaign's median).
+    CigriSink,
 }
 
 impl Unfit {
@@ -74,6 +77,7 @@ impl Unfit {
             Unfit::Drained => "engine-drained",
             Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
             Unfit::CigriAffinityFirst => "cigri-affinity-first",
+            Unfit::CigriSink => "cigri-sink",
         }
     }
 }

@@ -5,12 +5,15 @@
 //! Bounded: a test campaign records at most
 //! [`crate::core::schedule::cigri::TESTED_CLUSTERS_MAX`] clusters (the filter
 //! refuses a new one past that), and the finalized tasks are a subset of the
-//! job's tasks.
+//! job's tasks. The predictor's and the sink rule's figures are bounded as
+//! their modules say (`schedule::cigri::predictor`, `schedule::cigri::sink`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{EngineIdx, State, TaskKey};
-use crate::core::event::CampaignType;
+use crate::core::event::{Algorithm, CampaignType};
+use crate::core::schedule::cigri::predictor::{DurationHistogram, Figures};
+pub use crate::core::schedule::cigri::sink::{SinkFlag, SinkTarget};
 
 /// A campaign's own figures, on its job (`Job::cigri`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -20,6 +23,27 @@ pub struct Campaign {
     pub tested: BTreeMap<String, u32>,
     /// Tasks given a finalize copy: their first result cancels the other attempts.
     pub finalized: BTreeSet<u32>,
+    /// The predictor's figures of the whole campaign (`schedule::cigri::predictor`).
+    #[serde(default)]
+    pub predictor: Figures,
+    /// The predictor's figures per cluster, by name (at most `predictor::CLUSTERS_MAX`).
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Figures>,
+    /// Durations of the campaign's successes per engine, for the sink rule
+    /// (at most `sink::ENGINES_MAX`).
+    #[serde(default)]
+    pub engines: BTreeMap<EngineIdx, DurationHistogram>,
+    /// Each tracked engine's median bucket, counted once per engine: the
+    /// sink rule's reference (the median over engines of their medians).
+    #[serde(default)]
+    pub engine_medians: DurationHistogram,
+    /// Engines or clusters the sink rule holds suspect, not yet flagged by an
+    /// order: their median and the campaign's then (at most `sink::SUSPECTS_MAX`).
+    #[serde(default)]
+    pub sink_suspects: BTreeMap<SinkTarget, (u64, u64)>,
+    /// Engines or clusters flagged by a `FlagSink` order: excluded for this campaign.
+    #[serde(default)]
+    pub sinks: BTreeMap<SinkTarget, SinkFlag>,
 }
 
 impl Campaign {
@@ -43,4 +67,22 @@ pub(crate) fn dispatched(state: &mut State, key: TaskKey, e: EngineIdx) {
         return;
     }
     campaign.tested.insert(cluster, key.index);
+}
+
+/// The first result of task `key` was folded (a success, its attempt on
+/// engine `e` started at `started_ms`): under `cigri`, the predictor and the
+/// sink rule count it. O(1): a few map updates and medians over bounded
+/// histograms.
+pub(crate) fn completed(state: &mut State, key: TaskKey, e: EngineIdx, started_ms: u64) {
+    if state.policy.algorithm != Algorithm::Cigri {
+        return;
+    }
+    let now_ms = state.now_ms;
+    let duration_ms = crate::core::window::elapsed_ms(now_ms, started_ms);
+    let cluster = crate::core::schedule::cigri::cluster_of(state.engine(e)).to_string();
+    let keys = crate::core::schedule::cigri::sink::SinkKeys::of(&state.policy.cigri);
+    let window_ms = state.policy.cigri.predictor_window_ms;
+    let campaign = &mut state.job_mut(key.job).cigri;
+    crate::core::schedule::cigri::predictor::add(campaign, &cluster, now_ms, duration_ms, window_ms);
+    crate::core::schedule::cigri::sink::note_success(campaign, keys, e, &cluster, duration_ms);
 }

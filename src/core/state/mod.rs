@@ -1166,6 +1166,7 @@ impl State {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }
+        cigri::completed(self, key, live.engine, live.started_ms.unwrap_or(live.dispatched_ms));
         self.refresh_runnable(key.job, was_runnable);
         self.finish_job_if_ended(key.job);
     }

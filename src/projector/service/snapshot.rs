@@ -80,7 +80,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// 14: a job's options its companion command (`companion_argv`); CiGri's
 /// settings in the policy, a job's options its campaign type, a job its
 /// campaign state (`state::cigri`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 14;
+/// 15: CiGri's campaign state its predictor figures (whole and per cluster),
+/// per-engine durations and sink suspects and flags.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 15;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -42,11 +42,14 @@
 //! free slots. The first result wins and cancels the other attempts (as a
 //! Techila expired task's does). `finalize_copies_max = 0` turns it off.
 //!
+//! # The predictor and the sink effect
+//! [`predictor`] (the seed's Spritz) folds each campaign's throughput, mean
+//! duration and estimated end, per campaign and per cluster; [`sink`] flags
+//! engines and clusters whose tasks "succeed" in a tiny fraction of the
+//! campaign's median (order `FlagSink`, filter rule `cigri-sink`).
+//!
 //! # Not here (yet)
-//! The predictor (Spritz) with its throughput, ETA and job ratio, sink-effect
-//! detection, gridstat's views and the Slurm gateway with flood control: the
-//! policy carries their keys (`sink_ratio_milli`, `sink_min_tasks`,
-//! `predictor_window_ms`) so policies written now stay valid.
+//! The job ratio and flood control of gateway engines.
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
 //! affinity filter is free when no affinity names the engine's cluster, and
@@ -196,6 +199,9 @@ pub fn figures(state: &State, j: JobIdx) -> Vec<(&'static str, i64)> {
 pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     let job = state.job(key.job);
     let cluster = cluster_of(state.engine(e));
+    if sink::excluded(job, e, cluster) {
+        return Err(Unfit::CigriSink);
+    }
     if job.options.campaign == CampaignType::Test {
         let campaign = &job.cigri;
         return match campaign.tested.get(cluster) {
@@ -336,7 +342,7 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
                 continue;
             }
             let task = state.task_ref(key);
-            let elapsed_ms = state.now_ms.saturating_sub(dispatched_ms);
+            let elapsed_ms = crate::core::window::elapsed_ms(state.now_ms, dispatched_ms);
             if n_ordered == FINALIZE_PER_RUN_MAX
                 || !orders.push(Order::Reschedule { task, reason: RescheduleReason::Finalize, elapsed_ms, limit_ms: 0 })
             {
@@ -347,6 +353,9 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         }
     }
 }
+
+pub mod predictor;
+pub mod sink;
 
 #[cfg(test)]
 mod tests;

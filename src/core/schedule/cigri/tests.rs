@@ -269,3 +269,4 @@ fn finalize_is_off_at_zero_copies_and_a_forged_finalize_is_refused() {
         "{rejections:?}"
     );
 }
+mod predictor_sink;
