@@ -152,6 +152,13 @@ fn a_sink_engine_is_flagged_by_an_order_and_excluded_with_the_reason_cigri_sink(
     // The filter names the rule.
     assert_eq!(filter(state, TaskKey { job: j, index: 0 }, b1), Err(Unfit::CigriSink));
     assert_eq!(Unfit::CigriSink.rule_name(), "cigri-sink");
+    // `why` names the engine and the cluster, their median against the campaign's.
+    let why = crate::core::explain::explain(state, &crate::core::testkit::task("bulk", 0)).expect("a task of it").to_string();
+    assert!(
+        why.contains("cigri-sink: engine b1 (cluster b) excluded: its tasks succeed in 0.448s (median) against the campaign's 16.384s"),
+        "{why}"
+    );
+    assert!(why.contains("cigri-sink: cluster b excluded"), "{why}");
 }
 
 /// A forged or stale `FlagSink` (no sink, an unknown engine, twice) is
