@@ -529,6 +529,37 @@ pub struct CampaignSummary {
     pub sinks: Vec<crate::core::schedule::cigri::sink::SinkWarning>,
 }
 
+/// A campaign's predictor and sink lines under its job in the summary's text.
+struct CampaignText<'a> {
+    summary: &'a CampaignSummary,
+    now_ms: u64,
+}
+
+impl std::fmt::Display for CampaignText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::core::schedule::cigri::predictor::milli_text;
+        use crate::core::schedule::techila::expiry::secs;
+        let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
+        let summary = self.summary;
+        for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
+            let name = if p.cluster.is_empty() { format!("{} campaign", summary.campaign) } else { format!("cluster {}", p.cluster) };
+            writeln!(
+                f,
+                "  {name}: done {}, {} tasks/h, mean {}, median {}, eta {}",
+                p.done,
+                milli_text(p.per_hour_milli),
+                ms(p.mean_duration_ms),
+                ms(p.median_duration_ms),
+                p.eta_ms.map_or("-".to_string(), |eta| format!("+{}", secs(eta.saturating_sub(self.now_ms)))),
+            )?;
+        }
+        for sink in &summary.sinks {
+            writeln!(f, "  WARNING {sink}")?;
+        }
+        Ok(())
+    }
+}
+
 impl CampaignSummary {
     /// The campaign's summary, under `cigri` only.
     pub fn of(state: &State, j: JobIdx) -> Option<CampaignSummary> {
@@ -703,6 +734,9 @@ impl std::fmt::Display for StateSummary {
                 )?;
                 if job.held {
                     writeln!(f, "  {} is held", job.id)?;
+                }
+                if let Some(campaign) = &job.cigri {
+                    write!(f, "{}", CampaignText { summary: campaign, now_ms: self.log_time_ms })?;
                 }
             }
         }
