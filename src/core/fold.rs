@@ -51,6 +51,7 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
         return Folded { rejections: Vec::new(), applied: Vec::new() };
     }
     state.last_seq = entry.seq;
+    state.cigri_affinity.take();
     state.now_ms = state.now_ms.max(entry.time_ms);
     state.first_ms.get_or_insert(entry.time_ms);
     state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.subject, &entry.stored);

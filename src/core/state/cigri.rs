@@ -53,6 +53,57 @@ impl Campaign {
     }
 }
 
+/// The affinity filter's lookup, built once per folded state (at its first
+/// use after a fold, which clears it: `State::cigri_affinity`): for each
+/// cluster an affinity row names, the users with affinity for it, and the
+/// categories of the runnable default campaigns of those users, each with its
+/// campaigns. So the filter asks at most one bitset per category of those
+/// campaigns, instead of walking every runnable campaign per engine.
+#[derive(Debug, Clone, Default)]
+pub struct AffinityIndex {
+    by_cluster: BTreeMap<String, ClusterAffinity>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClusterAffinity {
+    users: BTreeSet<String>,
+    categories: BTreeMap<super::CategoryIdx, Vec<super::JobIdx>>,
+}
+
+impl AffinityIndex {
+    fn build(state: &State) -> AffinityIndex {
+        let mut by_cluster: BTreeMap<String, ClusterAffinity> = BTreeMap::new();
+        for row in &state.policy.cigri.affinity {
+            by_cluster.entry(row.cluster.clone()).or_default().users.insert(row.user.clone());
+        }
+        for rank in state.runnable_jobs() {
+            let job = state.job(rank.job);
+            if job.options.campaign != CampaignType::Default {
+                continue;
+            }
+            for cluster in by_cluster.values_mut().filter(|cluster| cluster.users.contains(&job.owner)) {
+                cluster.categories.entry(job.category).or_default().push(rank.job);
+            }
+        }
+        AffinityIndex { by_cluster }
+    }
+
+    /// `None` when no affinity row names `cluster` or `owner` has affinity
+    /// for it; else whether a runnable default campaign (other than `j`) of a
+    /// user with affinity for it may take engine `e`.
+    pub fn other_first(&self, state: &State, cluster: &str, owner: &str, j: super::JobIdx, e: EngineIdx) -> Option<bool> {
+        let affinity = self.by_cluster.get(cluster).filter(|affinity| !affinity.users.contains(owner))?;
+        Some(affinity.categories.iter().any(|(&category, jobs)| {
+            jobs.iter().any(|&other| other != j) && state.category(category).is_eligible(e)
+        }))
+    }
+}
+
+/// The state's affinity index, built at the first call after a fold.
+pub fn affinity_index(state: &State) -> &AffinityIndex {
+    state.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
+}
+
 /// A dispatch of `key` to engine `e` was folded: a test campaign records the cluster.
 pub(crate) fn dispatched(state: &mut State, key: TaskKey, e: EngineIdx) {
     if state.job(key.job).options.campaign != CampaignType::Test {

@@ -237,6 +237,10 @@ pub struct Totals {
 /// Everything the log has said, folded. See the module docs for its invariants.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct State {
+    /// CiGri's affinity lookup, derived from the rest (`cigri::affinity_index`);
+    /// every fold clears it, so it is never older than the state it serves.
+    #[serde(skip)]
+    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::AffinityIndex>,
     pub last_seq: Seq,
     /// Log time of the newest entry folded: the core's only clock.
     pub now_ms: u64,

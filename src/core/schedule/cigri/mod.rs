@@ -52,8 +52,9 @@
 //! The job ratio and flood control of gateway engines.
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
-//! affinity filter is free when no affinity names the engine's cluster, and
-//! otherwise walks the runnable jobs until it finds an affinity campaign.
+//! affinity filter is free when the policy has no affinity, and otherwise
+//! asks a lookup built once per folded state (`state::cigri::AffinityIndex`):
+//! one category bitset per category of the cluster's affinity campaigns.
 
 use std::collections::BTreeSet;
 
@@ -121,10 +122,6 @@ pub fn cluster_of(engine: &Engine) -> &str {
 
 fn engines_indexed(state: &State) -> impl Iterator<Item = (EngineIdx, &Engine)> {
     state.engines().iter().enumerate().map(|(at, engine)| (EngineIdx(at as u32), engine))
-}
-
-fn has_affinity(affinity: &[CigriAffinity], user: &str, cluster: &str) -> bool {
-    affinity.iter().any(|row| row.user == user && row.cluster == cluster)
 }
 
 fn is_test(state: &State, j: JobIdx) -> bool {
@@ -213,19 +210,11 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
             None => Ok(()),
         };
     }
-    let affinity = &state.policy.cigri.affinity;
-    if !affinity.iter().any(|row| row.cluster == cluster) || has_affinity(affinity, &job.owner, cluster) {
+    if state.policy.cigri.affinity.is_empty() {
         return Ok(());
     }
-    let first = state.runnable_jobs().any(|rank| {
-        let other = state.job(rank.job);
-        rank.job != key.job
-            && other.options.campaign == CampaignType::Default
-            && other.counts.waiting > 0
-            && has_affinity(affinity, &other.owner, cluster)
-            && state.category(other.category).is_eligible(e)
-    });
-    if first { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+    let first = crate::core::state::cigri::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
+    if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
 }
 
 /// Whether test campaign `j` is done: active, it ran a task on every cluster
