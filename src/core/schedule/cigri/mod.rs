@@ -60,7 +60,7 @@ use std::collections::BTreeSet;
 
 use super::filters::Unfit;
 use super::{InFlight, Orders};
-use crate::core::event::{Algorithm, CampaignType, CigriAffinity, CigriPolicy, Order, RescheduleReason};
+use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
 
 /// Most (user, cluster) affinities a policy may list.

@@ -2,7 +2,7 @@
 //! at stake (`cluster`); the metascheduler over time is in `sim::cigri_tests`.
 
 use super::*;
-use crate::core::event::{Event, JobSpec, OrderBatch, Policy};
+use crate::core::event::{CigriAffinity, Event, JobSpec, OrderBatch, Policy};
 use crate::core::fold::fold;
 use crate::core::reject::{OrderProblem, Rejection};
 use crate::core::schedule::decide;
