@@ -908,6 +908,73 @@ fn build_fbsng() -> SgeeeGrid {
     SgeeeGrid { many_freed, n_dispatches: n }
 }
 
+// ---- (e2) CiGri: campaigns over clusters, affinity, a test campaign ------------------------
+
+const N_CLUSTERS: usize = 10;
+const N_AFFINITY_CLUSTERS: usize = 3;
+
+/// 5,000 engines in 10 clusters (property `cluster`), the usual 1,000 jobs as
+/// default campaigns of 200 users, the first [`N_AFFINITY_CLUSTERS`] users
+/// each with affinity for one cluster, and one test campaign; saturated, then
+/// 5,000 completions.
+fn build_cigri() -> SgeeeGrid {
+    use gridfold::core::event::{CampaignType, CigriAffinity, CigriPolicy};
+    eprintln!("building a saturated cigri grid: {N_ENGINES} engines in {N_CLUSTERS} clusters, {N_JOBS} campaigns x {TASKS_PER_JOB} tasks");
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(0xC161_2026);
+    let mut log = LogBuilder::new();
+    append(
+        &mut log,
+        Event::PolicySet(Policy {
+            algorithm: Algorithm::Cigri,
+            engine_timeout_ms: 7 * 24 * HOUR_MS,
+            dispatches_per_run_max: 8_192,
+            seed: 2026,
+            cigri: CigriPolicy {
+                affinity: (0..N_AFFINITY_CLUSTERS)
+                    .map(|c| CigriAffinity { user: user_name(c), cluster: format!("c{c}") })
+                    .collect(),
+                finalize_copies_max: 0,
+                ..CigriPolicy::default()
+            },
+            ..Policy::default()
+        }),
+    );
+    for e in 0..N_ENGINES {
+        let (slots, mut props) = engine_props(&mut rng);
+        props.custom.insert("cluster".to_string(), format!("c{}", e % N_CLUSTERS));
+        append(&mut log, Event::EngineLoggedIn { engine: engine_id(&engine_name(e)), slots, props });
+    }
+    let mut state = State::new();
+    for entry in &log.entries {
+        fold(&mut state, entry);
+    }
+    for j in 0..N_JOBS {
+        let mut spec = job_spec(&job_name(j), TASKS_PER_JOB, CATEGORIES[j % CATEGORIES.len()]);
+        spec.owner = user_name(j % N_USERS);
+        if j == N_JOBS / 2 {
+            spec.options.campaign = CampaignType::Test;
+        }
+        let entry = append(&mut log, Event::JobSubmitted(spec));
+        fold(&mut state, &entry);
+    }
+    let running = saturate(&mut state, &mut log, started);
+    log.at(log.time_ms + 10 * 60_000);
+    eprintln!("saturated cigri grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 17);
+    let timed = Instant::now();
+    let orders = schedule(&many_freed, &InFlight::new());
+    let n = n_dispatches(&orders);
+    eprintln!(
+        "cigri fill after {N_COMPLETIONS} completions: {n} dispatches, {} orders in {:.3} s (one run, untimed by criterion), digest {}",
+        orders.len(),
+        timed.elapsed().as_secs_f64(),
+        orders_digest(&orders).to_hex()
+    );
+    assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
+    SgeeeGrid { many_freed, n_dispatches: n }
+}
+
 // ---- (f) parallel tasks and reservations (Grid Engine's resource side) -------------------
 
 /// Tasks started by `orders`: plain dispatches and the masters of parallel ones.
@@ -1054,6 +1121,12 @@ fn bench_schedule(c: &mut Criterion) {
     let mut fbsng: Option<SgeeeGrid> = None;
     group.bench_function("fill_5000_fbsng", |b| {
         let grid = fbsng.get_or_insert_with(build_fbsng);
+        assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
+        b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
+    });
+    let mut cigri: Option<SgeeeGrid> = None;
+    group.bench_function("fill_5000_cigri", |b| {
+        let grid = cigri.get_or_insert_with(build_cigri);
         assert_eq!(grid.n_dispatches, N_COMPLETIONS, "throughput counts one decision per freed slot");
         b.iter(|| schedule(black_box(&grid.many_freed), &in_flight))
     });

@@ -22,6 +22,7 @@ pub mod setup;
 pub mod results;
 pub mod sim;
 pub mod stat;
+pub mod gridstat;
 pub mod techila;
 pub mod web;
 

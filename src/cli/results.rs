@@ -348,12 +348,12 @@ impl Progress {
 }
 
 /// Seconds with one decimal: `12.3 s`.
-fn seconds(ms: u64) -> String {
+pub(super) fn seconds(ms: u64) -> String {
     format!("{}.{} s", ms / 1000, (ms % 1000) / 100)
 }
 
 /// A log time (ms since 1970, UTC) as `HH:MM:SS`.
-fn clock(ms: u64) -> String {
+pub(super) fn clock(ms: u64) -> String {
     let secs = ms / 1000;
     format!("{:02}:{:02}:{:02}", secs / 3600 % 24, secs / 60 % 60, secs % 60)
 }

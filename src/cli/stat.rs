@@ -42,6 +42,20 @@ pub struct StatArgs {
     pub until_done: bool,
     #[arg(long)]
     pub json: bool,
+    /// The full view of one job (CiGri's `gridstat -f`): the campaign, its
+    /// figures per cluster, then each task with its state, engine and attempts.
+    #[arg(short = 'f', long, requires = "job", conflicts_with_all = ["errors", "users", "watch", "until_done"])]
+    pub full: bool,
+    /// The failures to look at: each failed task with its engine, kind, exit code and stderr tail.
+    #[arg(long, conflicts_with_all = ["users", "watch", "until_done"])]
+    pub errors: bool,
+    /// One line per user: campaigns, waiting, running, done, failed, throughput.
+    #[arg(long, conflicts_with_all = ["watch", "until_done"])]
+    pub users: bool,
+    /// Most lines `-f` and `--errors` print (they say how many they left out).
+    #[arg(long, default_value_t = super::gridstat::LIMIT_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(super::gridstat::LIMIT_MAX)))]
+    pub limit: u32,
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +102,15 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
                 args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
                     && args.state.as_ref().is_none_or(|state| &job.status == state)
             });
+            if let (true, Some(job)) = (args.full, args.job.as_ref()) {
+                return super::gridstat::full(&args.nats, &summary, job, args.limit, args.json).await;
+            }
+            if args.errors {
+                return super::gridstat::errors(&args.nats, &summary, args.limit, args.json).await;
+            }
+            if args.users {
+                return super::gridstat::print_users(&summary.jobs, args.json);
+            }
             if args.json {
                 println!("{}", serde_json::to_string(&summary)?);
             } else {
@@ -180,6 +203,7 @@ fn print_stat(summary: &StateSummary, long: bool) {
         return;
     }
     let now = summary.log_time_ms;
+    super::gridstat::print_campaigns(summary);
     println!(
         "{:<24} {:<12} {:>9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}",
         "JOB", "OWNER", "STATUS", "PRIO", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "CANCELLED", "AGE", "TASKS/S", "ETA"

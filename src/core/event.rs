@@ -1310,6 +1310,11 @@ pub enum Order {
     /// Flood control set a gateway engine's job ratio (thousandths of a task
     /// per slot); `waiting`: slots of its tasks waiting when decided.
     FloodRatio { engine: EngineId, ratio_milli: u32, waiting: u32, reason: FloodReason },
+    /// CiGri: the sink rule found an engine (or, `engine` absent, every engine
+    /// of `cluster`) whose tasks of the campaign succeed in less than
+    /// `sink_ratio` of the campaign's median: it gets no more of them.
+    /// `cluster` is the engine's cluster when an engine is named.
+    FlagSink { job: JobId, engine: Option<EngineId>, cluster: String, median_ms: u64, campaign_median_ms: u64 },
 }
 
 impl Order {
@@ -1341,6 +1346,9 @@ impl Order {
             Order::FailDependent { job, dependency, .. } => text(job.as_str()) + text(dependency),
             Order::EndTestCampaign { job, .. } => text(job.as_str()),
             Order::FloodRatio { engine, .. } => text(engine.as_str()),
+            Order::FlagSink { job, engine, cluster, .. } => {
+                text(job.as_str()) + engine.as_ref().map_or(0, |engine| text(engine.as_str())) + text(cluster)
+            }
             Order::DispatchParallel { task, engine, parts, .. } => {
                 text(task.job.as_str())
                     + text(engine.as_str())
@@ -1367,6 +1375,7 @@ impl Order {
             Order::DispatchParallel { .. } => "DispatchParallel",
             Order::EndTestCampaign { .. } => "EndTestCampaign",
             Order::FloodRatio { .. } => "FloodRatio",
+            Order::FlagSink { .. } => "FlagSink",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1525,6 +1534,14 @@ impl std::fmt::Display for Order {
             Order::FloodRatio { engine, ratio_milli, waiting, reason } => {
                 write!(f, "flood ratio of {engine} {ratio_milli}/1000 ({}, {waiting} waiting)", reason.as_str())
             }
+            Order::FlagSink { job, engine: Some(engine), cluster, median_ms, campaign_median_ms } => write!(
+                f,
+                "flag engine {engine} (cluster {cluster}) a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
+            ),
+            Order::FlagSink { job, engine: None, cluster, median_ms, campaign_median_ms } => write!(
+                f,
+                "flag cluster {cluster} a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
+            ),
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

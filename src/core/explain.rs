@@ -36,6 +36,10 @@ pub struct Explanation {
     /// soft request (`schedule::soft`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub soft_unmet: Option<super::schedule::soft::SoftUnmet>,
+    /// CiGri: the engines and clusters its campaign flagged sinks and
+    /// excludes (rule `cigri-sink`), each with its median and the campaign's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cigri_sinks: Vec<super::schedule::cigri::sink::SinkWarning>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -252,6 +256,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         failures: task_state.failures,
         detail,
         soft_unmet,
+        cigri_sinks: super::schedule::cigri::sink::warnings(state, key.job),
     })
 }
 
@@ -476,6 +481,9 @@ impl std::fmt::Display for Explanation {
         }
         if let Some(soft_unmet) = &self.soft_unmet {
             writeln!(f, "  {soft_unmet}")?;
+        }
+        for sink in &self.cigri_sinks {
+            writeln!(f, "  {sink}")?;
         }
         Ok(())
     }

@@ -54,6 +54,7 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
         return Folded { rejections: Vec::new(), applied: Vec::new(), companion_ends: Vec::new() };
     }
     state.last_seq = entry.seq;
+    state.cigri_affinity.take();
     state.now_ms = state.now_ms.max(entry.time_ms);
     state.first_ms.get_or_insert(entry.time_ms);
     state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.subject, &entry.stored);
@@ -996,6 +997,14 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::TestCampaignNotDone);
             }
             super::schedule::cigri::end_test_campaign(state, j);
+        }
+        Order::FlagSink { job, engine, cluster, .. } => {
+            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+            let target = super::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster)
+                .ok_or(OrderProblem::UnknownEngine)?;
+            let medians =
+                super::schedule::cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
+            super::schedule::cigri::sink::flag(state, j, target, medians);
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;

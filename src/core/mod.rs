@@ -23,5 +23,6 @@ pub mod rng;
 pub mod schedule;
 pub mod state;
 pub mod testkit;
+pub mod window;
 #[cfg(test)]
 mod ops_tests;

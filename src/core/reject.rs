@@ -271,6 +271,9 @@ pub enum OrderProblem {
     /// A `FloodRatio` with flood control off, of an engine that is not a
     /// gateway, or of a ratio outside 1..=`flood::RATIO_MAX_MILLI_MAX`.
     FloodRatioRefused,
+    /// CiGri: a `FlagSink` whose target the sink rule does not hold for now
+    /// (or already flagged, or not an active campaign under `cigri`).
+    NotASink,
 }
 
 /// What is wrong with the parts of a `DispatchParallel`.
@@ -351,6 +354,7 @@ impl OrderProblem {
             OrderProblem::BadParts { .. } => "bad-parts",
             OrderProblem::TestCampaignNotDone => "test-campaign-not-done",
             OrderProblem::FloodRatioRefused => "flood-ratio-refused",
+            OrderProblem::NotASink => "not-a-sink",
         }
     }
 }

@@ -78,6 +78,7 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             | Order::FailDependent { .. }
             | Order::EndTestCampaign { .. }
             | Order::FloodRatio { .. } => continue,
+            | Order::FlagSink { .. } => continue,
         };
         // The engine's epoch as of this fold: an engine that sees a later one
         // than its own knows another login took its name.

@@ -511,6 +511,69 @@ pub struct JobSummary {
     /// `expected_task_time`) and were copied.
     #[serde(default)]
     pub expired: u32,
+    /// Under `cigri`: the campaign's type, the predictor's figures and its sink flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cigri: Option<CampaignSummary>,
+}
+
+/// A CiGri campaign as `gridfold stat` shows it (the seed's gridstat).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CampaignSummary {
+    /// `default` or `test`.
+    pub campaign: String,
+    /// The predictor over the whole campaign (`cluster` empty).
+    pub prediction: crate::core::schedule::cigri::predictor::Prediction,
+    /// The predictor per cluster, by name.
+    pub clusters: Vec<crate::core::schedule::cigri::predictor::Prediction>,
+    /// Engines and clusters flagged sinks and excluded.
+    pub sinks: Vec<crate::core::schedule::cigri::sink::SinkWarning>,
+}
+
+/// A campaign's predictor and sink lines under its job in the summary's text.
+struct CampaignText<'a> {
+    summary: &'a CampaignSummary,
+    now_ms: u64,
+}
+
+impl std::fmt::Display for CampaignText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::core::schedule::cigri::predictor::milli_text;
+        use crate::core::schedule::techila::expiry::secs;
+        let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
+        let summary = self.summary;
+        for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
+            let name = if p.cluster.is_empty() { format!("{} campaign", summary.campaign) } else { format!("cluster {}", p.cluster) };
+            writeln!(
+                f,
+                "  {name}: done {}, {} tasks/h, mean {}, median {}, eta {}",
+                p.done,
+                milli_text(p.per_hour_milli),
+                ms(p.mean_duration_ms),
+                ms(p.median_duration_ms),
+                p.eta_ms.map_or("-".to_string(), |eta| format!("+{}", secs(eta.saturating_sub(self.now_ms)))),
+            )?;
+        }
+        for sink in &summary.sinks {
+            writeln!(f, "  WARNING {sink}")?;
+        }
+        Ok(())
+    }
+}
+
+impl CampaignSummary {
+    /// The campaign's summary, under `cigri` only.
+    pub fn of(state: &State, j: JobIdx) -> Option<CampaignSummary> {
+        if state.policy.algorithm != crate::core::event::Algorithm::Cigri {
+            return None;
+        }
+        let (prediction, clusters) = crate::core::schedule::cigri::predictor::predict(state, j);
+        Some(CampaignSummary {
+            campaign: state.job(j).options.campaign.as_str().to_string(),
+            prediction,
+            clusters,
+            sinks: crate::core::schedule::cigri::sink::warnings(state, j),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -583,6 +646,7 @@ impl StateSummary {
                 held: job.held,
                 awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
                 expired: crate::core::schedule::techila::expiry::n_expired_live(job),
+                cigri: CampaignSummary::of(state, j),
             })
             .collect();
         let mut engines: Vec<EngineSummary> = state
@@ -670,6 +734,9 @@ impl std::fmt::Display for StateSummary {
                 )?;
                 if job.held {
                     writeln!(f, "  {} is held", job.id)?;
+                }
+                if let Some(campaign) = &job.cigri {
+                    write!(f, "{}", CampaignText { summary: campaign, now_ms: self.log_time_ms })?;
                 }
             }
         }

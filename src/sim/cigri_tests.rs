@@ -110,3 +110,48 @@ fn the_test_campaign_runs_one_task_per_cluster_first_and_affinity_keeps_each_use
     assert!(on("bobs", "grenoble") > on("alices", "grenoble") * 3, "grenoble is bob's: {per_cluster:?}");
     assert!(on("bobs", "lyon") > 0 || on("alices", "grenoble") > 0, "one overflowed onto the other's cluster once its owner had nothing waiting");
 }
+
+/// The predictor's ETA error over a campaign: the simulator runs it; the
+/// entries are folded again and the campaign's ETA read when 25, 50 and 75 %
+/// of its tasks had succeeded, against the log time of its last success.
+#[test]
+fn the_predictors_eta_at_a_quarter_half_and_three_quarters_done_is_within_a_tenth_of_the_real_end() {
+    let text = include_str!("../../scenarios/cigri-predictor.toml");
+    let (report, entries) = run_checked(&scenario(text, "cigri-predictor.toml"));
+    let mut state = crate::core::state::State::new();
+    let mut etas: Vec<(u32, u64, u64)> = Vec::new();
+    let mut end_ms = 0;
+    for entry in &entries {
+        crate::core::fold::fold(&mut state, entry);
+        let Some(j) = state.job_idx(&crate::core::ids::JobId::new("campaign").expect("an id")) else { continue };
+        let job = state.job(j);
+        let n_tasks = job.n_tasks();
+        let done = job.counts.done;
+        if done == n_tasks && end_ms == 0 {
+            end_ms = entry.time_ms;
+        }
+        if let Some(&quarter) = [1u32, 2, 3].get(etas.len()).filter(|&&quarter| done * 4 >= n_tasks * quarter) {
+            let eta_ms = crate::core::schedule::cigri::predictor::predict(&state, j).0.eta_ms.expect("an ETA once tasks succeeded");
+            etas.push((quarter * 25, entry.time_ms, eta_ms));
+        }
+    }
+    let start_ms = entries.first().map_or(0, |entry| entry.time_ms);
+    let figures: Vec<String> = etas
+        .iter()
+        .map(|&(percent, at_ms, eta_ms)| {
+            let error_ms = eta_ms as i64 - end_ms as i64;
+            format!(
+                "{percent} % done at {:.1} s: ETA {:.1} s, error {:+.1} s ({:+.1} % of the makespan)",
+                (at_ms - start_ms) as f64 / 1000.0,
+                (eta_ms - start_ms) as f64 / 1000.0,
+                error_ms as f64 / 1000.0,
+                error_ms as f64 * 100.0 / (end_ms - start_ms) as f64
+            )
+        })
+        .collect();
+    println!("predictor: campaign ends at {:.1} s; {}; {report}", (end_ms - start_ms) as f64 / 1000.0, figures.join("; "));
+    assert_eq!(etas.len(), 3);
+    for &(_, _, eta_ms) in &etas {
+        assert!(eta_ms.abs_diff(end_ms) * 10 <= end_ms - start_ms, "{figures:?}");
+    }
+}

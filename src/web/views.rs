@@ -538,6 +538,7 @@ mod tests {
             held: true,
             awaits_parts_of: Some(8),
             expired: 0,
+            cigri: None,
         };
         let engine = EngineSummary {
             id: EVIL.into(),

@@ -87,9 +87,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::DispatchParallel { .. } => 12,
         Order::EndTestCampaign { .. } => 13,
         Order::FloodRatio { .. } => 14,
+        Order::FlagSink { .. } => 15,
     }
 }
-pub const ORDER_VARIANTS: usize = 15;
+pub const ORDER_VARIANTS: usize = 16;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -444,6 +445,8 @@ pub fn every_event() -> Vec<Event> {
                 Order::EndTestCampaign { job: job("render-1"), clusters: 3 },
                 Order::FloodRatio { engine: engine("lyon"), ratio_milli: 2_000, waiting: 3, reason: crate::core::event::FloodReason::Down },
                 Order::Requeue { task: task("render-1", 3), attempt: 1, engine: engine("lyon"), reason: crate::core::event::RequeueReason::FloodWithdrawn },
+                Order::FlagSink { job: job("render-1"), engine: Some(engine("e2")), cluster: "lyon".into(), median_ms: 40, campaign_median_ms: 60_000 },
+                Order::FlagSink { job: job("render-1"), engine: None, cluster: "nancy".into(), median_ms: 8, campaign_median_ms: 60_000 },
                 Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
@@ -1004,6 +1007,9 @@ fn arb_order() -> impl Strategy<Value = Order> {
             reason: [crate::core::event::FloodReason::Start, crate::core::event::FloodReason::Up, crate::core::event::FloodReason::Down]
                 [usize::from(reason)],
         }),
+        (arb_job(), proptest::option::of(arb_engine()), "[a-z]{0,64}", any::<u64>(), any::<u64>()).prop_map(
+            |(job, engine, cluster, median_ms, campaign_median_ms)| Order::FlagSink { job, engine, cluster, median_ms, campaign_median_ms }
+        ),
     ]
 }
 

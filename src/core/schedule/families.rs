@@ -85,6 +85,7 @@ pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         Algorithm::Cigri => {
             super::cigri::end_test_campaigns(state, in_flight, orders);
             super::cigri::finalize(state, in_flight, orders);
+            super::cigri::sink::flag_sinks(state, in_flight, orders);
         }
     }
 }

@@ -50,6 +50,9 @@ pub enum Unfit {
     /// Flood control: the gateway engine holds `held` slots of tasks not yet
     /// started in its cluster's queue, and its job ratio allows `allowed`.
     FloodHeld { held: u32, allowed: u32 },
+    /// CiGri: the campaign flagged the engine, or its cluster, a sink (its
+    /// tasks "succeed" in a tiny fraction of the campaign's median).
+    CigriSink,
 }
 
 impl Unfit {
@@ -78,6 +81,7 @@ impl Unfit {
             Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
             Unfit::CigriAffinityFirst => "cigri-affinity-first",
             Unfit::FloodHeld { .. } => "flood-held",
+            Unfit::CigriSink => "cigri-sink",
         }
     }
 }

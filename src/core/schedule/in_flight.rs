@@ -25,6 +25,8 @@ pub struct InFlight {
     failing: BTreeSet<(JobIdx, Option<u32>)>,
     /// Gateways a FloodRatio in flight sets the ratio of.
     flood_ratio: BTreeSet<EngineIdx>,
+    /// CiGri FlagSink orders: (job, engine or cluster).
+    sinks_flagged: BTreeSet<(JobIdx, crate::core::schedule::cigri::sink::SinkTarget)>,
 }
 
 impl InFlight {
@@ -123,6 +125,12 @@ impl InFlight {
                         self.failing.insert((j, None));
                     }
                 }
+                Order::FlagSink { job, engine, cluster, .. } => {
+                    let target = crate::core::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster);
+                    if let (Some(j), Some(target)) = (state.job_idx(job), target) {
+                        self.sinks_flagged.insert((j, target));
+                    }
+                }
             }
         }
     }
@@ -185,5 +193,10 @@ impl InFlight {
     }
     pub fn is_failing(&self, job: JobIdx, task: Option<u32>) -> bool {
         self.failing.contains(&(job, task))
+    }
+
+    /// Whether a `FlagSink` of this campaign and target is in flight.
+    pub fn is_sink_flagged(&self, job: JobIdx, target: &crate::core::schedule::cigri::sink::SinkTarget) -> bool {
+        self.sinks_flagged.contains(&(job, target.clone()))
     }
 }

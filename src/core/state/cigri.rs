@@ -5,12 +5,15 @@
 //! Bounded: a test campaign records at most
 //! [`crate::core::schedule::cigri::TESTED_CLUSTERS_MAX`] clusters (the filter
 //! refuses a new one past that), and the finalized tasks are a subset of the
-//! job's tasks.
+//! job's tasks. The predictor's and the sink rule's figures are bounded as
+//! their modules say (`schedule::cigri::predictor`, `schedule::cigri::sink`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{EngineIdx, State, TaskKey};
-use crate::core::event::CampaignType;
+use crate::core::event::{Algorithm, CampaignType};
+use crate::core::schedule::cigri::predictor::{DurationHistogram, Figures};
+pub use crate::core::schedule::cigri::sink::{SinkFlag, SinkTarget};
 
 /// A campaign's own figures, on its job (`Job::cigri`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -20,6 +23,27 @@ pub struct Campaign {
     pub tested: BTreeMap<String, u32>,
     /// Tasks given a finalize copy: their first result cancels the other attempts.
     pub finalized: BTreeSet<u32>,
+    /// The predictor's figures of the whole campaign (`schedule::cigri::predictor`).
+    #[serde(default)]
+    pub predictor: Figures,
+    /// The predictor's figures per cluster, by name (at most `predictor::CLUSTERS_MAX`).
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Figures>,
+    /// Durations of the campaign's successes per engine, for the sink rule
+    /// (at most `sink::ENGINES_MAX`).
+    #[serde(default)]
+    pub engines: BTreeMap<EngineIdx, DurationHistogram>,
+    /// Each tracked engine's median bucket, counted once per engine: the
+    /// sink rule's reference (the median over engines of their medians).
+    #[serde(default)]
+    pub engine_medians: DurationHistogram,
+    /// Engines or clusters the sink rule holds suspect, not yet flagged by an
+    /// order: their median and the campaign's then (at most `sink::SUSPECTS_MAX`).
+    #[serde(default)]
+    pub sink_suspects: BTreeMap<SinkTarget, (u64, u64)>,
+    /// Engines or clusters flagged by a `FlagSink` order: excluded for this campaign.
+    #[serde(default)]
+    pub sinks: BTreeMap<SinkTarget, SinkFlag>,
 }
 
 impl Campaign {
@@ -27,6 +51,57 @@ impl Campaign {
     pub fn cluster_of_task(&self, index: u32) -> Option<&str> {
         self.tested.iter().find(|(_, task)| **task == index).map(|(cluster, _)| cluster.as_str())
     }
+}
+
+/// The affinity filter's lookup, built once per folded state (at its first
+/// use after a fold, which clears it: `State::cigri_affinity`): for each
+/// cluster an affinity row names, the users with affinity for it, and the
+/// categories of the runnable default campaigns of those users, each with its
+/// campaigns. So the filter asks at most one bitset per category of those
+/// campaigns, instead of walking every runnable campaign per engine.
+#[derive(Debug, Clone, Default)]
+pub struct AffinityIndex {
+    by_cluster: BTreeMap<String, ClusterAffinity>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClusterAffinity {
+    users: BTreeSet<String>,
+    categories: BTreeMap<super::CategoryIdx, Vec<super::JobIdx>>,
+}
+
+impl AffinityIndex {
+    fn build(state: &State) -> AffinityIndex {
+        let mut by_cluster: BTreeMap<String, ClusterAffinity> = BTreeMap::new();
+        for row in &state.policy.cigri.affinity {
+            by_cluster.entry(row.cluster.clone()).or_default().users.insert(row.user.clone());
+        }
+        for rank in state.runnable_jobs() {
+            let job = state.job(rank.job);
+            if job.options.campaign != CampaignType::Default {
+                continue;
+            }
+            for cluster in by_cluster.values_mut().filter(|cluster| cluster.users.contains(&job.owner)) {
+                cluster.categories.entry(job.category).or_default().push(rank.job);
+            }
+        }
+        AffinityIndex { by_cluster }
+    }
+
+    /// `None` when no affinity row names `cluster` or `owner` has affinity
+    /// for it; else whether a runnable default campaign (other than `j`) of a
+    /// user with affinity for it may take engine `e`.
+    pub fn other_first(&self, state: &State, cluster: &str, owner: &str, j: super::JobIdx, e: EngineIdx) -> Option<bool> {
+        let affinity = self.by_cluster.get(cluster).filter(|affinity| !affinity.users.contains(owner))?;
+        Some(affinity.categories.iter().any(|(&category, jobs)| {
+            jobs.iter().any(|&other| other != j) && state.category(category).is_eligible(e)
+        }))
+    }
+}
+
+/// The state's affinity index, built at the first call after a fold.
+pub fn affinity_index(state: &State) -> &AffinityIndex {
+    state.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
 }
 
 /// A dispatch of `key` to engine `e` was folded: a test campaign records the cluster.
@@ -43,4 +118,22 @@ pub(crate) fn dispatched(state: &mut State, key: TaskKey, e: EngineIdx) {
         return;
     }
     campaign.tested.insert(cluster, key.index);
+}
+
+/// The first result of task `key` was folded (a success, its attempt on
+/// engine `e` started at `started_ms`): under `cigri`, the predictor and the
+/// sink rule count it. O(1): a few map updates and medians over bounded
+/// histograms.
+pub(crate) fn completed(state: &mut State, key: TaskKey, e: EngineIdx, started_ms: u64) {
+    if state.policy.algorithm != Algorithm::Cigri {
+        return;
+    }
+    let now_ms = state.now_ms;
+    let duration_ms = crate::core::window::elapsed_ms(now_ms, started_ms);
+    let cluster = crate::core::schedule::cigri::cluster_of(state.engine(e)).to_string();
+    let keys = crate::core::schedule::cigri::sink::SinkKeys::of(&state.policy.cigri);
+    let window_ms = state.policy.cigri.predictor_window_ms;
+    let campaign = &mut state.job_mut(key.job).cigri;
+    crate::core::schedule::cigri::predictor::add(campaign, &cluster, now_ms, duration_ms, window_ms);
+    crate::core::schedule::cigri::sink::note_success(campaign, keys, e, &cluster, duration_ms);
 }

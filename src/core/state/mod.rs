@@ -238,6 +238,10 @@ pub struct Totals {
 /// Everything the log has said, folded. See the module docs for its invariants.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct State {
+    /// CiGri's affinity lookup, derived from the rest (`cigri::affinity_index`);
+    /// every fold clears it, so it is never older than the state it serves.
+    #[serde(skip)]
+    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::AffinityIndex>,
     pub last_seq: Seq,
     /// Log time of the newest entry folded: the core's only clock.
     pub now_ms: u64,
@@ -1174,6 +1178,7 @@ impl State {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }
+        cigri::completed(self, key, live.engine, live.started_ms.unwrap_or(live.dispatched_ms));
         self.refresh_runnable(key.job, was_runnable);
         self.finish_job_if_ended(key.job);
     }

@@ -81,8 +81,11 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// settings in the policy, a job's options its campaign type, a job its
 /// campaign state (`state::cigri`).
 /// 15: flood control's settings in the policy (`flood`), its ratios per
-/// gateway in the state (`state::flood`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 15;
+/// gateway in the state (`state::flood`); or (a sibling branch) CiGri's
+/// campaign state its predictor figures (whole and per cluster), per-engine
+/// durations and sink suspects and flags.
+/// 16: both of 15's.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 16;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

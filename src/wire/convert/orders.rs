@@ -110,6 +110,13 @@ pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
         Order::FloodRatio { engine, ratio_milli, waiting, reason } => {
             P::FloodRatio(super::flood::flood_ratio_to_proto(engine.as_str(), *ratio_milli, *waiting, *reason))
         }
+        Order::FlagSink { job, engine, cluster, median_ms, campaign_median_ms } => P::FlagSink(proto::FlagSink {
+            job: job.to_string(),
+            engine: engine.as_ref().map(ToString::to_string).unwrap_or_default(),
+            cluster: cluster.clone(),
+            median_ms: *median_ms,
+            campaign_median_ms: *campaign_median_ms,
+        }),
     };
     proto::Order { kind: Some(kind) }
 }
@@ -174,8 +181,20 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
             job_id("job", &m.job).map(|job| Order::EndTestCampaign { job, clusters: m.clusters }),
         ),
         P::FloodRatio(m) => ("flood_ratio", super::flood::flood_ratio(m)),
+        P::FlagSink(m) => ("flag_sink", flag_sink(m)),
     };
     order.map_err(|e| e.within(name))
+}
+
+/// A CiGri `FlagSink`: an engine id when one is named, a cluster name of at most 64 bytes.
+fn flag_sink(m: proto::FlagSink) -> Result<Order, WireError> {
+    let job = job_id("job", &m.job)?;
+    let engine = if m.engine.is_empty() { None } else { Some(engine_id("engine", &m.engine)?) };
+    if m.cluster.len() > crate::core::schedule::cigri::NAME_BYTES_MAX {
+        let (bytes, max) = (m.cluster.len(), crate::core::schedule::cigri::NAME_BYTES_MAX);
+        return Err(WireError::Field { field: "cluster".into(), problem: FieldProblem::TooLong { bytes, max } });
+    }
+    Ok(Order::FlagSink { job, engine, cluster: m.cluster, median_ms: m.median_ms, campaign_median_ms: m.campaign_median_ms })
 }
 
 /// The task, attempt and engine of a Suspend, Resume or Preempt.

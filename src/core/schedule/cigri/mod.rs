@@ -42,21 +42,25 @@
 //! free slots. The first result wins and cancels the other attempts (as a
 //! Techila expired task's does). `finalize_copies_max = 0` turns it off.
 //!
+//! # The predictor and the sink effect
+//! [`predictor`] (the seed's Spritz) folds each campaign's throughput, mean
+//! duration and estimated end, per campaign and per cluster; [`sink`] flags
+//! engines and clusters whose tasks "succeed" in a tiny fraction of the
+//! campaign's median (order `FlagSink`, filter rule `cigri-sink`).
+//!
 //! # Not here (yet)
-//! The predictor (Spritz) with its throughput, ETA and job ratio, sink-effect
-//! detection, gridstat's views and the Slurm gateway with flood control: the
-//! policy carries their keys (`sink_ratio_milli`, `sink_min_tasks`,
-//! `predictor_window_ms`) so policies written now stay valid.
+//! The job ratio and flood control of gateway engines.
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
-//! affinity filter is free when no affinity names the engine's cluster, and
-//! otherwise walks the runnable jobs until it finds an affinity campaign.
+//! affinity filter is free when the policy has no affinity, and otherwise
+//! asks a lookup built once per folded state (`state::cigri::AffinityIndex`):
+//! one category bitset per category of the cluster's affinity campaigns.
 
 use std::collections::BTreeSet;
 
 use super::filters::Unfit;
 use super::{InFlight, Orders};
-use crate::core::event::{Algorithm, CampaignType, CigriAffinity, CigriPolicy, Order, RescheduleReason};
+use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
 
 /// Most (user, cluster) affinities a policy may list.
@@ -118,10 +122,6 @@ pub fn cluster_of(engine: &Engine) -> &str {
 
 fn engines_indexed(state: &State) -> impl Iterator<Item = (EngineIdx, &Engine)> {
     state.engines().iter().enumerate().map(|(at, engine)| (EngineIdx(at as u32), engine))
-}
-
-fn has_affinity(affinity: &[CigriAffinity], user: &str, cluster: &str) -> bool {
-    affinity.iter().any(|row| row.user == user && row.cluster == cluster)
 }
 
 fn is_test(state: &State, j: JobIdx) -> bool {
@@ -196,6 +196,9 @@ pub fn figures(state: &State, j: JobIdx) -> Vec<(&'static str, i64)> {
 pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     let job = state.job(key.job);
     let cluster = cluster_of(state.engine(e));
+    if sink::excluded(job, e, cluster) {
+        return Err(Unfit::CigriSink);
+    }
     if job.options.campaign == CampaignType::Test {
         let campaign = &job.cigri;
         return match campaign.tested.get(cluster) {
@@ -207,19 +210,11 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
             None => Ok(()),
         };
     }
-    let affinity = &state.policy.cigri.affinity;
-    if !affinity.iter().any(|row| row.cluster == cluster) || has_affinity(affinity, &job.owner, cluster) {
+    if state.policy.cigri.affinity.is_empty() {
         return Ok(());
     }
-    let first = state.runnable_jobs().any(|rank| {
-        let other = state.job(rank.job);
-        rank.job != key.job
-            && other.options.campaign == CampaignType::Default
-            && other.counts.waiting > 0
-            && has_affinity(affinity, &other.owner, cluster)
-            && state.category(other.category).is_eligible(e)
-    });
-    if first { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+    let first = crate::core::state::cigri::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
+    if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
 }
 
 /// Whether test campaign `j` is done: active, it ran a task on every cluster
@@ -336,7 +331,7 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
                 continue;
             }
             let task = state.task_ref(key);
-            let elapsed_ms = state.now_ms.saturating_sub(dispatched_ms);
+            let elapsed_ms = crate::core::window::elapsed_ms(state.now_ms, dispatched_ms);
             if n_ordered == FINALIZE_PER_RUN_MAX
                 || !orders.push(Order::Reschedule { task, reason: RescheduleReason::Finalize, elapsed_ms, limit_ms: 0 })
             {
@@ -347,6 +342,9 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         }
     }
 }
+
+pub mod predictor;
+pub mod sink;
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! at stake (`cluster`); the metascheduler over time is in `sim::cigri_tests`.
 
 use super::*;
-use crate::core::event::{Event, JobSpec, OrderBatch, Policy};
+use crate::core::event::{CigriAffinity, Event, JobSpec, OrderBatch, Policy};
 use crate::core::fold::fold;
 use crate::core::reject::{OrderProblem, Rejection};
 use crate::core::schedule::decide;
@@ -269,3 +269,4 @@ fn finalize_is_off_at_zero_copies_and_a_forged_finalize_is_refused() {
         "{rejections:?}"
     );
 }
+mod predictor_sink;

@@ -58,7 +58,7 @@ pub fn copy_expired_tasks(state: &State, in_flight: &InFlight, orders: &mut Orde
             let only_attempt = live.get(at + 1).is_none_or(|(next, _)| *next != key)
                 && (at == 0 || live[at - 1].0 != key);
             let Some(started_ms) = attempt.started_ms else { continue };
-            let elapsed_ms = state.now_ms.saturating_sub(started_ms);
+            let elapsed_ms = crate::core::window::elapsed_ms(state.now_ms, started_ms);
             if !only_attempt
                 || elapsed_ms <= expected_ms
                 || job.techila_expired.contains_key(&key.index)

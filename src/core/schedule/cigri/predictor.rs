@@ -1,0 +1,263 @@
+//! CiGri's predictor (the seed's Spritz): per campaign and per cluster, the
+//! throughput, the mean task duration and the estimated end time.
+//!
+//! Folded state (`state::cigri::Campaign::predictor` and `clusters`), so a
+//! replay agrees; `stat` shows it and its query returns it. Each successful
+//! task (its first result; a finalize copy's later result does not count)
+//! adds, under `algorithm = "cigri"`:
+//! - one to a [`WindowCounts`] ring over the policy's `predictor_window_ms`
+//!   of log time: the **throughput** is the tasks in the window per hour of
+//!   log time the window covers (no more than the campaign has lived);
+//! - its **duration**, log time from the start of the attempt that won (its
+//!   dispatch when it never reported a start) to its result, to a sum (the
+//!   exact mean) and to a [`DurationHistogram`] (the approximate median the
+//!   sink rule reads, see [`super::sink`]).
+//!
+//! The **estimated end** (ETA) is log time now plus the tasks not ended
+//! (waiting, dispatched, running) at the window's rate:
+//! `now + remaining × covered_ms / in_window`. Unknown (`None`) before the
+//! first success or when the window holds none.
+//!
+//! Bounded: one ring of [`crate::core::window::SLOTS`] counts and a sparse
+//! histogram of at most [`BUCKETS`] buckets per campaign and per cluster; at
+//! most [`CLUSTERS_MAX`] clusters per campaign (a later one goes untracked).
+//! Integers throughout: milli-tasks per hour, ms.
+
+use std::collections::BTreeMap;
+
+use crate::core::state::{JobIdx, State};
+use crate::core::window::{elapsed_ms, WindowCounts};
+
+/// Most clusters one campaign keeps figures for.
+pub const CLUSTERS_MAX: usize = 1_024;
+/// Histogram buckets: 8 exact ones below 8 ms, then 4 per doubling up to `u64::MAX`.
+pub const BUCKETS: usize = 252;
+const HOUR_MS: u128 = 3_600_000;
+
+/// Durations counted in log-scale buckets: 0 to 7 ms exactly, then four
+/// buckets per doubling (each at most 25 % wider than its lower edge). A
+/// median read from it is the lower edge of the bucket holding the median
+/// task: up to 20 % below the true median, never above it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DurationHistogram {
+    /// Bucket number to tasks in it; at most [`BUCKETS`] entries.
+    buckets: BTreeMap<u8, u32>,
+    /// Tasks counted.
+    pub n: u64,
+}
+
+impl DurationHistogram {
+    /// The bucket of a duration.
+    pub fn bucket_of(ms: u64) -> u8 {
+        if ms < 8 {
+            return ms as u8;
+        }
+        let k = 63 - u64::from(ms.leading_zeros());
+        let sub = (ms >> (k - 2)) & 3;
+        (4 * (k - 1) + sub) as u8
+    }
+
+    /// The lower edge of bucket `bucket`.
+    pub fn lower_edge_ms(bucket: u8) -> u64 {
+        if bucket < 8 {
+            return u64::from(bucket);
+        }
+        let (k, sub) = (u64::from(bucket) / 4 + 1, u64::from(bucket) % 4);
+        (4 + sub) << (k - 2)
+    }
+
+    pub fn add(&mut self, ms: u64) {
+        self.add_to_bucket(Self::bucket_of(ms));
+    }
+
+    /// Counts one more in `bucket`.
+    pub fn add_to_bucket(&mut self, bucket: u8) {
+        assert!(usize::from(bucket) < BUCKETS, "bucket {bucket} of {BUCKETS}");
+        let count = self.buckets.entry(bucket).or_insert(0);
+        *count = count.saturating_add(1);
+        self.n += 1;
+    }
+
+    /// Counts one less in `bucket` (which must hold one).
+    pub fn remove_from_bucket(&mut self, bucket: u8) {
+        let count = self.buckets.get_mut(&bucket).expect("a bucket removed from holds a count");
+        *count -= 1;
+        if *count == 0 {
+            self.buckets.remove(&bucket);
+        }
+        self.n -= 1;
+    }
+
+    /// The bucket holding the median; `None` when empty. At most [`BUCKETS`] steps.
+    pub fn median_bucket(&self) -> Option<u8> {
+        let half = self.n.div_ceil(2);
+        let mut seen = 0u64;
+        for (&bucket, &count) in &self.buckets {
+            seen += u64::from(count);
+            if seen >= half && seen > 0 {
+                return Some(bucket);
+            }
+        }
+        None
+    }
+
+    /// The median's bucket's lower edge; `None` when empty.
+    pub fn median_ms(&self) -> Option<u64> {
+        self.median_bucket().map(Self::lower_edge_ms)
+    }
+}
+
+/// What the predictor folds for a campaign, or for one cluster of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Figures {
+    /// Successful tasks.
+    pub done: u64,
+    /// Their durations' sum, ms of log time.
+    pub duration_ms_sum: u64,
+    /// Their durations, for the median.
+    pub durations: DurationHistogram,
+    /// Their results over the window.
+    pub window: WindowCounts,
+}
+
+impl Figures {
+    /// Counts one success of `duration_ms` at `now_ms`.
+    pub fn add(&mut self, now_ms: u64, duration_ms: u64, window_ms: u64) {
+        self.done += 1;
+        self.duration_ms_sum = self.duration_ms_sum.saturating_add(duration_ms);
+        self.durations.add(duration_ms);
+        self.window.add(now_ms, window_ms);
+    }
+
+    /// Mean duration (rounded down); `None` before the first success.
+    pub fn mean_ms(&self) -> Option<u64> {
+        self.duration_ms_sum.checked_div(self.done)
+    }
+
+    /// Tasks in the window and the log time it covers, no longer than `lived_ms`.
+    fn rate(&self, now_ms: u64, lived_ms: u64) -> (u64, u64) {
+        (self.window.count(now_ms), self.window.covered_ms(now_ms).min(lived_ms).max(1))
+    }
+
+    /// Throughput in thousandths of a task per hour of log time.
+    pub fn per_hour_milli(&self, now_ms: u64, lived_ms: u64) -> u64 {
+        let (n, covered_ms) = self.rate(now_ms, lived_ms);
+        (u128::from(n) * HOUR_MS * 1_000 / u128::from(covered_ms)).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Log time at which `remaining` more tasks will have ended at the window's rate.
+    pub fn eta_ms(&self, now_ms: u64, lived_ms: u64, remaining: u64) -> Option<u64> {
+        let (n, covered_ms) = self.rate(now_ms, lived_ms);
+        if n == 0 {
+            return None;
+        }
+        let to_go = u128::from(remaining) * u128::from(covered_ms) / u128::from(n);
+        Some(now_ms.saturating_add(to_go.min(u128::from(u64::MAX)) as u64))
+    }
+}
+
+/// The predictor's view of a campaign or a cluster of it, as `stat` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Prediction {
+    /// `""` for the whole campaign; else the cluster.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
+    pub done: u64,
+    /// Tasks per hour over the window, in thousandths.
+    pub per_hour_milli: u64,
+    pub mean_duration_ms: Option<u64>,
+    /// Approximate median (see [`DurationHistogram`]).
+    pub median_duration_ms: Option<u64>,
+    /// Estimated end (log time); for a cluster, when it would end the
+    /// campaign's remaining tasks alone.
+    pub eta_ms: Option<u64>,
+}
+
+fn prediction(figures: &Figures, cluster: &str, now_ms: u64, lived_ms: u64, remaining: u64, active: bool) -> Prediction {
+    Prediction {
+        cluster: cluster.to_string(),
+        done: figures.done,
+        per_hour_milli: figures.per_hour_milli(now_ms, lived_ms),
+        mean_duration_ms: figures.mean_ms(),
+        median_duration_ms: figures.durations.median_ms(),
+        eta_ms: if active { figures.eta_ms(now_ms, lived_ms, remaining) } else { None },
+    }
+}
+
+/// The campaign's prediction, then one per cluster (by name).
+pub fn predict(state: &State, j: JobIdx) -> (Prediction, Vec<Prediction>) {
+    let job = state.job(j);
+    let now_ms = state.now_ms;
+    let lived_ms = elapsed_ms(job.ended_ms.unwrap_or(now_ms), job.submitted_ms).max(1);
+    let counts = &job.counts;
+    let remaining = u64::from(counts.waiting) + u64::from(counts.dispatched) + u64::from(counts.running);
+    let active = job.is_active();
+    let campaign = &job.cigri;
+    let whole = prediction(&campaign.predictor, "", now_ms, lived_ms, remaining, active);
+    let clusters =
+        campaign.clusters.iter().map(|(name, figures)| prediction(figures, name, now_ms, lived_ms, remaining, active)).collect();
+    (whole, clusters)
+}
+
+/// Folds one success of task `key` on a cluster (`state::cigri::completed` calls it).
+pub(crate) fn add(campaign: &mut crate::core::state::cigri::Campaign, cluster: &str, now_ms: u64, duration_ms: u64, window_ms: u64) {
+    campaign.predictor.add(now_ms, duration_ms, window_ms);
+    if let Some(figures) = campaign.clusters.get_mut(cluster) {
+        figures.add(now_ms, duration_ms, window_ms);
+    } else if campaign.clusters.len() < CLUSTERS_MAX {
+        let mut figures = Figures::default();
+        figures.add(now_ms, duration_ms, window_ms);
+        campaign.clusters.insert(cluster.to_string(), figures);
+    }
+}
+
+/// Thousandths as a person reads them: `12`, `12.5`, `0.25`.
+pub fn milli_text(milli: u64) -> String {
+    let (whole, frac) = (milli / 1000, milli % 1000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{frac:03}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_contiguous_and_the_median_is_a_lower_edge() {
+        let mut previous = 0u8;
+        for ms in 0..100_000u64 {
+            let bucket = DurationHistogram::bucket_of(ms);
+            assert!(bucket == previous || bucket == previous + 1, "{ms}");
+            assert!(DurationHistogram::lower_edge_ms(bucket) <= ms);
+            assert!(ms * 4 < DurationHistogram::lower_edge_ms(bucket) * 5 + 4, "{ms}: a bucket is at most 25 % wide");
+            previous = bucket;
+        }
+        assert_eq!(usize::from(DurationHistogram::bucket_of(u64::MAX)) + 1, BUCKETS);
+        let mut histogram = DurationHistogram::default();
+        assert_eq!(histogram.median_ms(), None);
+        for ms in [100, 1_000, 1_000, 1_000, 50_000] {
+            histogram.add(ms);
+        }
+        assert_eq!(histogram.median_ms(), Some(896), "1,000 ms lies in the bucket from 896 ms");
+    }
+
+    #[test]
+    fn figures_give_rate_mean_and_eta_in_integers() {
+        let mut figures = Figures::default();
+        assert_eq!(figures.eta_ms(1_000, 1_000, 10), None);
+        // An hour's window; 6 tasks of 10 s in the first 10 minutes.
+        for at in 1..=6u64 {
+            figures.add(at * 100_000, 10_000, 3_600_000);
+        }
+        assert_eq!(figures.mean_ms(), Some(10_000));
+        // Lived 600 s: 6 tasks in 600 s is 36 per hour.
+        assert_eq!(figures.per_hour_milli(600_000, 600_000), 36_000);
+        // 12 more at 100 s each: 1,200 s from now.
+        assert_eq!(figures.eta_ms(600_000, 600_000, 12), Some(1_800_000));
+        assert_eq!(milli_text(36_000), "36");
+        assert_eq!(milli_text(2_500), "2.5");
+    }
+}
