@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::client::{ask, NatsArgs};
-use super::results::{clock, seconds};
+use super::results::seconds;
 use crate::core::schedule::cigri::predictor::{milli_text, Prediction};
 use crate::projector::query::{CampaignSummary, JobSummary, StateSummary};
 use crate::projector::results::{TaskReply, TaskRequest, TasksReply, TasksRequest, TASKS_SUBJECT, TASK_SUBJECT, TASKS_PER_PAGE_MAX};
@@ -108,21 +108,10 @@ pub async fn full(nats: &NatsArgs, summary: &StateSummary, job: &str, limit: u32
         print_clusters(&campaign.clusters, summary.log_time_ms);
         println!();
     }
-    println!("{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  FAILURE", "INDEX", "STATE", "ATT", "ENGINE", "START", "END", "WALL", "EXIT");
-    for line in &tasks {
-        println!(
-            "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  {}",
-            line.index,
-            line.state,
-            line.attempts,
-            line.engine.as_deref().unwrap_or("-"),
-            line.started_ms.map_or("-".into(), clock),
-            line.ended_ms.map_or("-".into(), clock),
-            line.wall_ms.map_or("-".into(), seconds),
-            line.exit_code.map_or("-".into(), |c| c.to_string()),
-            line.failure_kind.as_deref().unwrap_or("-"),
-        );
-    }
+    let mut out = std::io::stdout().lock();
+    super::results::write_task_header(&mut out)?;
+    super::results::write_task_lines(&mut out, &tasks)?;
+    drop(out);
     if left_out > 0 {
         println!("... {left_out} more task(s) not shown (--limit {limit}; gridfold tasks {job} lists them all)");
     }

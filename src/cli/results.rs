@@ -6,7 +6,7 @@
 //! Exit codes: 0 success; 1 an unknown job or task, no such output, or (for `wait`)
 //! a job that did not complete every task; 2 bad input.
 
-use std::io::Write as _;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -89,27 +89,9 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<ExitCode> {
             } else {
                 if page == 0 {
                     writeln!(out, "{}", tasks_title(&reply))?;
-                    writeln!(
-                        out,
-                        "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  FAILURE",
-                        "INDEX", "STATE", "ATT", "ENGINE", "START", "END", "WALL", "EXIT"
-                    )?;
+                    write_task_header(&mut out)?;
                 }
-                for line in &reply.tasks {
-                    writeln!(
-                        out,
-                        "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  {}",
-                        line.index,
-                        line.state,
-                        line.attempts,
-                        line.engine.as_deref().unwrap_or("-"),
-                        line.started_ms.map_or("-".into(), clock),
-                        line.ended_ms.map_or("-".into(), clock),
-                        line.wall_ms.map_or("-".into(), seconds),
-                        line.exit_code.map_or("-".into(), |c| c.to_string()),
-                        line.failure_kind.as_deref().unwrap_or("-"),
-                    )?;
-                }
+                write_task_lines(&mut out, &reply.tasks)?;
             }
             match reply.next_from {
                 Some(next) => from = next,
@@ -118,6 +100,35 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::bail!("more than {TASK_PAGES_MAX} pages of tasks: stopped")
     })
+}
+
+/// The header of the task table (`gridfold tasks`, `stat -f`).
+pub(crate) fn write_task_header(out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  FAILURE",
+        "INDEX", "STATE", "ATT", "ENGINE", "START", "END", "WALL", "EXIT"
+    )
+}
+
+/// The task table's lines, one per task.
+pub(crate) fn write_task_lines(out: &mut impl Write, tasks: &[crate::projector::results::TaskLine]) -> std::io::Result<()> {
+    for line in tasks {
+        writeln!(
+            out,
+            "{:>7}  {:<10}  {:>4}  {:<16}  {:<8}  {:<8}  {:>9}  {:>4}  {}",
+            line.index,
+            line.state,
+            line.attempts,
+            line.engine.as_deref().unwrap_or("-"),
+            line.started_ms.map_or("-".into(), clock),
+            line.ended_ms.map_or("-".into(), clock),
+            line.wall_ms.map_or("-".into(), seconds),
+            line.exit_code.map_or("-".into(), |c| c.to_string()),
+            line.failure_kind.as_deref().unwrap_or("-"),
+        )?;
+    }
+    Ok(())
 }
 
 fn tasks_title(reply: &TasksReply) -> String {

@@ -70,17 +70,21 @@ impl DurationHistogram {
         self.add_to_bucket(Self::bucket_of(ms));
     }
 
-    /// Counts one more in `bucket`.
+    /// Counts one more in `bucket`. A full bucket (`u32::MAX`) counts no more,
+    /// and neither does `n`: `n` stays the sum of the buckets, so a histogram
+    /// with a count always has a median, however many durations a client's
+    /// completions bring.
     pub fn add_to_bucket(&mut self, bucket: u8) {
-        assert!(usize::from(bucket) < BUCKETS, "bucket {bucket} of {BUCKETS}");
         let count = self.buckets.entry(bucket).or_insert(0);
-        *count = count.saturating_add(1);
-        self.n += 1;
+        if *count < u32::MAX {
+            *count += 1;
+            self.n += 1;
+        }
     }
 
-    /// Counts one less in `bucket` (which must hold one).
+    /// Counts one less in `bucket`; nothing when it holds none.
     pub fn remove_from_bucket(&mut self, bucket: u8) {
-        let count = self.buckets.get_mut(&bucket).expect("a bucket removed from holds a count");
+        let Some(count) = self.buckets.get_mut(&bucket) else { return };
         *count -= 1;
         if *count == 0 {
             self.buckets.remove(&bucket);
@@ -242,6 +246,24 @@ mod tests {
             histogram.add(ms);
         }
         assert_eq!(histogram.median_ms(), Some(896), "1,000 ms lies in the bucket from 896 ms");
+    }
+
+    #[test]
+    fn a_full_bucket_counts_no_more_and_the_median_stays_defined() {
+        let mut histogram = DurationHistogram::default();
+        histogram.add(u64::MAX);
+        histogram.add(0);
+        assert_eq!(histogram.n, 2);
+        assert_eq!(histogram.median_bucket(), Some(0));
+        // A bucket at u32::MAX: one more duration there changes nothing.
+        histogram.buckets.insert(5, u32::MAX);
+        histogram.n = u64::from(u32::MAX) + 2;
+        histogram.add(5);
+        assert_eq!(histogram.n, u64::from(u32::MAX) + 2, "n stays the buckets' sum");
+        assert_eq!(histogram.median_bucket(), Some(5));
+        // Removing from an empty bucket changes nothing.
+        histogram.remove_from_bucket(100);
+        assert_eq!(histogram.n, u64::from(u32::MAX) + 2);
     }
 
     #[test]

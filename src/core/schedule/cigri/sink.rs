@@ -103,15 +103,21 @@ pub(crate) fn note_success(campaign: &mut Campaign, keys: SinkKeys, e: EngineIdx
         let before = histogram.median_bucket();
         histogram.add(duration_ms);
         let after = histogram.median_bucket();
-        if before != after {
-            campaign.engine_medians.remove_from_bucket(before.expect("a tracked engine has a median"));
-            campaign.engine_medians.add_to_bucket(after.expect("a tracked engine has a median"));
+        // A tracked engine has a median before and after (its histogram
+        // counts at least one duration: `DurationHistogram::add_to_bucket`).
+        if let (Some(before), Some(after)) = (before, after)
+            && before != after
+        {
+            campaign.engine_medians.remove_from_bucket(before);
+            campaign.engine_medians.add_to_bucket(after);
         }
     } else if campaign.engines.len() < ENGINES_MAX {
         let mut histogram = super::predictor::DurationHistogram::default();
         histogram.add(duration_ms);
-        campaign.engine_medians.add_to_bucket(histogram.median_bucket().expect("one duration has a median"));
-        campaign.engines.insert(e, histogram);
+        if let Some(median) = histogram.median_bucket() {
+            campaign.engine_medians.add_to_bucket(median);
+            campaign.engines.insert(e, histogram);
+        }
     }
     assert!(campaign.engine_medians.n == campaign.engines.len() as u64, "one median per tracked engine");
     for target in [SinkTarget::Engine(e), SinkTarget::Cluster(cluster.to_string())] {

@@ -174,26 +174,34 @@ fn a_task_waiting_past_the_remote_queue_timeout_is_withdrawn_without_using_an_at
     assert!(matches!(state.task(key).status, TaskStatus::Waiting | TaskStatus::Dispatched), "{:?}", state.task(key).status);
 }
 
-#[test]
-fn a_preempted_failure_requeues_the_task_without_counting_a_failure() {
+/// A job of one task and one attempt dispatched to and started on `engine`
+/// (logged in with `props`), which then reports it `PREEMPTED`: the log,
+/// the state and the orders of the run after the report.
+fn preempted_on(engine: &str, props: crate::core::event::EngineProps) -> (LogBuilder, State, Vec<Order>) {
     let mut log = LogBuilder::new();
     let mut state = State::new();
     log.at(1_000_000).push(Event::PolicySet(policy(FloodAlgorithm::SlowStart, 0)));
-    log.login("lyon", 2, gateway_props());
+    log.login(engine, 2, props);
     let mut spec = job_spec("camp", 1, "");
     spec.max_attempts = 1;
     log.submit(spec);
     step(&mut log, &mut state);
-    log.started("camp", 0, 1, "lyon");
+    log.started("camp", 0, 1, engine);
     log.push(Event::TaskFailed {
         task: task("camp", 0),
         attempt: 1,
-        engine: engine_id("lyon"),
+        engine: engine_id(engine),
         exit_code: None,
         kind: FailureKind::Preempted,
         error_tail: String::new(),
     });
     let orders = step(&mut log, &mut state);
+    (log, state, orders)
+}
+
+#[test]
+fn a_preempted_failure_requeues_the_task_without_counting_a_failure() {
+    let (mut log, mut state, orders) = preempted_on("lyon", gateway_props());
     let key = state.task_key(&task("camp", 0)).unwrap();
     assert_eq!(state.task(key).failures, 0);
     assert_eq!(count(&orders, "Dispatch"), 1, "run again though max_attempts is 1: {orders:?}");
@@ -206,24 +214,7 @@ fn a_preempted_failure_requeues_the_task_without_counting_a_failure() {
 
 #[test]
 fn a_preempted_failure_from_a_plain_engine_uses_the_attempt_and_fails_the_task() {
-    let mut log = LogBuilder::new();
-    let mut state = State::new();
-    log.at(1_000_000).push(Event::PolicySet(policy(FloodAlgorithm::SlowStart, 0)));
-    log.login("plain", 1, linux_props("site", 8192));
-    let mut spec = job_spec("camp", 1, "");
-    spec.max_attempts = 1;
-    log.submit(spec);
-    step(&mut log, &mut state);
-    log.started("camp", 0, 1, "plain");
-    log.push(Event::TaskFailed {
-        task: task("camp", 0),
-        attempt: 1,
-        engine: engine_id("plain"),
-        exit_code: None,
-        kind: FailureKind::Preempted,
-        error_tail: String::new(),
-    });
-    let orders = step(&mut log, &mut state);
+    let (_, state, orders) = preempted_on("plain", linux_props("site", 8192));
     let key = state.task_key(&task("camp", 0)).unwrap();
     assert_eq!(state.task(key).failures, 1, "a forged PREEMPTED is an ordinary failure");
     assert_eq!(state.task(key).status, TaskStatus::Failed, "its one attempt used: {orders:?}");
