@@ -34,12 +34,22 @@
 //! only by the jobs that ask for it. With few candidates (a run after a completion
 //! or two) every pick walks them; in debug builds every queued pick is checked
 //! against that walk.
+//!
+//! A family whose filter judges engines (CiGri's affinity, test campaigns and
+//! sinks) says how widely its verdicts on a task are shared
+//! ([`families::FilterScope`]). The tasks of one class get, per category, a
+//! queue without the engines the filter refuses them, asked of the family once
+//! per run and class: a campaign kept off a cluster never pops that cluster's
+//! engines. A task refused by every free engine ends its job's walk, and closes
+//! the category to its class for the run, when the refusal holds for those
+//! tasks too ([`RefusalScope`]): a campaign that can go nowhere costs one pick,
+//! not one per waiting task.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use super::families::{self, EngineOrder, JobOrder, Ordering};
-use super::filters::{self, TaskRules};
+use super::families::{self, EngineOrder, FilterScope, JobOrder, Ordering};
+use super::filters::{self, RefusalScope, TaskRules};
 use super::{InFlight, Orders};
 use crate::core::event::Order;
 use crate::core::state::{
@@ -154,6 +164,11 @@ struct PickRules<'a> {
     soft: Option<&'a CompiledPreference>,
     /// Whether a reservation of the run holds the engine (see [`RankQueue::reserved`]).
     reserved: &'a dyn Fn(EngineIdx) -> bool,
+    /// The class of the family's filter the task belongs to
+    /// ([`families::FilterScope::Class`]) and the engines the filter refuses
+    /// it: a queue per (category, class) leaves those out once, rather than
+    /// every pick setting them aside again.
+    class: Option<(u64, &'a dyn Fn(EngineIdx) -> bool)>,
 }
 
 impl PickRules<'_> {
@@ -178,13 +193,16 @@ struct Candidates<'s> {
     /// tasks, least rank first; built when the category is first examined. An
     /// entry's load may be out of date (lower than the engine's now).
     queues: Vec<Option<RankQueue>>,
-    /// The same for the (job, category) being served when the job scores
-    /// engines: ranked with its score, built when the job is reached, dropped
-    /// when the run moves on.
-    job_queue: Option<((JobIdx, CategoryIdx), RankQueue)>,
+    /// The same for the (job, category, filter class) being served when the
+    /// job scores engines: ranked with its score, built when the job is
+    /// reached, dropped when the run moves on.
+    job_queue: Option<((JobIdx, CategoryIdx, Option<u64>), RankQueue)>,
     /// The same per (category, soft request) for jobs with a soft request and
-    /// no score: shared by every job of the category asking the same.
-    soft_queues: BTreeMap<CategoryIdx, BTreeMap<String, RankQueue>>,
+    /// no score: shared by every job of the category (and filter class) asking the same.
+    soft_queues: BTreeMap<(CategoryIdx, Option<u64>), BTreeMap<String, RankQueue>>,
+    /// The same per (category, class of the family's filter), without the
+    /// engines the class's filter refuses.
+    class_queues: BTreeMap<(CategoryIdx, u64), RankQueue>,
 }
 
 impl<'s> Candidates<'s> {
@@ -209,7 +227,15 @@ impl<'s> Candidates<'s> {
         }
         by_id.sort_unstable_by(|a, b| state.engine(a.engine).id.cmp(&state.engine(b.engine).id));
         let n_open = by_id.len();
-        Candidates { state, by_id, n_open, queues: Vec::new(), job_queue: None, soft_queues: BTreeMap::new() }
+        Candidates {
+            state,
+            by_id,
+            n_open,
+            queues: Vec::new(),
+            job_queue: None,
+            soft_queues: BTreeMap::new(),
+            class_queues: BTreeMap::new(),
+        }
     }
 
     fn load(&self, candidate: &Candidate) -> SortKey {
@@ -223,12 +249,17 @@ impl<'s> Candidates<'s> {
     /// The best candidate (its position) of the category with room for one of its
     /// tasks, under the rules.
     fn pick(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<u32> {
-        if self.by_id.len() <= SCAN_CANDIDATES_MAX || rules.task_score.is_some() {
+        if !self.picks_from_queues(rules.task_score.is_some()) {
             return self.pick_by_scan(category, rules);
         }
         let picked = self.pick_from_queue(c, category, rules);
         debug_assert_eq!(picked, self.pick_by_scan(category, rules), "the queue picks what the rule says");
         picked
+    }
+
+    /// Whether a pick draws from a ranked queue (else it walks every candidate).
+    fn picks_from_queues(&self, task_scored: bool) -> bool {
+        self.by_id.len() > SCAN_CANDIDATES_MAX && !task_scored
     }
 
     /// The rule itself, by a walk over every candidate: the least rank among
@@ -252,17 +283,20 @@ impl<'s> Candidates<'s> {
         best.map(|(.., at)| at)
     }
 
-    /// The eligible candidates with room, ranked with `score`.
+    /// The eligible candidates with room, ranked with `score`, without those
+    /// the family's filter refuses the class of `rules` (if any).
     fn ranked(
         &self,
         category: &Category,
         score: impl Fn(EngineIdx) -> i64,
         soft: Option<&CompiledPreference>,
+        rules: &PickRules,
     ) -> RankQueue {
         let slots = category.slots_per_task;
+        let refused = |e: EngineIdx| rules.class.is_some_and(|(_, refused)| refused(e));
         let mut eligible = Vec::with_capacity(self.n_open.min(category.eligible_logged_in as usize));
         for (at, candidate) in self.by_id.iter().enumerate() {
-            if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) {
+            if candidate.slots - candidate.used >= slots && category.is_eligible(candidate.engine) && !refused(candidate.engine) {
                 let e = candidate.engine;
                 let unmet = soft_unmet(self.state, soft, e);
                 eligible.push(Reverse((self.tier(candidate), unmet, -score(e), self.load(candidate), at as u32)));
@@ -280,32 +314,41 @@ impl<'s> Candidates<'s> {
     /// The queue a pick under these rules draws from, built on first use, and
     /// the candidates it ranks.
     fn queue_for(&mut self, c: CategoryIdx, category: &Category, rules: &PickRules) -> Option<(&mut RankQueue, &[Candidate])> {
-        let queue = match (rules.job_score, rules.soft) {
-            (None, Some(soft)) => {
-                let built = self.soft_queues.get(&c).is_some_and(|queues| queues.contains_key(&soft.when));
-                // Built once per (category, soft request) and run: the key is cloned only then.
-                let fresh = (!built).then(|| self.ranked(category, |_| 0, Some(soft)));
-                let queues = self.soft_queues.entry(c).or_default();
+        let class = rules.class.map(|(class, _)| class);
+        let queue = match (rules.job_score, rules.soft, class) {
+            (None, Some(soft), _) => {
+                let built = self.soft_queues.get(&(c, class)).is_some_and(|queues| queues.contains_key(&soft.when));
+                // Built once per (category, class, soft request) and run: the key is cloned only then.
+                let fresh = (!built).then(|| self.ranked(category, |_| 0, Some(soft), rules));
+                let queues = self.soft_queues.entry((c, class)).or_default();
                 match fresh {
                     Some(queue) => queues.entry(soft.when.clone()).or_insert(queue),
                     // Present, as `built` said: no engine is offered rather than a panic.
                     None => queues.get_mut(&soft.when)?,
                 }
             }
-            (None, None) => {
+            (None, None, Some(class)) => {
+                let fresh = (!self.class_queues.contains_key(&(c, class))).then(|| self.ranked(category, |_| 0, None, rules));
+                let queues = &mut self.class_queues;
+                match fresh {
+                    Some(queue) => queues.entry((c, class)).or_insert(queue),
+                    None => queues.get_mut(&(c, class))?,
+                }
+            }
+            (None, None, None) => {
                 if self.queues.is_empty() {
                     self.queues.resize_with(self.state.categories().len(), || None);
                 }
                 if self.queues[c.0 as usize].is_none() {
-                    self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0, None));
+                    self.queues[c.0 as usize] = Some(self.ranked(category, |_| 0, None, rules));
                 }
                 self.queues[c.0 as usize].get_or_insert_with(RankQueue::default)
             }
-            (Some((j, score)), _) => {
-                if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c)) {
-                    self.job_queue = Some(((j, c), self.ranked(category, score, rules.soft)));
+            (Some((j, score)), _, _) => {
+                if self.job_queue.as_ref().is_none_or(|(key, _)| *key != (j, c, class)) {
+                    self.job_queue = Some(((j, c, class), self.ranked(category, score, rules.soft, rules)));
                 }
-                &mut self.job_queue.get_or_insert_with(|| ((j, c), RankQueue::default())).1
+                &mut self.job_queue.get_or_insert_with(|| ((j, c, class), RankQueue::default())).1
             }
         };
         Some((queue, &self.by_id))
@@ -422,6 +465,8 @@ pub(crate) fn fill_in_order(
         budget: state.policy.dispatches_per_run_max as usize,
         n_dispatched: 0,
         exhausted: vec![false; state.categories().len()],
+        exhausted_classes: BTreeSet::new(),
+        class_refused: BTreeMap::new(),
         reservations: Reservations::default(),
         positions: Vec::new(),
         sites: None,
@@ -443,6 +488,12 @@ struct Run<'s> {
     n_dispatched: usize,
     /// Categories no free engine may take a task of, this run.
     exhausted: Vec<bool>,
+    /// (category, class of the family's filter) pairs no free engine may
+    /// take a task of, this run.
+    exhausted_classes: BTreeSet<(CategoryIdx, u64)>,
+    /// Per class of the family's filter, the engines it refuses (by engine
+    /// index), asked of the family once per run and class.
+    class_refused: BTreeMap<u64, Vec<bool>>,
     /// The run's reservations ([`super::reservation`]).
     reservations: Reservations,
     /// Per engine index, its position among the candidates plus one (0: none);
@@ -666,15 +717,17 @@ impl Run<'_> {
         if self.is_held(key) {
             return TaskOutcome::PassedOver;
         }
-        if self.exhausted[c.0 as usize] {
-            return self.reserve_or(key, c, TaskOutcome::PassedOver);
+        let task_rules = TaskRules::new(state, key);
+        let family = task_rules.family_scope();
+        if self.is_exhausted(c, family) {
+            let outcome = refused_everywhere(job, c, task_rules.refusal_scope());
+            return self.reserve_or(key, c, outcome);
         }
         if job.options.span == crate::core::event::Span::Site {
             return self.serve_parallel(key, c, orders);
         }
         let category = state.category(c);
         assert_eq!(category.slots_per_task, job.slots_per_task, "a category is one requirement and one slot count");
-        let task_rules = TaskRules::new(state, key);
         let reservations = &self.reservations;
         let end_ms = if reservations.is_empty() { 0 } else { end_from(state, job, state.now_ms) };
         let excluded = |e: EngineIdx| {
@@ -686,32 +739,51 @@ impl Run<'_> {
         let job_part = |e: EngineIdx| job_score(state, job, e);
         let task_part = |e: EngineIdx| task_score(state, job, key.index, e);
         let reserved = |e: EngineIdx| reservations.holds(e);
+        // A class's refusals, asked of the family once per run, and only when
+        // picks draw from ranked queues (a walk asks the filter itself).
+        let class_refused = match family {
+            FilterScope::Class(class) if self.candidates.picks_from_queues(task_scored) => {
+                let refused: &Vec<bool> = self.class_refused.entry(class).or_insert_with(|| families::refused_engines(state, key));
+                Some((class, refused))
+            }
+            _ => None,
+        };
+        let class_part = |e: EngineIdx| class_refused.is_some_and(|(_, refused)| refused.get(e.0 as usize).copied().unwrap_or(true));
         let rules = PickRules {
             excluded: &excluded,
             job_score: job.has_scores().then_some((j, &job_part as &dyn Fn(EngineIdx) -> i64)),
             task_score: task_scored.then_some(&task_part as &dyn Fn(EngineIdx) -> i64),
             soft: job.soft.as_ref(),
             reserved: &reserved,
+            class: class_refused.map(|(class, _)| (class, &class_part as &dyn Fn(EngineIdx) -> bool)),
         };
         let Some(at) = self.candidates.pick(c, category, &rules) else {
-            // Nothing free may take it. Unless the task's own rules (or its
-            // end past a reservation) were in the way, nothing free may take
-            // any task of the category this run. A reservation refuses by the
-            // task's end and slots, which every task of a job without
-            // conditions shares (its other rules only refuse more): then
-            // nothing free may take any task of the job either.
-            let refused_by_reservation = self.reservations.take_refused();
-            let task_specific = task_rules.is_job_specific();
-            if !task_specific && !refused_by_reservation {
-                self.exhausted[c.0 as usize] = true;
+            // Nothing free may take it. A refusal holds for every task its
+            // rules share (see `RefusalScope`): the category, or its tasks of
+            // the family filter's class, is closed for the run, unless a
+            // reservation refused (it refuses by the task's end and slots,
+            // which only a job's tasks share).
+            let scope = task_rules.refusal_scope();
+            if !self.reservations.take_refused() {
+                match scope {
+                    RefusalScope::Category => self.exhausted[c.0 as usize] = true,
+                    RefusalScope::Class(class) => {
+                        self.exhausted_classes.insert((c, class));
+                    }
+                    RefusalScope::Job | RefusalScope::Task => {}
+                }
             }
-            if c == job.category && !task_specific && job.conditions_are_empty() {
-                return self.reserve_or(key, c, TaskOutcome::JobDone);
-            }
-            return self.reserve_or(key, c, TaskOutcome::PassedOver);
+            return self.reserve_or(key, c, refused_everywhere(job, c, scope));
         };
         self.reservations.take_refused();
         self.dispatch(key, at, orders)
+    }
+
+    /// Whether no free engine may take a task of category `c` under a family
+    /// filter of this scope, this run.
+    fn is_exhausted(&self, c: CategoryIdx, family: FilterScope) -> bool {
+        self.exhausted[c.0 as usize]
+            || matches!(family, FilterScope::Class(class) if self.exhausted_classes.contains(&(c, class)))
     }
 
     /// A task that cannot start now: if its job may reserve, it reserves the
@@ -784,7 +856,8 @@ impl Run<'_> {
         let reservations = &self.reservations;
         let reserved = |e: EngineIdx| reservations.holds(e);
         let excluded = |e: EngineIdx| task_rules.check(e).is_err();
-        let rules = PickRules { excluded: &excluded, job_score: None, task_score: None, soft: job.soft.as_ref(), reserved: &reserved };
+        let rules =
+            PickRules { excluded: &excluded, job_score: None, task_score: None, soft: job.soft.as_ref(), reserved: &reserved, class: None };
         let sites = self.sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
         let (queue, by_id) = self.candidates.queue_for(c, category, &rules)?;
         let has_room = |at: u32| by_id[at as usize].used < by_id[at as usize].slots;
@@ -896,6 +969,18 @@ fn site_parts_by_scan(
     }
     ranked.sort_unstable_by_key(|&(rank, _)| rank);
     super::parallel::fill_up(sites, job.slots_per_task, ranked.into_iter().map(|(_, offer)| offer))
+}
+
+/// What a task refused by every free engine means for its job's walk: it
+/// ends when the refusal holds for every task left in it (those of the job's
+/// category, with no conditions of their own: a walk meets the tasks with
+/// rules of their own, copies and retries, first).
+fn refused_everywhere(job: &Job, c: CategoryIdx, scope: RefusalScope) -> TaskOutcome {
+    if c == job.category && job.conditions_are_empty() && scope != RefusalScope::Task {
+        TaskOutcome::JobDone
+    } else {
+        TaskOutcome::PassedOver
+    }
 }
 
 /// The category of one task: its discriminator's, or its job's.

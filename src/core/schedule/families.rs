@@ -65,12 +65,36 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     }
 }
 
-/// Whether the family has filters of its own (the dispatch loop then does not
-/// conclude from one task that no free engine may take its category).
-pub fn has_filters(state: &State) -> bool {
+/// How widely the verdicts of the family's filter on one task are shared:
+/// what the dispatch loop may conclude when every free engine refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FilterScope {
+    /// The family has no filter of its own: the category alone decides.
+    Category,
+    /// For the whole run, every task of the job gets the same verdict on
+    /// each engine, and so does every job of the same class: the loop ranks
+    /// the class's engines once per category, and a refusal by every free
+    /// engine ends the job's walk and closes the category to the class.
+    Class(u64),
+    /// The verdicts may differ between the job's tasks.
+    Task,
+}
+
+/// The scope of the family's filter on task `key` (see [`FilterScope`]).
+pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
     match state.policy.algorithm {
-        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => false,
-        Algorithm::Cigri => true,
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => FilterScope::Category,
+        Algorithm::Cigri => super::cigri::filter_scope(state, key),
+    }
+}
+
+/// Per engine index, whether the family's filter refuses task `key` there:
+/// asked once per run and class of [`FilterScope::Class`], whose tasks share
+/// every verdict.
+pub fn refused_engines(state: &State, key: TaskKey) -> Vec<bool> {
+    match state.policy.algorithm {
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => vec![false; state.engines().len()],
+        Algorithm::Cigri => super::cigri::refused_engines(state, key),
     }
 }
 

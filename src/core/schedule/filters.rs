@@ -137,6 +137,25 @@ pub struct TaskRules<'s> {
     running_here: Vec<crate::core::state::LiveAttempt>,
     /// A retry's last failed engine, avoided while another could run it.
     avoided: Option<EngineIdx>,
+    /// How widely the family's filter verdicts on this task are shared.
+    family: super::families::FilterScope,
+}
+
+/// Which other tasks share a task's refusal by every free engine of its
+/// category: what the dispatch loop may conclude from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalScope {
+    /// Every task of the category: nothing free may take any this run.
+    Category,
+    /// Every task of the jobs of one class of the family's filter (and of
+    /// the category).
+    Class(u64),
+    /// Every task of the job of the same category and without conditions
+    /// (its blacklist refuses for all of them).
+    Job,
+    /// This task alone (a copy beside its task, a retry avoiding an engine,
+    /// a family filter judging task by task).
+    Task,
 }
 
 impl<'s> TaskRules<'s> {
@@ -150,7 +169,8 @@ impl<'s> TaskRules<'s> {
             .get()
             .filter(|_| task.status == TaskStatus::Waiting)
             .filter(|&failed| another_engine_could_run(state, key.job, category, failed));
-        TaskRules { state, key, running_here, avoided }
+        let family = super::families::filter_scope(state, key);
+        TaskRules { state, key, running_here, avoided, family }
     }
 
     /// Every task rule, in reporting order.
@@ -165,17 +185,29 @@ impl<'s> TaskRules<'s> {
         super::families::filter(self.state, self.key, e)
     }
 
-    /// Whether the rules depend on this task or job rather than on the
-    /// category alone: then an engine none of them may take says nothing about
-    /// the category's other tasks.
-    pub fn is_job_specific(&self) -> bool {
+    /// Which other tasks every refusal of this task holds for (see [`RefusalScope`]).
+    pub fn refusal_scope(&self) -> RefusalScope {
+        use super::families::FilterScope;
         let job = self.state.job(self.key.job);
-        !job.blacklist.is_empty()
-            || !job.copies_waiting_is_empty()
-            || !self.running_here.is_empty()
+        if !self.running_here.is_empty()
             || self.avoided.is_some()
-            || self.state.has_pending_blacklist(self.key.job)
-            || super::families::has_filters(self.state)
+            || !job.copies_waiting_is_empty()
+            || self.family == FilterScope::Task
+        {
+            return RefusalScope::Task;
+        }
+        if !job.blacklist.is_empty() || self.state.has_pending_blacklist(self.key.job) {
+            return RefusalScope::Job;
+        }
+        match self.family {
+            FilterScope::Class(class) => RefusalScope::Class(class),
+            _ => RefusalScope::Category,
+        }
+    }
+
+    /// The scope of the family's filter on this task.
+    pub fn family_scope(&self) -> super::families::FilterScope {
+        self.family
     }
 
     /// The engine a retry keeps away from, if any.

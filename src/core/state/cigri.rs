@@ -62,6 +62,9 @@ impl Campaign {
 #[derive(Debug, Clone, Default)]
 pub struct AffinityIndex {
     by_cluster: BTreeMap<String, ClusterAffinity>,
+    /// The users the affinity rows name, numbered from 1 in name order: a
+    /// campaign's class for the filter (0: its owner has no affinity).
+    user_classes: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -85,7 +88,15 @@ impl AffinityIndex {
                 cluster.categories.entry(job.category).or_default().push(rank.job);
             }
         }
-        AffinityIndex { by_cluster }
+        let users: BTreeSet<&String> = state.policy.cigri.affinity.iter().map(|row| &row.user).collect();
+        let user_classes = users.into_iter().zip(1u64..).map(|(user, class)| (user.clone(), class)).collect();
+        AffinityIndex { by_cluster, user_classes }
+    }
+
+    /// The affinity filter's class of the campaigns of `owner`: every
+    /// campaign of one owner gets the same verdict on each engine.
+    pub fn owner_class(&self, owner: &str) -> u64 {
+        self.user_classes.get(owner).copied().unwrap_or(0)
     }
 
     /// `None` when no affinity row names `cluster` or `owner` has affinity

@@ -54,10 +54,16 @@
 //! Cost: the ordering is built once per run over the runnable jobs; the
 //! affinity filter is free when the policy has no affinity, and otherwise
 //! asks a lookup built once per folded state (`state::cigri::AffinityIndex`):
-//! one category bitset per category of the cluster's affinity campaigns.
+//! one category bitset per category of the cluster's affinity campaigns. The
+//! dispatch loop asks the filter once per engine per run and class
+//! ([`filter_scope`]: a default campaign's class is its owner's affinities, or
+//! its own once it flagged a sink; a test campaign's untried tasks share their
+//! campaign's), so a campaign kept off a cluster costs one pass a run, not one
+//! per task and engine.
 
 use std::collections::BTreeSet;
 
+use super::families::FilterScope;
 use super::filters::Unfit;
 use super::{InFlight, Orders};
 use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
@@ -215,6 +221,35 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     }
     let first = crate::core::state::cigri::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
     if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+}
+
+/// Classes of [`FilterScope::Class`] with this bit set are one job's own.
+const CLASS_OF_ONE_JOB: u64 = 1 << 32;
+
+/// The scope of [`filter`] on task `key`. A default campaign's verdicts
+/// depend on its owner's affinities (the same for every campaign of the
+/// owner) and on its own sink flags (then the class is the campaign's own).
+/// A test campaign's untried tasks share theirs (the clusters not yet
+/// tested); a task tied to a cluster has its own.
+pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
+    let job = state.job(key.job);
+    let own_class = FilterScope::Class(CLASS_OF_ONE_JOB | u64::from(key.job.0));
+    if job.options.campaign == CampaignType::Test {
+        return if job.cigri.cluster_of_task(key.index).is_some() { FilterScope::Task } else { own_class };
+    }
+    if !job.cigri.sinks.is_empty() {
+        return own_class;
+    }
+    if state.policy.cigri.affinity.is_empty() {
+        return FilterScope::Class(0);
+    }
+    FilterScope::Class(crate::core::state::cigri::affinity_index(state).owner_class(&job.owner))
+}
+
+/// Per engine index, whether [`filter`] refuses task `key` there (asked once
+/// per run and class: see [`filter_scope`]).
+pub fn refused_engines(state: &State, key: TaskKey) -> Vec<bool> {
+    (0..state.engines().len()).map(|at| filter(state, key, EngineIdx(at as u32)).is_err()).collect()
 }
 
 /// Whether test campaign `j` is done: active, it ran a task on every cluster

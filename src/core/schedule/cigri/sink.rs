@@ -198,7 +198,11 @@ pub fn flag_sinks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
 pub fn excluded(job: &Job, e: EngineIdx, cluster: &str) -> bool {
     let sinks = &job.cigri.sinks;
     !sinks.is_empty()
-        && (sinks.contains_key(&SinkTarget::Engine(e)) || sinks.contains_key(&SinkTarget::Cluster(cluster.to_string())))
+        && (sinks.contains_key(&SinkTarget::Engine(e))
+            // Clusters sort after engines; at most SUSPECTS_MAX flags, and no name copied per engine asked.
+            || sinks
+                .range(SinkTarget::Cluster(String::new())..)
+                .any(|(target, _)| matches!(target, SinkTarget::Cluster(name) if name == cluster)))
 }
 
 /// A flag as a person reads it (`stat`, `why`).

@@ -1,6 +1,8 @@
 //! CiGri's rules one at a time, on clusters that differ only in the property
 //! at stake (`cluster`); the metascheduler over time is in `sim::cigri_tests`.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::core::event::{CigriAffinity, Event, JobSpec, OrderBatch, Policy};
 use crate::core::fold::fold;
@@ -270,3 +272,68 @@ fn finalize_is_off_at_zero_copies_and_a_forged_finalize_is_refused() {
     );
 }
 mod predictor_sink;
+
+/// The dispatch loop ranks each class's engines once per run, without those
+/// the filter refuses it (`refused_engines`), and ends a campaign's walk at
+/// its first task refused everywhere: both rest on every task of one class
+/// getting the same verdict on every engine, which this checks on a grid with
+/// affinities, a test campaign with a task tied to its cluster, and campaigns
+/// of users with and without affinity.
+#[test]
+fn tasks_of_one_filter_class_get_the_same_verdict_on_every_engine_as_the_refusals_the_loop_asks() {
+    let mut log = LogBuilder::new();
+    log.push(Event::PolicySet(policy(&[("alice", "c0"), ("bob", "c1")], 0)));
+    for c in 0..3 {
+        for n in 0..8 {
+            log.login(&format!("c{c}-{n}"), 1, in_cluster(&format!("c{c}")));
+        }
+    }
+    for (id, owner, kind) in [
+        ("a1", "alice", CampaignType::Default),
+        ("a2", "alice", CampaignType::Default),
+        ("b1", "bob", CampaignType::Default),
+        ("x1", "carol", CampaignType::Default),
+        ("x2", "carol", CampaignType::Default),
+        ("probe", "carol", CampaignType::Test),
+    ] {
+        log.submit(campaign(id, owner, 40, kind));
+    }
+    let mut state = State::new();
+    // One run: the probe ties a task to a cluster; alice and bob hold their clusters.
+    assert!(!dispatches(&decide_and_fold(&mut log, &mut state)).is_empty());
+    let keys: Vec<TaskKey> = state
+        .jobs_indexed()
+        .flat_map(|(j, _)| (0..40).map(move |index| TaskKey { job: j, index }))
+        .filter(|&key| state.task(key).status == TaskStatus::Waiting || state.task(key).is_live())
+        .collect();
+    let engines: Vec<EngineIdx> = (0..state.engines().len() as u32).map(EngineIdx).collect();
+    let verdicts = |key: TaskKey| engines.iter().map(|&e| filter(&state, key, e).is_err()).collect::<Vec<bool>>();
+    let mut by_class: BTreeMap<u64, (TaskKey, Vec<bool>)> = BTreeMap::new();
+    let mut n_task_scoped = 0;
+    for &key in &keys {
+        match filter_scope(&state, key) {
+            FilterScope::Class(class) => {
+                let refused = verdicts(key);
+                assert_eq!(refused_engines(&state, key), refused, "the refusals asked once per class are the filter's");
+                let (first, first_refused) = by_class.entry(class).or_insert_with(|| (key, refused.clone()));
+                assert_eq!(*first_refused, refused, "{first:?} and {key:?} share class {class} but not their verdicts");
+            }
+            FilterScope::Task => n_task_scoped += 1,
+            FilterScope::Category => panic!("cigri's filter is never the category's alone"),
+        }
+    }
+    let class_of = |job: &str| {
+        let j = state.job_idx(&job_id(job)).expect("submitted");
+        filter_scope(&state, TaskKey { job: j, index: 39 })
+    };
+    assert_eq!(class_of("a1"), class_of("a2"), "one owner, one class");
+    assert_eq!(class_of("x1"), class_of("x2"));
+    assert_ne!(class_of("a1"), class_of("x1"));
+    assert_ne!(class_of("b1"), class_of("x1"));
+    assert!(n_task_scoped >= 1, "the probe's task tied to its cluster is judged on its own");
+    // Carol has no affinity: refused on c0 and c1 while alice and bob wait there, free on c2.
+    let FilterScope::Class(carol) = class_of("x1") else { panic!("a default campaign has a class") };
+    let refused = &by_class[&carol].1;
+    let name = |at: usize| state.engines()[at].id.to_string();
+    assert!((0..refused.len()).all(|at| refused[at] == !name(at).starts_with("c2")), "{refused:?}");
+}
