@@ -4,7 +4,8 @@
 //! A campaign runs; its gateway tasks ran as Slurm jobs (their ids on the log);
 //! flood control's cap held Slurm's queue (sampled with squeue while it ran);
 //! an `scancel` from outside is reported as PREEMPTED and the task runs again
-//! without using an attempt; `gridfold cancel` of a campaign cancels its Slurm jobs.
+//! without using an attempt; `gridfold suspend` and `resume` stop and continue
+//! a Slurm job's processes; `gridfold cancel` of a campaign cancels its Slurm jobs.
 
 mod support;
 
@@ -142,6 +143,34 @@ fn a_campaign_runs_through_slurm_under_flood_control_an_outside_scancel_reruns_a
     });
     assert!(preempted, "Slurm job {id} of {task}, cancelled from outside, is reported preempted");
     assert!(done.contains_key(&task.index), "{task} ran again and completed");
+
+    // Suspend and resume reach the Slurm job: a task ticking into a file stops, then ticks again.
+    let ticks = cluster.path("ticks");
+    let ticker = format!(
+        "id = \"tick\"\nowner = \"tester\"\ntasks = 1\nrequirements = 'cluster == \"lyon\"'\n\n[task]\nargv = [\"sh\", \"-c\", \"while true; do echo x >> {}; sleep 0.1; done\"]\n",
+        ticks.display()
+    );
+    let file = cluster.write("tick.toml", &ticker);
+    cluster.command(&["submit".as_ref(), file.as_os_str()]);
+    let n_ticks = || std::fs::read_to_string(&ticks).map_or(0, |text| text.lines().count());
+    cluster.wait_for("the ticker to run in Slurm, reported started", Duration::from_secs(30), |cluster| {
+        let started = remote_jobs(&Log::of(cluster)).values().any(|task| task.job.as_str() == "tick");
+        if started && n_ticks() >= 3 { Ok(()) } else { Err(format!("{} ticks, started: {started}", n_ticks())) }
+    });
+    cluster.command(&["suspend".as_ref(), "tick".as_ref()]);
+    let ticks_still = |want_still: bool| {
+        move |_: &mut Cluster| {
+            let before = n_ticks();
+            std::thread::sleep(Duration::from_millis(700));
+            let after = n_ticks();
+            if (before == after) == want_still { Ok(after) } else { Err(format!("{before} then {after} ticks")) }
+        }
+    };
+    let stopped_at = cluster.wait_for("the suspended ticker to stop ticking", Duration::from_secs(15), ticks_still(true));
+    cluster.command(&["resume".as_ref(), "tick".as_ref()]);
+    let resumed_at = cluster.wait_for("the resumed ticker to tick again", Duration::from_secs(15), ticks_still(false));
+    assert!(resumed_at > stopped_at, "ticks after the resume: {stopped_at} then {resumed_at}");
+    cluster.command(&["cancel".as_ref(), "tick".as_ref()]);
 
     // A second campaign of long tasks; once some run in Slurm, cancel it: Slurm's queue empties of them.
     campaign(&cluster, "long", 6, "sleep 120");

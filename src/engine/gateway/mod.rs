@@ -128,6 +128,15 @@ pub trait RemoteCommands: Send + Sync + 'static {
     fn ended(&self, id: &str) -> Result<Option<RemoteEnd>, String>;
     /// Cancels jobs (gone ones are no error).
     fn cancel(&self, ids: &[String]) -> Result<(), String>;
+    /// Sends a signal to the processes of running jobs (gridfold's suspend and resume).
+    fn signal(&self, ids: &[String], signal: RemoteSignal) -> Result<(), String>;
+}
+
+/// What a gateway's suspend and resume send to a remote job's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteSignal {
+    Stop,
+    Continue,
 }
 
 /// What one submission asks of the resource manager.
@@ -154,8 +163,10 @@ pub const EXIT_CODE_FILE: &str = ".gridfold-exit-code";
 pub const SCRIPT_FILE: &str = ".gridfold-job.sh";
 
 /// `GRIDFOLD_*` and, beside them, the names CiGri exports to its jobs (its
-/// seed's list): `CIGRI_CAMPAIGNID` is gridfold's job, `CIGRI_JOB_ID` its task.
-pub fn cigri_aliases(env: &[(String, String)]) -> Vec<(String, String)> {
+/// seed's list): `CIGRI_CAMPAIGNID` is gridfold's job, `CIGRI_JOB_ID` its task;
+/// `CIGRI_WALLTIME` (`H:MM:SS`, as OAR writes it) and
+/// `CIGRI_WALLTIME_SECONDS` the attempt's wall-time limit, absent without one.
+pub fn cigri_aliases(env: &[(String, String)], wall_time_limit: Option<Duration>) -> Vec<(String, String)> {
     let get = |name: &str| env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut out = Vec::new();
     let mut alias = |names: &[&str], value: Option<String>| {
@@ -171,6 +182,11 @@ pub fn cigri_aliases(env: &[(String, String)]) -> Vec<(String, String)> {
     alias(&["CIGRI_RESOURCES"], get("GRIDFOLD_SLOTS"));
     alias(&["CIGRI_NODE_FILE", "CIGRI_NODEFILE"], get("GRIDFOLD_NODEFILE"));
     alias(&["CIGRI_USER"], std::env::var("USER").ok());
+    if let Some(limit) = wall_time_limit {
+        let seconds = limit.as_secs();
+        alias(&["CIGRI_WALLTIME"], Some(format!("{}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)));
+        alias(&["CIGRI_WALLTIME_SECONDS"], Some(seconds.to_string()));
+    }
     out
 }
 
@@ -260,6 +276,10 @@ struct Held {
     stdout: PathBuf,
     stderr: PathBuf,
     stop: watch::Receiver<bool>,
+    /// The engine's suspend (true) or resume (false) of the attempt.
+    pause: watch::Receiver<bool>,
+    /// What the poller last sent the job: stopped (true) or not.
+    paused: bool,
     submitted_at: Instant,
     started_at: Option<Instant>,
     /// The engine asked to cancel it (scancel sent).
@@ -300,7 +320,7 @@ impl Gateway {
         std::fs::create_dir_all(&spec.work_dir)
             .map_err(|e| format!("cannot create {}: {e}", spec.work_dir.display()))?;
         let mut env = spec.env.clone();
-        env.extend(cigri_aliases(&spec.env));
+        env.extend(cigri_aliases(&spec.env, spec.wall_time_limit));
         let script_path = spec.work_dir.join(SCRIPT_FILE);
         let _ = std::fs::remove_file(spec.work_dir.join(EXIT_CODE_FILE));
         std::fs::write(&script_path, job_script(&spec.argv, &env, &spec.work_dir))
@@ -317,7 +337,7 @@ impl Gateway {
             account: self.config.account.clone(),
         };
         let remote_job = self.commands.submit(&script_path, &submit)?;
-        let (killer, stop, _pause) = Killer::remote();
+        let (killer, stop, pause) = Killer::remote();
         let held = Held {
             key,
             remote_job: remote_job.clone(),
@@ -325,6 +345,8 @@ impl Gateway {
             stdout: submit.stdout,
             stderr: submit.stderr,
             stop,
+            pause,
+            paused: false,
             submitted_at: Instant::now(),
             started_at: None,
             cancelling: false,
@@ -401,6 +423,7 @@ impl Poller {
         if cancel_all {
             return;
         }
+        self.send_pauses();
         let listed = match self.commands.list(&self.name) {
             Ok(listed) => listed,
             Err(err) => {
@@ -432,6 +455,28 @@ impl Poller {
                 }
             };
             self.note_ended(&id, ended);
+        }
+    }
+
+    /// Stops or continues the jobs whose suspension the engine changed since
+    /// the last poll (a job not yet started is left alone until it has).
+    fn send_pauses(&mut self) {
+        for (signal, wanted) in [(RemoteSignal::Stop, true), (RemoteSignal::Continue, false)] {
+            let ids: Vec<String> = self
+                .held
+                .values_mut()
+                .filter(|held| !held.cancelling && held.started_at.is_some())
+                .filter(|held| *held.pause.borrow() == wanted && held.paused != wanted)
+                .map(|held| {
+                    held.paused = wanted;
+                    held.remote_job.clone()
+                })
+                .collect();
+            for ids in ids.chunks(CANCEL_IDS_PER_COMMAND_MAX) {
+                if let Err(err) = self.commands.signal(ids, signal) {
+                    tracing::warn!("cannot signal jobs {}: {err}", ids.join(","));
+                }
+            }
         }
     }
 

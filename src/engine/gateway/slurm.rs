@@ -10,6 +10,10 @@
 //! - ended: `scontrol show job -o <id>`: `JobState=` and `ExitCode=<code>:<signal>`
 //!   of a job that left the listing, while Slurm still knows it.
 //! - cancel: `scancel <id>...`.
+//! - suspend and resume: `scancel --full --signal=STOP|CONT <id>...`: the
+//!   batch script and its children are stopped and continued, their CPUs kept
+//!   (gridfold's suspend, not `scontrol suspend`, which only Slurm's
+//!   operators may use).
 //!
 //! Every command runs with `SLURM_CONF` when the gateway was given one, and is
 //! bounded in time ([`COMMAND_TIMEOUT`]) and in what it prints ([`OUTPUT_BYTES_MAX`]).
@@ -19,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{RemoteCommands, RemoteEnd, RemoteState, SubmitSpec};
+use super::{RemoteCommands, RemoteEnd, RemoteSignal, RemoteState, SubmitSpec};
 
 /// A Slurm command that has not ended after this long is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -197,5 +201,18 @@ impl RemoteCommands for SlurmCommands {
             return Ok(());
         }
         self.run("scancel", ids).map(|_| ())
+    }
+
+    fn signal(&self, ids: &[String], signal: RemoteSignal) -> Result<(), String> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let name = match signal {
+            RemoteSignal::Stop => "STOP",
+            RemoteSignal::Continue => "CONT",
+        };
+        let mut args = vec!["--full".to_string(), format!("--signal={name}")];
+        args.extend(ids.iter().cloned());
+        self.run("scancel", &args).map(|_| ())
     }
 }

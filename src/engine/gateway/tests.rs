@@ -72,7 +72,7 @@ fn sbatch_arguments_name_the_gateway_and_the_files_and_round_the_time_up() {
 }
 
 #[test]
-fn the_job_script_exports_the_environment_with_cigri_names_and_leaves_the_exit_code() {
+fn the_job_script_exports_the_environment_with_cigri_names_and_wall_time_and_leaves_the_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let env = vec![
         ("GRIDFOLD_JOB_ID".to_string(), "camp".to_string()),
@@ -80,14 +80,18 @@ fn the_job_script_exports_the_environment_with_cigri_names_and_leaves_the_exit_c
         ("GRIDFOLD_PARAM_X".to_string(), "it's, a \"value\" $HOME".to_string()),
     ];
     let mut all = env.clone();
-    all.extend(cigri_aliases(&env));
-    let argv = vec!["sh".to_string(), "-c".to_string(), "echo \"$CIGRI_CAMPAIGNID $CIGRI_JOB_ID $GRIDFOLD_PARAM_X\"; exit 7".to_string()];
+    all.extend(cigri_aliases(&env, Some(Duration::from_secs(2 * 3600 + 5 * 60 + 7))));
+    let argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        "echo \"$CIGRI_CAMPAIGNID $CIGRI_JOB_ID $GRIDFOLD_PARAM_X $CIGRI_WALLTIME $CIGRI_WALLTIME_SECONDS\"; exit 7".to_string(),
+    ];
     let script = job_script(&argv, &all, dir.path());
     let path = dir.path().join(SCRIPT_FILE);
     std::fs::write(&path, script).unwrap();
     let out = std::process::Command::new("sh").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(7));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "camp camp/4 it's, a \"value\" $HOME\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "camp camp/4 it's, a \"value\" $HOME 2:05:07 7507\n");
     assert_eq!(read_exit_code(dir.path()), Some(7));
 }
 
@@ -99,6 +103,8 @@ struct Scripted {
     states: Mutex<BTreeMap<String, Vec<RemoteState>>>,
     cancelled: Mutex<Vec<String>>,
     plan: Mutex<Vec<Vec<RemoteState>>>,
+    /// Every signal sent, in order: (job id, signal).
+    signalled: Mutex<Vec<(String, RemoteSignal)>>,
 }
 
 impl RemoteCommands for Scripted {
@@ -131,6 +137,54 @@ impl RemoteCommands for Scripted {
         self.cancelled.lock().unwrap().extend(ids.iter().cloned());
         Ok(())
     }
+    fn signal(&self, ids: &[String], signal: RemoteSignal) -> Result<(), String> {
+        self.signalled.lock().unwrap().extend(ids.iter().map(|id| (id.clone(), signal)));
+        Ok(())
+    }
+}
+
+fn scripted_gateway(commands: Arc<Scripted>) -> (Gateway, mpsc::UnboundedReceiver<GatewayNotice>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let config = GatewayConfig {
+        kind: GatewayKind::Slurm,
+        partition: None,
+        account: None,
+        slurm_conf: None,
+        poll_interval: Duration::from_millis(20),
+    };
+    (Gateway::start("lyon", config, commands, tx).unwrap(), rx)
+}
+
+#[tokio::test]
+async fn a_suspended_job_is_stopped_once_when_it_runs_and_continued_once_when_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = Arc::new(Scripted::default());
+    *commands.plan.lock().unwrap() = vec![vec![RemoteState::Pending, RemoteState::Pending, RemoteState::Running]];
+    let (gateway, mut rx) = scripted_gateway(commands.clone());
+    let (killer, id) = gateway.submit(key(0), &spec(dir.path()), 1).unwrap();
+    // Suspended while still pending: nothing is sent until the job runs.
+    killer.suspend();
+    assert!(matches!(next(&mut rx).await, GatewayNotice::Started { .. }));
+    let wait_for = |n: usize| {
+        let commands = commands.clone();
+        async move {
+            for _ in 0..500 {
+                if commands.signalled.lock().unwrap().len() >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_for(1).await;
+    killer.resume();
+    wait_for(2).await;
+    // A few more polls: nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        *commands.signalled.lock().unwrap(),
+        vec![(id.clone(), RemoteSignal::Stop), (id, RemoteSignal::Continue)]
+    );
 }
 
 fn spec(dir: &Path) -> LaunchSpec {
@@ -165,15 +219,7 @@ async fn a_job_reports_its_start_then_its_exit_code_an_outside_cancel_is_preempt
         // Waits until the engine cancels it.
         vec![RemoteState::Pending],
     ];
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let config = GatewayConfig {
-        kind: GatewayKind::Slurm,
-        partition: None,
-        account: None,
-        slurm_conf: None,
-        poll_interval: Duration::from_millis(20),
-    };
-    let gateway = Gateway::start("lyon", config, commands.clone(), tx).unwrap();
+    let (gateway, mut rx) = scripted_gateway(commands.clone());
     let dirs: Vec<_> = (0..3).map(|i| dir.path().join(i.to_string())).collect();
     let (_k0, id0) = gateway.submit(key(0), &spec(&dirs[0]), 1).unwrap();
     std::fs::write(dirs[0].join(EXIT_CODE_FILE), "5\n").unwrap();
