@@ -120,7 +120,7 @@ pub(crate) fn write_task_lines(out: &mut impl Write, tasks: &[crate::projector::
             line.index,
             line.state,
             line.attempts,
-            line.engine.as_deref().unwrap_or("-"),
+            engine_text(line),
             line.started_ms.map_or("-".into(), clock),
             line.ended_ms.map_or("-".into(), clock),
             line.wall_ms.map_or("-".into(), seconds),
@@ -129,6 +129,15 @@ pub(crate) fn write_task_lines(out: &mut impl Write, tasks: &[crate::projector::
         )?;
     }
     Ok(())
+}
+
+/// The engine of a task line, with a gateway's remote job id after a colon (`lyon:4211`).
+fn engine_text(line: &crate::projector::results::TaskLine) -> String {
+    match (&line.engine, &line.remote_job) {
+        (Some(engine), Some(remote_job)) => format!("{engine}:{remote_job}"),
+        (Some(engine), None) => engine.clone(),
+        (None, _) => "-".into(),
+    }
 }
 
 fn tasks_title(reply: &TasksReply) -> String {
@@ -176,6 +185,9 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
     text += &format!("  dispatched {} (seq {}, decided on the state at seq {})\n", timestamp(a.dispatched_ms), a.dispatch_seq, a.based_on_seq);
     if let Some(started) = a.started_ms {
         text += &format!("  started    {}\n", timestamp(started));
+    }
+    if let Some(remote_job) = &a.remote_job {
+        text += &format!("  remote job {remote_job} (its id in the gateway's resource manager)\n");
     }
     if let Some(cause) = &a.suspended_by_threshold {
         text += &format!("  suspended by a threshold: {cause}\n");

@@ -91,6 +91,9 @@ pub struct TaskLine {
     pub exit_code: Option<i32>,
     /// `non-zero-exit`, `signalled`, `wall-time-exceeded`, `launch-failed`, `engine-shutdown`.
     pub failure_kind: Option<String>,
+    /// A gateway engine's job id in its resource manager (a Slurm job id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_job: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -165,6 +168,9 @@ pub struct AttemptView {
     /// the threshold when it was suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_by_threshold: Option<crate::core::state::thresholds::ThresholdCause>,
+    /// A gateway engine's job id in its resource manager (a Slurm job id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_job: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -317,6 +323,7 @@ fn task_line(state: &State, job: &Job, key: TaskKey) -> TaskLine {
         });
         line.exit_code = record.exit_code;
         line.failure_kind = record.failure_kind.map(|k| k.as_str().to_string());
+        line.remote_job = remote_job(record);
     }
     line
 }
@@ -355,6 +362,10 @@ pub fn answer_task(state: &State, request: &TaskRequest) -> TaskReply {
     }
 }
 
+fn remote_job(record: &AttemptRecord) -> Option<String> {
+    (!record.remote_job.is_empty()).then(|| record.remote_job.clone())
+}
+
 fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptView {
     let live = state.live_attempt_numbered(key, record.attempt);
     let outcome = match (record.end, live) {
@@ -388,6 +399,7 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
         output_truncated: false,
         output_bytes_max: record.output_bytes_max,
         suspended_by_threshold: state.suspended_by_threshold(key, record.attempt).cloned(),
+        remote_job: remote_job(record),
     }
 }
 
@@ -408,6 +420,25 @@ mod tests {
             fold(state, &entry);
         }
         log.entries.len()
+    }
+
+    #[test]
+    fn a_gateways_remote_job_id_is_shown_on_its_attempt_and_task_line_and_a_later_start_does_not_replace_it() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.login("gw", 1, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 1, ""));
+        let seen = run(&mut log, &mut state, 0);
+        let start = |remote_job: &str| crate::core::event::Event::TaskStarted { task: task("j", 0), attempt: 1, engine: engine_id("gw"), remote_job: remote_job.into() };
+        log.push(start("4211"));
+        log.push(start("9999"));
+        run(&mut log, &mut state, seen);
+        let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        assert_eq!(reply.attempts[0].remote_job.as_deref(), Some("4211"));
+        let lines = answer_tasks(&state, &TasksRequest { job: "j".into(), ..TasksRequest::default() });
+        assert_eq!(lines.tasks[0].remote_job.as_deref(), Some("4211"));
+        let json = serde_json::to_value(&lines.tasks[0]).unwrap();
+        assert_eq!(json["remote_job"], "4211");
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct AttemptRecord {
     pub text_bytes: u32,
     /// Most bytes of stdout, and as many of stderr, the engine stores for it.
     pub output_bytes_max: u64,
+    /// A gateway engine's job id in its resource manager (`TaskStarted.remote_job`,
+    /// at most `REMOTE_JOB_BYTES_MAX` bytes); empty for a local process.
+    #[serde(default)]
+    pub remote_job: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -182,13 +186,17 @@ impl AttemptLog {
             text: None,
             text_bytes: 0,
             output_bytes_max: dispatched.output_bytes_max,
+            remote_job: String::new(),
         });
         assert!(task.records.len() <= ATTEMPTS_KEPT_PER_TASK, "a task keeps at most {ATTEMPTS_KEPT_PER_TASK} attempts");
     }
 
-    pub fn started(&mut self, index: u32, attempt: Attempt, time_ms: u64) {
+    pub fn started(&mut self, index: u32, attempt: Attempt, time_ms: u64, remote_job: &str) {
         if let Some(record) = self.record_mut(index, attempt) {
-            record.started_ms.get_or_insert(time_ms);
+            if record.started_ms.is_none() {
+                record.started_ms = Some(time_ms);
+                record.remote_job = remote_job.to_string();
+            }
         }
     }
 
@@ -277,9 +285,9 @@ impl super::State {
                     job.attempt_log.dispatched(key.index, dispatched);
                 }
             }
-            Event::TaskStarted { task, attempt, .. } => {
+            Event::TaskStarted { task, attempt, remote_job, .. } => {
                 if let Some(key) = self.task_key(task) {
-                    self.job_mut(key.job).attempt_log.started(key.index, *attempt, entry.time_ms);
+                    self.job_mut(key.job).attempt_log.started(key.index, *attempt, entry.time_ms, remote_job);
                 }
             }
             Event::TaskCompleted { task, attempt, exit_code, cpu_ms, wall_ms, result, .. } => {
@@ -397,7 +405,7 @@ mod tests {
     fn a_report_of_an_unknown_or_forgotten_attempt_changes_nothing() {
         let mut log = AttemptLog::default();
         log.reported(5, 1, failed(b"stale"));
-        log.started(5, 1, 1);
+        log.started(5, 1, 1, "");
         assert_eq!(log, AttemptLog::default());
     }
 }

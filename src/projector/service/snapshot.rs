@@ -85,7 +85,8 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// campaign state its predictor figures (whole and per cluster), per-engine
 /// durations and sink suspects and flags.
 /// 16: both of 15's.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 16;
+/// 17: an attempt's record its gateway job id (`remote_job`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 17;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 
