@@ -104,6 +104,12 @@ pub struct EngineGroup {
     pub sync_ms: u64,
     /// Named load values its heartbeats report (milli-units), besides the load of its runs.
     pub load_values_milli: BTreeMap<String, i64>,
+    /// A gateway onto a cluster it does not own (give it the property
+    /// `gateway` too, for flood control): its remote resource manager runs at
+    /// most this many of its slots at once, and the runs beyond wait in the
+    /// remote queue, started first come first served as slots free. `None`:
+    /// every run starts at once.
+    pub remote_slots: Option<u32>,
 }
 
 /// Slowest and fastest engine speed, in percent of the scenario's durations.
@@ -356,6 +362,9 @@ fn check_group(group: &EngineGroup) -> Result<(), String> {
     if !SPEED_PERCENT_RANGE.contains(&group.speed_percent) {
         return Err(format!("speed_percent must be within {SPEED_PERCENT_RANGE:?}"));
     }
+    if group.remote_slots == Some(0) {
+        return Err("remote_slots must be at least 1".into());
+    }
     for library in &group.props.libraries {
         library.validate().map_err(|e| format!("libraries: {library}: {e}"))?;
     }
@@ -459,6 +468,8 @@ crate::files::policyfile::sge::with_grid_engine_keys! {
         default_duration_ms: Option<u64>,
         fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
         cigri: Option<crate::files::policyfile::cigri::CigriSection>,
+        /// Flood control of gateway engines, read as in a policy file (in seconds).
+        flood: Option<crate::files::policyfile::flood::FloodSection>,
     }
 }
 
@@ -503,6 +514,7 @@ struct RawEngineGroup {
     fails_jobs: Vec<Spanned<String>>,
     sync_ms: Option<u64>,
     load_values_milli: Option<Spanned<BTreeMap<String, i64>>>,
+    remote_slots: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -653,12 +665,15 @@ impl RawScenario {
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let cigri = crate::files::policyfile::cigri::cigri(FileText { text, path: "" }, &raw.cigri)
                     .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
+                let flood = crate::files::policyfile::flood::flood(FileText { text, path: "" }, &raw.flood)
+                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
                 let policy = Policy {
                     algorithm,
                     sge,
                     techila,
                     fbsng,
                     cigri,
+                    flood,
                     engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
                     dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
                     dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
@@ -730,6 +745,10 @@ impl RawScenario {
                 fails_jobs: Vec::new(), // read once the jobs are known
                 sync_ms: raw.sync_ms.unwrap_or(DEFAULT_SYNC_MS),
                 load_values_milli: resource::load_values(&raw.load_values_milli)?,
+                remote_slots: match &raw.remote_slots {
+                    None => None,
+                    Some(v) => Some(require(v, |n| n >= 1, || "remote_slots must be at least 1".into())?),
+                },
                 props: EngineProps {
                     os: raw.os.clone(),
                     arch: raw.arch.clone(),
@@ -1127,6 +1146,7 @@ sync_failure_per_million = 1000
             ("copies_per_task_max = 1", "copies = 1", "unknown field `copies`"),
             ("libraries = [\"lib@1.0\"]", "libraries = [\"lib\"]", "libraries[0]: library \"lib\" is not written name@version"),
             ("speed_percent = 25", "speed_percent = 0", "speed_percent must be within"),
+            ("speed_percent = 25", "remote_slots = 0\nspeed_percent = 25", "remote_slots must be at least 1"),
             ("fails_jobs = [\"b\"]", "fails_jobs = [\"c\"]", "fails_jobs[0]: \"c\" is not a job of the scenario"),
             ("failures_before_blacklist = 2", "failures_before_blacklist = 0", "failures_before_blacklist must be at least 1"),
             ("task_max_time_ms = 400", "task_max_time_ms = 0", "task_max_time_ms must be at least 1"),

@@ -137,6 +137,11 @@ pub struct SimEngine {
     pub suspensions: BTreeMap<RunKey, Suspension>,
     /// Closed intervals of virtual time the engine was up, for utilisation.
     alive_intervals: Vec<(u64, u64)>,
+    /// A gateway's remote resource manager: at most this many of its slots run
+    /// at once (the scenario's `remote_slots`); `None`: runs start at once.
+    pub remote_slots: Option<u32>,
+    /// A gateway's runs waiting in the remote queue, first come first served.
+    pub remote_queue: std::collections::VecDeque<RunKey>,
 }
 
 impl SimEngine {
@@ -157,6 +162,8 @@ impl SimEngine {
             alive_since_ms: None,
             suspensions: BTreeMap::new(),
             alive_intervals: Vec::new(),
+            remote_slots: None,
+            remote_queue: std::collections::VecDeque::new(),
         }
     }
 
@@ -188,6 +195,7 @@ impl SimEngine {
         let since = self.alive_since_ms.take().expect("a live engine has come up");
         self.alive_intervals.push((since, now_ms));
         self.suspensions.clear();
+        self.remote_queue.clear();
         let runs = std::mem::take(&mut self.runs);
         runs.iter()
             .filter_map(|((task, _), run)| {
@@ -203,6 +211,28 @@ impl SimEngine {
             out.push((since, now_ms));
         }
         out
+    }
+
+    /// The run at the front of a gateway's remote queue, taken off it when the
+    /// remote slots have room for it (one run always fits an idle cluster);
+    /// runs no longer held (cancelled while waiting) are dropped on the way.
+    pub fn next_remote_start(&mut self) -> Option<RunKey> {
+        let remote_slots = self.remote_slots?;
+        let running: u32 = self.runs.values().filter(|run| run.started_ms.is_some()).map(|run| run.slots).sum();
+        while let Some(key) = self.remote_queue.front() {
+            match self.runs.get(key) {
+                Some(run) if run.started_ms.is_none() => {
+                    if running > 0 && running + run.slots > remote_slots {
+                        return None;
+                    }
+                    return self.remote_queue.pop_front();
+                }
+                _ => {
+                    self.remote_queue.pop_front();
+                }
+            }
+        }
+        None
     }
 
     pub fn is_current(&self, incarnation: u32) -> bool {

@@ -168,3 +168,5 @@ mod reservation_tests;
 mod fbsng_tests;
 #[cfg(test)]
 mod cigri_tests;
+#[cfg(test)]
+mod flood_tests;

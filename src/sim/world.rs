@@ -175,6 +175,7 @@ impl<'a> World<'a> {
                 engine.load_values = group.load_values_milli.clone();
                 engine.fails_jobs = group.fails_jobs.iter().cloned().collect();
                 engine.sync_ms = group.sync_ms;
+                engine.remote_slots = group.remote_slots;
                 engine
             })
             .collect();
@@ -484,6 +485,7 @@ impl<'a> World<'a> {
                     if let Some(start) = run.started_ms {
                         self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
                     }
+                    self.start_remote_runs(engine);
                 }
             }
             DeliveryKind::SyncLibrary { library, .. } => {
@@ -506,6 +508,7 @@ impl<'a> World<'a> {
                     if let Some(start) = run.started_ms {
                         self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
                     }
+                    self.start_remote_runs(engine);
                 }
             }
             // A suspended run's remaining time does not advance until its resume.
@@ -566,12 +569,32 @@ impl<'a> World<'a> {
         Run { slots: plan.slots_per_task, started_ms: None, duration_ms, end, end_after_ms }
     }
 
+    /// A run reaches its engine's start; a gateway's waits in its remote
+    /// queue for the remote slots first.
     fn run_start(&mut self, engine: usize, incarnation: u32, key: RunKey) {
-        let now = self.now_ms;
         let sim = &mut self.engines[engine];
-        if !sim.is_current(incarnation) {
+        if !sim.is_current(incarnation) || !sim.runs.contains_key(&key) {
             return;
         }
+        if sim.remote_slots.is_none() {
+            self.begin_run(engine, key);
+            return;
+        }
+        sim.remote_queue.push_back(key);
+        self.start_remote_runs(engine);
+    }
+
+    /// Starts what a gateway's remote queue has room for.
+    fn start_remote_runs(&mut self, engine: usize) {
+        while let Some(key) = self.engines[engine].next_remote_start() {
+            self.begin_run(engine, key);
+        }
+    }
+
+    fn begin_run(&mut self, engine: usize, key: RunKey) {
+        let now = self.now_ms;
+        let sim = &mut self.engines[engine];
+        let incarnation = sim.incarnation;
         let Some(run) = sim.runs.get_mut(&key) else { return };
         run.started_ms = Some(now);
         // Suspended before it started: it ends after its resume.
@@ -639,6 +662,9 @@ impl<'a> World<'a> {
                     self.schedule(now + after, SimEvent::EngineReturn { engine });
                 }
             }
+        }
+        if self.engines[engine].alive {
+            self.start_remote_runs(engine);
         }
     }
 
