@@ -131,6 +131,9 @@ fn resume_point(state: &State, j: JobIdx) -> u64 {
 /// stands for the engine id.
 type Rank = (u32, bool, i64, SortKey, u32);
 
+/// What a job's own queue ranks for: the job, the category, its filter class.
+type JobQueueKey = (JobIdx, CategoryIdx, Option<u64>);
+
 /// Candidates ranked, least rank first, in two parts.
 #[derive(Default)]
 struct RankQueue {
@@ -196,7 +199,7 @@ struct Candidates<'s> {
     /// The same for the (job, category, filter class) being served when the
     /// job scores engines: ranked with its score, built when the job is
     /// reached, dropped when the run moves on.
-    job_queue: Option<((JobIdx, CategoryIdx, Option<u64>), RankQueue)>,
+    job_queue: Option<(JobQueueKey, RankQueue)>,
     /// The same per (category, soft request) for jobs with a soft request and
     /// no score: shared by every job of the category (and filter class) asking the same.
     soft_queues: BTreeMap<(CategoryIdx, Option<u64>), BTreeMap<String, RankQueue>>,

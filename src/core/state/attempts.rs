@@ -192,11 +192,11 @@ impl AttemptLog {
     }
 
     pub fn started(&mut self, index: u32, attempt: Attempt, time_ms: u64, remote_job: &str) {
-        if let Some(record) = self.record_mut(index, attempt) {
-            if record.started_ms.is_none() {
-                record.started_ms = Some(time_ms);
-                record.remote_job = remote_job.to_string();
-            }
+        if let Some(record) = self.record_mut(index, attempt)
+            && record.started_ms.is_none()
+        {
+            record.started_ms = Some(time_ms);
+            record.remote_job = remote_job.to_string();
         }
     }
 
