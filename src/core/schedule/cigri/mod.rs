@@ -48,8 +48,9 @@
 //! engines and clusters whose tasks "succeed" in a tiny fraction of the
 //! campaign's median (order `FlagSink`, filter rule `cigri-sink`).
 //!
-//! # Not here (yet)
-//! The job ratio and flood control of gateway engines.
+//! # Not here
+//! The job ratio and flood control of gateway engines: [`super::flood`],
+//! for every family (a gateway is an engine property, not a campaign's).
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
 //! affinity filter is free when the policy has no affinity, and otherwise
