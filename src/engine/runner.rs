@@ -285,7 +285,7 @@ pub fn start<T: Send + 'static>(
     })
     .map_err(spawn_error)?;
     let started = Instant::now();
-    let Spawned { pid, stdout, stderr } = spawn_on_spawner_thread(prepared, engine_pid).map_err(spawn_error)?;
+    let Spawned { pid, stdout, stderr, start_ticks } = spawn_on_spawner_thread(prepared, engine_pid).map_err(spawn_error)?;
     // From here, dropping the leader kills it (and reaps it later).
     let leader = Leader { pid, reaped: false };
     let group = Arc::new(Group {
@@ -293,7 +293,7 @@ pub fn start<T: Send + 'static>(
         reaped: Mutex::new(false),
     });
     if let (Some(records), Some(token)) = (&spec.group_records, &token)
-        && let Err(source) = records.record(pid, token)
+        && let Err(source) = records.record(pid, token, start_ticks)
     {
         // Unrecorded, it could outlive a dead engine: not run. Dropping the
         // leader kills it.

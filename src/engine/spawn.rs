@@ -42,7 +42,7 @@
 //!
 //! Linux only, like the rest of the engine's process handling.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -73,6 +73,11 @@ pub struct SpawnSpec<'a> {
 /// of its stdout and stderr, non-blocking.
 pub struct Spawned {
     pub pid: libc::pid_t,
+    /// The leader's start time as `/proc/<pid>/stat` gives it (clock ticks after
+    /// boot), when the boot-time clock read around the clone pins it: both reads
+    /// fell in the same tick, and the kernel stamps the child between them. `None`
+    /// otherwise (a tick boundary fell inside the clone): read it from `/proc`.
+    pub start_ticks: Option<u64>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
 }
@@ -80,7 +85,9 @@ pub struct Spawned {
 /// Everything the child reads, made by the parent before the clone.
 pub struct Prepared {
     argv: Vec<CString>,
-    envp: Vec<CString>,
+    /// The engine's entries the task does not set, then the task's own.
+    envp_engine: Vec<&'static CStr>,
+    envp_task: Vec<CString>,
     /// Where `execve` is tried, in order.
     paths: Vec<CString>,
     work_dir: CString,
@@ -94,23 +101,47 @@ impl Prepared {
             .chain(spec.args.iter().map(|a| a.as_bytes()))
             .map(cstring)
             .collect::<io::Result<Vec<_>>>()?;
-        let mut env: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = std::env::vars_os()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect();
-        for (k, v) in spec.env {
-            env.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        // The task's entries, the last of each name winning (a task sets a few).
+        let mut task: Vec<&(String, String)> = Vec::with_capacity(spec.env.len());
+        for entry in spec.env.iter().rev() {
+            if !task.iter().any(|(k, _)| *k == entry.0) {
+                task.push(entry);
+            }
         }
-        let paths = candidate_paths(spec.program.as_bytes(), env.get(b"PATH".as_slice()).map(Vec::as_slice))?;
-        let envp = env
-            .into_iter()
-            .map(|(mut k, v)| {
-                k.push(b'=');
-                k.extend_from_slice(&v);
-                cstring(&k)
-            })
+        task.reverse();
+        let engine = engine_environment();
+        let path = match task.iter().find(|(k, _)| k == "PATH") {
+            Some((_, v)) => Some(v.as_bytes()),
+            None => engine.iter().find(|(k, _)| k == b"PATH").map(|(_, entry)| &entry.to_bytes()[5..]),
+        };
+        let paths = candidate_paths(spec.program.as_bytes(), path)?;
+        let envp_engine = engine
+            .iter()
+            .filter(|(k, _)| !task.iter().any(|(name, _)| name.as_bytes() == k.as_slice()))
+            .map(|(_, entry)| entry.as_c_str())
+            .collect();
+        let envp_task = task
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Prepared { argv, envp, paths, work_dir: cstring(spec.work_dir.as_os_str().as_bytes())? })
+        Ok(Prepared { argv, envp_engine, envp_task, paths, work_dir: cstring(spec.work_dir.as_os_str().as_bytes())? })
     }
+}
+
+/// The engine's own environment, read once at the first start (the engine never
+/// changes it): each entry's name and its `name=value` string.
+fn engine_environment() -> &'static [(Vec<u8>, CString)] {
+    static ENGINE: OnceLock<Vec<(Vec<u8>, CString)>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let mut entry = k.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(v.as_bytes());
+                Some((k.as_bytes().to_vec(), CString::new(entry).ok()?))
+            })
+            .collect()
+    })
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -302,7 +333,13 @@ pub fn spawn(prepared: &Prepared, engine_pid: libc::pid_t, stack: &mut ChildStac
     let (out_read, out_write) = pipe()?;
     let (err_read, err_write) = pipe()?;
     let argv = null_terminated(&prepared.argv);
-    let envp = null_terminated(&prepared.envp);
+    let envp: Vec<*const libc::c_char> = prepared
+        .envp_engine
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain(prepared.envp_task.iter().map(|e| e.as_ptr()))
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
     let paths = null_terminated(&prepared.paths);
     let args = ChildArgs {
         argv: argv.as_ptr(),
@@ -330,6 +367,7 @@ pub fn spawn(prepared: &Prepared, engine_pid: libc::pid_t, stack: &mut ChildStac
     // arrays it points into (alive until after the clone returns: this thread is
     // suspended until the child exec'd or exited, CLONE_VFORK), and makes only
     // async-signal-safe system calls, allocating nothing.
+    let before = boottime_ns();
     let pid = unsafe {
         libc::clone(
             child_main,
@@ -339,6 +377,7 @@ pub fn spawn(prepared: &Prepared, engine_pid: libc::pid_t, stack: &mut ChildStac
         )
     };
     let clone_error = io::Error::last_os_error();
+    let after = boottime_ns();
     // SAFETY: restores this thread's mask from the set saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     drop((out_write, err_write));
@@ -358,7 +397,24 @@ pub fn spawn(prepared: &Prepared, engine_pid: libc::pid_t, stack: &mut ChildStac
     }
     set_nonblocking(&out_read)?;
     set_nonblocking(&err_read)?;
-    Ok(Spawned { pid, stdout: out_read, stderr: err_read })
+    Ok(Spawned { pid, stdout: out_read, stderr: err_read, start_ticks: same_tick(before, after) })
+}
+
+/// `CLOCK_BOOTTIME` in ns: the clock the kernel stamps a process's start with.
+fn boottime_ns() -> Option<u64> {
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes only into the timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
+        return None;
+    }
+    Some(u64::try_from(now.tv_sec).ok()?.checked_mul(1_000_000_000)?.checked_add(u64::try_from(now.tv_nsec).ok()?)?)
+}
+
+/// The clock tick (`/proc`'s unit) of both instants, if they share one.
+fn same_tick(before: Option<u64>, after: Option<u64>) -> Option<u64> {
+    let ns_per_tick = 1_000_000_000 / super::procfs::ticks_per_second()?;
+    let (before, after) = (before? / ns_per_tick, after? / ns_per_tick);
+    (before == after).then_some(before)
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -509,6 +565,27 @@ mod tests {
         assert_eq!(each, ["/a/true", "./true", "/b/true"].map(|p| CString::new(p).unwrap()));
         let default = candidate_paths(b"true", None).unwrap();
         assert_eq!(default, ["/bin/true", "/usr/bin/true"].map(|p| CString::new(p).unwrap()));
+    }
+
+    /// The start time taken from the clock is the one `/proc` gives, every time.
+    #[test]
+    fn the_start_ticks_from_the_clock_are_those_of_proc() {
+        let dir = std::env::temp_dir();
+        let prepared = Prepared::new(&SpawnSpec { program: "true", args: &[], env: &[], work_dir: &dir }).unwrap();
+        let mut stack = ChildStack::new().unwrap();
+        // SAFETY: getpid has no preconditions.
+        let engine_pid = unsafe { libc::getpid() };
+        let mut pinned = 0;
+        for _ in 0..50 {
+            let spawned = spawn(&prepared, engine_pid, &mut stack).unwrap();
+            let from_proc = super::super::procfs::read_stat(spawned.pid).map(|stat| stat.start_ticks);
+            if let Some(ticks) = spawned.start_ticks {
+                assert_eq!(Some(ticks), from_proc);
+                pinned += 1;
+            }
+            reap_with_usage(spawned.pid).unwrap();
+        }
+        assert!(pinned >= 25, "the clock pinned {pinned} of 50 starts");
     }
 
     #[test]
