@@ -407,7 +407,7 @@ fn boottime_ns() -> Option<u64> {
     if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
         return None;
     }
-    Some(u64::try_from(now.tv_sec).ok()?.checked_mul(1_000_000_000)?.checked_add(u64::try_from(now.tv_nsec).ok()?)?)
+    u64::try_from(now.tv_sec).ok()?.checked_mul(1_000_000_000)?.checked_add(u64::try_from(now.tv_nsec).ok()?)
 }
 
 /// The clock tick (`/proc`'s unit) of both instants, if they share one.
