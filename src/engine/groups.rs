@@ -20,8 +20,9 @@
 //! # Records
 //!
 //! One line, `gridfold-task-group/1 pgid=<pgid> start_ticks=<t> boot_id=<id>
-//! token=<hex>`: the group (the leader's pid), the leader's start time from
-//! `/proc/<pid>/stat`, the boot it ran in, and a random token the task's processes
+//! token=<hex>`: the group (the leader's pid), the leader's start time as
+//! `/proc/<pid>/stat` gives it (pinned by the boot-time clock read around the
+//! start, see `spawn`, else read there), the boot it ran in, and a random token the task's processes
 //! inherit in their environment ([`TOKEN_ENV`]).
 //!
 //! The journal holds `+ <record>` when a group starts and `- <pgid>` when it
@@ -230,17 +231,18 @@ impl GroupRecords {
     }
 
     /// Records the group of `pgid`, a leader just started and not yet reaped, whose
-    /// processes carry `token`.
-    pub fn record(&self, pgid: i32, token: &str) -> io::Result<()> {
-        let leader = procfs::read_stat(pgid).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("cannot read /proc/{pgid}/stat"),
-            )
-        })?;
+    /// processes carry `token`, and whose start time is `start_ticks` (read from
+    /// `/proc/<pid>/stat` when `None`).
+    pub fn record(&self, pgid: i32, token: &str, start_ticks: Option<u64>) -> io::Result<()> {
+        let start_ticks = match start_ticks {
+            Some(ticks) => ticks,
+            None => procfs::read_stat(pgid)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("cannot read /proc/{pgid}/stat")))?
+                .start_ticks,
+        };
         let record = GroupRecord {
             pgid,
-            start_ticks: leader.start_ticks,
+            start_ticks,
             boot_id: self.boot_id.clone(),
             token: token.to_string(),
         };
@@ -711,13 +713,13 @@ mod tests {
         // Our own pid stands for a task leader: record reads its start time.
         let me = std::process::id() as i32;
         for _ in 0..5_000 {
-            records.record(me, "t").unwrap();
+            records.record(me, "t", None).unwrap();
             records.remove(me);
         }
         let lines = std::fs::read_to_string(&journal).unwrap().lines().count() as u64;
         assert!(lines < JOURNAL_COMPACT_LINES, "10,000 lines written, {lines} kept");
         assert!(read_records(records.dir()).unwrap().records.is_empty());
-        records.record(me, "live").unwrap();
+        records.record(me, "live", None).unwrap();
         let found = read_records(records.dir()).unwrap();
         assert_eq!((found.records.len(), found.records[0].token.as_str(), found.unreadable), (1, "live", 0));
         // An engine dying in the middle of a line leaves half of it.

@@ -106,6 +106,7 @@ pub mod probe;
 pub mod procfs;
 mod report;
 pub mod runner;
+mod spawn;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -20,18 +20,21 @@
 //! - The group is signalled only while its leader is not yet reaped: the leader's
 //!   pid, and so the group id, cannot have been reused. The supervisor waits for the
 //!   leader's exit without reaping it (a pidfd the runtime polls, then `waitid(WNOWAIT)`; no thread per task), kills
-//!   whatever is left of the group, reads the leader's CPU time from
-//!   `/proc/<pid>/stat`, and only then reaps it.
-//! - **The leader dies with the engine.** Every process is forked from one thread,
+//!   whatever is left of the group, and only then reaps it.
+//! - **The leader dies with the engine.** Every process is started from one thread,
 //!   `gridfold-spawner`, started on first use and never ending while the process
 //!   lives, and asks (`PR_SET_PDEATHSIG`) for SIGKILL when that thread ends. The
 //!   kernel sends the signal when the *thread* that forked the child ends, not the
 //!   process: forked from a tokio blocking-pool thread, which ends after 10 s idle,
 //!   or from a worker a runtime may retire, a healthy task would be killed. The child
 //!   checks, after the `prctl`, that its parent is still the engine, so an engine
-//!   that died during the fork leaves nothing running. The signal covers the leader
+//!   that died during the start leaves nothing running. The signal covers the leader
 //!   only (the kernel clears it in the leader's children); the group records cover
-//!   the rest.
+//!   the rest. The start is not a `fork` but a `clone(CLONE_VM | CLONE_VFORK)` that
+//!   copies nothing of the engine (see `spawn` for why and how).
+//! - The leader is reaped by the supervisor (`wait4`, which also gives its CPU
+//!   time), or, if the supervisor is dropped with the runtime, killed and reaped
+//!   at a later start.
 //! - Suspending ([`Killer::suspend`]) sends SIGSTOP to the whole group, resuming
 //!   ([`Killer::resume`]) SIGCONT; the wall-time limit does not run while the
 //!   group is suspended. Stopping a suspended group sends SIGCONT after SIGTERM,
@@ -46,15 +49,16 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _};
-use tokio::process::{Child, Command};
+use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::groups::{self, GroupRecords};
+use super::spawn::{self, Prepared, SpawnSpec, Spawned};
+#[cfg(test)]
 use super::procfs;
 use crate::core::event::{ERROR_TAIL_BYTES_MAX, RESULT_BYTES_MAX};
 
@@ -254,7 +258,7 @@ impl Killer {
 /// Starts `spec` and a task supervising it, which sends `(tag, outcome)` on `done`
 /// when the run is over. Must be called within a tokio runtime.
 pub fn start<T: Send + 'static>(
-    spec: LaunchSpec,
+    mut spec: LaunchSpec,
     tag: T,
     done: mpsc::UnboundedSender<(T, RunOutcome)>,
 ) -> Result<Killer, LaunchError> {
@@ -266,46 +270,33 @@ pub fn start<T: Send + 'static>(
     let capture_files = spec.capture.as_ref().map(|capture| {
         (CaptureFile::new(capture, "stdout"), CaptureFile::new(capture, "stderr"))
     });
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .current_dir(&spec.work_dir)
-        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // If the supervisor is dropped with the runtime, the leader at least dies.
-        .kill_on_drop(true);
     let token = spec.group_records.as_ref().map(|_| groups::new_token());
     if let Some(token) = &token {
-        command.env(groups::TOKEN_ENV, token);
+        spec.env.push((groups::TOKEN_ENV.to_string(), token.clone()));
     }
+    let spawn_error = |source: io::Error| LaunchError::Spawn { program: program.clone(), source };
     // SAFETY: getpid has no preconditions.
     let engine_pid = unsafe { libc::getpid() };
-    // SAFETY: the hook runs in the child between fork and exec and makes only
-    // async-signal-safe system calls (prctl, getppid), allocating nothing.
-    unsafe {
-        command.pre_exec(move || die_with_parent(engine_pid));
-    }
+    let prepared = Prepared::new(&SpawnSpec {
+        program,
+        args,
+        env: &spec.env,
+        work_dir: &spec.work_dir,
+    })
+    .map_err(spawn_error)?;
     let started = Instant::now();
-    let mut child = spawn_on_spawner_thread(command).map_err(|source| LaunchError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
-    let pid = child
-        .id()
-        .expect("a child just spawned and not yet waited for has a pid");
-    let pgid = i32::try_from(pid).expect("pids fit i32");
+    let Spawned { pid, stdout, stderr, start_ticks } = spawn_on_spawner_thread(prepared, engine_pid).map_err(spawn_error)?;
+    // From here, dropping the leader kills it (and reaps it later).
+    let leader = Leader { pid, reaped: false };
     let group = Arc::new(Group {
-        pgid,
+        pgid: pid,
         reaped: Mutex::new(false),
     });
     if let (Some(records), Some(token)) = (&spec.group_records, &token)
-        && let Err(source) = records.record(pgid, token)
+        && let Err(source) = records.record(pid, token, start_ticks)
     {
-        // Unrecorded, it could outlive a dead engine: not run. Dropping the child
-        // kills the leader and leaves it to tokio's reaper.
+        // Unrecorded, it could outlive a dead engine: not run. Dropping the
+        // leader kills it.
         group.signal(libc::SIGKILL);
         return Err(LaunchError::Record {
             program: program.clone(),
@@ -313,12 +304,12 @@ pub fn start<T: Send + 'static>(
             source,
         });
     }
+    let stdout = pipe::Receiver::from_owned_fd_unchecked(stdout).map_err(spawn_error)?;
+    let stderr = pipe::Receiver::from_owned_fd_unchecked(stderr).map_err(spawn_error)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (pause_tx, pause_rx) = watch::channel(false);
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
     let supervisor = Supervisor {
-        child,
+        leader,
         group: Arc::clone(&group),
         records: spec.group_records,
         stop: stop_rx,
@@ -340,8 +331,32 @@ pub fn start<T: Send + 'static>(
     })
 }
 
+/// The leader's pid while unreaped: dropped unreaped, it is killed (and reaped
+/// at a later start).
+struct Leader {
+    pid: i32,
+    reaped: bool,
+}
+
+impl Leader {
+    /// Reaps the exited leader: its wait status and CPU time in µs.
+    fn reap(&mut self) -> io::Result<(i32, u64)> {
+        // Reaped or not, the pid is not ours to signal after this.
+        self.reaped = true;
+        spawn::reap_with_usage(self.pid)
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if !self.reaped {
+            spawn::kill_and_forget(self.pid);
+        }
+    }
+}
+
 struct Supervisor {
-    child: Child,
+    leader: Leader,
     group: Arc<Group>,
     records: Option<GroupRecords>,
     stop: watch::Receiver<bool>,
@@ -412,25 +427,30 @@ impl Supervisor {
             }
         };
         let wall_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let cpu_ms = match exit_seen {
-            Some(cpu_ms) => {
-                // The leader is a zombie: its group id is still ours. Whatever it left
-                // running in the group goes with it.
-                self.group.signal(libc::SIGKILL);
-                cpu_ms.unwrap_or(0)
-            }
-            None => 0,
-        };
+        if exit_seen {
+            // The leader is a zombie: its group id is still ours. Whatever it left
+            // running in the group goes with it.
+            self.group.signal(libc::SIGKILL);
+        }
         // Before the reaping frees the pid: a record never names a pid reused since.
         if let Some(records) = &self.records {
             records.remove(pid);
         }
         self.group.mark_reaped();
-        let status = match self.child.wait().await {
-            Ok(status) => Some(status),
+        let reaped = if exit_seen {
+            self.leader.reap()
+        } else {
+            // The wait failed: the leader may still run, so reaping blocks.
+            self.leader.reaped = true;
+            tokio::task::spawn_blocking(move || spawn::reap_with_usage(pid))
+                .await
+                .unwrap_or_else(|err| Err(io::Error::other(err.to_string())))
+        };
+        let (status, cpu_ms) = match reaped {
+            Ok((status, cpu_us)) => (Some(std::process::ExitStatus::from_raw(status)), cpu_us / 1000),
             Err(err) => {
                 tracing::warn!(pid, "cannot reap the task's process: {err}");
-                None
+                (None, 0)
             }
         };
         let end = match (stopping, status) {
@@ -479,15 +499,14 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Waits until process `pid` (our child) has exited, without reaping it, and
-/// answers its CPU time in ms (`None` inside if unreadable); `None` if the wait
-/// itself failed.
+/// Waits until process `pid` (our child) has exited, without reaping it;
+/// `false` if the wait itself failed.
 ///
 /// The kernel says when through a pidfd (Linux 5.3 and later) the runtime polls
 /// like a socket: no thread per task. Where pidfds are missing, a helper thread
 /// blocks in `waitid` instead. Either way the pid stays ours (not reaped) until
 /// the supervisor has killed what is left of the group.
-async fn wait_for_exit_without_reaping(pid: i32) -> Option<Option<u64>> {
+async fn wait_for_exit_without_reaping(pid: i32) -> bool {
     match open_pidfd(pid) {
         Ok(pidfd) => {
             // SAFETY: an OwnedFd is a valid open descriptor, owned by the AsyncFd
@@ -498,7 +517,7 @@ async fn wait_for_exit_without_reaping(pid: i32) -> Option<Option<u64>> {
                 Ok(fd) => fd,
                 Err(err) => {
                     tracing::debug!(pid, "cannot poll the task's pidfd ({err}); waiting on a thread");
-                    return wait_on_thread(pid).await.ok();
+                    return wait_on_thread(pid).await.is_ok();
                 }
             };
             loop {
@@ -506,22 +525,22 @@ async fn wait_for_exit_without_reaping(pid: i32) -> Option<Option<u64>> {
                     Ok(ready) => ready,
                     Err(err) => {
                         tracing::warn!(pid, "cannot wait for the task's process: {err}");
-                        return None;
+                        return false;
                     }
                 };
                 match has_exited(pid) {
-                    Ok(true) => return Some(cpu_ms_of_zombie(pid)),
+                    Ok(true) => return true,
                     Ok(false) => ready.clear_ready(),
                     Err(err) => {
                         tracing::warn!(pid, "cannot wait for the task's process: {err}");
-                        return None;
+                        return false;
                     }
                 }
             }
         }
         Err(err) => {
             tracing::debug!(pid, "no pidfd for the task's process ({err}); waiting on a thread");
-            wait_on_thread(pid).await.ok()
+            wait_on_thread(pid).await.is_ok()
         }
     }
 }
@@ -559,7 +578,7 @@ fn has_exited(pid: i32) -> io::Result<bool> {
 }
 
 /// [`wait_for_exit_without_reaping`] on a helper thread blocked in `waitid`.
-fn wait_on_thread(pid: i32) -> oneshot::Receiver<Option<u64>> {
+fn wait_on_thread(pid: i32) -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("gridfold-wait-{pid}"))
@@ -576,7 +595,7 @@ fn wait_on_thread(pid: i32) -> oneshot::Receiver<Option<u64>> {
                     )
                 };
                 if rc == 0 {
-                    let _ = tx.send(cpu_ms_of_zombie(pid));
+                    let _ = tx.send(());
                     return;
                 }
                 let err = io::Error::last_os_error();
@@ -595,48 +614,19 @@ fn wait_on_thread(pid: i32) -> oneshot::Receiver<Option<u64>> {
     rx
 }
 
-/// User + system time of an exited, unreaped process and of the children it reaped,
-/// from `/proc/<pid>/stat`.
-fn cpu_ms_of_zombie(pid: i32) -> Option<u64> {
-    let ticks = procfs::read_stat(pid)?.cpu_ticks;
-    Some(ticks.saturating_mul(1000) / procfs::ticks_per_second()?)
-}
-
-/// Runs in the child between fork and exec: SIGKILL when the thread that forked it
-/// ends, and no run at all if the engine already died. Async-signal-safe only.
-fn die_with_parent(engine_pid: libc::pid_t) -> io::Result<()> {
-    let signal = libc::SIGKILL as libc::c_ulong;
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of the calling process.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != engine_pid {
-        // Reparented: the engine died before the prctl, and no signal will come.
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    Ok(())
-}
-
-/// A command to fork from the spawner thread, and where to answer.
+/// A prepared process to start from the spawner thread, and where to answer.
 struct SpawnRequest {
-    command: Command,
-    /// The runtime the child's pipes and reaper register with.
-    runtime: tokio::runtime::Handle,
-    reply: std::sync::mpsc::SyncSender<io::Result<Child>>,
+    prepared: Prepared,
+    engine_pid: libc::pid_t,
+    reply: std::sync::mpsc::SyncSender<io::Result<Spawned>>,
 }
 
-/// Spawns `command` from the `gridfold-spawner` thread (see the module docs), and
-/// waits for it as [`Command::spawn`] would (until the exec). Within a runtime.
-fn spawn_on_spawner_thread(command: Command) -> io::Result<Child> {
-    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+/// Starts `prepared` from the `gridfold-spawner` thread (see the module docs), and
+/// waits until it has exec'd (or failed to).
+fn spawn_on_spawner_thread(prepared: Prepared, engine_pid: libc::pid_t) -> io::Result<Spawned> {
     let (reply, answer) = std::sync::mpsc::sync_channel(1);
     spawner()?
-        .send(SpawnRequest {
-            command,
-            runtime,
-            reply,
-        })
+        .send(SpawnRequest { prepared, engine_pid, reply })
         .map_err(|_| io::Error::other("the gridfold-spawner thread has ended"))?;
     answer
         .recv()
@@ -651,19 +641,19 @@ fn spawner() -> io::Result<std::sync::mpsc::Sender<SpawnRequest>> {
     if let Some(requests) = &*spawner {
         return Ok(requests.clone());
     }
+    let mut stack = spawn::ChildStack::new()?;
     let (requests, incoming) = std::sync::mpsc::channel::<SpawnRequest>();
     std::thread::Builder::new()
         .name("gridfold-spawner".to_string())
         .spawn(move || {
-            for SpawnRequest {
-                mut command,
-                runtime,
-                reply,
-            } in incoming
-            {
-                let _runtime = runtime.enter();
-                // The caller may have given up; the child then dies on drop.
-                let _ = reply.send(command.spawn());
+            for SpawnRequest { prepared, engine_pid, reply } in incoming {
+                let spawned = spawn::spawn(&prepared, engine_pid, &mut stack);
+                // The caller may have given up; the child is then killed and reaped.
+                if let Err(std::sync::mpsc::TrySendError::Disconnected(Ok(spawned)) | std::sync::mpsc::TrySendError::Full(Ok(spawned))) =
+                    reply.try_send(spawned)
+                {
+                    spawn::kill_and_forget(spawned.pid);
+                }
             }
         })?;
     *spawner = Some(requests.clone());
@@ -1151,5 +1141,117 @@ mod tests {
             err.to_string().contains("gridfold-no-such-program"),
             "{err}"
         );
+    }
+
+    fn spec_of(argv: &[&str], work_dir: PathBuf, env: Vec<(String, String)>) -> LaunchSpec {
+        LaunchSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            work_dir,
+            env,
+            wall_time_limit: None,
+            kill_grace: Duration::from_millis(200),
+            group_records: None,
+            capture: None,
+        }
+    }
+
+    async fn run_spec(spec: LaunchSpec) -> RunOutcome {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _killer = start(spec, (), tx).unwrap();
+        rx.recv().await.unwrap().1
+    }
+
+    /// The task sees the engine's environment with its own entries over it
+    /// (the last of a name wins), and its own `PATH` finds its program.
+    #[tokio::test]
+    async fn a_task_gets_the_engines_environment_with_its_own_over_it_and_its_path_finds_its_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("gridfold-test-prog"), "#!/bin/sh\nenv\n").unwrap();
+        std::fs::set_permissions(bin.join("gridfold-test-prog"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path = format!("/usr/bin:/bin:{}", bin.display());
+        let env = vec![
+            ("GRIDFOLD_TEST".to_string(), "first".to_string()),
+            ("GRIDFOLD_TEST".to_string(), "second".to_string()),
+            ("PATH".to_string(), path.clone()),
+        ];
+        let outcome = run_spec(spec_of(&["gridfold-test-prog"], dir.path().join("w"), env)).await;
+        assert_eq!(outcome.end, RunEnd::Exited(0), "{outcome:?}");
+        let text = String::from_utf8(outcome.stdout_head).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"GRIDFOLD_TEST=second") && !lines.contains(&"GRIDFOLD_TEST=first"), "{text}");
+        assert!(lines.contains(&format!("PATH={path}").as_str()), "{text}");
+        let home = std::env::var("HOME").unwrap_or_default();
+        assert!(home.is_empty() || lines.contains(&format!("HOME={home}").as_str()), "the engine's own entries: {text}");
+    }
+
+    /// Started as std's children are: stdin is `/dev/null`, the leader leads a
+    /// group of its own, no signal blocked and SIGPIPE at its default (Rust
+    /// ignores it in the engine).
+    #[tokio::test]
+    async fn a_task_reads_dev_null_leads_its_own_group_and_blocks_no_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "cat; read -r pid comm state ppid pgid rest < /proc/$$/stat; echo \"$$ $pgid\"; \
+                      exec grep -E '^Sig(Blk|Ign):' /proc/self/status";
+        let outcome = run_spec(spec_of(&["sh", "-c", script], dir.path().join("w"), vec![])).await;
+        assert_eq!(outcome.end, RunEnd::Exited(0), "{outcome:?}");
+        let text = String::from_utf8(outcome.stdout_head).unwrap();
+        let mut lines = text.lines();
+        let ids: Vec<&str> = lines.next().unwrap().split(' ').collect();
+        assert_eq!(ids[0], ids[1], "the leader's pid is its group: {text}");
+        let mask = |name: &str| {
+            let line = text.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{text}");
+        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE not ignored: {text}");
+    }
+
+    /// A program found but not executable is refused with the reason, and the
+    /// child that tried it is reaped (no zombie left behind).
+    #[tokio::test]
+    async fn a_program_that_is_not_executable_does_not_start_and_leaves_no_zombie() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("not-executable");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
+        let spec = spec_of(&[program.to_str().unwrap()], dir.path().join("w"), vec![]);
+        let err = start(spec, (), tx).unwrap_err();
+        assert!(err.to_string().contains("not-executable") && err.to_string().contains("ermission denied"), "{err}");
+        let zombies = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+            .flat_map(|children| children.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .filter_map(|pid| procfs::read_stat(pid.parse().ok()?))
+            .filter(|stat| stat.state == 'Z')
+            .count();
+        assert_eq!(zombies, 0);
+    }
+
+    /// A leader whose supervisor goes with the runtime is killed, and reaped
+    /// at the next start.
+    #[test]
+    fn a_leader_left_by_a_dropped_runtime_is_killed_and_reaped_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
+        let killer = runtime.block_on(async {
+            start(spec_of(&["sleep", "30"], dir.path().join("a"), vec![]), (), tx.clone()).unwrap()
+        });
+        let pid = killer.pgid();
+        std::mem::forget(killer);
+        drop(runtime);
+        let live = |pid: i32| procfs::read_stat(pid).is_some_and(|stat| stat.is_live());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while live(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!live(pid), "the leader was killed with its runtime");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let outcome = runtime.block_on(run_spec(spec_of(&["true"], dir.path().join("b"), vec![])));
+        assert_eq!(outcome.end, RunEnd::Exited(0));
+        assert!(procfs::read_stat(pid).is_none(), "the killed leader was reaped");
     }
 }
