@@ -59,7 +59,9 @@ pub(super) fn analyse(entries: &[Entry], jobs: &[JobSpec], slots: u32) -> Analys
                             if let Some(free) =
                                 free_since.get_mut(engine).and_then(VecDeque::pop_front)
                             {
-                                analysis.slot_free_to_dispatch.push(t.saturating_sub(free));
+                                // A slot free before its job existed waited for work, not for the scheduler.
+                                let since = free.max(submitted.get(&task.job).copied().unwrap_or(free));
+                                analysis.slot_free_to_dispatch.push(t.saturating_sub(since));
                             }
                             dispatched_at.insert((task.job.clone(), task.index), t);
                         }
@@ -147,5 +149,43 @@ fn percentiles(samples: &[u64]) -> Percentiles {
         p50: rank(50),
         p99: rank(99),
         max: *sorted.last().expect("not empty"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fold::fold;
+    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::*;
+
+    /// Folds the log, decides, and logs the batch at `at_ms`.
+    fn dispatch_at(log: &mut LogBuilder, state: &mut State, from: usize, at_ms: u64) -> usize {
+        for entry in &log.entries[from..] {
+            fold(state, entry);
+        }
+        let batch = decide(state, &InFlight::new()).expect("a dispatch");
+        log.at(at_ms);
+        let entry = log.orders(batch);
+        fold(state, &entry);
+        log.entries.len()
+    }
+
+    #[test]
+    fn a_slot_free_before_its_job_is_counted_from_the_submission_and_a_freed_one_from_the_completion() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.at(1_000);
+        log.login("e1", 1, linux_props("lyon", 8192));
+        log.at(5_000);
+        let spec = job_spec("j", 2, "");
+        log.submit(spec.clone());
+        let seen = dispatch_at(&mut log, &mut state, 0, 5_007);
+        log.at(6_000);
+        log.completed("j", 0, 1, "e1");
+        dispatch_at(&mut log, &mut state, seen, 6_003);
+        let analysis = analyse(&log.entries, &[spec], 1);
+        // From the submission (5,000), not the login (1,000); then from the completion.
+        assert_eq!(analysis.slot_free_to_dispatch, vec![7, 3]);
     }
 }

@@ -12,7 +12,8 @@
 //! - **latencies** from the log's own timestamps (the broker's clock, ms):
 //!   *slot free → dispatch durable* (each Dispatch to an engine is matched, first in
 //!   first out, with the event that freed one of its slots: its login or a
-//!   `TaskCompleted` on it: the scheduler's reaction time once a task can run),
+//!   `TaskCompleted` on it, or the job's submission when that came later: the
+//!   scheduler's reaction time once a task can run),
 //!   *submit → dispatch durable* (the job's entry to its task's batch: with far more
 //!   tasks than slots this is mostly queueing), and *dispatch → completed durable*
 //!   (delivery, the engine, its reports).
