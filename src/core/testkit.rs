@@ -183,6 +183,20 @@ impl LogBuilder {
     }
 }
 
+/// Folds the log's entries from `from`, then decides and logs and folds the
+/// batch (if it orders anything), as the projector does; the log's length.
+pub fn fold_and_decide(log: &mut LogBuilder, state: &mut super::state::State, from: usize) -> usize {
+    for entry in &log.entries[from..] {
+        super::fold::fold(state, entry);
+    }
+    let in_flight = super::schedule::InFlight::new();
+    if let Some(batch) = super::schedule::decide(state, &in_flight).filter(|batch| !batch.orders.is_empty()) {
+        let entry = log.orders(batch);
+        super::fold::fold(state, &entry);
+    }
+    log.entries.len()
+}
+
 pub fn started_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event {
     Event::TaskStarted { task: task(job, index), attempt, engine: engine_id(engine), remote_job: String::new() }
 }

@@ -406,21 +406,8 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fold::fold;
-    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::fold_and_decide as run;
     use crate::core::testkit::*;
-
-    /// Folds the new entries, then decides and folds the orders, as the projector does.
-    fn run(log: &mut LogBuilder, state: &mut State, from: usize) -> usize {
-        for entry in &log.entries[from..] {
-            fold(state, entry);
-        }
-        if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
-            let entry = log.orders(batch);
-            fold(state, &entry);
-        }
-        log.entries.len()
-    }
 
     #[test]
     fn a_gateways_remote_job_id_is_shown_on_its_attempt_and_task_line_and_a_later_start_does_not_replace_it() {

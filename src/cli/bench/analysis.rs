@@ -155,21 +155,7 @@ fn percentiles(samples: &[u64]) -> Percentiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fold::fold;
-    use crate::core::schedule::{decide, InFlight};
     use crate::core::testkit::*;
-
-    /// Folds the log, decides, and logs the batch at `at_ms`.
-    fn dispatch_at(log: &mut LogBuilder, state: &mut State, from: usize, at_ms: u64) -> usize {
-        for entry in &log.entries[from..] {
-            fold(state, entry);
-        }
-        let batch = decide(state, &InFlight::new()).expect("a dispatch");
-        log.at(at_ms);
-        let entry = log.orders(batch);
-        fold(state, &entry);
-        log.entries.len()
-    }
 
     #[test]
     fn a_slot_free_before_its_job_is_counted_from_the_submission_and_a_freed_one_from_the_completion() {
@@ -180,10 +166,15 @@ mod tests {
         log.at(5_000);
         let spec = job_spec("j", 2, "");
         log.submit(spec.clone());
-        let seen = dispatch_at(&mut log, &mut state, 0, 5_007);
+        // Each batch is logged at the time set just before it.
+        let from = log.entries.len();
+        log.at(5_007);
+        let seen = fold_and_decide(&mut log, &mut state, 0);
         log.at(6_000);
         log.completed("j", 0, 1, "e1");
-        dispatch_at(&mut log, &mut state, seen, 6_003);
+        log.at(6_003);
+        fold_and_decide(&mut log, &mut state, seen);
+        assert_eq!(log.entries.len(), from + 3, "two batches and a completion");
         let analysis = analyse(&log.entries, &[spec], 1);
         // From the submission (5,000), not the login (1,000); then from the completion.
         assert_eq!(analysis.slot_free_to_dispatch, vec![7, 3]);
