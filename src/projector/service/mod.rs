@@ -106,6 +106,7 @@ pub mod snapshot;
 mod snapshotting;
 mod start;
 mod tasks;
+mod window;
 #[cfg(test)]
 mod tests;
 
@@ -505,10 +506,8 @@ struct Shell<L, S, A> {
     /// Batches published by the decision under way; it goes on (decides again) when
     /// each publish is answered, up to [`BATCHES_PER_DECISION_MAX`]; 0: none under way.
     decision_batches: usize,
-    entries_since_decision: u64,
-    /// When the first entry not yet decided on was folded: the coalescing window
-    /// ([`ProjectorConfig::decide_window`]) runs from here.
-    undecided_since: Option<Instant>,
+    /// The coalescing window over the entries folded since the last decision.
+    window: window::DecideWindow,
     entries_since_snapshot: u64,
     last_snapshot_at: Instant,
     /// The snapshot being written to disk, by a blocking task; at most one at a time.
@@ -556,6 +555,7 @@ where
         key: ProjectorKey,
     ) -> Self {
         let recent = RecentDeliveries::new(config.redeliver_window, start.recent);
+        let window = window::DecideWindow::new(config.decide_window, config.decide_window_entries);
         let status = ProjectorStatus {
             started_from: start.started_from,
             folded_seq: start.machine.state().last_seq.0,
@@ -580,8 +580,7 @@ where
             dirty: true,
             publishing: None,
             decision_batches: 0,
-            entries_since_decision: 0,
-            undecided_since: None,
+            window,
             entries_since_snapshot: 0,
             last_snapshot_at: Instant::now(),
             snapshot_writing: None,
@@ -732,8 +731,7 @@ where
         if count > 0 {
             self.dirty = true;
             self.entries_folded += count;
-            self.entries_since_decision += count;
-            self.undecided_since.get_or_insert_with(Instant::now);
+            self.window.folded(count, Instant::now());
             self.entries_since_snapshot += count;
         }
         self.deliver().await;

@@ -42,45 +42,47 @@ where
         }
         let continuing = self.decision_batches > 0;
         if !continuing {
-            let due = (self.caught_up && self.decide_at().is_none())
-                || self.entries_since_decision >= self.config.schedule_every_entries;
+            let due = (self.caught_up && self.window.is_due(std::time::Instant::now()))
+                || self.window.entries() >= self.config.schedule_every_entries;
             if !self.dirty || !due {
                 return Ok(());
             }
         }
-        if !self.may_publish().await {
+        if !self.may_publish().await || !self.key_registered().await {
             self.decision_batches = 0;
-            return Ok(());
-        }
-        if !self.key_registered().await {
-            self.decision_batches = 0;
+            self.window.set_aside();
             return Ok(());
         }
         if !continuing {
             self.dirty = false;
-            self.entries_since_decision = 0;
-            self.undecided_since = None;
+            self.window.decided();
         }
         match self.machine.poll_batch() {
             Some(batch) => {
                 self.decision_batches += 1;
                 self.start_publish(batch);
             }
-            None => self.decision_batches = 0,
+            None => {
+                // Decided on everything folded so far, the entries folded while
+                // the last batch was being published included.
+                self.decision_batches = 0;
+                self.dirty = false;
+                self.window.decided();
+            }
         }
         Ok(())
     }
 
-    /// When the coalescing window of the entries waiting to be decided on ends,
-    /// if it has not yet: `None` once it has passed, when none wait, when
-    /// enough wait to decide at once, or while a publish is under way (its
-    /// answer decides again).
+    /// When the loop is to decide on the entries waiting: the coalescing
+    /// window's end, even when passed (a past instant fires at once); `None`
+    /// when none wait, while a publish is under way (its answer decides
+    /// again), or while the log is still being caught up with (the read that
+    /// catches up decides).
     pub(super) fn decide_at(&self) -> Option<std::time::Instant> {
-        if self.publishing.is_some() || self.entries_since_decision >= self.config.decide_window_entries {
+        if self.publishing.is_some() || !self.caught_up {
             return None;
         }
-        let deadline = self.undecided_since? + self.config.decide_window;
-        (deadline > std::time::Instant::now()).then_some(deadline)
+        self.window.deadline()
     }
 
     /// Whether the log holds this projector's key, so that its batches will be
