@@ -17,6 +17,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument as _;
 
 use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
+use super::fresh_dirs::FreshDirs;
 use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
 use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
@@ -65,6 +66,10 @@ where
         // Before the login: no other engine uses the directory, and nothing its
         // previous engine's tasks left runs on.
         let claim = groups::claim(&work_dir).await?;
+        let fresh_dirs = FreshDirs::start(&work_dir, 2 * config.slots as usize).map_err(|source| EngineError::WorkDir {
+            path: work_dir.join(super::fresh_dirs::FRESH_DIR_NAME),
+            source,
+        })?;
         // Absolute, as tasks get it in GRIDFOLD_LIBRARY_DIR and run elsewhere.
         let library_dir = std::path::absolute(&config.library_dir).map_err(|source| {
             EngineError::WorkDir {
@@ -105,6 +110,7 @@ where
             config,
             work_dir,
             claim,
+            fresh_dirs,
             library_dir,
             props,
             cores_measured: probe::cores(),
@@ -173,7 +179,21 @@ fn prepare_work_dir(dir: &Path) -> Result<PathBuf, EngineError> {
         source,
     };
     std::fs::create_dir_all(dir).map_err(io)?;
-    dir.canonicalize().map_err(io)
+    let dir = dir.canonicalize().map_err(io)?;
+    match super::work_root::mark_top_of_hierarchy(&dir) {
+        Ok(super::work_root::TopDir::Marked) => {
+            tracing::info!(work_dir = %dir.display(), "marked the work directory as a top of hierarchy (chattr +T): each job's directory goes to a block group of its own")
+        }
+        Ok(super::work_root::TopDir::AlreadyMarked) => {}
+        Ok(super::work_root::TopDir::Unsupported) => {
+            tracing::debug!(work_dir = %dir.display(), "the filesystem keeps no top-of-hierarchy flag")
+        }
+        Err(err) => tracing::warn!(
+            work_dir = %dir.display(),
+            "cannot mark the work directory as a top of hierarchy (chattr +T), so attempts' directories may be slow to make: {err}"
+        ),
+    }
+    Ok(dir)
 }
 
 #[derive(Debug, Default)]
@@ -241,6 +261,8 @@ struct Agent {
     work_dir: PathBuf,
     /// Held while the agent lives; released after `Drop` killed what still runs.
     claim: WorkDirClaim,
+    /// Attempts' directories, made ahead of their starts.
+    fresh_dirs: FreshDirs,
     /// `config.library_dir`, absolute.
     library_dir: PathBuf,
     props: EngineProps,
@@ -710,6 +732,10 @@ impl Agent {
             Ok(dir) => dir,
             Err(message) => return self.cannot_start(&run, message).await,
         };
+        if let Err(err) = self.fresh_dirs.make(&work_dir) {
+            let message = format!("engine {} cannot make the work directory {}: {err}", self.engine(), work_dir.display());
+            return self.cannot_start(&run, message).await;
+        }
         let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
         match super::nodefile::write(&work_dir, &run) {
             Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),

@@ -9,7 +9,9 @@
 //! come from ([`OrderFeed`]: a durable JetStream consumer, or a reader over an
 //! embedded orders log); `report.rs` publishes, in order, with retries;
 //! [`groups`] claims the work directory and kills what a dead predecessor's tasks
-//! left; [`procfs`] reads `/proc`.
+//! left; [`fresh_dirs`] makes attempts' directories ahead of their starts and
+//! [`work_root`] marks the work directory so that the filesystem spreads them;
+//! [`procfs`] reads `/proc`.
 //!
 //! # Invariants
 //!
@@ -107,6 +109,8 @@ pub mod procfs;
 mod report;
 pub mod runner;
 mod spawn;
+pub mod fresh_dirs;
+pub mod work_root;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -158,7 +162,9 @@ pub struct EngineConfig {
     pub given_props: BTreeMap<String, String>,
     /// Attempts run in `<work_dir>/<job>/<index>-<attempt>`; created if missing.
     /// One engine at a time: it is locked (`@engine.lock`), and its running tasks'
-    /// process groups are recorded in it (`@groups/`, see [`groups`]).
+    /// process groups are recorded in it (`@groups/`, see [`groups`]); attempts'
+    /// directories wait in `@fresh/` until a start takes one (see [`fresh_dirs`]).
+    /// Marked `chattr +T` where the filesystem keeps the flag (see [`work_root`]).
     pub work_dir: PathBuf,
     /// Grid libraries, `<library_dir>/<name>/<version>/` (see [`library`]); by
     /// default `<work_dir>/libraries`. Not created: a missing one holds none.
