@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 
-use super::cpu::{cpu_ticks_of_pid, ticks_to_us};
+use super::cpu::{cpu_ticks_of_pid, cpu_ticks_of_threads, ticks_to_us};
 use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for};
 use crate::cli::client::publish;
 use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
@@ -105,6 +105,10 @@ pub struct RealRun {
 pub struct RealCpu {
     /// Every engine agent together.
     pub engines: f64,
+    /// Of `engines`: their threads that make attempts' directories ahead
+    /// (`gridfold-fresh-dirs`), that is the filesystem's inode allocation,
+    /// whose cost depends on the filesystem's state (see `engine::work_root`).
+    pub engines_making_work_dirs: f64,
     pub projector: f64,
     pub broker: Option<f64>,
 }
@@ -174,6 +178,14 @@ impl Drop for Process {
 fn cpu_us(pid: u32) -> f64 {
     cpu_ticks_of_pid(pid).map_or(0.0, ticks_to_us)
 }
+
+/// CPU time (µs) of an engine's thread that makes attempts' directories ahead.
+fn work_dirs_cpu_us(pid: u32) -> f64 {
+    ticks_to_us(cpu_ticks_of_threads(pid, FRESH_DIRS_THREAD))
+}
+
+/// The name of the engine's `gridfold-fresh-dirs` thread as `/proc` shows it (15 bytes).
+const FRESH_DIRS_THREAD: &str = "gridfold-fresh-";
 
 /// The machine's own rate: `spawns` runs of `command`, `parallel` at a time,
 /// each spawned and waited for, without gridfold.
@@ -312,6 +324,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let broker_pid = server.pid();
     let broker_before = broker_pid.map(cpu_us);
     let before = cpu(&processes);
+    let work_dirs = |processes: &[Process]| processes.iter().skip(1).map(|p| work_dirs_cpu_us(p.pid())).sum::<f64>();
+    let work_dirs_before = work_dirs(&processes);
     let started = Instant::now();
     publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
     let mut last_said = Instant::now();
@@ -335,6 +349,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         }
     };
     let after = cpu(&processes);
+    let work_dirs_us = work_dirs(&processes) - work_dirs_before;
     let broker_after = broker_pid.map(cpu_us);
     let ended = summary.jobs.first().map(|j| j.status.clone()).unwrap_or_default();
     if ended != "done" {
@@ -373,6 +388,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         spawn_limit,
         cpu_us_per_task: RealCpu {
             engines: per_task(engines_us),
+            engines_making_work_dirs: per_task(work_dirs_us),
             projector: per_task(after[0] - before[0]),
             broker: broker_before.zip(broker_after).map(|(b, a)| per_task(a - b)),
         },
@@ -423,8 +439,9 @@ pub(super) fn print_real(report: &RealReport) {
     );
     println!("  ratio to spawn limit:   {:>8.2}", run.ratio_to_spawn_limit);
     println!(
-        "  CPU per task:           engine(s) {:.0} us, projector {:.0} us, broker {} us  (children excluded)",
+        "  CPU per task:           engine(s) {:.0} us (of which making work directories {:.0} us), projector {:.0} us, broker {} us  (children excluded)",
         cpu.engines,
+        cpu.engines_making_work_dirs,
         cpu.projector,
         cpu.broker.map_or("?".to_string(), |us| format!("{us:.0}"))
     );
