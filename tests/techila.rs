@@ -137,7 +137,7 @@ fn under_a_license_of_2_never_more_than_2_tasks_run_and_a_preempted_lowest_task_
 
     // The license held at every point of the log: fold it and count the tasks
     // dispatched or running after each entry.
-    let entries = cluster.entries();
+    let entries = cluster.stored_entries();
     let mut state = State::new();
     let mut most = 0;
     for entry in &entries {

@@ -32,7 +32,7 @@ pub struct FoldedEvent {
 
 impl Log {
     pub fn of(cluster: &Cluster) -> Log {
-        let entries = cluster.entries();
+        let entries = cluster.stored_entries();
         let mut state = State::new();
         let mut rejected = BTreeSet::new();
         let mut folded = Vec::new();

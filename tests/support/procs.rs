@@ -378,10 +378,18 @@ impl Cluster {
         });
     }
 
-    /// Every entry of the log as it is now, decoded. Right after a node comes
-    /// back the stream may have no leader for a few seconds (`no responders`):
-    /// the read is tried again for up to 30 s before the test fails.
+    /// Every entry of the log as it is now, decoded, an engine's batch of
+    /// reports split into one entry per report (same sequence): the tests look
+    /// at events one by one, and whether an engine's reports travelled joined
+    /// depends on timing. Right after a node comes back the stream may have no
+    /// leader for a few seconds (`no responders`): the read is tried again for
+    /// up to 30 s before the test fails.
     pub fn entries(&self) -> Vec<Entry> {
+        self.stored_entries().into_iter().flat_map(super::folded_log::split_reports).collect()
+    }
+
+    /// Every entry of the log as it is now, decoded, as stored: what a fold reads.
+    pub fn stored_entries(&self) -> Vec<Entry> {
         let started = Instant::now();
         let raw = loop {
             match self.runtime.block_on(async { read_to_end(&self.connect().await?, 1).await?.collect().await }) {
