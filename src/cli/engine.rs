@@ -148,7 +148,11 @@ pub fn run(mut args: EngineArgs) -> anyhow::Result<ExitCode> {
     if let Some(admin) = args.admin.take() {
         return super::ops::engine_admin(admin);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread, as the projector's (see `cli/projector.rs`): the agent's loop,
+    // its publisher and the runs' supervisors only wait; processes start from
+    // the spawner thread and attempts' directories are made by their own thread
+    // (`engine::fresh_dirs`), neither of them a runtime thread.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;

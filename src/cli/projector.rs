@@ -73,7 +73,13 @@ pub fn run(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
         args.schedule_every > 0 && args.snapshot_every > 0,
         "--schedule-every and --snapshot-every must be positive"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread: the projector is one loop, and its reader, publishing and
+    // delivery tasks only wait on the broker. On a multi-threaded runtime they
+    // woke each other across threads at every entry (a quarter of its CPU in
+    // futex and scheduler time); on one thread its CPU per real task fell from
+    // about 150 to 70-95 µs, the broker's from about 250 to 125-175 µs (fewer,
+    // fuller writes), in `gridfold bench --real` (docs/performance.md).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
