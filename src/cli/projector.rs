@@ -33,9 +33,9 @@ pub struct ProjectorArgs {
     /// The coalescing window, in milliseconds: once it has read the log to its
     /// end, the projector waits this long after the first entry it has not yet
     /// decided on (or until 64 wait) before deciding, so that tasks ending
-    /// together are decided on, published and delivered at once. 0 decides at
-    /// once; at most 1,000.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    /// together are decided on, published and delivered at once. 0 (the
+    /// default) decides at once; at most 1,000.
+    #[arg(long, default_value_t = crate::projector::service::DECIDE_WINDOW_DEFAULT_MS, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub decide_window_ms: u64,
     /// Snapshot after this many entries folded since the last snapshot.
     #[arg(long, default_value_t = 50_000)]
