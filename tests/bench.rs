@@ -143,7 +143,13 @@ fn the_soak_retires_ended_jobs_so_the_projector_holds_a_handful_of_forty() {
         held_max <= 6 + ended_within_retention && held_max <= 20,
         "at most the jobs ended within the retention ({ended_within_retention} at {rate:.0}/s) and 6 running, and at most half of 40, held at once: {retiring:#}"
     );
-    assert!(retiring["jobs_retired"].as_u64().unwrap() >= 28, "{retiring:#}");
+    // Retired by the end: all but those ended within the retention and the few
+    // running (the run ends with its last task, not 200 ms later).
+    let retired = retiring["jobs_retired"].as_u64().unwrap();
+    assert!(
+        retired > 0 && retired + ended_within_retention + 6 >= 40,
+        "all but the jobs ended within the retention ({ended_within_retention} at {rate:.0}/s) and 6 running retired: {retiring:#}"
+    );
     let samples = retiring["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 4, "a sample every 10,000 tasks: {retiring:#}");
     assert_eq!(samples.last().unwrap()["tasks_done"], 40000);
