@@ -186,7 +186,7 @@ impl LogBuilder {
 /// Folds the log's entries from `from`, then decides and logs and folds the
 /// batch (if it orders anything), as the projector does; the log's length.
 pub fn fold_and_decide(log: &mut LogBuilder, state: &mut super::state::State, from: usize) -> usize {
-    for entry in &log.entries[from..] {
+    for entry in log.entries.iter().skip(from) {
         super::fold::fold(state, entry);
     }
     let in_flight = super::schedule::InFlight::new();
