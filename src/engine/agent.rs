@@ -20,7 +20,7 @@ use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
 use super::fresh_dirs::FreshDirs;
 use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
-use super::runner::{self, Killer, LaunchSpec, RunEnd, RunOutcome};
+use super::runner::{self, Killer, LaunchSpec, RunEnd, RunNews, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, FenceEvidence, library, probe};
 use crate::core::event::{
     ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
@@ -92,8 +92,8 @@ where
             config.heartbeat_interval,
         );
         let (outbox, mut publisher_failed, publisher) =
-            report::spawn_publisher(log, config.publish_retry.clone(), config.engine.clone());
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
+            report::spawn_publisher(log, config.publish_retry.clone(), config.report_window, config.engine.clone());
+        let (run_news_tx, run_news_rx) = mpsc::unbounded_channel();
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
         let (gateway_tx, gateway_rx) = mpsc::unbounded_channel();
         let gateway = match &config.gateway {
@@ -124,8 +124,8 @@ where
             runs_after_preemption: BTreeMap::new(),
             slots_used: 0,
             outbox,
-            done_tx,
-            done_rx,
+            run_news_tx,
+            run_news_rx,
             syncs: BTreeMap::new(),
             sync_tx,
             sync_rx,
@@ -292,8 +292,9 @@ struct Agent {
     seen_deliveries: Seen<String>,
     seen_attempts: Seen<AttemptKey>,
     outbox: Outbox,
-    done_tx: mpsc::UnboundedSender<(AttemptKey, RunOutcome)>,
-    done_rx: mpsc::UnboundedReceiver<(AttemptKey, RunOutcome)>,
+    /// What the local runs' supervisors say: started, ended.
+    run_news_tx: mpsc::UnboundedSender<(AttemptKey, RunNews)>,
+    run_news_rx: mpsc::UnboundedReceiver<(AttemptKey, RunNews)>,
     /// Syncs under way, one per library.
     syncs: BTreeMap<LibraryRef, tokio::task::AbortHandle>,
     sync_tx: mpsc::UnboundedSender<SyncDone>,
@@ -340,7 +341,7 @@ impl Agent {
                 biased;
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 () = &mut shutdown => break,
-                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some((key, news)) = self.run_news_rx.recv() => self.run_news(key, news).await?,
                 Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 Some(sync) = self.sync_rx.recv() => self.sync_finished(sync).await?,
                 Some(newest) = self.login_newest.recv() => self.check_newest_login(newest)?,
@@ -667,7 +668,7 @@ impl Agent {
             tracing::info!(%task, attempt, %order, "ignoring an order for an attempt this engine does not run");
             return;
         };
-        tracing::info!(%task, attempt, pgid = running.killer.pgid(), "{}", order.kind_name());
+        tracing::info!(%task, attempt, pgid = running.killer.pgid().unwrap_or(0), "{}", order.kind_name());
         match order {
             Order::Suspend { .. } => running.killer.suspend(),
             Order::Resume { .. } => running.killer.resume(),
@@ -758,39 +759,56 @@ impl Agent {
         if self.gateway.is_some() && !run.companion {
             return self.submit_remote(run, key, spec, slots).await;
         }
-        match runner::start(spec, key.clone(), self.done_tx.clone()) {
-            Ok(killer) if run.companion => {
-                super::nodefile::companion_started(self.engine(), &run, killer.pgid());
-                self.running.insert(key, Running { slots: 0, killer, stop: None, companion: true });
-                Ok(())
-            }
+        // Started by the spawner thread while this loop goes on: its start is
+        // reported when it runs (`started`), a program that cannot run as its end.
+        match runner::start(spec, key.clone(), self.run_news_tx.clone()) {
             Ok(killer) => {
-                tracing::info!(task = %run.task, attempt = run.attempt, pgid = killer.pgid(), argv = %run.argv.join(" "), "started");
+                if run.companion {
+                    tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.companion_argv.join(" "), "starting a companion command");
+                } else {
+                    tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.argv.join(" "), "starting");
+                }
                 self.slots_used += slots;
-                assert!(
-                    self.slots_used <= self.config.slots,
-                    "slots used beyond the engine's slots"
-                );
-                self.running.insert(
-                    key,
-                    Running {
-                        slots,
-                        killer,
-                        stop: None,
-                        companion: false,
-                    },
-                );
-                self.report.started += 1;
-                let event = Event::TaskStarted {
-                    task: run.task.clone(),
-                    attempt: run.attempt,
-                    engine: self.engine().clone(),
-                    remote_job: String::new(),
-                };
-                self.publish_task_event(event).await
+                assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
+                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion });
+                Ok(())
             }
             Err(err) => self.cannot_start(&run, err.to_string()).await,
         }
+    }
+
+    async fn run_news(&mut self, key: AttemptKey, news: RunNews) -> Result<(), EngineError> {
+        match news {
+            RunNews::Started { pgid } => self.started(key, pgid).await,
+            RunNews::Ended(outcome) => self.finished(key, outcome).await,
+        }
+    }
+
+    /// A local run's process runs: its start is reported now, so that the
+    /// log time of the start (when the attempt begins to count as busy, for
+    /// the fair share and CiGri's durations) is the process's.
+    async fn started(&mut self, key: AttemptKey, pgid: i32) -> Result<(), EngineError> {
+        if self.running.get(&key).is_some_and(|running| running.companion) {
+            super::nodefile::companion_started(self.engine(), &key.0, key.1, pgid);
+            return Ok(());
+        }
+        tracing::info!(task = %key.0, attempt = key.1, pgid, "started");
+        self.report_started(key, String::new()).await
+    }
+
+    /// Reports that an attempt runs (a local process, or a gateway's remote
+    /// job), unless the engine was told to stop it before it ran (a cancel that
+    /// came while the spawner thread or the resource manager was starting it):
+    /// the projector that ended it expects no news of it, and a stop of the
+    /// engine's own reports how it ended.
+    async fn report_started(&mut self, (task, attempt): AttemptKey, remote_job: String) -> Result<(), EngineError> {
+        if self.running.get(&(task.clone(), attempt)).is_none_or(|running| running.stop.is_some()) {
+            tracing::debug!(%task, attempt, "started after it was stopped: not reported");
+            return Ok(());
+        }
+        self.report.started += 1;
+        let event = Event::TaskStarted { task, attempt, engine: self.engine().clone(), remote_job };
+        self.publish_task_event(event).await
     }
 
     /// A gateway's run: submitted as a remote batch job (off the loop, as the
@@ -822,19 +840,7 @@ impl Agent {
     /// id), its end handled as a local run's.
     async fn gateway_notice(&mut self, notice: super::gateway::GatewayNotice) -> Result<(), EngineError> {
         match notice {
-            super::gateway::GatewayNotice::Started { key, remote_job } => {
-                if self.running.get(&key).is_none_or(|running| running.stop.is_some()) {
-                    return Ok(());
-                }
-                self.report.started += 1;
-                let event = Event::TaskStarted {
-                    task: key.0.clone(),
-                    attempt: key.1,
-                    engine: self.engine().clone(),
-                    remote_job,
-                };
-                self.publish_task_event(event).await
-            }
+            super::gateway::GatewayNotice::Started { key, remote_job } => self.report_started(key, remote_job).await,
             super::gateway::GatewayNotice::Ended { key, outcome } => self.finished(key, outcome).await,
         }
     }
@@ -1004,6 +1010,10 @@ impl Agent {
             (_, RunEnd::Signalled(_)) => failed(FailureKind::Signalled, None),
             (_, RunEnd::WallTimeExceeded) => failed(FailureKind::WallTimeExceeded, None),
             (_, RunEnd::Preempted) => failed(FailureKind::Preempted, None),
+            (_, RunEnd::NotStarted) => {
+                tracing::warn!(%task, attempt, "cannot start: {}", outcome.stderr_tail);
+                failed(FailureKind::LaunchFailed, None)
+            }
             (None, RunEnd::Killed) => {
                 unreachable!("a run is only killed on the engine's request, which records why")
             }
@@ -1050,7 +1060,7 @@ impl Agent {
             tokio::select! {
                 biased;
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
-                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some((key, news)) = self.run_news_rx.recv() => self.run_news(key, news).await?,
                 Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 _ = heartbeat.tick() => self.heartbeat().await,
                 () = tokio::time::sleep_until(drain_deadline), if give_up.is_none() => {
@@ -1080,7 +1090,7 @@ impl Agent {
             Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK;
         while !self.running.is_empty() {
             tokio::select! {
-                Some((key, outcome)) = self.done_rx.recv() => self.finished(key, outcome).await?,
+                Some((key, news)) = self.run_news_rx.recv() => self.run_news(key, news).await?,
                 Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 () = tokio::time::sleep_until(give_up) => {
                     tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; forgetting them");

@@ -54,14 +54,13 @@ pub fn note_companion(engine: &EngineId, run: &RunTask) {
     );
 }
 
-/// A companion's command started.
-pub fn companion_started(engine: &EngineId, run: &RunTask, pgid: i32) {
+/// A companion's command started (its command line was logged as it was asked for).
+pub fn companion_started(engine: &EngineId, task: &crate::core::ids::TaskRef, attempt: crate::core::ids::Attempt, pgid: i32) {
     tracing::info!(
-        task = %run.task,
-        attempt = run.attempt,
+        %task,
+        attempt,
         engine = %engine,
         pgid,
-        argv = %run.companion_argv.join(" "),
         "companion command started; it runs until the master's part ends"
     );
 }

@@ -1,19 +1,20 @@
 //! Running one attempt as a child process, and nothing else: no protocol, no log.
 //!
-//! [`start`] creates the attempt's working directory, starts `argv` there (the
+//! [`start`] creates the attempt's working directory, has `argv` started there (the
 //! program looked up on `PATH`) with the given environment added to the engine's,
 //! stdin from `/dev/null`, in a process group of its own, and hands back a
-//! [`Killer`]. With [`LaunchSpec::group_records`] the group is recorded in the
-//! engine's work directory until its leader is reaped (see `groups`). A supervising
-//! task then waits for the process, keeps the first
-//! [`RESULT_BYTES_MAX`] bytes of its stdout and the last [`ERROR_TAIL_BYTES_MAX`]
-//! of its stderr, enforces the wall-time limit, and sends one [`RunOutcome`] on the
-//! channel given to `start`.
+//! [`Killer`] at once, before the process runs. With [`LaunchSpec::group_records`]
+//! the group is recorded in the engine's work directory until its leader is reaped
+//! (see `groups`). A supervising task says when the process runs, then waits for
+//! it, keeps the first [`RESULT_BYTES_MAX`] bytes of its stdout and the last
+//! [`ERROR_TAIL_BYTES_MAX`] of its stderr, enforces the wall-time limit, and sends
+//! its [`RunOutcome`] on the channel given to `start` (see [`RunNews`]).
 //!
 //! # Invariants
 //!
-//! - Every started process yields exactly one outcome on the channel (unless the
-//!   runtime itself shuts down, in which case the leader is killed on drop).
+//! - Every run `start` accepts yields exactly one outcome on the channel, after
+//!   its one `Started` if it ran (unless the runtime itself shuts down, in which
+//!   case the leader is killed on drop).
 //! - Stopping (a [`Killer::stop`], the wall-time limit, or the [`Killer`] being
 //!   dropped) sends SIGTERM to the whole group, then SIGKILL after the grace
 //!   period, so a task's own children die with it.
@@ -32,6 +33,10 @@
 //!   only (the kernel clears it in the leader's children); the group records cover
 //!   the rest. The start is not a `fork` but a `clone(CLONE_VM | CLONE_VFORK)` that
 //!   copies nothing of the engine (see `spawn` for why and how).
+//! - A stop or a suspension asked before the spawner thread has started the
+//!   process acts as soon as it runs: the supervisor reads the [`Killer`]'s
+//!   wishes first thing. A started process the supervisor cannot take on (its
+//!   runtime gone) is killed and reaped by the spawner thread.
 //! - The leader is reaped by the supervisor (`wait4`, which also gives its CPU
 //!   time), or, if the supervisor is dropped with the runtime, killed and reaped
 //!   at a later start.
@@ -138,6 +143,10 @@ pub enum RunEnd {
     /// A gateway's resource manager killed or preempted it, or someone cancelled
     /// it there (see [`super::gateway`]).
     Preempted,
+    /// The process could not be started (the spawner thread found the program
+    /// missing or not executable, or its group could not be recorded); the
+    /// outcome's `stderr_tail` says why.
+    NotStarted,
 }
 
 impl std::fmt::Display for RunEnd {
@@ -148,6 +157,7 @@ impl std::fmt::Display for RunEnd {
             RunEnd::WallTimeExceeded => f.write_str("stopped at its wall-time limit"),
             RunEnd::Killed => f.write_str("stopped by the engine"),
             RunEnd::Preempted => f.write_str("killed or preempted by the resource manager"),
+            RunEnd::NotStarted => f.write_str("could not start"),
         }
     }
 }
@@ -175,33 +185,51 @@ pub struct RunOutcome {
     pub stderr_kept_bytes: u64,
 }
 
-/// The group a run's process leads, and whether the leader was reaped.
+/// The group a run's process leads, as far as signals may reach it.
 #[derive(Debug)]
 struct Group {
-    pgid: i32,
-    /// Set, under the lock, just before the leader is reaped; signals are sent only
-    /// while holding the lock and seeing `false`.
-    reaped: Mutex<bool>,
+    /// Changed, under the lock, when the leader has started and just before it
+    /// is reaped; signals are sent only while holding the lock and seeing
+    /// [`GroupState::Live`].
+    state: Mutex<GroupState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupState {
+    /// The spawner thread has not started the leader yet.
+    Starting,
+    /// The leader runs or is a zombie: its pid, the group's id, is still ours.
+    Live(i32),
+    /// The leader is reaped (or never ran, or runs elsewhere): nothing to signal.
+    Gone,
 }
 
 impl Group {
+    fn new(state: GroupState) -> Group {
+        Group { state: Mutex::new(state) }
+    }
+
+    fn state(&self) -> GroupState {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, state: GroupState) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
     fn signal(&self, signal: i32) {
-        let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        if *reaped {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let GroupState::Live(pgid) = *state else {
             return;
-        }
+        };
         // SAFETY: killpg only sends a signal; the group is ours and its leader unreaped.
-        let rc = unsafe { libc::killpg(self.pgid, signal) };
+        let rc = unsafe { libc::killpg(pgid, signal) };
         if rc != 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::ESRCH) {
-                tracing::warn!(pgid = self.pgid, "cannot signal process group: {err}");
+                tracing::warn!(pgid, "cannot signal process group: {err}");
             }
         }
-    }
-
-    fn mark_reaped(&self) {
-        *self.reaped.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
 }
 
@@ -233,14 +261,22 @@ impl Killer {
     }
 
     /// SIGKILL to the group now, without waiting for anything (for an engine on its
-    /// way out). The outcome still comes on the channel if anyone reads it.
+    /// way out); a run not started yet is stopped as soon as it starts. The
+    /// outcome still comes on the channel if anyone reads it.
     pub fn kill_now(&self) {
+        if self.group.state() == GroupState::Starting {
+            self.stop();
+        }
         self.group.signal(libc::SIGKILL);
     }
 
-    /// The process group (the leader's pid); 0 for a remote job.
-    pub fn pgid(&self) -> i32 {
-        self.group.pgid
+    /// The process group (the leader's pid), once started; `None` before, after
+    /// the leader is reaped, and for a remote job.
+    pub fn pgid(&self) -> Option<i32> {
+        match self.group.state() {
+            GroupState::Live(pgid) => Some(pgid),
+            GroupState::Starting | GroupState::Gone => None,
+        }
     }
 
     /// A killer of a job that runs elsewhere (a gateway's remote job): it
@@ -249,27 +285,44 @@ impl Killer {
     pub fn remote() -> (Killer, watch::Receiver<bool>, watch::Receiver<bool>) {
         let (stop, stop_rx) = watch::channel(false);
         let (pause, pause_rx) = watch::channel(false);
-        // Marked reaped: `Group::signal` never sends anything.
-        let group = Arc::new(Group { pgid: 0, reaped: Mutex::new(true) });
+        // Gone: `Group::signal` never sends anything.
+        let group = Arc::new(Group::new(GroupState::Gone));
         (Killer { group, stop, pause }, stop_rx, pause_rx)
     }
 }
 
-/// Starts `spec` and a task supervising it, which sends `(tag, outcome)` on `done`
-/// when the run is over. Must be called within a tokio runtime.
-pub fn start<T: Send + 'static>(
+/// What a run's supervisor says of it, in this order: [`RunNews::Started`]
+/// once the process runs (never, if it could not start), then
+/// [`RunNews::Ended`], always, once.
+#[derive(Debug)]
+pub enum RunNews {
+    /// The spawner thread has started the leader; `pgid` is its pid.
+    Started { pgid: i32 },
+    /// The run is over ([`RunEnd::NotStarted`] if it never ran).
+    Ended(RunOutcome),
+}
+
+/// Starts `spec` and a task supervising it, which sends `(tag, news)` on
+/// `news` (see [`RunNews`]). Returns at once: the process is started by the
+/// `gridfold-spawner` thread while the caller goes on (an engine handling a
+/// delivery of eight runs does not wait for each to `execve` before it
+/// handles the next, or the ends of runs already done). The [`Killer`] works
+/// from now on: a stop or suspension asked before the start acts as soon as
+/// the process runs. Fails, starting nothing, when the command cannot be
+/// prepared (empty, a NUL byte, the work directory); a program that cannot
+/// be run ends as [`RunEnd::NotStarted`]. Must be called within a tokio
+/// runtime.
+pub fn start<T: Clone + Send + 'static>(
     mut spec: LaunchSpec,
     tag: T,
-    done: mpsc::UnboundedSender<(T, RunOutcome)>,
+    news: mpsc::UnboundedSender<(T, RunNews)>,
 ) -> Result<Killer, LaunchError> {
     let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
+    let program = program.clone();
     std::fs::create_dir_all(&spec.work_dir).map_err(|source| LaunchError::WorkDir {
         path: spec.work_dir.clone(),
         source,
     })?;
-    let capture_files = spec.capture.as_ref().map(|capture| {
-        (CaptureFile::new(capture, "stdout"), CaptureFile::new(capture, "stderr"))
-    });
     let token = spec.group_records.as_ref().map(|_| groups::new_token());
     if let Some(token) = &token {
         spec.env.push((groups::TOKEN_ENV.to_string(), token.clone()));
@@ -278,57 +331,138 @@ pub fn start<T: Send + 'static>(
     // SAFETY: getpid has no preconditions.
     let engine_pid = unsafe { libc::getpid() };
     let prepared = Prepared::new(&SpawnSpec {
-        program,
+        program: &program,
         args,
         env: &spec.env,
         work_dir: &spec.work_dir,
     })
     .map_err(spawn_error)?;
-    let started = Instant::now();
-    let Spawned { pid, stdout, stderr, start_ticks } = spawn_on_spawner_thread(prepared, engine_pid).map_err(spawn_error)?;
-    // From here, dropping the leader kills it (and reaps it later).
-    let leader = Leader { pid, reaped: false };
-    let group = Arc::new(Group {
-        pgid: pid,
-        reaped: Mutex::new(false),
-    });
-    if let (Some(records), Some(token)) = (&spec.group_records, &token)
-        && let Err(source) = records.record(pid, token, start_ticks)
-    {
-        // Unrecorded, it could outlive a dead engine: not run. Dropping the
-        // leader kills it.
-        group.signal(libc::SIGKILL);
-        return Err(LaunchError::Record {
-            program: program.clone(),
-            dir: records.dir().to_path_buf(),
-            source,
-        });
-    }
-    let stdout = pipe::Receiver::from_owned_fd_unchecked(stdout).map_err(spawn_error)?;
-    let stderr = pipe::Receiver::from_owned_fd_unchecked(stderr).map_err(spawn_error)?;
+    let (reply, spawned) = oneshot::channel();
+    spawner()
+        .map_err(spawn_error)?
+        .send(SpawnRequest { prepared, engine_pid, reply })
+        .map_err(|_| spawn_error(io::Error::other("the gridfold-spawner thread has ended")))?;
+    let group = Arc::new(Group::new(GroupState::Starting));
     let (stop_tx, stop_rx) = watch::channel(false);
     let (pause_tx, pause_rx) = watch::channel(false);
-    let supervisor = Supervisor {
-        leader,
+    let starting = Starting {
+        program,
+        token,
         group: Arc::clone(&group),
         records: spec.group_records,
         stop: stop_rx,
         pause: pause_rx,
-        started,
         wall_time_limit: spec.wall_time_limit,
         kill_grace: spec.kill_grace,
-        capture: capture_files,
+        capture: spec.capture,
     };
     tokio::spawn(async move {
-        let outcome = supervisor.run(stdout, stderr).await;
-        // The receiver may be gone if the engine stopped; the outcome then has no reader.
-        let _ = done.send((tag, outcome));
+        let spawned = spawned
+            .await
+            .unwrap_or_else(|_| (Instant::now(), Err(io::Error::other("the gridfold-spawner thread ended without an answer"))));
+        let outcome = match starting.started(spawned) {
+            Ok((supervisor, stdout, stderr)) => {
+                // The receiver may be gone if the engine stopped; the news then has no reader.
+                let _ = news.send((tag.clone(), RunNews::Started { pgid: supervisor.leader.pid }));
+                supervisor.run(stdout, stderr).await
+            }
+            Err(err) => RunOutcome::not_started(&err),
+        };
+        let _ = news.send((tag, RunNews::Ended(outcome)));
     });
     Ok(Killer {
         group,
         stop: stop_tx,
         pause: pause_tx,
     })
+}
+
+/// A run handed to the spawner thread: what its supervisor needs once the
+/// process runs.
+struct Starting {
+    program: String,
+    token: Option<String>,
+    group: Arc<Group>,
+    records: Option<GroupRecords>,
+    stop: watch::Receiver<bool>,
+    pause: watch::Receiver<bool>,
+    wall_time_limit: Option<Duration>,
+    kill_grace: Duration,
+    capture: Option<Capture>,
+}
+
+impl Starting {
+    /// The spawner thread's answer: the supervisor of the started process and
+    /// its pipes, or why it did not start (a started process that cannot be
+    /// recorded or watched is killed).
+    fn started(
+        self,
+        (started, spawned): (Instant, io::Result<Spawned>),
+    ) -> Result<(Supervisor, pipe::Receiver, pipe::Receiver), LaunchError> {
+        let program = self.program;
+        let spawn_error = |source: io::Error| LaunchError::Spawn { program: program.clone(), source };
+        let Spawned { pid, stdout, stderr, start_ticks } = spawned.map_err(spawn_error)?;
+        // From here, dropping the leader kills it (and reaps it later).
+        let leader = Leader { pid, reaped: false };
+        self.group.set(GroupState::Live(pid));
+        if let (Some(records), Some(token)) = (&self.records, &self.token)
+            && let Err(source) = records.record(pid, token, start_ticks)
+        {
+            // Unrecorded, it could outlive a dead engine: not run. Dropping the
+            // leader kills it.
+            self.group.set(GroupState::Gone);
+            return Err(LaunchError::Record {
+                program: program.clone(),
+                dir: records.dir().to_path_buf(),
+                source,
+            });
+        }
+        let pipes = pipe::Receiver::from_owned_fd_unchecked(stdout)
+            .and_then(|stdout| Ok((stdout, pipe::Receiver::from_owned_fd_unchecked(stderr)?)));
+        let (stdout, stderr) = match pipes {
+            Ok(pipes) => pipes,
+            Err(source) => {
+                if let Some(records) = &self.records {
+                    records.remove(pid);
+                }
+                self.group.set(GroupState::Gone);
+                return Err(spawn_error(source));
+            }
+        };
+        let capture = self.capture.as_ref().map(|capture| {
+            (CaptureFile::new(capture, "stdout"), CaptureFile::new(capture, "stderr"))
+        });
+        let supervisor = Supervisor {
+            leader,
+            group: self.group,
+            records: self.records,
+            stop: self.stop,
+            pause: self.pause,
+            started,
+            wall_time_limit: self.wall_time_limit,
+            kill_grace: self.kill_grace,
+            capture,
+        };
+        Ok((supervisor, stdout, stderr))
+    }
+}
+
+impl RunOutcome {
+    /// The outcome of a run that never ran, saying why.
+    fn not_started(err: &LaunchError) -> RunOutcome {
+        RunOutcome {
+            end: RunEnd::NotStarted,
+            cpu_ms: 0,
+            wall_ms: 0,
+            stdout_head: Vec::new(),
+            stdout_dropped_bytes: 0,
+            stderr_tail: tail_text(err.to_string().as_bytes(), ERROR_TAIL_BYTES_MAX),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_kept_bytes: 0,
+            stderr_kept_bytes: 0,
+        }
+    }
 }
 
 /// The leader's pid while unreaped: dropped unreaped, it is killed (and reaped
@@ -383,7 +517,7 @@ impl Supervisor {
             tokio::spawn(read_into(stdout, Arc::clone(&head), Head::push)),
             tokio::spawn(read_into(stderr, Arc::clone(&tail), Tail::push)),
         ];
-        let pid = self.group.pgid;
+        let pid = self.leader.pid;
         let exited = wait_for_exit_without_reaping(pid);
         tokio::pin!(exited);
         let mut deadline = self.wall_time_limit.map(|limit| self.started + limit);
@@ -436,7 +570,7 @@ impl Supervisor {
         if let Some(records) = &self.records {
             records.remove(pid);
         }
-        self.group.mark_reaped();
+        self.group.set(GroupState::Gone);
         let reaped = if exit_seen {
             self.leader.reap()
         } else {
@@ -614,23 +748,12 @@ fn wait_on_thread(pid: i32) -> oneshot::Receiver<()> {
     rx
 }
 
-/// A prepared process to start from the spawner thread, and where to answer.
+/// A prepared process to start from the spawner thread, and where to answer:
+/// when it started (just before the clone), and the process or why not.
 struct SpawnRequest {
     prepared: Prepared,
     engine_pid: libc::pid_t,
-    reply: std::sync::mpsc::SyncSender<io::Result<Spawned>>,
-}
-
-/// Starts `prepared` from the `gridfold-spawner` thread (see the module docs), and
-/// waits until it has exec'd (or failed to).
-fn spawn_on_spawner_thread(prepared: Prepared, engine_pid: libc::pid_t) -> io::Result<Spawned> {
-    let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    spawner()?
-        .send(SpawnRequest { prepared, engine_pid, reply })
-        .map_err(|_| io::Error::other("the gridfold-spawner thread has ended"))?;
-    answer
-        .recv()
-        .map_err(|_| io::Error::other("the gridfold-spawner thread ended without an answer"))?
+    reply: oneshot::Sender<(Instant, io::Result<Spawned>)>,
 }
 
 /// The spawner thread's queue, starting the thread on first use. The queue's sender
@@ -647,11 +770,11 @@ fn spawner() -> io::Result<std::sync::mpsc::Sender<SpawnRequest>> {
         .name("gridfold-spawner".to_string())
         .spawn(move || {
             for SpawnRequest { prepared, engine_pid, reply } in incoming {
+                let started = Instant::now();
                 let spawned = spawn::spawn(&prepared, engine_pid, &mut stack);
-                // The caller may have given up; the child is then killed and reaped.
-                if let Err(std::sync::mpsc::TrySendError::Disconnected(Ok(spawned)) | std::sync::mpsc::TrySendError::Full(Ok(spawned))) =
-                    reply.try_send(spawned)
-                {
+                // The supervisor may be gone (its runtime dropped); the child is
+                // then killed and reaped.
+                if let Err((_, Ok(spawned))) = reply.send((started, spawned)) {
                     spawn::kill_and_forget(spawned.pid);
                 }
             }
@@ -848,6 +971,35 @@ mod tests {
         assert!(tail_text(&tail.bytes, ERROR_TAIL_BYTES_MAX).ends_with("9998\n9999\n"));
     }
 
+    /// The pgid of the next news, which must say the run started.
+    async fn started<T>(rx: &mut mpsc::UnboundedReceiver<(T, RunNews)>) -> i32 {
+        match rx.recv().await.expect("news of the run") {
+            (_, RunNews::Started { pgid }) => pgid,
+            (_, RunNews::Ended(outcome)) => panic!("ended without starting: {outcome:?}"),
+        }
+    }
+
+    /// The run's outcome, after its start.
+    async fn ended<T>(rx: &mut mpsc::UnboundedReceiver<(T, RunNews)>) -> (T, RunOutcome) {
+        loop {
+            match rx.recv().await.expect("news of the run") {
+                (_, RunNews::Started { .. }) => continue,
+                (tag, RunNews::Ended(outcome)) => return (tag, outcome),
+            }
+        }
+    }
+
+    /// The outcome of a run that must not have started: no `Started` before it.
+    async fn ended_unstarted<T>(rx: &mut mpsc::UnboundedReceiver<(T, RunNews)>) -> RunOutcome {
+        match rx.recv().await.expect("news of the run") {
+            (_, RunNews::Ended(outcome)) => {
+                assert_eq!(outcome.end, RunEnd::NotStarted, "{outcome:?}");
+                outcome
+            }
+            (_, RunNews::Started { pgid }) => panic!("started as group {pgid}"),
+        }
+    }
+
     async fn run(argv: &[&str], limit: Option<Duration>) -> (RunOutcome, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -861,7 +1013,7 @@ mod tests {
             capture: None,
         };
         let _killer = start(spec, 7u32, tx).unwrap();
-        let (tag, outcome) = rx.recv().await.unwrap();
+        let (tag, outcome) = ended(&mut rx).await;
         assert_eq!(tag, 7);
         (outcome, dir)
     }
@@ -893,24 +1045,40 @@ mod tests {
             capture: None,
         };
         let killer = start(spec, 1u32, tx).unwrap();
+        // Asked before the spawner thread has started it, most likely: it acts once it runs.
         killer.suspend();
-        assert_eq!(state_becomes(killer.pgid(), 'T').await, 'T', "SIGSTOP reached the group");
+        let pgid = started(&mut rx).await;
+        assert_eq!(state_becomes(pgid, 'T').await, 'T', "SIGSTOP reached the group");
         // Suspended past the wall-time limit: the clock does not run meanwhile.
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         killer.resume();
         // Sleeping again, or already done: its sleep's timer ran on while it was stopped.
         let mut state = 'T';
         for _ in 0..500 {
-            state = procfs::read_stat(killer.pgid()).map_or('-', |stat| stat.state);
+            state = procfs::read_stat(pgid).map_or('-', |stat| stat.state);
             if state != 'T' {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_ne!(state, 'T', "SIGCONT reached the group");
-        let (_, outcome) = rx.recv().await.unwrap();
+        let (_, outcome) = ended(&mut rx).await;
         assert_eq!(outcome.end, RunEnd::Exited(0), "finished within its limit of running time");
         assert!(outcome.wall_ms >= 1_000, "suspended a second, past its 900 ms limit: {} ms", outcome.wall_ms);
+    }
+
+    /// An engine may be told to stop a run before the spawner thread has
+    /// started it: the run is stopped as soon as it runs, not left running.
+    #[tokio::test]
+    async fn a_stop_asked_before_the_process_runs_stops_it_once_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let killer = start(spec_of(&["sleep", "30"], dir.path().join("w"), vec![]), 1u32, tx).unwrap();
+        killer.stop();
+        let asked = Instant::now();
+        let (_, outcome) = ended(&mut rx).await;
+        assert_eq!(outcome.end, RunEnd::Killed);
+        assert!(asked.elapsed() < Duration::from_secs(10), "stopped, not left to sleep its 30 s");
     }
 
     #[tokio::test]
@@ -927,11 +1095,12 @@ mod tests {
             capture: None,
         };
         let killer = start(spec, 1u32, tx).unwrap();
+        let pgid = started(&mut rx).await;
         killer.suspend();
-        assert_eq!(state_becomes(killer.pgid(), 'T').await, 'T');
+        assert_eq!(state_becomes(pgid, 'T').await, 'T');
         let stopped_at = Instant::now();
         killer.stop();
-        let (_, outcome) = rx.recv().await.unwrap();
+        let (_, outcome) = ended(&mut rx).await;
         assert_eq!(outcome.end, RunEnd::Killed);
         assert!(stopped_at.elapsed() < Duration::from_secs(10), "SIGTERM was not left pending: the grace did not run out");
     }
@@ -951,7 +1120,7 @@ mod tests {
             capture: Some(capture.clone()),
         };
         let _killer = start(spec, 1u32, tx).unwrap();
-        let (_, outcome) = rx.recv().await.unwrap();
+        let (_, outcome) = ended(&mut rx).await;
         assert_eq!(outcome.end, RunEnd::Exited(0));
         // The log's head is 64 KiB; the kept file the whole bound.
         assert_eq!(outcome.stdout_head.len(), RESULT_BYTES_MAX);
@@ -982,12 +1151,12 @@ mod tests {
             (killer, rx, capture)
         };
         let (_silent_killer, mut silent, silent_capture) = run_capturing(&["true"], "silent");
-        let (_, outcome) = silent.recv().await.unwrap();
+        let (_, outcome) = ended(&mut silent).await;
         assert_eq!(outcome.end, RunEnd::Exited(0));
         assert_eq!((outcome.stdout_kept_bytes, outcome.stderr_kept_bytes), (0, 0));
         assert!(!silent_capture.dir.exists(), "no output directory for a task that printed nothing");
         let (_loud_killer, mut loud, loud_capture) = run_capturing(&["sh", "-c", "echo err >&2"], "loud");
-        let (_, outcome) = loud.recv().await.unwrap();
+        let (_, outcome) = ended(&mut loud).await;
         assert_eq!((outcome.stdout_kept_bytes, outcome.stderr_kept_bytes), (0, 4));
         assert_eq!(std::fs::read(loud_capture.dir.join("stderr")).unwrap(), b"err\n");
         assert!(!loud_capture.dir.join("stdout").exists(), "no file for the stream that printed nothing");
@@ -1060,7 +1229,7 @@ mod tests {
             .filter(|name| name.starts_with("gridfold-wait"))
             .count();
         assert_eq!(waiting_threads, 0, "a thread waits for the task");
-        let (_, outcome) = rx.recv().await.unwrap();
+        let (_, outcome) = ended(&mut rx).await;
         assert_eq!(outcome.end, RunEnd::Exited(0));
         assert!(outcome.wall_ms >= 900, "the exit was seen when it happened: {} ms", outcome.wall_ms);
     }
@@ -1104,17 +1273,18 @@ mod tests {
         let fifo = std::ffi::CString::new(spec.work_dir.join("fifo").to_str().unwrap()).unwrap();
         // SAFETY: mkfifo reads the path only.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let killer = start(spec, (), tx).unwrap();
+        let _killer = start(spec, (), tx).unwrap();
+        let pgid = started(&mut rx).await;
         let recorded = || groups::read_records(claim.records().dir()).unwrap().records;
         let [record] = &recorded()[..] else { panic!("one group recorded: {:?}", recorded()) };
         let record = record.clone();
-        assert_eq!(record.pgid, killer.pgid());
+        assert_eq!(record.pgid, pgid);
         assert_eq!(
             Some(record.start_ticks),
-            procfs::read_stat(killer.pgid()).map(|s| s.start_ticks)
+            procfs::read_stat(pgid).map(|s| s.start_ticks)
         );
         std::fs::write(dir.path().join("w/fifo"), "go\n").unwrap();
-        let ((), outcome) = rx.recv().await.unwrap();
+        let ((), outcome) = ended(&mut rx).await;
         assert_eq!(outcome.end, RunEnd::Exited(0));
         assert_eq!(
             outcome.stdout_head,
@@ -1126,7 +1296,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_program_does_not_start() {
         let dir = tempfile::tempdir().unwrap();
-        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
+        let (tx, mut rx) = mpsc::unbounded_channel();
         let spec = LaunchSpec {
             argv: vec!["gridfold-no-such-program".into()],
             work_dir: dir.path().into(),
@@ -1136,11 +1306,9 @@ mod tests {
             group_records: None,
             capture: None,
         };
-        let err = start(spec, (), tx).unwrap_err();
-        assert!(
-            err.to_string().contains("gridfold-no-such-program"),
-            "{err}"
-        );
+        let _killer = start(spec, (), tx).unwrap();
+        let outcome = ended_unstarted(&mut rx).await;
+        assert!(outcome.stderr_tail.contains("gridfold-no-such-program"), "{}", outcome.stderr_tail);
     }
 
     fn spec_of(argv: &[&str], work_dir: PathBuf, env: Vec<(String, String)>) -> LaunchSpec {
@@ -1158,7 +1326,7 @@ mod tests {
     async fn run_spec(spec: LaunchSpec) -> RunOutcome {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let _killer = start(spec, (), tx).unwrap();
-        rx.recv().await.unwrap().1
+        ended(&mut rx).await.1
     }
 
     /// The task sees the engine's environment with its own entries over it
@@ -1215,10 +1383,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let program = dir.path().join("not-executable");
         std::fs::write(&program, "#!/bin/sh\n").unwrap();
-        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
+        let (tx, mut rx) = mpsc::unbounded_channel();
         let spec = spec_of(&[program.to_str().unwrap()], dir.path().join("w"), vec![]);
-        let err = start(spec, (), tx).unwrap_err();
-        assert!(err.to_string().contains("not-executable") && err.to_string().contains("ermission denied"), "{err}");
+        let _killer = start(spec, (), tx).unwrap();
+        let err = ended_unstarted(&mut rx).await.stderr_tail;
+        assert!(err.contains("not-executable") && err.contains("ermission denied"), "{err}");
         let zombies = std::fs::read_dir("/proc/self/task")
             .unwrap()
             .flatten()
@@ -1236,11 +1405,11 @@ mod tests {
     fn a_leader_left_by_a_dropped_runtime_is_killed_and_reaped_at_the_next_start() {
         let dir = tempfile::tempdir().unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let (tx, _rx) = mpsc::unbounded_channel::<((), RunOutcome)>();
-        let killer = runtime.block_on(async {
-            start(spec_of(&["sleep", "30"], dir.path().join("a"), vec![]), (), tx.clone()).unwrap()
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (killer, pid) = runtime.block_on(async {
+            let killer = start(spec_of(&["sleep", "30"], dir.path().join("a"), vec![]), (), tx.clone()).unwrap();
+            (killer, started(&mut rx).await)
         });
-        let pid = killer.pgid();
         std::mem::forget(killer);
         drop(runtime);
         let live = |pid: i32| procfs::read_stat(pid).is_some_and(|stat| stat.is_live());
