@@ -61,7 +61,7 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
 /// `--real` runs real commands through real processes (a projector and two
 /// engine agents this binary starts): every task completes once, the replay
 /// verifies, and the report gives each process's CPU per task and the
-/// machine's spawn limit measured in the same run.
+/// machine's spawn limit measured in the same run, by threads and by `xargs -P`.
 #[test]
 fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_process_and_the_spawn_limit() {
     let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
@@ -83,6 +83,10 @@ fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_proces
     assert_eq!(number("/spawn_limit/parallel"), 8.0, "the spawn limit runs at the grid's parallelism");
     assert!(number("/spawn_limit/per_s") > 0.0, "{report:#}");
     assert!(number("/run/tasks_per_s") > 0.0 && number("/run/ratio_to_spawn_limit") > 0.0, "{report:#}");
+    // The issue's own measure too: `xargs -P` at the same parallelism.
+    assert_eq!(number("/spawn_limit_xargs/spawns"), 200.0);
+    assert_eq!(number("/spawn_limit_xargs/parallel"), 8.0);
+    assert!(number("/spawn_limit_xargs/per_s") > 0.0 && number("/run/ratio_to_spawn_limit_xargs") > 0.0, "{report:#}");
     // Every process did work for the tasks: CPU per task is measured, not assumed.
     assert!(number("/cpu_us_per_task/engines") > 0.0, "{report:#}");
     assert!(number("/cpu_us_per_task/projector") > 0.0, "{report:#}");

@@ -42,6 +42,11 @@ pub struct EngineArgs {
     /// asks for are fetched from the broker's object store into it [default: <work-dir>/libraries].
     #[arg(long)]
     pub library_dir: Option<PathBuf>,
+    /// How long the first task report of a message waits for company (ms):
+    /// what comes meanwhile leaves in the same message. 0 sends each at once;
+    /// at most 1,000.
+    #[arg(long, default_value_t = crate::engine::REPORT_WINDOW_DEFAULT_MS, value_parser = clap::value_parser!(u64).range(0..=crate::engine::REPORT_WINDOW_MAX_MS))]
+    pub report_window_ms: u64,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_secs: u64,
@@ -185,6 +190,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         given_props,
         heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+        report_window: Duration::from_millis(args.report_window_ms),
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         output_bytes_max: args.output_bytes_max,
         output_retention: Duration::from_secs(args.output_retention_secs),

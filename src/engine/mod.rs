@@ -131,6 +131,10 @@ use crate::log::LogError;
 
 pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 pub const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// The default [`EngineConfig::report_window`], in ms (`--report-window-ms`).
+pub const REPORT_WINDOW_DEFAULT_MS: u64 = 1;
+/// The longest [`EngineConfig::report_window`] allowed, in ms.
+pub const REPORT_WINDOW_MAX_MS: u64 = 1_000;
 /// Between SIGTERM and SIGKILL when the engine stops an attempt.
 pub const KILL_GRACE_DEFAULT: Duration = Duration::from_secs(2);
 /// Delivery ids (and attempts) remembered, each.
@@ -176,6 +180,14 @@ pub struct EngineConfig {
     pub drain_timeout: Duration,
     pub kill_grace: Duration,
     pub publish_retry: RetryPolicy,
+    /// How long the first task report of a message waits for company before
+    /// it is published: the reports that come meanwhile (a short task's start
+    /// and end, the ends of tasks finishing together) leave in the same
+    /// message, which the broker and the projector take at the cost of one.
+    /// A start and an end each wait this long at most (beyond the publish
+    /// before them), so an attempt's times in the log move by no more. Zero:
+    /// each report leaves as soon as the last publish is stored.
+    pub report_window: Duration,
     /// Delivery ids and attempts remembered to ignore repeats, each.
     pub seen_max: usize,
     /// Where an attempt's whole stdout and stderr go when it ends: the broker's
@@ -216,6 +228,7 @@ impl EngineConfig {
             drain_timeout: DRAIN_TIMEOUT_DEFAULT,
             kill_grace: KILL_GRACE_DEFAULT,
             publish_retry: RetryPolicy::default(),
+            report_window: Duration::from_millis(REPORT_WINDOW_DEFAULT_MS),
             seen_max: SEEN_MAX_DEFAULT,
             output_store: None,
             output_bytes_max: OUTPUT_BYTES_MAX_DEFAULT,
@@ -238,6 +251,8 @@ impl EngineConfig {
             Some("seen_max must be at least 1".to_string())
         } else if self.publish_retry.attempts_max == 0 {
             Some("publish_retry.attempts_max must be at least 1".to_string())
+        } else if self.report_window > Duration::from_millis(REPORT_WINDOW_MAX_MS) {
+            Some(format!("the report window must be at most {REPORT_WINDOW_MAX_MS} ms"))
         } else {
             None
         };

@@ -187,11 +187,14 @@ impl Outbox {
 /// Reports that pile up while a publish waits for its acknowledgement leave
 /// together as one [`Event::EngineReports`] message (see [`ReportBatcher`]): at
 /// ordinary load a task's start and end, and the ends of tasks finishing
-/// together, cost one publish and one acknowledgement instead of one each. No
-/// report waits for a batch to fill: a batch is only what is already queued.
+/// together, cost one publish and one acknowledgement instead of one each. The
+/// first report of a message waits `report_window` for company (see
+/// [`crate::engine::EngineConfig::report_window`]); no report waits for a
+/// batch to fill.
 pub(crate) fn spawn_publisher<L: EventLog + 'static>(
     log: L,
     retry: RetryPolicy,
+    report_window: Duration,
     engine: EngineId,
 ) -> (Outbox, oneshot::Receiver<EngineError>, JoinHandle<u64>) {
     let (tx, mut rx) = mpsc::channel::<Outgoing>(OUTBOX_MAX);
@@ -208,6 +211,9 @@ pub(crate) fn spawn_publisher<L: EventLog + 'static>(
                     None => break,
                 },
             };
+            if !report_window.is_zero() && batchable(&first) {
+                tokio::time::sleep(report_window).await;
+            }
             let outgoing = batcher.gather(first, &mut rx);
             let events = outgoing.len() as u64;
             match publish(&log, &retry, &outgoing.envelope, outgoing.best_effort).await {
@@ -457,6 +463,25 @@ mod tests {
         match &publishable.envelope.event {
             Event::EngineReports { reports, .. } => reports.iter().map(|r| r.id).collect(),
             _ => vec![publishable.envelope.id],
+        }
+    }
+
+    /// A lone report waits the window for company: a start and, 20 ms later,
+    /// its end leave as one message with a window of 200 ms, as two without.
+    #[tokio::test]
+    async fn a_lone_report_waits_its_window_and_leaves_with_what_came_meanwhile() {
+        use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+        for (window, messages) in [(Duration::from_millis(200), 1), (Duration::ZERO, 2)] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap();
+            let engine = EngineId::new("e1").unwrap();
+            let (outbox, _failed, publisher) = spawn_publisher(log.clone(), RetryPolicy::default(), window, engine.clone());
+            outbox.send(report(&engine, 0, "TaskStarted").envelope).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            outbox.send(report(&engine, 0, "TaskCompleted").envelope).await.unwrap();
+            drop(outbox);
+            assert_eq!(publisher.await.unwrap(), 2, "both reports stored");
+            assert_eq!(log.last_seq().await.unwrap(), messages, "messages with a window of {} ms", window.as_millis());
         }
     }
 

@@ -128,6 +128,10 @@ pub struct BenchArgs {
     /// With --real: the command each task runs (split on spaces).
     #[arg(long, default_value = "/bin/true", requires = "real")]
     pub command: String,
+    /// With --real: the engines' `--report-window-ms` (how long a lone report
+    /// waits for company) [default: the engine's own].
+    #[arg(long, requires = "real", value_parser = clap::value_parser!(u64).range(0..=crate::engine::REPORT_WINDOW_MAX_MS))]
+    pub report_window_ms: Option<u64>,
     /// Messages of the raw publish measurement (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub raw_messages: u32,

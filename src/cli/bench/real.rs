@@ -58,6 +58,10 @@ pub struct RealReport {
     pub cores: usize,
     pub config: RealConfig,
     pub spawn_limit: SpawnLimit,
+    /// The same runs by `xargs -P` (fork and exec from one process, each
+    /// waited for): the measure the issue of this bench took, slower than
+    /// `spawn_limit`'s threads spawning with `posix_spawn`.
+    pub spawn_limit_xargs: SpawnLimit,
     pub run: RealRun,
     /// CPU time per task, µs, of each process (children excluded).
     pub cpu_us_per_task: RealCpu,
@@ -68,6 +72,8 @@ pub struct RealReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct RealConfig {
     pub tasks: u32,
+    /// The engines' report window (`--report-window-ms`).
+    pub report_window_ms: u64,
     pub engines: u32,
     pub slots_per_engine: u32,
     pub command: Vec<String>,
@@ -90,6 +96,8 @@ pub struct RealRun {
     pub tasks_per_s: f64,
     /// `tasks_per_s` over the spawn limit's rate.
     pub ratio_to_spawn_limit: f64,
+    /// `tasks_per_s` over `xargs -P`'s rate.
+    pub ratio_to_spawn_limit_xargs: f64,
     /// Entries the run added to the log (the job's submission onwards).
     pub log_entries: u64,
     pub log_entries_per_task: f64,
@@ -218,6 +226,33 @@ fn measure_spawn_limit(command: &[String], spawns: u32, parallel: u32) -> anyhow
     Ok(SpawnLimit { spawns, parallel, seconds, per_s: f64::from(spawns) / seconds.max(1e-9) })
 }
 
+/// The machine's rate by `xargs -P parallel`, as a person would measure it:
+/// `seq spawns | xargs -P parallel -I … command`, each run without an argument
+/// added.
+fn measure_spawn_limit_xargs(command: &[String], spawns: u32, parallel: u32) -> anyhow::Result<SpawnLimit> {
+    let mut xargs = Command::new("xargs")
+        .args(["-P", &parallel.max(1).to_string(), "-I", "{gridfold-run}"])
+        .args(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting xargs (findutils) to measure the spawn limit as `xargs -P` gives it")?;
+    let lines: String = (0..spawns).map(|n| format!("{n}\n")).collect();
+    let started = Instant::now();
+    {
+        use std::io::Write as _;
+        let mut stdin = xargs.stdin.take().ok_or_else(|| anyhow!("xargs has no standard input"))?;
+        stdin.write_all(lines.as_bytes()).context("feeding xargs")?;
+    }
+    let status = xargs.wait().context("waiting for xargs")?;
+    let seconds = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("`xargs -P {parallel} {}` failed ({status}): does the command run?", command.join(" "));
+    }
+    Ok(SpawnLimit { spawns, parallel, seconds, per_s: f64::from(spawns) / seconds.max(1e-9) })
+}
+
 fn real_job(tasks: u32, command: &[String]) -> JobSpec {
     JobSpec {
         id: JobId::new(JOB_ID).expect("a valid job id"),
@@ -266,6 +301,11 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         say(format!("spawn limit: {:.0} /s", limit.per_s));
         limit
     };
+    let spawn_limit_xargs = {
+        let limit = measure_spawn_limit_xargs(&command, tasks, engines * slots)?;
+        say(format!("spawn limit by xargs -P {}: {:.0} /s", engines * slots, limit.per_s));
+        limit
+    };
 
     let url = server.url();
     let broker = BrokerInfo {
@@ -288,7 +328,11 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         let slots = slots.to_string();
         agents.push(Process::start(
             &name,
-            &["engine", "--nats", &url, "--name", &name, "--slots", &slots, "--work-dir", &work_dir].map(String::from),
+            &["engine", "--nats", &url, "--name", &name, "--slots", &slots, "--work-dir", &work_dir]
+                .into_iter()
+                .map(String::from)
+                .chain(args.report_window_ms.iter().flat_map(|ms| ["--report-window-ms".to_string(), ms.to_string()]))
+                .collect::<Vec<_>>(),
             &dir.0,
         )?);
     }
@@ -373,12 +417,19 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     Ok(RealReport {
         broker,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        config: RealConfig { tasks, engines, slots_per_engine: slots, command },
+        config: RealConfig {
+            tasks,
+            report_window_ms: args.report_window_ms.unwrap_or(crate::engine::REPORT_WINDOW_DEFAULT_MS),
+            engines,
+            slots_per_engine: slots,
+            command,
+        },
         run: RealRun {
             tasks_completed: analysis.completed_events,
             seconds,
             tasks_per_s,
             ratio_to_spawn_limit: tasks_per_s / spawn_limit.per_s.max(1e-9),
+            ratio_to_spawn_limit_xargs: tasks_per_s / spawn_limit_xargs.per_s.max(1e-9),
             log_entries: run_entries,
             log_entries_per_task: run_entries as f64 / f64::from(tasks),
             order_batches: analysis.batches,
@@ -386,6 +437,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
             delivery_messages_per_task: delivery_messages as f64 / f64::from(tasks),
         },
         spawn_limit,
+        spawn_limit_xargs,
         cpu_us_per_task: RealCpu {
             engines: per_task(engines_us),
             engines_making_work_dirs: per_task(work_dirs_us),
@@ -437,7 +489,16 @@ pub(super) fn print_real(report: &RealReport) {
         "  spawn limit:            {:>8.0} /s  ({} spawned at {} in parallel without gridfold, {:.2} s)",
         spawn.per_s, spawn.spawns, spawn.parallel, spawn.seconds
     );
-    println!("  ratio to spawn limit:   {:>8.2}", run.ratio_to_spawn_limit);
+    println!(
+        "  {:<22}{:>8.0} /s  (fork and exec from one process, {:.2} s)",
+        format!("by xargs -P {}:", report.spawn_limit_xargs.parallel),
+        report.spawn_limit_xargs.per_s,
+        report.spawn_limit_xargs.seconds
+    );
+    println!(
+        "  ratio to spawn limit:   {:>8.2}  (to xargs -P: {:.2})",
+        run.ratio_to_spawn_limit, run.ratio_to_spawn_limit_xargs
+    );
     println!(
         "  CPU per task:           engine(s) {:.0} us (of which making work directories {:.0} us), projector {:.0} us, broker {} us  (children excluded)",
         cpu.engines,
