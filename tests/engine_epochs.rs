@@ -203,7 +203,15 @@ fn a_second_process_under_one_name_fences_out_the_first() {
         .filter(|r| r[0].contains("/work-b/"))
         .map(|r| r[0].clone())
         .collect();
-    assert_eq!(by_b.len(), TASKS as usize, "B ran each task once: {:?}", records(&record));
+    // On a failure, what B said and the log: a run B started twice is told by both.
+    assert_eq!(
+        by_b.len(),
+        TASKS as usize,
+        "B ran each task once: {:?}\nB's stderr:\n{}\nthe log:\n{}",
+        records(&record),
+        cluster.proc(b).stderr(),
+        log.dump()
+    );
     let b_stderr = cluster.proc(b).stderr();
     assert!(cluster.proc(b).poll_exit().is_none() && !b_stderr.contains("fenced"), "{b_stderr}");
     eprintln!("took {:?}", started.elapsed());
