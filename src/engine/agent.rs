@@ -747,6 +747,7 @@ impl Agent {
             argv: if run.companion { run.companion_argv.clone() } else { run.argv.clone() },
             env,
             work_dir: work_dir.clone(),
+            work_dir_made: true,
             wall_time_limit: (run.wall_time_limit_ms > 0)
                 .then(|| Duration::from_millis(run.wall_time_limit_ms)),
             kill_grace: self.config.kill_grace,

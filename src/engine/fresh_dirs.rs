@@ -56,8 +56,18 @@ pub enum Made {
 /// The ready directories and the thread that makes them.
 pub struct FreshDirs {
     /// In a mutex only to be `Sync` (the engine's loop is the one taker).
-    ready: Mutex<Receiver<PathBuf>>,
+    taker: Mutex<Taker>,
     ahead: usize,
+}
+
+/// What the one taker of directories holds.
+struct Taker {
+    ready: Receiver<PathBuf>,
+    /// The parent of the last directory made (a job's directory): the next
+    /// attempt of the same job needs no `create_dir_all` of it first. If it
+    /// has gone since (the sweep of old attempts), the rename says so and the
+    /// parent is made again.
+    last_parent: Option<PathBuf>,
 }
 
 impl FreshDirs {
@@ -82,7 +92,7 @@ impl FreshDirs {
                 lower_own_priority();
                 make_ahead(&making, &made, &ready_tx)
             })?;
-        Ok(FreshDirs { ready: Mutex::new(ready), ahead })
+        Ok(FreshDirs { taker: Mutex::new(Taker { ready, last_parent: None }), ahead })
     }
 
     /// How many directories are kept ready.
@@ -95,15 +105,29 @@ impl FreshDirs {
     /// exists already (an attempt started again by a new engine process) is
     /// kept as it is, as `create_dir_all` would.
     pub fn make(&self, dir: &Path) -> io::Result<Made> {
-        if let Some(parent) = dir.parent() {
+        let mut taker = self.taker.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let parent = dir.parent();
+        let parent_known = parent.is_some() && taker.last_parent.as_deref() == parent;
+        if !parent_known && let Some(parent) = parent {
             std::fs::create_dir_all(parent)?;
+            taker.last_parent = Some(parent.to_path_buf());
         }
-        let next = self.ready.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).try_recv();
-        match next {
+        match taker.ready.try_recv() {
             Ok(fresh) => {
                 // Fails when `dir` exists and is not empty; an empty one is replaced
                 // by the ready one, which is the same thing.
-                if std::fs::rename(&fresh, dir).is_ok() {
+                let renamed = match std::fs::rename(&fresh, dir) {
+                    Err(err) if err.kind() == io::ErrorKind::NotFound && parent_known => {
+                        // The job's directory was swept since its last attempt.
+                        taker.last_parent = None;
+                        match parent {
+                            Some(parent) => std::fs::create_dir_all(parent).and_then(|()| std::fs::rename(&fresh, dir)),
+                            None => Err(err),
+                        }
+                    }
+                    renamed => renamed,
+                };
+                if renamed.is_ok() {
                     return Ok(Made::Renamed);
                 }
                 let _ = std::fs::remove_dir(&fresh);
@@ -223,6 +247,26 @@ mod tests {
             assert!(Instant::now() < deadline, "the thread did not end");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn a_job_directory_swept_between_two_attempts_is_made_again() {
+        let work = tempfile::tempdir().unwrap();
+        let fresh = FreshDirs::start(work.path(), 2).unwrap();
+        wait_for_ready(work.path(), 2);
+        let job = work.path().join("job");
+        assert_eq!(fresh.make(&job.join("0-1")).unwrap(), Made::Renamed);
+        // The sweep removes the job's directory; the next attempt's parent is
+        // the one made last, and is gone.
+        std::fs::remove_dir_all(&job).unwrap();
+        wait_for_ready(work.path(), 2);
+        assert_eq!(fresh.make(&job.join("1-1")).unwrap(), Made::Renamed);
+        assert_eq!(entries(&job), vec!["1-1"]);
+        // And with no ready one left, a start after another sweep makes its own.
+        std::fs::remove_dir_all(&job).unwrap();
+        std::fs::remove_dir_all(work.path().join(FRESH_DIR_NAME)).unwrap();
+        assert_eq!(fresh.make(&job.join("2-1")).unwrap(), Made::Made);
+        assert_eq!(entries(&job), vec!["2-1"]);
     }
 
     #[test]

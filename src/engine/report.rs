@@ -211,7 +211,8 @@ pub(crate) fn spawn_publisher<L: EventLog + 'static>(
                     None => break,
                 },
             };
-            if !report_window.is_zero() && batchable(&first) {
+            // A full batch already queued has no company to wait for.
+            if !report_window.is_zero() && batchable(&first) && rx.len() + 1 < REPORTS_PER_BATCH_MAX {
                 tokio::time::sleep(report_window).await;
             }
             let outgoing = batcher.gather(first, &mut rx);
@@ -340,7 +341,7 @@ async fn publish<L: EventLog>(
     envelope: &Envelope,
     best_effort: bool,
 ) -> Result<Option<Appended>, EngineError> {
-    let what = describe(&envelope.event);
+    let what = Described(&envelope.event);
     let append = Append::new(wire::subject_for(&envelope.event), wire::encode(envelope))
         .with_msg_id(msg_id(envelope));
     let started = Instant::now();
@@ -380,7 +381,7 @@ async fn publish<L: EventLog>(
             }
             Err(source) => {
                 return Err(EngineError::Publish {
-                    what,
+                    what: what.to_string(),
                     attempts: attempt,
                     elapsed: started.elapsed(),
                     source,
@@ -390,15 +391,18 @@ async fn publish<L: EventLog>(
     }
 }
 
-/// `TaskCompleted j/3 #1`, for messages.
-fn describe(event: &Event) -> String {
-    match event {
-        Event::TaskStarted { task, attempt, .. }
-        | Event::TaskCompleted { task, attempt, .. }
-        | Event::TaskFailed { task, attempt, .. } => {
-            format!("{} {task} #{attempt}", event.kind_name())
+/// `TaskCompleted j/3 #1`, for messages: formatted only when a message is
+/// written, not at every publish.
+struct Described<'a>(&'a Event);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Event::TaskStarted { task, attempt, .. }
+            | Event::TaskCompleted { task, attempt, .. }
+            | Event::TaskFailed { task, attempt, .. } => write!(f, "{} {task} #{attempt}", self.0.kind_name()),
+            event => f.write_str(event.kind_name()),
         }
-        _ => event.kind_name().to_string(),
     }
 }
 
@@ -468,6 +472,28 @@ mod tests {
 
     /// A lone report waits the window for company: a start and, 20 ms later,
     /// its end leave as one message with a window of 200 ms, as two without.
+    #[tokio::test]
+    async fn a_full_batch_already_queued_leaves_at_once_without_waiting_its_window() {
+        use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
+        let dir = tempfile::tempdir().unwrap();
+        let log = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap();
+        let engine = EngineId::new("e1").unwrap();
+        let window = Duration::from_secs(60);
+        let (outbox, _failed, publisher) = spawn_publisher(log.clone(), RetryPolicy::default(), window, engine.clone());
+        // Queued before the publisher first runs: this runtime has one thread,
+        // and `try_send` never yields to it.
+        let queued_at = Instant::now();
+        for index in 0..REPORTS_PER_BATCH_MAX as u32 {
+            outbox.tx.try_send(report(&engine, index, "TaskStarted")).unwrap_or_else(|_| panic!("room for report {index}"));
+        }
+        drop(outbox);
+        let stored = tokio::time::timeout(Duration::from_secs(30), publisher).await;
+        let stored = stored.expect("the full batch waited for its 60 s window").unwrap();
+        assert_eq!(stored, REPORTS_PER_BATCH_MAX as u64, "every report stored");
+        assert_eq!(log.last_seq().await.unwrap(), 1, "in one message");
+        assert!(queued_at.elapsed() < window, "stored before the window's end");
+    }
+
     #[tokio::test]
     async fn a_lone_report_waits_its_window_and_leaves_with_what_came_meanwhile() {
         use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};

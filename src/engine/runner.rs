@@ -77,8 +77,12 @@ const READ_CHUNK_BYTES: usize = 16 * 1024;
 pub struct LaunchSpec {
     /// The program (looked up on `PATH` unless it holds a `/`) and its arguments.
     pub argv: Vec<String>,
-    /// Created if missing (with its parents); the process starts there.
+    /// Created if missing (with its parents), unless `work_dir_made`; the
+    /// process starts there.
     pub work_dir: PathBuf,
+    /// The caller has just made `work_dir` (the engine's fresh directories):
+    /// not looked at again, which saves a `mkdir` and a `stat` per start.
+    pub work_dir_made: bool,
     /// Added to the engine's own environment; later entries win.
     pub env: Vec<(String, String)>,
     /// Stop the process this long after it started; `None`: no limit.
@@ -196,8 +200,9 @@ struct Group {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupState {
-    /// The spawner thread has not started the leader yet.
-    Starting,
+    /// The spawner thread has not started the leader yet; `killed`: an
+    /// engine on its way out asked for SIGKILL, sent as soon as it runs.
+    Starting { killed: bool },
     /// The leader runs or is a zombie: its pid, the group's id, is still ours.
     Live(i32),
     /// The leader is reaped (or never ran, or runs elsewhere): nothing to signal.
@@ -219,16 +224,40 @@ impl Group {
 
     fn signal(&self, signal: i32) {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let GroupState::Live(pgid) = *state else {
-            return;
-        };
-        // SAFETY: killpg only sends a signal; the group is ours and its leader unreaped.
-        let rc = unsafe { libc::killpg(pgid, signal) };
-        if rc != 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::ESRCH) {
-                tracing::warn!(pgid, "cannot signal process group: {err}");
-            }
+        if let GroupState::Live(pgid) = *state {
+            signal_group(pgid, signal);
+        }
+    }
+
+    /// SIGKILL to the group now, or as soon as its leader runs.
+    fn kill(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match *state {
+            GroupState::Starting { .. } => *state = GroupState::Starting { killed: true },
+            GroupState::Live(pgid) => signal_group(pgid, libc::SIGKILL),
+            GroupState::Gone => {}
+        }
+    }
+
+    /// The leader runs as `pid`; killed at once if that was asked before.
+    fn started(&self, pid: i32) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let killed = matches!(*state, GroupState::Starting { killed: true });
+        *state = GroupState::Live(pid);
+        if killed {
+            signal_group(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Sends `signal` to the group `pgid`, whose leader the caller has not reaped.
+fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg only sends a signal; the group is ours and its leader unreaped.
+    let rc = unsafe { libc::killpg(pgid, signal) };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            tracing::warn!(pgid, "cannot signal process group: {err}");
         }
     }
 }
@@ -264,10 +293,10 @@ impl Killer {
     /// way out); a run not started yet is stopped as soon as it starts. The
     /// outcome still comes on the channel if anyone reads it.
     pub fn kill_now(&self) {
-        if self.group.state() == GroupState::Starting {
-            self.stop();
-        }
-        self.group.signal(libc::SIGKILL);
+        // The supervisor then reports the run stopped, and kills what is left of
+        // the group as for any stop.
+        self.stop();
+        self.group.kill();
     }
 
     /// The process group (the leader's pid), once started; `None` before, after
@@ -275,7 +304,7 @@ impl Killer {
     pub fn pgid(&self) -> Option<i32> {
         match self.group.state() {
             GroupState::Live(pgid) => Some(pgid),
-            GroupState::Starting | GroupState::Gone => None,
+            GroupState::Starting { .. } | GroupState::Gone => None,
         }
     }
 
@@ -317,32 +346,36 @@ pub fn start<T: Clone + Send + 'static>(
     tag: T,
     news: mpsc::UnboundedSender<(T, RunNews)>,
 ) -> Result<Killer, LaunchError> {
-    let (program, args) = spec.argv.split_first().ok_or(LaunchError::EmptyCommand)?;
-    let program = program.clone();
-    std::fs::create_dir_all(&spec.work_dir).map_err(|source| LaunchError::WorkDir {
-        path: spec.work_dir.clone(),
-        source,
-    })?;
+    let mut argv = std::mem::take(&mut spec.argv);
+    let (program, args) = argv.split_first().ok_or(LaunchError::EmptyCommand)?;
+    if !spec.work_dir_made {
+        std::fs::create_dir_all(&spec.work_dir).map_err(|source| LaunchError::WorkDir {
+            path: spec.work_dir.clone(),
+            source,
+        })?;
+    }
     let token = spec.group_records.as_ref().map(|_| groups::new_token());
     if let Some(token) = &token {
         spec.env.push((groups::TOKEN_ENV.to_string(), token.clone()));
     }
-    let spawn_error = |source: io::Error| LaunchError::Spawn { program: program.clone(), source };
+    let spawn_error = |program: &str, source: io::Error| LaunchError::Spawn { program: program.to_string(), source };
     // SAFETY: getpid has no preconditions.
     let engine_pid = unsafe { libc::getpid() };
     let prepared = Prepared::new(&SpawnSpec {
-        program: &program,
+        program,
         args,
         env: &spec.env,
         work_dir: &spec.work_dir,
     })
-    .map_err(spawn_error)?;
+    .map_err(|source| spawn_error(program, source))?;
+    // The supervisor keeps the program's name for its messages; the rest of argv is in `prepared`.
+    let program = argv.swap_remove(0);
     let (reply, spawned) = oneshot::channel();
     spawner()
-        .map_err(spawn_error)?
+        .map_err(|source| spawn_error(&program, source))?
         .send(SpawnRequest { prepared, engine_pid, reply })
-        .map_err(|_| spawn_error(io::Error::other("the gridfold-spawner thread has ended")))?;
-    let group = Arc::new(Group::new(GroupState::Starting));
+        .map_err(|_| spawn_error(&program, io::Error::other("the gridfold-spawner thread has ended")))?;
+    let group = Arc::new(Group::new(GroupState::Starting { killed: false }));
     let (stop_tx, stop_rx) = watch::channel(false);
     let (pause_tx, pause_rx) = watch::channel(false);
     let starting = Starting {
@@ -404,7 +437,7 @@ impl Starting {
         let Spawned { pid, stdout, stderr, start_ticks } = spawned.map_err(spawn_error)?;
         // From here, dropping the leader kills it (and reaps it later).
         let leader = Leader { pid, reaped: false };
-        self.group.set(GroupState::Live(pid));
+        self.group.started(pid);
         if let (Some(records), Some(token)) = (&self.records, &self.token)
             && let Err(source) = records.record(pid, token, start_ticks)
         {
@@ -1006,6 +1039,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: vec![("GRIDFOLD_TEST".into(), "yes".into())],
             wall_time_limit: limit,
             kill_grace: Duration::from_millis(200),
@@ -1038,6 +1072,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: vec!["sleep".into(), "0.6".into()],
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: Vec::new(),
             wall_time_limit: Some(Duration::from_millis(900)),
             kill_grace: Duration::from_millis(200),
@@ -1069,6 +1104,21 @@ mod tests {
 
     /// An engine may be told to stop a run before the spawner thread has
     /// started it: the run is stopped as soon as it runs, not left running.
+    #[test]
+    fn a_kill_asked_before_the_process_runs_is_a_sigkill_as_soon_as_it_runs() {
+        use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+        let group = Group::new(GroupState::Starting { killed: false });
+        // An engine on its way out, before the spawner has started the leader.
+        group.kill();
+        assert_eq!(group.state(), GroupState::Starting { killed: true });
+        let mut leader = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let pid = i32::try_from(leader.id()).unwrap();
+        group.started(pid);
+        assert_eq!(group.state(), GroupState::Live(pid));
+        let status = leader.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "killed, not asked to stop: {status}");
+    }
+
     #[tokio::test]
     async fn a_stop_asked_before_the_process_runs_stops_it_once_it_runs() {
         let dir = tempfile::tempdir().unwrap();
@@ -1088,6 +1138,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 30 & wait".into()],
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: Vec::new(),
             wall_time_limit: None,
             kill_grace: Duration::from_secs(20),
@@ -1113,6 +1164,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: ["sh", "-c", "head -c 150000 /dev/zero | tr '\\0' x; echo err >&2"].iter().map(|s| s.to_string()).collect(),
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(200),
@@ -1141,6 +1193,7 @@ mod tests {
             let spec = LaunchSpec {
                 argv: argv.iter().map(|s| s.to_string()).collect(),
                 work_dir: dir.path().join(name),
+                work_dir_made: false,
                 env: vec![],
                 wall_time_limit: None,
                 kill_grace: Duration::from_millis(200),
@@ -1213,6 +1266,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: ["sleep", "1"].iter().map(|s| s.to_string()).collect(),
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(200),
@@ -1263,6 +1317,7 @@ mod tests {
             .map(String::from)
             .to_vec(),
             work_dir: dir.path().join("w"),
+            work_dir_made: false,
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
@@ -1300,6 +1355,7 @@ mod tests {
         let spec = LaunchSpec {
             argv: vec!["gridfold-no-such-program".into()],
             work_dir: dir.path().into(),
+            work_dir_made: false,
             env: vec![],
             wall_time_limit: None,
             kill_grace: Duration::from_millis(10),
@@ -1315,6 +1371,7 @@ mod tests {
         LaunchSpec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             work_dir,
+            work_dir_made: false,
             env,
             wall_time_limit: None,
             kill_grace: Duration::from_millis(200),

@@ -65,6 +65,8 @@ pub fn mark_top_of_hierarchy(dir: &Path) -> io::Result<TopDir> {
 }
 
 /// Whether `dir` carries the flag; `None` where the filesystem keeps no flags.
+/// Only the tests ask: the engine marks its directory and goes on.
+#[cfg(test)]
 pub fn is_top_of_hierarchy(dir: &Path) -> io::Result<Option<bool>> {
     Ok(flags_of(&File::open(dir)?)?.map(|flags| flags & FS_TOPDIR_FL != 0))
 }

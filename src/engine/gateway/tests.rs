@@ -191,6 +191,7 @@ fn spec(dir: &Path) -> LaunchSpec {
     LaunchSpec {
         argv: vec!["true".into()],
         work_dir: dir.to_path_buf(),
+        work_dir_made: false,
         env: vec![],
         wall_time_limit: None,
         kill_grace: Duration::from_secs(1),
