@@ -112,6 +112,16 @@ fn registered(log: &LogBuilder) -> State {
     state
 }
 
+/// A registered projector key, engine e1 of one slot logged in, job j of one task submitted.
+fn one_engine_and_a_job_of_one_task() -> (LogBuilder, State) {
+    let mut log = LogBuilder::new();
+    let mut state = registered(&log);
+    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
+        fold_checked(&mut state, &entry);
+    }
+    (log, state)
+}
+
 fn sealed_batch_entry(seq: Seq, time_ms: u64, batch: OrderBatch) -> Entry {
     let event = Event::OrderBatch(batch);
     let stored = format!("{event:?}").into_bytes();
@@ -258,6 +268,7 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
                         signer: stranger.verifying_key().to_bytes(),
                         signature: stranger.sign(&entry.stored).to_bytes(),
                         signed_len: Some(entry.stored.len()),
+                        sealed_here: false,
                     })
                 }
                 2 => Some(EntrySeal { signature: [1; 64], ..seal }),
@@ -413,11 +424,7 @@ fn an_unsealed_or_badly_sealed_batch_is_refused_whole() {
 
 #[test]
 fn a_revoked_key_seals_nothing_the_fold_accepts() {
-    let mut log = LogBuilder::new();
-    let mut state = registered(&log);
-    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
-        fold_checked(&mut state, &entry);
-    }
+    let (mut log, mut state) = one_engine_and_a_job_of_one_task();
     let key = test_projector_key().verifying_key().to_bytes();
     fold_checked(&mut state, &log.push(Event::ProjectorKeyRevoked { key }));
     let batch = decide(&state, &InFlight::new()).unwrap();
@@ -429,6 +436,28 @@ fn a_revoked_key_seals_nothing_the_fold_accepts() {
     // Key events come from operators only.
     let from_client = log.push_from(Origin::Client, Event::ProjectorKeyRegistered { key, name: "me".into() });
     assert_eq!(fold_checked(&mut state, &from_client).iter().map(Rejection::kind_name).collect::<Vec<_>>(), ["wrong-publisher"]);
+}
+
+#[test]
+fn a_batch_sealed_here_skips_only_the_signature_check_and_still_needs_a_registered_key() {
+    let (mut log, mut state) = one_engine_and_a_job_of_one_task();
+    let sealed_here = |mut entry: Entry| {
+        entry.seal.as_mut().expect("the builder seals batches").sealed_here = true;
+        entry
+    };
+    // Vouched for by the projector that sealed it: applied as when checked.
+    let batch = decide(&state, &InFlight::new()).unwrap();
+    assert_eq!(fold_checked(&mut state, &sealed_here(log.orders(batch))), []);
+    assert_eq!(state.totals.dispatches, 1);
+    // The key revoked since: refused all the same.
+    let key = test_projector_key().verifying_key().to_bytes();
+    fold_checked(&mut state, &log.push(Event::ProjectorKeyRevoked { key }));
+    let batch = batch_of(&state, Order::EngineLost { engine: engine_id("e1"), epoch: 1, last_seen_ms: 0 });
+    let rejections = fold_checked(&mut state, &sealed_here(log.orders(batch)));
+    assert!(
+        matches!(rejections.as_slice(), [Rejection::BadSeal { problem: crate::core::reject::SealProblem::UnregisteredKey, .. }]),
+        "{rejections:?}"
+    );
 }
 
 #[test]
@@ -591,11 +620,7 @@ fn requests_naming_nothing_they_can_act_on_are_refused_with_their_reason() {
 
 #[test]
 fn suspensions_are_in_the_snapshot_and_absent_from_it_when_unused() {
-    let mut log = LogBuilder::new();
-    let mut state = registered(&log);
-    for entry in [log.login("e1", 1, linux_props("lyon", 8192)), log.submit(job_spec("j", 1, ""))] {
-        fold_checked(&mut state, &entry);
-    }
+    let (mut log, mut state) = one_engine_and_a_job_of_one_task();
     decide_and_fold(&mut log, &mut state);
     assert_eq!(state.to_snapshot(), postcard::to_stdvec(&state).unwrap(), "nothing suspended: the snapshot of before");
     fold_checked(&mut state, &log.push(control_request("j", None, 0)));

@@ -67,6 +67,7 @@ pub fn test_seal(stored: &[u8]) -> EntrySeal {
         signer: key.verifying_key().to_bytes(),
         signature: key.sign(stored).to_bytes(),
         signed_len: Some(stored.len()),
+        sealed_here: false,
     }
 }
 

@@ -119,7 +119,7 @@ pub fn decode_sealed(bytes: &[u8]) -> Result<(Envelope, Option<EntrySeal>), Wire
                 problem: FieldProblem::Inconsistent(format!("a signature is 64 bytes, not {}", seal.signature.len())),
             })?;
             let signed_len = bytes.ends_with(&trailer).then(|| bytes.len() - trailer.len());
-            Some(EntrySeal { signer, signature, signed_len })
+            Some(EntrySeal { signer, signature, signed_len, sealed_here: false })
         }
     };
     Ok((envelope_from_proto(message)?, seal))

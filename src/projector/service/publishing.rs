@@ -141,7 +141,9 @@ where
     fn start_publish(&mut self, batch: crate::core::event::OrderBatch) {
         let orders = batch.orders.len();
         let envelope = batch_envelope(batch);
-        let append = Append::new(ORDERS_SUBJECT, self.key.seal(&envelope))
+        let sealed = bytes::Bytes::from(self.key.seal(&envelope));
+        self.sealed_here.remember(sealed.clone());
+        let append = Append::new(ORDERS_SUBJECT, sealed)
             .with_msg_id(hex::encode(envelope.id))
             .with_expected_last_subject_seq(self.last_orders_seq);
         let log = self.log.clone();
