@@ -59,14 +59,14 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
 }
 
 /// `--real` runs real commands through real processes (a projector and two
-/// engine agents this binary starts): every task completes once, the replay
+/// engine agents this binary starts, making directories ahead): every task completes once, the replay
 /// verifies, and the report gives each process's CPU per task and the
 /// machine's spawn limit measured in the same run, by threads and by `xargs -P`.
 #[test]
 fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_process_and_the_spawn_limit() {
     let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
         .args(["bench", "--real", "--tasks", "200", "--engines", "2", "--slots", "4"])
-        .args(["--timeout-secs", "120", "--json", "--quiet"])
+        .args(["--dirs-ahead", "8", "--timeout-secs", "120", "--json", "--quiet"])
         .output()
         .expect("gridfold runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -79,6 +79,8 @@ fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_proces
     assert_eq!(report["verify"]["ok"], true, "{report:#}");
     assert_eq!(report["verify"]["every_task_completed_once"], true, "{report:#}");
     assert_eq!(number("/run/tasks_completed"), 200.0);
+    // The engines made attempts' directories ahead, as asked, and still ran every task once.
+    assert_eq!(number("/config/dirs_ahead"), 8.0, "{report:#}");
     assert_eq!(number("/spawn_limit/spawns"), 200.0);
     assert_eq!(number("/spawn_limit/parallel"), 8.0, "the spawn limit runs at the grid's parallelism");
     assert!(number("/spawn_limit/per_s") > 0.0, "{report:#}");

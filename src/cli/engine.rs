@@ -47,6 +47,11 @@ pub struct EngineArgs {
     /// at most 1,000.
     #[arg(long, default_value_t = crate::engine::REPORT_WINDOW_DEFAULT_MS, value_parser = clap::value_parser!(u64).range(0..=crate::engine::REPORT_WINDOW_MAX_MS))]
     pub report_window_ms: u64,
+    /// Attempts' directories made ahead of need by a thread of low priority,
+    /// so that a start renames one instead of waiting for a `mkdir`; at most
+    /// 256. 0: no thread, each start makes its own [default: twice the slots].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=crate::engine::DIRS_AHEAD_MAX as i64))]
+    pub dirs_ahead: Option<u16>,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub heartbeat_secs: u64,
@@ -155,8 +160,8 @@ pub fn run(mut args: EngineArgs) -> anyhow::Result<ExitCode> {
     }
     // One thread, as the projector's (see `cli/projector.rs`): the agent's loop,
     // its publisher and the runs' supervisors only wait; processes start from
-    // the spawner thread and attempts' directories are made by their own thread
-    // (`engine::fresh_dirs`), neither of them a runtime thread.
+    // the spawner thread and, with --dirs-ahead, attempts' directories are made
+    // by their own thread (`engine::fresh_dirs`), neither of them a runtime thread.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -191,6 +196,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         heartbeat_interval: Duration::from_secs(args.heartbeat_secs),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
         report_window: Duration::from_millis(args.report_window_ms),
+        dirs_ahead: args.dirs_ahead.map_or(defaults.dirs_ahead, usize::from),
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         output_bytes_max: args.output_bytes_max,
         output_retention: Duration::from_secs(args.output_retention_secs),

@@ -66,7 +66,7 @@ where
         // Before the login: no other engine uses the directory, and nothing its
         // previous engine's tasks left runs on.
         let claim = groups::claim(&work_dir).await?;
-        let fresh_dirs = FreshDirs::start(&work_dir, 2 * config.slots as usize).map_err(|source| EngineError::WorkDir {
+        let fresh_dirs = FreshDirs::start(&work_dir, config.dirs_ahead).map_err(|source| EngineError::WorkDir {
             path: work_dir.join(super::fresh_dirs::FRESH_DIR_NAME),
             source,
         })?;

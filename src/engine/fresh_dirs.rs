@@ -19,6 +19,14 @@
 //! of that same parent would wait for it (spinning, measured at 6 % of the
 //! engine's CPU when both were in one directory).
 //!
+//! Made ahead, each directory costs a `mkdir` and two renames instead of one
+//! `mkdir`, and the thread's CPU is the engine's all the same: it buys the
+//! start's latency, not CPU. On 2 cores kept busy by 8 slots of `/bin/true`,
+//! eleven alternating pairs of runs with and without it could not tell them
+//! apart (docs/performance.md). `gridfold engine --dirs-ahead N` sets how many
+//! wait (default twice the slots); 0 starts no thread, and each start makes
+//! its own.
+//!
 //! # Invariants
 //!
 //! - A directory leaves `@fresh/ready` only by the rename to one attempt's path,
@@ -53,7 +61,8 @@ pub enum Made {
     Made,
 }
 
-/// The ready directories and the thread that makes them.
+/// The ready directories and the thread that makes them (none, if none are
+/// made ahead).
 pub struct FreshDirs {
     /// In a mutex only to be `Sync` (the engine's loop is the one taker).
     taker: Mutex<Taker>,
@@ -62,7 +71,8 @@ pub struct FreshDirs {
 
 /// What the one taker of directories holds.
 struct Taker {
-    ready: Receiver<PathBuf>,
+    /// `None`: nothing is made ahead, each start makes its own.
+    ready: Option<Receiver<PathBuf>>,
     /// The parent of the last directory made (a job's directory): the next
     /// attempt of the same job needs no `create_dir_all` of it first. If it
     /// has gone since (the sweep of old attempts), the rename says so and the
@@ -72,14 +82,18 @@ struct Taker {
 
 impl FreshDirs {
     /// Empties `<work_dir>/@fresh` and starts the thread that keeps `ahead`
-    /// directories ready there (at least 1, at most [`AHEAD_MAX`]).
+    /// directories ready there (at most [`AHEAD_MAX`]); with `ahead` 0, no
+    /// thread: each start makes its own directory.
     pub fn start(work_dir: &Path, ahead: usize) -> io::Result<FreshDirs> {
-        let ahead = ahead.clamp(1, AHEAD_MAX);
+        let ahead = ahead.min(AHEAD_MAX);
         let pool = work_dir.join(FRESH_DIR_NAME);
         match std::fs::remove_dir_all(&pool) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => return Err(err),
+        }
+        if ahead == 0 {
+            return Ok(FreshDirs { taker: Mutex::new(Taker { ready: None, last_parent: None }), ahead });
         }
         std::fs::create_dir(&pool)?;
         let (making, made) = (pool.join(MAKING_DIR_NAME), pool.join(READY_DIR_NAME));
@@ -92,7 +106,7 @@ impl FreshDirs {
                 lower_own_priority();
                 make_ahead(&making, &made, &ready_tx)
             })?;
-        Ok(FreshDirs { taker: Mutex::new(Taker { ready, last_parent: None }), ahead })
+        Ok(FreshDirs { taker: Mutex::new(Taker { ready: Some(ready), last_parent: None }), ahead })
     }
 
     /// How many directories are kept ready.
@@ -112,7 +126,7 @@ impl FreshDirs {
             std::fs::create_dir_all(parent)?;
             taker.last_parent = Some(parent.to_path_buf());
         }
-        match taker.ready.try_recv() {
+        match taker.ready.as_ref().map_or(Err(TryRecvError::Empty), Receiver::try_recv) {
             Ok(fresh) => {
                 // Fails when `dir` exists and is not empty; an empty one is replaced
                 // by the ready one, which is the same thing.
@@ -267,6 +281,20 @@ mod tests {
         std::fs::remove_dir_all(work.path().join(FRESH_DIR_NAME)).unwrap();
         assert_eq!(fresh.make(&job.join("2-1")).unwrap(), Made::Made);
         assert_eq!(entries(&job), vec!["2-1"]);
+    }
+
+    #[test]
+    fn with_none_made_ahead_each_start_makes_its_own_and_no_pool_is_kept() {
+        let work = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(work.path().join(FRESH_DIR_NAME).join(READY_DIR_NAME).join("0")).unwrap();
+        let fresh = FreshDirs::start(work.path(), 0).unwrap();
+        assert_eq!(fresh.ahead(), 0);
+        assert!(!work.path().join(FRESH_DIR_NAME).exists(), "what an earlier engine left ready is removed");
+        let made: Vec<Made> =
+            (0..3).map(|index| fresh.make(&work.path().join("job").join(format!("{index}-1"))).unwrap()).collect();
+        assert_eq!(made, vec![Made::Made; 3]);
+        assert_eq!(entries(&work.path().join("job")), vec!["0-1", "1-1", "2-1"]);
+        assert!(!work.path().join(FRESH_DIR_NAME).exists(), "no pool is made");
     }
 
     #[test]

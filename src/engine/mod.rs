@@ -135,6 +135,8 @@ pub const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const REPORT_WINDOW_DEFAULT_MS: u64 = 1;
 /// The longest [`EngineConfig::report_window`] allowed, in ms.
 pub const REPORT_WINDOW_MAX_MS: u64 = 1_000;
+/// Most [`EngineConfig::dirs_ahead`].
+pub const DIRS_AHEAD_MAX: usize = fresh_dirs::AHEAD_MAX;
 /// Between SIGTERM and SIGKILL when the engine stops an attempt.
 pub const KILL_GRACE_DEFAULT: Duration = Duration::from_secs(2);
 /// Delivery ids (and attempts) remembered, each.
@@ -166,8 +168,9 @@ pub struct EngineConfig {
     pub given_props: BTreeMap<String, String>,
     /// Attempts run in `<work_dir>/<job>/<index>-<attempt>`; created if missing.
     /// One engine at a time: it is locked (`@engine.lock`), and its running tasks'
-    /// process groups are recorded in it (`@groups/`, see [`groups`]); attempts'
-    /// directories wait in `@fresh/` until a start takes one (see [`fresh_dirs`]).
+    /// process groups are recorded in it (`@groups/`, see [`groups`]); with
+    /// `dirs_ahead`, attempts' directories wait in `@fresh/` until a start
+    /// takes one (see [`fresh_dirs`]).
     /// Marked `chattr +T` where the filesystem keeps the flag (see [`work_root`]).
     pub work_dir: PathBuf,
     /// Grid libraries, `<library_dir>/<name>/<version>/` (see [`library`]); by
@@ -188,6 +191,11 @@ pub struct EngineConfig {
     /// before them), so an attempt's times in the log move by no more. Zero:
     /// each report leaves as soon as the last publish is stored.
     pub report_window: Duration,
+    /// Attempts' directories made ahead of need by a thread of low priority
+    /// (see [`fresh_dirs`]), at most [`DIRS_AHEAD_MAX`]; by default twice the
+    /// slots. 0: no thread, each start makes its own (a `mkdir` on the way to
+    /// the start).
+    pub dirs_ahead: usize,
     /// Delivery ids and attempts remembered to ignore repeats, each.
     pub seen_max: usize,
     /// Where an attempt's whole stdout and stderr go when it ends: the broker's
@@ -229,6 +237,7 @@ impl EngineConfig {
             kill_grace: KILL_GRACE_DEFAULT,
             publish_retry: RetryPolicy::default(),
             report_window: Duration::from_millis(REPORT_WINDOW_DEFAULT_MS),
+            dirs_ahead: (2 * slots as usize).min(DIRS_AHEAD_MAX),
             seen_max: SEEN_MAX_DEFAULT,
             output_store: None,
             output_bytes_max: OUTPUT_BYTES_MAX_DEFAULT,
@@ -253,6 +262,8 @@ impl EngineConfig {
             Some("publish_retry.attempts_max must be at least 1".to_string())
         } else if self.report_window > Duration::from_millis(REPORT_WINDOW_MAX_MS) {
             Some(format!("the report window must be at most {REPORT_WINDOW_MAX_MS} ms"))
+        } else if self.dirs_ahead > DIRS_AHEAD_MAX {
+            Some(format!("at most {DIRS_AHEAD_MAX} directories are made ahead, not {}", self.dirs_ahead))
         } else {
             None
         };

@@ -132,6 +132,10 @@ pub struct BenchArgs {
     /// waits for company) [default: the engine's own].
     #[arg(long, requires = "real", value_parser = clap::value_parser!(u64).range(0..=crate::engine::REPORT_WINDOW_MAX_MS))]
     pub report_window_ms: Option<u64>,
+    /// With --real: the engines' `--dirs-ahead` (attempts' directories made
+    /// ahead of need; 0: none) [default: the engine's own, twice its slots].
+    #[arg(long, requires = "real", value_parser = clap::value_parser!(u16).range(0..=crate::engine::DIRS_AHEAD_MAX as i64))]
+    pub dirs_ahead: Option<u16>,
     /// Messages of the raw publish measurement (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub raw_messages: u32,

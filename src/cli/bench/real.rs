@@ -74,6 +74,8 @@ pub struct RealConfig {
     pub tasks: u32,
     /// The engines' report window (`--report-window-ms`).
     pub report_window_ms: u64,
+    /// The engines' attempts' directories made ahead (`--dirs-ahead`).
+    pub dirs_ahead: usize,
     pub engines: u32,
     pub slots_per_engine: u32,
     pub command: Vec<String>,
@@ -114,8 +116,10 @@ pub struct RealCpu {
     /// Every engine agent together.
     pub engines: f64,
     /// Of `engines`: their threads that make attempts' directories ahead
-    /// (`gridfold-fresh-dirs`), that is the filesystem's inode allocation,
-    /// whose cost depends on the filesystem's state (see `engine::work_root`).
+    /// (`gridfold-fresh-dirs`, with `--dirs-ahead`), that is the filesystem's
+    /// inode allocation, whose cost depends on the filesystem's state (see
+    /// `engine::work_root`). 0 with `--dirs-ahead 0`: each start's `mkdir`
+    /// is then in `engines`, not apart.
     pub engines_making_work_dirs: f64,
     pub projector: f64,
     pub broker: Option<f64>,
@@ -332,6 +336,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
                 .into_iter()
                 .map(String::from)
                 .chain(args.report_window_ms.iter().flat_map(|ms| ["--report-window-ms".to_string(), ms.to_string()]))
+                .chain(args.dirs_ahead.iter().flat_map(|n| ["--dirs-ahead".to_string(), n.to_string()]))
                 .collect::<Vec<_>>(),
             &dir.0,
         )?);
@@ -420,6 +425,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         config: RealConfig {
             tasks,
             report_window_ms: args.report_window_ms.unwrap_or(crate::engine::REPORT_WINDOW_DEFAULT_MS),
+            dirs_ahead: args.dirs_ahead.map_or(2 * slots as usize, usize::from).min(crate::engine::DIRS_AHEAD_MAX),
             engines,
             slots_per_engine: slots,
             command,
