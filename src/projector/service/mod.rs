@@ -92,7 +92,6 @@
 //! handles entries, ticks, queries and shutdown. The shell's other duties each
 //! have a file: `start.rs` (where a run starts), `deliveries.rs` (the outbox and
 //! the recent deliveries), `publishing.rs` (deciding, the fence, the key),
-//! `sealed_here.rs` (the batches published, whose seals need no check when read back),
 //! `leadership.rs` (the lease's answers), `snapshotting.rs` (taking snapshots)
 //! and `tasks.rs` (the reader task, timers). The parts others use are modules of
 //! their own: [`handle`](ProjectorHandle), [`lease`], [`sink`], [`snapshot`].
@@ -102,7 +101,6 @@ mod handle;
 mod leadership;
 pub mod lease;
 mod publishing;
-mod sealed_here;
 pub mod sink;
 pub mod snapshot;
 mod snapshotting;
@@ -147,7 +145,6 @@ use crate::wire::{self, TICK_SUBJECT};
 use deliveries::{DeliveryOutcome, RecentDeliveries};
 use leadership::Leadership;
 use publishing::{Hold, PublishOutcome};
-use sealed_here::SealedHere;
 use snapshotting::SnapshotOutcome;
 use start::{Start, describe_start, load_start};
 use tasks::{AbortOnDrop, interval, next_tick, read_log, sleep_until_some, task_done};
@@ -532,9 +529,6 @@ struct Shell<L, S, A> {
     /// that they reach the sink in order; the loop goes on folding meanwhile.
     sending: Option<JoinHandle<DeliveryOutcome>>,
     recent: RecentDeliveries,
-    /// The batches published and not yet read back, byte for byte: their
-    /// seals need no check when they come back.
-    sealed_here: SealedHere,
     tick_task: Option<JoinHandle<()>>,
     status: ProjectorStatus,
     entries_folded: u64,
@@ -602,7 +596,6 @@ where
             outbox: VecDeque::new(),
             sending: None,
             recent,
-            sealed_here: SealedHere::default(),
             tick_task: None,
             status,
             entries_folded: 0,
@@ -709,9 +702,7 @@ where
                 "the reader returns every entry once, in order"
             );
             let mut entry = wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
-            if entry.origin == Origin::Projector {
-                self.sealed_here.vouch(&mut entry);
-            }
+            self.machine.vouch_for_own_seal(&mut entry);
             let folded = self.machine.handle_entry_folded(&entry);
             let rejections = folded.rejections;
             if self.config.check_invariants {

@@ -142,7 +142,7 @@ where
         let orders = batch.orders.len();
         let envelope = batch_envelope(batch);
         let sealed = bytes::Bytes::from(self.key.seal(&envelope));
-        self.sealed_here.remember(sealed.clone());
+        self.machine.published_as(sealed.clone());
         let append = Append::new(ORDERS_SUBJECT, sealed)
             .with_msg_id(hex::encode(envelope.id))
             .with_expected_last_subject_seq(self.last_orders_seq);
