@@ -176,11 +176,7 @@ impl EmbeddedLog {
             Durability::FlushEachAppend => None,
             Durability::Background => Some(500),
         };
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(flush_every_ms)
-            .open()
-            .map_err(|err| storage_error(&location, err))?;
+        let db = open_waiting_for_lock(dir, flush_every_ms).map_err(|err| storage_error(&location, err))?;
         match db
             .get(KEY_META_FORMAT)
             .map_err(|err| storage_error(&location, err))?
@@ -622,6 +618,40 @@ fn corrupt(location: &str, detail: &str) -> LogError {
     }
 }
 
+/// How long [`EmbeddedLog::open`] waits for the directory's lock. sled lets go
+/// of it a moment after the last handle in this process is dropped (its
+/// background threads hold the file a while), so a log closed and opened again
+/// at once would otherwise fail; another process holding it fails after the wait.
+pub const OPEN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+const OPEN_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Opens sled in `dir`, trying again while its lock is held, for at most [`OPEN_LOCK_WAIT`].
+fn open_waiting_for_lock(dir: &Path, flush_every_ms: Option<u64>) -> sled::Result<sled::Db> {
+    let deadline = std::time::Instant::now() + OPEN_LOCK_WAIT;
+    loop {
+        match sled::Config::new().path(dir).flush_every_ms(flush_every_ms).open() {
+            Err(sled::Error::Io(err)) if is_lock_held(&err) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(sled::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        format!(
+                            "another process (or another log in this one) has it open: its lock was still held after {} ({err})",
+                            crate::human::duration(OPEN_LOCK_WAIT)
+                        ),
+                    )));
+                }
+                std::thread::sleep(OPEN_LOCK_POLL);
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// sled's error for a directory whose lock file another handle holds.
+fn is_lock_held(err: &std::io::Error) -> bool {
+    err.to_string().starts_with("could not acquire lock")
+}
+
 fn storage_error(location: &str, err: sled::Error) -> LogError {
     match err {
         sled::Error::Io(source) => LogError::Io {
@@ -760,6 +790,20 @@ mod tests {
         }
         let err = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap_err();
         assert!(matches!(err, LogError::Misconfigured { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_directory_another_log_holds_open_is_refused_after_the_lock_wait_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap();
+        let started = std::time::Instant::now();
+        let err = EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap_err();
+        assert!(started.elapsed() >= OPEN_LOCK_WAIT, "waited {:?}", started.elapsed());
+        assert!(matches!(err, LogError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("its lock was still held after 3"), "{err}");
+        drop(held);
+        // Let go of, it opens (after sled's threads let go of the lock).
+        EmbeddedLog::open(dir.path(), EmbeddedConfig::default()).unwrap();
     }
 
     #[tokio::test]
