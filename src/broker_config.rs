@@ -20,7 +20,8 @@
 //!
 //! JetStream is driven by requests on `$JS.API.>`, so each role gets the API
 //! subjects of exactly the streams and consumers it uses: stream info to bind,
-//! consumer create/next/delete to read. An engine's consumer create subject carries
+//! consumer create/next/delete to read (an engine deletes only its own consumer,
+//! to take it over from an older process under its name). An engine's consumer create subject carries
 //! its name and filter (`$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-<id>.gridfold.order.<id>`),
 //! and the server refuses a request whose configuration names another filter, so an
 //! engine can read nothing but its own orders. Replies (API answers, publish acks,
@@ -237,6 +238,9 @@ pub fn permissions(principal: &Principal) -> Permissions {
                     order_subject(engine)
                 )),
                 api(&format!("CONSUMER.INFO.{STREAM_ORDERS}.{consumer}")),
+                // A newer process under its name takes the consumer over by
+                // deleting it (see `engine::feed`): only its own.
+                api(&format!("CONSUMER.DELETE.{STREAM_ORDERS}.{consumer}")),
                 api(&format!("CONSUMER.MSG.NEXT.{STREAM_ORDERS}.{consumer}")),
                 format!("$JS.ACK.{STREAM_ORDERS}.{consumer}.>"),
             ]);
@@ -509,6 +513,7 @@ mod tests {
         let e1 = engine("e1");
         let own = "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e1";
         assert!(may_publish(&e1, own));
+        assert!(may_publish(&e1, "$JS.API.CONSUMER.DELETE.GRIDFOLD_ORDERS.gridfold-engine-e1"));
         let own_logins = "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.engine.e1.login";
         assert!(may_publish(&e1, own_logins));
         for other in [
@@ -522,6 +527,8 @@ mod tests {
             "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS",
             "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS",
             "$JS.API.CONSUMER.MSG.NEXT.GRIDFOLD_ORDERS.gridfold-engine-e2",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_ORDERS.gridfold-engine-e2",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_ORDERS.*",
             "$JS.API.STREAM.MSG.GET.GRIDFOLD_ORDERS",
             "$JS.API.DIRECT.GET.GRIDFOLD_ORDERS.gridfold.order.e2",
             "$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS",

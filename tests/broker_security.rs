@@ -5,7 +5,7 @@
 //! - [`an_engines_publish_as_another_engine_is_refused_by_the_broker_and_nothing_is_stored`]
 //! - [`a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_and_nothing_is_stored`]
 //! - [`a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_nothing_is_stored`]
-//! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`]
+//! - [`an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines_orders`] (nor delete another's; a newer process of its own takes its consumer over)
 //! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
 //! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
 //! - [`a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_the_fold`]
@@ -26,7 +26,7 @@ use gridfold::core::schedule::ALGORITHM_VERSION;
 use gridfold::projector::key::ProjectorKey;
 use gridfold::wire;
 use gridfold::engine::JetStreamOrderFeed;
-use gridfold::engine::feed::consumer_name;
+use gridfold::engine::feed::{READER_KEY, consumer_name};
 use gridfold::log::connect::{BrokerAccess, ConnectFailure, Credentials, Secret, Tls};
 use gridfold::log::jetstream::{JetStreamLog, LogConfig, STREAM_ORDERS, StreamSetup};
 use gridfold::log::{Append, EventLog, LogError, RawEntry, read_to_end};
@@ -271,6 +271,27 @@ async fn an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines
     JetStreamOrderFeed::open(&e1, &e1_id)
         .await
         .expect("e1 opens its own order feed");
+
+    // A newer process of e1 takes its consumer over (deleting it and making it
+    // again under its own mark); another engine may not delete it.
+    let reader_of = |info: async_nats::jetstream::consumer::Info| info.config.metadata.get(READER_KEY).cloned();
+    let first_reader = reader_of(orders.consumer_info(consumer_name(&e1_id)).await.unwrap());
+    let e1_again = log_as(&broker, "engine-e1", StreamSetup::Bind).await;
+    JetStreamOrderFeed::open(&e1_again, &e1_id)
+        .await
+        .expect("a newer process of e1 takes its order feed over");
+    let second_reader = reader_of(orders.consumer_info(consumer_name(&e1_id)).await.unwrap());
+    assert!(first_reader.is_some() && second_reader.is_some() && first_reader != second_reader, "{first_reader:?} then {second_reader:?}");
+    let e2 = log_as(&broker, "engine-e2", StreamSetup::Bind).await;
+    let e2_orders = e2.context().get_stream(STREAM_ORDERS).await.expect("e2 binds to the orders stream");
+    assert!(e2_orders.delete_consumer(&consumer_name(&e1_id)).await.is_err(), "e2 deleted e1's consumer");
+    assert_broker_logged(
+        &broker,
+        "Publish Violation",
+        &format!("\"$JS.API.CONSUMER.DELETE.{STREAM_ORDERS}.gridfold-engine-e1"),
+    );
+    let still = reader_of(orders.consumer_info(consumer_name(&e1_id)).await.unwrap());
+    assert_eq!(still, second_reader, "e1's consumer is as its newer process made it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use gridfold::core::event::{
     Payload,
 };
 use gridfold::core::ids::{EngineId, JobId, Seq, TaskRef};
-use gridfold::engine::feed::{LogOrderFeed, consumer_name};
+use gridfold::engine::feed::{FeedError, LogOrderFeed, consumer_name};
 use gridfold::engine::{
     EmbeddedOrderFeed, EngineConfig, EngineError, EngineReport, FenceEvidence, JetStreamOrderFeed,
     OrderAck, OrderFeed, run_engine,
@@ -1129,6 +1129,61 @@ async fn a_delivery_of_a_newer_epoch_fences_the_engine_out_and_is_handed_back_un
         .expect("the delivery comes again within seconds")
         .unwrap();
     assert_eq!(wire::delivery::decode_delivery(&engine_id("e-older"), &message.payload).unwrap(), delivery);
+}
+
+/// Two processes under one engine name: the newer one's feed takes the consumer
+/// over, ending the pull the older one left waiting at the broker, so every
+/// delivery published from then on reaches the newer one at once (none goes to
+/// the older one's pull, to come back only after the consumer's 30 s ack wait),
+/// and the older feed says it was taken over. What the older one left
+/// unacknowledged comes to the newer one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_process_takes_the_order_feed_over_and_gets_every_delivery_at_once() {
+    const DELIVERIES: usize = 20;
+    let grid = Grid::start().await;
+    let e1 = engine_id("e-two");
+    let left_unacked = run("e-two", 1, 2, 0, &task("two", 99), 1, &["true"]);
+    grid.deliver(&left_unacked).await;
+
+    let older_log = JetStreamLog::connect(&grid.server.url(), log_config()).await.unwrap();
+    let mut older = JetStreamOrderFeed::open(&older_log, &e1).await.unwrap();
+    let taken = tokio::time::timeout(WAIT, older.next()).await.unwrap().unwrap();
+    assert_eq!(wire::delivery::decode_delivery(&e1, &taken.payload).unwrap(), left_unacked);
+    // The older process pulls on: a pull of its waits at the broker.
+    let older_pulls = tokio::spawn(async move {
+        let next = older.next().await.map(|message| message.payload);
+        drop(taken);
+        next
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let newer_log = JetStreamLog::connect(&grid.server.url(), log_config()).await.unwrap();
+    let mut newer = JetStreamOrderFeed::open(&newer_log, &e1).await.unwrap();
+    let deliveries: Vec<Delivery> = (0..DELIVERIES)
+        .map(|n| run("e-two", 3, 4, n, &task("two", n as u32), 1, &["true"]))
+        .collect();
+    for delivery in &deliveries {
+        grid.deliver(delivery).await;
+    }
+
+    let mut received = Vec::new();
+    for _ in 0..=DELIVERIES {
+        let message = tokio::time::timeout(Duration::from_secs(5), newer.next())
+            .await
+            .expect("every delivery reaches the newer process within seconds, none held by the older one's pull")
+            .unwrap();
+        received.push(wire::delivery::decode_delivery(&e1, &message.payload).unwrap());
+        message.ack.ack().await.unwrap();
+    }
+    let mut expected = vec![left_unacked];
+    expected.extend(deliveries);
+    assert_eq!(received, expected, "the older one's unacknowledged delivery first, then every new one, in order");
+
+    match tokio::time::timeout(WAIT, older_pulls).await.unwrap().unwrap() {
+        Err(FeedError::TakenOver { consumer, .. }) => assert_eq!(consumer, consumer_name(&e1)),
+        Err(other) => panic!("expected TakenOver, got {other}"),
+        Ok(payload) => panic!("the older process got a delivery: {payload:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument as _;
 
-use super::feed::{OrderAck as _, OrderFeed, OrderMessage};
+use super::feed::{FeedError, OrderAck as _, OrderFeed, OrderMessage};
 use super::fresh_dirs::FreshDirs;
 use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
@@ -36,6 +36,12 @@ use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_deliveries};
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
 type AttemptKey = (TaskRef, Attempt);
+
+/// How many heartbeat intervals an engine whose feed was taken over waits for
+/// the newer process's login on the log.
+const FEED_TAKEN_LOGIN_WAIT_HEARTBEATS: u32 = 5;
+/// How often it asks the log meanwhile.
+const FEED_TAKEN_LOGIN_POLL: Duration = Duration::from_millis(100);
 
 /// A sync that ended: the delivery that asked for it, the library, and the error if it failed.
 type SyncDone = (String, LibraryRef, Result<(), String>);
@@ -134,9 +140,13 @@ where
             gateway_rx,
         };
         let mut in_hand = None;
-        let result = agent
+        let result = match agent
             .run(&mut feed, shutdown, &mut publisher_failed, &mut in_hand)
-            .await;
+            .await
+        {
+            Err(EngineError::Feed(taken @ FeedError::TakenOver { .. })) => Err(agent.fenced_by_taken_feed(taken).await),
+            result => result,
+        };
         match result {
             Ok(()) => {
                 if let Some(sensor) = agent.load_sensor.take() {
@@ -520,6 +530,34 @@ impl Agent {
             return Ok(());
         }
         Err(self.fenced(newest, FenceEvidence::NewestLogin))
+    }
+
+    /// A newer process took this engine's order feed over: it logs in next, if it
+    /// has not already. Stops what runs, then waits (at most
+    /// [`FEED_TAKEN_LOGIN_WAIT_HEARTBEATS`] heartbeat intervals) for that login to
+    /// be on the log, to say where; if none comes, the taken feed is the reason.
+    async fn fenced_by_taken_feed(&mut self, taken: FeedError) -> EngineError {
+        self.kill_all_now();
+        let wait = self.config.heartbeat_interval * FEED_TAKEN_LOGIN_WAIT_HEARTBEATS;
+        let deadline = Instant::now() + wait;
+        tracing::warn!(
+            "{taken}; waiting up to {} for the newer process's login",
+            crate::human::duration(wait)
+        );
+        loop {
+            let _ = self.login_ask.try_send(());
+            let answered = tokio::time::timeout_at(deadline, self.login_newest.recv()).await;
+            match answered {
+                Ok(Some(newest)) if newest > self.session.epoch => {
+                    return self.fenced(newest, FenceEvidence::FeedTakenOver);
+                }
+                Ok(Some(_)) => tokio::time::sleep_until(deadline.min(Instant::now() + FEED_TAKEN_LOGIN_POLL)).await,
+                Ok(None) | Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                return EngineError::Feed(taken);
+            }
+        }
     }
 
     /// Another process logged in under this engine's name at `newer`: the newer

@@ -7,6 +7,16 @@
 //!   so an engine that was away (restarted, cut off, or the broker restarted) gets
 //!   what was delivered meanwhile; a message not acked within the consumer's ack
 //!   wait (30 s) is delivered again.
+//!
+//!   The consumer carries the mark of the process that reads it (metadata
+//!   [`READER_KEY`]). A process opening the feed **takes the consumer over**: if
+//!   another process's mark is on it, it deletes it and makes it again from the
+//!   old one's ack floor, under its own mark. Deleting it ends every pull the
+//!   older process left waiting at the broker, so nothing published from then on
+//!   can go to the older process and come back only after the ack wait (a message
+//!   sent to a pull whose reader has gone is lost until then). The older process,
+//!   pulling again, finds the newer mark and stops reading
+//!   ([`FeedError::TakenOver`]): two live engines never share a name.
 //! - [`LogOrderFeed`] (alias [`EmbeddedOrderFeed`]): a reader over a second log,
 //!   the embedded one at `<dir>/orders` in practice, keeping only the entries on
 //!   this engine's subject. Its position lives in memory: a new feed reads the
@@ -149,7 +159,20 @@ pub enum FeedError {
     /// An acknowledgement could not be sent; the message will come again.
     #[error("cannot acknowledge an order at {location}: {detail}")]
     Ack { location: String, detail: String },
+    /// A newer process under this engine's name took the feed over: this one
+    /// reads nothing more from it.
+    #[error(
+        "the order feed at {location} was taken over by another process under the same engine name \
+         (consumer {consumer}); this process reads no more orders from it"
+    )]
+    TakenOver { location: String, consumer: String },
 }
+
+/// The metadata key of an engine's consumer naming the process that reads it.
+pub const READER_KEY: &str = "gridfold-reader";
+/// Most rounds of [`JetStreamOrderFeed::open`]'s take-over: another process
+/// making the consumer between its delete and its create costs one round.
+const TAKE_OVER_ROUNDS_MAX: u32 = 5;
 
 /// The name of an engine's durable consumer on `GRIDFOLD_ORDERS`.
 pub fn consumer_name(engine: &EngineId) -> String {
@@ -164,6 +187,8 @@ pub struct JetStreamOrderFeed {
     stream: JsStream,
     consumer_name: String,
     filter_subject: String,
+    /// This process's mark on the consumer (see the module docs).
+    reader: String,
     messages: Option<pull::Stream>,
     /// Heartbeats missed in a row by `messages`.
     missed_heartbeats: u32,
@@ -244,43 +269,139 @@ impl JetStreamOrderFeed {
             stream,
             consumer_name: consumer_name(engine),
             filter_subject: order_subject(engine),
+            reader: uuid::Uuid::new_v4().simple().to_string(),
             messages: None,
             missed_heartbeats: 0,
             held: VecDeque::new(),
             backoff: FEED_RETRY_BACKOFF_MIN,
         };
-        // Create the consumer now, so deliveries published from here on are kept for
-        // this engine even before it first reads.
-        let consumer = feed.consumer().await.map_err(|detail| FeedError::Log {
+        // Take the consumer now, so deliveries published from here on are kept for
+        // this process even before it first reads, and none goes to an older one.
+        feed.take_over().await.map_err(|detail| FeedError::Log {
             location: feed.location.clone(),
             source: LogError::Unavailable {
                 url: log.url().to_string(),
                 detail,
             },
-        })?;
-        feed.check(&consumer)?;
+        })??;
         Ok(feed)
     }
 
-    async fn consumer(&self) -> Result<PullConsumer, String> {
-        let config = pull::Config {
+    /// The consumer's config under this process's mark, delivering from `from`.
+    fn consumer_config(&self, from: DeliverPolicy) -> pull::Config {
+        pull::Config {
             durable_name: Some(self.consumer_name.clone()),
             name: Some(self.consumer_name.clone()),
             description: Some(format!("gridfold orders for {}", self.filter_subject)),
             filter_subject: self.filter_subject.clone(),
             ack_policy: AckPolicy::Explicit,
-            deliver_policy: DeliverPolicy::All,
+            deliver_policy: from,
+            metadata: [(READER_KEY.to_string(), self.reader.clone())].into(),
             ..Default::default()
-        };
-        let lookup = self.stream.get_or_create_consumer(&self.consumer_name, config);
+        }
+    }
+
+    fn is_ours(&self, consumer: &PullConsumer) -> bool {
+        consumer.cached_info().config.metadata.get(READER_KEY) == Some(&self.reader)
+    }
+
+    /// The engine's consumer as it is now; `None` if there is none. The outer
+    /// error is the broker's (retrying may help).
+    async fn lookup(&self) -> Result<Option<PullConsumer>, String> {
+        let lookup = self.stream.get_consumer::<pull::Config>(&self.consumer_name);
         match tokio::time::timeout(CONSUMER_LOOKUP_TIMEOUT, lookup).await {
-            Ok(Ok(consumer)) => Ok(consumer),
-            Ok(Err(err)) => Err(format!("cannot get or create consumer {}: {err}", self.consumer_name)),
+            Ok(Ok(consumer)) => Ok(Some(consumer)),
+            Ok(Err(err)) if is_not_found(&*err) => Ok(None),
+            Ok(Err(err)) => Err(format!("cannot look up consumer {}: {err}", self.consumer_name)),
             Err(_) => Err(format!(
                 "no answer about consumer {} within {CONSUMER_LOOKUP_TIMEOUT:?} (its leader is being elected?)",
                 self.consumer_name
             )),
         }
+    }
+
+    /// Makes the consumer under this process's mark if no consumer of that name
+    /// exists. `Ok(None)`: one does (made meanwhile by another process).
+    async fn create(&self, from: DeliverPolicy) -> Result<Option<PullConsumer>, String> {
+        use async_nats::jetstream::stream::ConsumerCreateStrictErrorKind;
+        let create = self.stream.create_consumer_strict(self.consumer_config(from));
+        match tokio::time::timeout(CONSUMER_LOOKUP_TIMEOUT, create).await {
+            Ok(Ok(consumer)) => Ok(Some(consumer)),
+            Ok(Err(err)) if err.kind() == ConsumerCreateStrictErrorKind::AlreadyExists => Ok(None),
+            Ok(Err(err)) => Err(format!("cannot create consumer {}: {err}", self.consumer_name)),
+            Err(_) => Err(format!(
+                "no answer to creating consumer {} within {CONSUMER_LOOKUP_TIMEOUT:?}",
+                self.consumer_name
+            )),
+        }
+    }
+
+    /// Puts this process's mark on the engine's consumer (see the module docs):
+    /// keeps it if it is there, makes the consumer if there is none, and otherwise
+    /// deletes the consumer another process reads and makes it again from that
+    /// one's ack floor, so that what the older process left unacknowledged comes
+    /// here. The outer error is the broker's; the inner one, a consumer this
+    /// process cannot use.
+    async fn take_over(&self) -> Result<Result<PullConsumer, FeedError>, String> {
+        for _ in 0..TAKE_OVER_ROUNDS_MAX {
+            let from = match self.lookup().await? {
+                Some(consumer) if self.is_ours(&consumer) => return Ok(self.check(&consumer).map(|()| consumer)),
+                Some(consumer) => {
+                    let info = consumer.cached_info();
+                    let from = match info.ack_floor.stream_sequence {
+                        0 => DeliverPolicy::All,
+                        floor => DeliverPolicy::ByStartSequence { start_sequence: floor + 1 },
+                    };
+                    tracing::info!(
+                        consumer = %self.consumer_name,
+                        older_reader = info.config.metadata.get(READER_KEY).map_or("none", String::as_str),
+                        ack_floor = info.ack_floor.stream_sequence,
+                        "order feed: taking the consumer over from an older process under this engine's name"
+                    );
+                    match self.stream.delete_consumer(&self.consumer_name).await {
+                        Ok(_) => {}
+                        Err(err) if is_consumer_not_found(&err) => {}
+                        Err(err) => return Err(format!("cannot delete consumer {} to take it over: {err}", self.consumer_name)),
+                    }
+                    from
+                }
+                None => DeliverPolicy::All,
+            };
+            if let Some(consumer) = self.create(from).await? {
+                return Ok(Ok(consumer));
+            }
+        }
+        Ok(Err(FeedError::Misconfigured {
+            location: self.location.clone(),
+            detail: format!(
+                "consumer {} was made by another process each time this one tried to take it over ({TAKE_OVER_ROUNDS_MAX} rounds): \
+                 more than one process runs under this engine's name",
+                self.consumer_name
+            ),
+        }))
+    }
+
+    /// This process's consumer, to pull from again: the one it marked, or, if the
+    /// consumer is gone (the stream was made again), a new one delivering from the
+    /// start. [`FeedError::TakenOver`] if a newer process marked it.
+    async fn own_consumer(&self) -> Result<Result<PullConsumer, FeedError>, String> {
+        for _ in 0..TAKE_OVER_ROUNDS_MAX {
+            match self.lookup().await? {
+                Some(consumer) if self.is_ours(&consumer) => return Ok(self.check(&consumer).map(|()| consumer)),
+                Some(_) => {
+                    return Ok(Err(FeedError::TakenOver {
+                        location: self.location.clone(),
+                        consumer: self.consumer_name.clone(),
+                    }));
+                }
+                None => {
+                    if let Some(consumer) = self.create(DeliverPolicy::All).await? {
+                        return Ok(Ok(consumer));
+                    }
+                }
+            }
+        }
+        Err(format!("consumer {} keeps appearing and vanishing", self.consumer_name))
     }
 
     fn check(&self, consumer: &PullConsumer) -> Result<(), FeedError> {
@@ -307,9 +428,9 @@ impl JetStreamOrderFeed {
     /// Opens the message stream of the consumer (creating the consumer if it was lost).
     async fn open_messages(&mut self) -> Result<(), FeedError> {
         while self.messages.is_none() {
-            match self.consumer().await {
+            match self.own_consumer().await {
                 Ok(consumer) => {
-                    self.check(&consumer)?;
+                    let consumer = consumer?;
                     match consumer
                         .stream()
                         .max_messages_per_batch(PULL_BATCH)
@@ -394,6 +515,20 @@ impl JetStreamOrderFeed {
         }
         Ok(())
     }
+}
+
+/// The consumer (or its stream) does not exist, from a look-up's error.
+fn is_not_found(err: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use async_nats::jetstream::context::{ConsumerInfoError, ConsumerInfoErrorKind};
+    err.downcast_ref::<ConsumerInfoError>()
+        .is_some_and(|err| matches!(err.kind(), ConsumerInfoErrorKind::NotFound))
+}
+
+/// The consumer to delete was not there (deleted meanwhile).
+fn is_consumer_not_found(err: &async_nats::jetstream::stream::ConsumerError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::stream::ConsumerErrorKind;
+    matches!(err.kind(), ConsumerErrorKind::JetStream(err) if err.error_code() == ErrorCode::CONSUMER_NOT_FOUND)
 }
 
 fn order_message(message: async_nats::jetstream::Message) -> OrderMessage<JetStreamAck> {

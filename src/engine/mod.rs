@@ -352,6 +352,8 @@ pub enum FenceEvidence {
     LoggedInDelivery,
     /// A delivery (this id) folded in the newer login's epoch.
     Delivery { id: String },
+    /// The newer process took the order feed over (then its login was on the log).
+    FeedTakenOver,
 }
 
 impl std::fmt::Display for FenceEvidence {
@@ -360,6 +362,7 @@ impl std::fmt::Display for FenceEvidence {
             FenceEvidence::NewestLogin => f.write_str("the newest login on the log"),
             FenceEvidence::LoggedInDelivery => f.write_str("the projector's news of that login"),
             FenceEvidence::Delivery { id } => write!(f, "delivery {id}, of the newer login's epoch"),
+            FenceEvidence::FeedTakenOver => f.write_str("its order feed taken over, then the newest login on the log"),
         }
     }
 }
