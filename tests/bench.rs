@@ -59,14 +59,18 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
 }
 
 /// `--real` runs real commands through real processes (a projector and two
-/// engine agents this binary starts, making directories ahead): every task completes once, the replay
-/// verifies, and the report gives each process's CPU per task and the
-/// machine's spawn limit measured in the same run, by threads and by `xargs -P`.
+/// engine agents this binary starts, making directories ahead, in the work
+/// directory given): every task completes once, the replay verifies, and the
+/// report gives each process's CPU per task and the machine's spawn limit
+/// measured in the same run, by threads and by `xargs -P`.
 #[test]
 fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_process_and_the_spawn_limit() {
+    let work_parent = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
         .args(["bench", "--real", "--tasks", "200", "--engines", "2", "--slots", "4"])
         .args(["--dirs-ahead", "8", "--timeout-secs", "120", "--json", "--quiet"])
+        .arg("--work-dir")
+        .arg(work_parent.path())
         .output()
         .expect("gridfold runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -81,6 +85,13 @@ fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_proces
     assert_eq!(number("/run/tasks_completed"), 200.0);
     // The engines made attempts' directories ahead, as asked, and still ran every task once.
     assert_eq!(number("/config/dirs_ahead"), 8.0, "{report:#}");
+    // In the work directory given, on the filesystem named, and nothing left there after.
+    let work_dir = report["config"]["work_dir"].as_str().unwrap_or_default();
+    let parent = work_parent.path().canonicalize().unwrap();
+    assert!(std::path::Path::new(work_dir).starts_with(work_parent.path()) || std::path::Path::new(work_dir).starts_with(&parent), "{report:#}");
+    let filesystem = report["config"]["work_dir_filesystem"].as_str().unwrap_or_default();
+    assert!(!filesystem.is_empty() && filesystem != "unknown", "{report:#}");
+    assert_eq!(std::fs::read_dir(work_parent.path()).unwrap().count(), 0, "the bench removed its work directories");
     assert_eq!(number("/spawn_limit/spawns"), 200.0);
     assert_eq!(number("/spawn_limit/parallel"), 8.0, "the spawn limit runs at the grid's parallelism");
     assert!(number("/spawn_limit/per_s") > 0.0, "{report:#}");

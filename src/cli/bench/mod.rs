@@ -136,6 +136,12 @@ pub struct BenchArgs {
     /// ahead of need; 0: none) [default: the engine's own, twice its slots].
     #[arg(long, requires = "real", value_parser = clap::value_parser!(u16).range(0..=crate::engine::DIRS_AHEAD_MAX as i64))]
     pub dirs_ahead: Option<u16>,
+    /// With --real: where the engines' work directories go (a directory of the
+    /// bench's own is made in it and removed after), for measuring on the
+    /// filesystem the grid's engines would use, e.g. a tmpfs [default: the
+    /// system's temporary directory, with the projector's state].
+    #[arg(long, requires = "real", value_name = "DIR")]
+    pub work_dir: Option<std::path::PathBuf>,
     /// Messages of the raw publish measurement (0: skip it).
     #[arg(long, default_value_t = 200_000)]
     pub raw_messages: u32,
@@ -635,7 +641,12 @@ fn start_private_server(sync_always: bool) -> anyhow::Result<(NatsServer, Option
 }
 
 fn tempdir_for(what: &str) -> anyhow::Result<TempDir> {
-    let dir = std::env::temp_dir().join(format!("gridfold-bench-{}-{what}", std::process::id()));
+    tempdir_in(&std::env::temp_dir(), what)
+}
+
+/// A directory of the bench's own in `parent`, removed when dropped.
+fn tempdir_in(parent: &std::path::Path, what: &str) -> anyhow::Result<TempDir> {
+    let dir = parent.join(format!("gridfold-bench-{}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(TempDir(dir))
 }

@@ -34,7 +34,7 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 
 use super::cpu::{cpu_ticks_of_pid, cpu_ticks_of_threads, ticks_to_us};
-use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for};
+use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for, tempdir_in};
 use crate::cli::client::publish;
 use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
 use crate::core::ids::{JobId, Seq};
@@ -76,6 +76,9 @@ pub struct RealConfig {
     pub report_window_ms: u64,
     /// The engines' attempts' directories made ahead (`--dirs-ahead`).
     pub dirs_ahead: usize,
+    /// Where the engines' work directories were, and on what filesystem.
+    pub work_dir: String,
+    pub work_dir_filesystem: String,
     pub engines: u32,
     pub slots_per_engine: u32,
     pub command: Vec<String>,
@@ -275,6 +278,24 @@ fn real_job(tasks: u32, command: &[String]) -> JobSpec {
     }
 }
 
+/// The type of the filesystem `path` is on (`ext4`, `tmpfs`, ...), from
+/// `/proc/self/mounts`: the longest mount point that holds it.
+fn filesystem_of(path: &std::path::Path) -> String {
+    let Ok(path) = path.canonicalize() else { return "unknown".to_string() };
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return "unknown".to_string() };
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_device, mount_point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            // Mount points escape spaces as \040.
+            let mount_point = mount_point.replace("\\040", " ");
+            path.starts_with(&mount_point).then(|| (mount_point.len(), kind.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map_or_else(|| "unknown".to_string(), |(_, kind)| kind)
+}
+
 /// Asks the projector for its summary of the bench's job.
 async fn stat(client: &async_nats::Client) -> anyhow::Result<StateSummary> {
     let question = serde_json::to_vec(&StatRequest { job: Some(JOB_ID.to_string()) })?;
@@ -319,6 +340,11 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         sync: "default (the server fsyncs every 2 minutes)".to_string(),
     };
     let dir = tempdir_for("real")?;
+    let work_root = match &args.work_dir {
+        Some(parent) => Some(tempdir_in(parent, "work").with_context(|| format!("--work-dir {}", parent.display()))?),
+        None => None,
+    };
+    let work_root_path = work_root.as_ref().unwrap_or(&dir).0.clone();
     let projector = Process::start(
         "projector",
         &["projector", "--nats", &url, "--state", &dir.0.join("projector").display().to_string(), "--register-key"]
@@ -328,7 +354,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let mut agents = Vec::new();
     for i in 1..=engines {
         let name = format!("real-{i:02}");
-        let work_dir = dir.0.join(&name).display().to_string();
+        let work_dir = work_root_path.join(&name).display().to_string();
         let slots = slots.to_string();
         agents.push(Process::start(
             &name,
@@ -426,6 +452,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
             tasks,
             report_window_ms: args.report_window_ms.unwrap_or(crate::engine::REPORT_WINDOW_DEFAULT_MS),
             dirs_ahead: args.dirs_ahead.map_or(2 * slots as usize, usize::from).min(crate::engine::DIRS_AHEAD_MAX),
+            work_dir: work_root_path.display().to_string(),
+            work_dir_filesystem: filesystem_of(&work_root_path),
             engines,
             slots_per_engine: slots,
             command,
@@ -486,6 +514,7 @@ pub(super) fn print_real(report: &RealReport) {
         report.broker.nats_server_version.as_deref().unwrap_or("?"),
         report.cores
     );
+    println!("engines' work directories in {} ({})", c.work_dir, c.work_dir_filesystem);
     println!();
     println!(
         "  real tasks:             {:>8.0} /s  ({} tasks in {:.2} s of log time, submission to last completion)",
