@@ -1105,6 +1105,38 @@ async fn a_newer_login_under_its_name_fences_the_engine_out_within_a_heartbeat()
     eventually("the fenced engine's task dies", || live_group_members(pgid).is_empty()).await;
 }
 
+/// A newer process takes the engine's order feed over before it logs in: the
+/// running engine, finding the newer mark on its consumer, kills its task at
+/// once and stops, fenced out, when the newer login is on the log, saying that
+/// its feed was taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_whose_order_feed_a_newer_process_took_kills_its_tasks_and_is_fenced_out_at_the_newer_login() {
+    let (mut grid, engine, login) = Grid::with_engine("e-taken", 1).await;
+    let t = task("taken", 0);
+    grid.start_script("e-taken", login, login + 1, &t, "echo $$ > pgid; sleep 300")
+        .await;
+    let pgid: i32 = read_pid(&grid.work_dir("e-taken").join("taken/0-1/pgid")).await;
+
+    let newer_log = JetStreamLog::connect(&grid.server.url(), log_config()).await.unwrap();
+    let _newer_feed = JetStreamOrderFeed::open(&newer_log, &engine_id("e-taken")).await.unwrap();
+    // The task dies as soon as the engine finds its feed taken, before any newer login.
+    eventually("the task of the engine whose feed was taken dies", || live_group_members(pgid).is_empty()).await;
+
+    let twin = Envelope {
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        source: "engine:e-taken".into(),
+        event: Event::EngineLoggedIn { engine: engine_id("e-taken"), slots: 1, props: EngineProps::default() },
+    };
+    let newer = newer_log.append(Append::new(wire::subject_for(&twin.event), wire::encode(&twin))).await.unwrap().seq;
+    match engine.failure(Duration::from_secs(5)).await {
+        EngineError::Fenced { newer_login, own_login, evidence, .. } => {
+            assert_eq!((newer_login, own_login), (newer, login));
+            assert_eq!(evidence, FenceEvidence::FeedTakenOver);
+        }
+        other => panic!("expected Fenced, got {other}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_of_a_newer_epoch_fences_the_engine_out_and_is_handed_back_unrun() {
     let (mut grid, engine, login) = Grid::with_engine("e-older", 1).await;
