@@ -174,6 +174,15 @@ pub const READER_KEY: &str = "gridfold-reader";
 /// making the consumer between its delete and its create costs one round.
 const TAKE_OVER_ROUNDS_MAX: u32 = 5;
 
+/// What a process does finding another process's mark on the engine's consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ForeignMark {
+    /// Opening the feed: the newest process takes the consumer over.
+    TakeOver,
+    /// Pulling again: a newer process took it; this one stops reading.
+    Yield,
+}
+
 /// The name of an engine's durable consumer on `GRIDFOLD_ORDERS`.
 pub fn consumer_name(engine: &EngineId) -> String {
     format!("gridfold-engine-{engine}")
@@ -277,7 +286,7 @@ impl JetStreamOrderFeed {
         };
         // Take the consumer now, so deliveries published from here on are kept for
         // this process even before it first reads, and none goes to an older one.
-        feed.take_over().await.map_err(|detail| FeedError::Log {
+        feed.marked_consumer(ForeignMark::TakeOver).await.map_err(|detail| FeedError::Log {
             location: feed.location.clone(),
             source: LogError::Unavailable {
                 url: log.url().to_string(),
@@ -337,71 +346,61 @@ impl JetStreamOrderFeed {
     }
 
     /// Puts this process's mark on the engine's consumer (see the module docs):
-    /// keeps it if it is there, makes the consumer if there is none, and otherwise
-    /// deletes the consumer another process reads and makes it again from that
-    /// one's ack floor, so that what the older process left unacknowledged comes
-    /// here. The outer error is the broker's; the inner one, a consumer this
-    /// process cannot use.
-    async fn take_over(&self) -> Result<Result<PullConsumer, FeedError>, String> {
+    /// keeps it if it is there, makes the consumer if there is none (delivering
+    /// from the start), and otherwise, as `foreign` says, takes it over (deletes
+    /// the consumer another process reads and makes it again from that one's ack
+    /// floor, so that what the older process left unacknowledged comes here) or
+    /// yields it ([`FeedError::TakenOver`]). The outer error is the broker's
+    /// (retrying may help); the inner one, a consumer this process cannot use.
+    async fn marked_consumer(&self, foreign: ForeignMark) -> Result<Result<PullConsumer, FeedError>, String> {
         for _ in 0..TAKE_OVER_ROUNDS_MAX {
             let from = match self.lookup().await? {
                 Some(consumer) if self.is_ours(&consumer) => return Ok(self.check(&consumer).map(|()| consumer)),
-                Some(consumer) => {
-                    let info = consumer.cached_info();
-                    let from = match info.ack_floor.stream_sequence {
-                        0 => DeliverPolicy::All,
-                        floor => DeliverPolicy::ByStartSequence { start_sequence: floor + 1 },
-                    };
-                    tracing::info!(
-                        consumer = %self.consumer_name,
-                        older_reader = info.config.metadata.get(READER_KEY).map_or("none", String::as_str),
-                        ack_floor = info.ack_floor.stream_sequence,
-                        "order feed: taking the consumer over from an older process under this engine's name"
-                    );
-                    match self.stream.delete_consumer(&self.consumer_name).await {
-                        Ok(_) => {}
-                        Err(err) if is_consumer_not_found(&err) => {}
-                        Err(err) => return Err(format!("cannot delete consumer {} to take it over: {err}", self.consumer_name)),
-                    }
-                    from
+                Some(_) if foreign == ForeignMark::Yield => {
+                    return Ok(Err(FeedError::TakenOver {
+                        location: self.location.clone(),
+                        consumer: self.consumer_name.clone(),
+                    }));
                 }
+                Some(consumer) => self.delete_to_take_over(&consumer).await?,
                 None => DeliverPolicy::All,
             };
             if let Some(consumer) = self.create(from).await? {
                 return Ok(Ok(consumer));
             }
         }
-        Ok(Err(FeedError::Misconfigured {
-            location: self.location.clone(),
-            detail: format!(
-                "consumer {} was made by another process each time this one tried to take it over ({TAKE_OVER_ROUNDS_MAX} rounds): \
-                 more than one process runs under this engine's name",
-                self.consumer_name
-            ),
-        }))
+        match foreign {
+            ForeignMark::TakeOver => Ok(Err(FeedError::Misconfigured {
+                location: self.location.clone(),
+                detail: format!(
+                    "consumer {} was made by another process each time this one tried to take it over ({TAKE_OVER_ROUNDS_MAX} rounds): \
+                     more than one process runs under this engine's name",
+                    self.consumer_name
+                ),
+            })),
+            ForeignMark::Yield => Err(format!("consumer {} keeps appearing and vanishing", self.consumer_name)),
+        }
     }
 
-    /// This process's consumer, to pull from again: the one it marked, or, if the
-    /// consumer is gone (the stream was made again), a new one delivering from the
-    /// start. [`FeedError::TakenOver`] if a newer process marked it.
-    async fn own_consumer(&self) -> Result<Result<PullConsumer, FeedError>, String> {
-        for _ in 0..TAKE_OVER_ROUNDS_MAX {
-            match self.lookup().await? {
-                Some(consumer) if self.is_ours(&consumer) => return Ok(self.check(&consumer).map(|()| consumer)),
-                Some(_) => {
-                    return Ok(Err(FeedError::TakenOver {
-                        location: self.location.clone(),
-                        consumer: self.consumer_name.clone(),
-                    }));
-                }
-                None => {
-                    if let Some(consumer) = self.create(DeliverPolicy::All).await? {
-                        return Ok(Ok(consumer));
-                    }
-                }
-            }
+    /// Deletes `consumer`, another process's, and says where its successor
+    /// starts: after the older one's ack floor.
+    async fn delete_to_take_over(&self, consumer: &PullConsumer) -> Result<DeliverPolicy, String> {
+        let info = consumer.cached_info();
+        tracing::info!(
+            consumer = %self.consumer_name,
+            older_reader = info.config.metadata.get(READER_KEY).map_or("none", String::as_str),
+            ack_floor = info.ack_floor.stream_sequence,
+            "order feed: taking the consumer over from an older process under this engine's name"
+        );
+        match self.stream.delete_consumer(&self.consumer_name).await {
+            Ok(_) => {}
+            Err(err) if is_consumer_not_found(&err) => {}
+            Err(err) => return Err(format!("cannot delete consumer {} to take it over: {err}", self.consumer_name)),
         }
-        Err(format!("consumer {} keeps appearing and vanishing", self.consumer_name))
+        Ok(match info.ack_floor.stream_sequence {
+            0 => DeliverPolicy::All,
+            floor => DeliverPolicy::ByStartSequence { start_sequence: floor + 1 },
+        })
     }
 
     fn check(&self, consumer: &PullConsumer) -> Result<(), FeedError> {
@@ -428,7 +427,7 @@ impl JetStreamOrderFeed {
     /// Opens the message stream of the consumer (creating the consumer if it was lost).
     async fn open_messages(&mut self) -> Result<(), FeedError> {
         while self.messages.is_none() {
-            match self.own_consumer().await {
+            match self.marked_consumer(ForeignMark::Yield).await {
                 Ok(consumer) => {
                     let consumer = consumer?;
                     match consumer
