@@ -552,7 +552,8 @@ impl Agent {
                     return self.fenced(newest, FenceEvidence::FeedTakenOver);
                 }
                 Ok(Some(_)) => tokio::time::sleep_until(deadline.min(Instant::now() + FEED_TAKEN_LOGIN_POLL)).await,
-                Ok(None) | Err(_) => {}
+                // The watch has ended (it answers no more), or the wait ran out.
+                Ok(None) | Err(_) => return EngineError::Feed(taken),
             }
             if Instant::now() >= deadline {
                 return EngineError::Feed(taken);
