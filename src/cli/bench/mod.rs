@@ -139,7 +139,7 @@ pub struct BenchArgs {
     /// With --real: where the engines' work directories go (a directory of the
     /// bench's own is made in it and removed after), for measuring on the
     /// filesystem the grid's engines would use, e.g. a tmpfs [default: the
-    /// system's temporary directory, with the projector's state].
+    /// system's temporary directory].
     #[arg(long, requires = "real", value_name = "DIR")]
     pub work_dir: Option<std::path::PathBuf>,
     /// Messages of the raw publish measurement (0: skip it).

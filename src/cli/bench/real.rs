@@ -340,11 +340,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         sync: "default (the server fsyncs every 2 minutes)".to_string(),
     };
     let dir = tempdir_for("real")?;
-    let work_root = match &args.work_dir {
-        Some(parent) => Some(tempdir_in(parent, "work").with_context(|| format!("--work-dir {}", parent.display()))?),
-        None => None,
-    };
-    let work_root_path = work_root.as_ref().unwrap_or(&dir).0.clone();
+    let work_parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work_root = tempdir_in(&work_parent, "work").with_context(|| format!("the engines' work directory in {}", work_parent.display()))?;
     let projector = Process::start(
         "projector",
         &["projector", "--nats", &url, "--state", &dir.0.join("projector").display().to_string(), "--register-key"]
@@ -354,7 +351,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let mut agents = Vec::new();
     for i in 1..=engines {
         let name = format!("real-{i:02}");
-        let work_dir = work_root_path.join(&name).display().to_string();
+        let work_dir = work_root.0.join(&name).display().to_string();
         let slots = slots.to_string();
         agents.push(Process::start(
             &name,
@@ -452,8 +449,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
             tasks,
             report_window_ms: args.report_window_ms.unwrap_or(crate::engine::REPORT_WINDOW_DEFAULT_MS),
             dirs_ahead: args.dirs_ahead.map_or(2 * slots as usize, usize::from).min(crate::engine::DIRS_AHEAD_MAX),
-            work_dir: work_root_path.display().to_string(),
-            work_dir_filesystem: filesystem_of(&work_root_path),
+            work_dir: work_root.0.display().to_string(),
+            work_dir_filesystem: filesystem_of(&work_root.0),
             engines,
             slots_per_engine: slots,
             command,
