@@ -177,6 +177,15 @@ impl Grid {
         self.events.until("the start", started(t, 1)).await;
     }
 
+    /// Starts task 0 of `job` (a `sleep 300`) on `engine` in epoch `login`, and
+    /// returns its process group, as the task wrote it.
+    async fn start_long_task(&mut self, engine: &str, login: u64, job: &str) -> i32 {
+        let t = task(job, 0);
+        self.start_script(engine, login, login + 1, &t, "echo $$ > pgid; sleep 300")
+            .await;
+        read_pid(&self.work_dir(engine).join(format!("{job}/0-1/pgid"))).await
+    }
+
     /// The log sequence of the engine's latest login, waiting for the first.
     async fn login_seq(&mut self, engine: &str) -> u64 {
         self.events.until("a login", |e| is_login(e, engine)).await;
@@ -187,6 +196,17 @@ impl Grid {
             .max()
             .unwrap()
     }
+}
+
+/// Appends a login of `engine` to `log` as another process under its name
+/// would, and returns its sequence.
+async fn append_login_of(log: &JetStreamLog, engine: &str) -> u64 {
+    let login = Envelope {
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        source: format!("engine:{engine}"),
+        event: Event::EngineLoggedIn { engine: engine_id(engine), slots: 1, props: EngineProps::default() },
+    };
+    log.append(Append::new(wire::subject_for(&login.event), wire::encode(&login))).await.unwrap().seq
 }
 
 fn is_login(entry: &Entry, engine: &str) -> bool {
@@ -1079,20 +1099,11 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_login_under_its_name_fences_the_engine_out_within_a_heartbeat() {
     let (mut grid, engine, login) = Grid::with_engine("e-twin", 1).await;
-    let t = task("twin", 0);
-    grid.start_script("e-twin", login, login + 1, &t, "echo $$ > pgid; sleep 300")
-        .await;
-    let pgid: i32 = read_pid(&grid.work_dir("e-twin").join("twin/0-1/pgid")).await;
+    let pgid = grid.start_long_task("e-twin", login, "twin").await;
 
     // Another process logs in under the same name; no projector runs here, so only
     // the log's newest login can tell the engine.
-    let twin = Envelope {
-        id: *uuid::Uuid::new_v4().as_bytes(),
-        source: "engine:e-twin".into(),
-        event: Event::EngineLoggedIn { engine: engine_id("e-twin"), slots: 1, props: EngineProps::default() },
-    };
-    let append = Append::new(wire::subject_for(&twin.event), wire::encode(&twin));
-    let newer = grid.log.append(append).await.unwrap().seq;
+    let newer = append_login_of(&grid.log, "e-twin").await;
     let sent = Instant::now();
     match engine.failure(Duration::from_secs(5)).await {
         EngineError::Fenced { newer_login, own_login, evidence, .. } => {
@@ -1112,22 +1123,14 @@ async fn a_newer_login_under_its_name_fences_the_engine_out_within_a_heartbeat()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_whose_order_feed_a_newer_process_took_kills_its_tasks_and_is_fenced_out_at_the_newer_login() {
     let (mut grid, engine, login) = Grid::with_engine("e-taken", 1).await;
-    let t = task("taken", 0);
-    grid.start_script("e-taken", login, login + 1, &t, "echo $$ > pgid; sleep 300")
-        .await;
-    let pgid: i32 = read_pid(&grid.work_dir("e-taken").join("taken/0-1/pgid")).await;
+    let pgid = grid.start_long_task("e-taken", login, "taken").await;
 
     let newer_log = JetStreamLog::connect(&grid.server.url(), log_config()).await.unwrap();
     let _newer_feed = JetStreamOrderFeed::open(&newer_log, &engine_id("e-taken")).await.unwrap();
     // The task dies as soon as the engine finds its feed taken, before any newer login.
     eventually("the task of the engine whose feed was taken dies", || live_group_members(pgid).is_empty()).await;
 
-    let twin = Envelope {
-        id: *uuid::Uuid::new_v4().as_bytes(),
-        source: "engine:e-taken".into(),
-        event: Event::EngineLoggedIn { engine: engine_id("e-taken"), slots: 1, props: EngineProps::default() },
-    };
-    let newer = newer_log.append(Append::new(wire::subject_for(&twin.event), wire::encode(&twin))).await.unwrap().seq;
+    let newer = append_login_of(&newer_log, "e-taken").await;
     match engine.failure(Duration::from_secs(5)).await {
         EngineError::Fenced { newer_login, own_login, evidence, .. } => {
             assert_eq!((newer_login, own_login), (newer, login));
