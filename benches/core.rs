@@ -1145,5 +1145,34 @@ fn bench_schedule(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_fold, bench_schedule);
+/// The digest of a whole state (`gridfold stat --state-digest`, a replay's
+/// summary): a serialisation of the state, paid on the projector's loop when
+/// asked for, which is why `stat` computes it only then.
+fn bench_state(c: &mut Criterion) {
+    let mut saturated: Option<State> = None;
+    let mut group = c.benchmark_group("state");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("digest_1m_tasks", |b| {
+        let state = saturated.get_or_insert_with(|| build_saturated_grid(false).0);
+        assert_eq!(state.jobs().map(|job| u64::from(job.n_tasks())).sum::<u64>(), N_JOBS as u64 * u64::from(TASKS_PER_JOB), "a million tasks");
+        b.iter(|| black_box(&*state).state_digest())
+    });
+    // The state a long history leaves: what a grid that has run for a while holds.
+    let mut folded: Option<State> = None;
+    group.bench_function("digest_after_history_1m", |b| {
+        let state = folded.get_or_insert_with(|| {
+            let mut state = State::new();
+            for entry in &build_history() {
+                fold(&mut state, entry);
+            }
+            eprintln!("  after the history: {} jobs, {} dispatches, {} tasks done", state.jobs().len(), state.totals.dispatches, state.totals.tasks_done);
+            state
+        });
+        b.iter(|| black_box(&*state).state_digest())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_fold, bench_schedule, bench_state);
 criterion_main!(benches);

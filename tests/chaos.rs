@@ -510,7 +510,7 @@ fn a_three_node_cluster_under_seeded_chaos_runs_every_task_with_every_rerun_expl
     notes.extend(restart_exited(&mut cluster, &mut parts));
 
     // The live digest, then the log folded here to the same sequence.
-    let stdout = cluster.command(&["stat".as_ref(), "--json".as_ref()]);
+    let stdout = cluster.command(&["stat".as_ref(), "--json".as_ref(), "--state-digest".as_ref()]);
     let stat: serde_json::Value = serde_json::from_str(stdout.trim()).expect("stat --json");
     let live_seq = stat["last_seq"].as_u64().expect("last_seq");
     let log = Log::of(&cluster);

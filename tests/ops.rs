@@ -96,6 +96,20 @@ fn hold_drain_and_task_cancel_are_obeyed_verdicts_are_told_and_unknown_names_exi
     assert_eq!((released["applied"].clone(), released["verdict"].clone()), (true.into(), "accepted".into()));
     wait_for("j to be done", 60, || job(&json(&cluster, &["stat", "--json"]), "j")["status"] == "done");
 
+    // The state digest only when asked for (it serialises the whole state on the
+    // projector's loop), and then the one a replay to the same entry reaches.
+    let plain = json(&cluster, &["stat", "--json"]);
+    assert!(plain.get("state_digest").is_none(), "not asked for, not computed: {plain}");
+    let audited = json(&cluster, &["stat", "--json", "--state-digest"]);
+    let at = audited["last_seq"].as_u64().expect("last_seq").to_string();
+    let replayed = json(&cluster, &["replay", "--at", &at, "--json"]);
+    assert_eq!(replayed["last_seq"], audited["last_seq"], "{replayed}");
+    assert!(audited["state_digest"].as_str().is_some_and(|d| d.len() == 64), "{audited}");
+    assert_eq!(audited["state_digest"], replayed["state_digest"], "the live state digest is the replay's at seq {at}");
+    let (code, text, _) = gridfold(&cluster, &["stat", "--state-digest"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("\nstate digest ") && text.contains("(compare: gridfold replay --at "), "{text}");
+
     // One task's cancel: the running one stops, the job carries on.
     submit(&cluster, "long", 2, "sleep 60");
     wait_for("long to run", 60, || job(&json(&cluster, &["stat", "--json"]), "long")["running"] == 2);

@@ -108,7 +108,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         return Ok(super::bad_input(bad));
     }
     let divergence = report.first_divergence.as_ref().map(ToString::to_string);
-    let summary = StateSummary::of(&state);
+    let summary = StateSummary::of(&state).with_state_digest(&state);
     let digest_mismatch = args
         .expect_digest
         .as_ref()

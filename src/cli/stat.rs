@@ -31,6 +31,12 @@ pub struct StatArgs {
     /// Engines with their properties.
     #[arg(long)]
     pub long: bool,
+    /// Also the digest of the whole state, to compare with `gridfold replay --at
+    /// SEQ`'s. The projector serialises its whole state for it, between two
+    /// batches (about 150 ms once 400,000 tasks have run): ask for it for an audit, not
+    /// in a loop.
+    #[arg(long)]
+    pub state_digest: bool,
     #[command(flatten)]
     pub nats: NatsArgs,
     /// Ask again every 2 seconds until interrupted: the screen is redrawn on a
@@ -93,7 +99,7 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let mut reports = 0u64;
         loop {
-            let mut summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone() }).await?;
+            let mut summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone(), state_digest: args.state_digest }).await?;
             if let Some(job) = args.job.as_ref().filter(|_| summary.jobs.is_empty() && summary.retired.is_none()) {
                 eprintln!("no job {job}");
                 return Ok(ExitCode::FAILURE);
@@ -263,6 +269,9 @@ fn print_stat(summary: &StateSummary, long: bool) {
     }
     let rejected = if summary.rejections > 0 { " (gridfold rejections lists them)" } else { "" };
     println!("log seq {}, {} rejected{rejected}, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
+    if let Some(state_digest) = &summary.state_digest {
+        println!("state digest {state_digest} (compare: gridfold replay --at {})", summary.last_seq);
+    }
 }
 
 /// What else a person should know of a job, after its columns: `  unschedulable: …, waits for library …`.

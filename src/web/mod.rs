@@ -153,7 +153,7 @@ async fn render(app: &App, view: &View) -> Html {
 }
 
 async fn stat(app: &App, job: Option<&str>) -> Result<StateSummary, AskError> {
-    app.source.ask(query::STAT_SUBJECT, &query::StatRequest { job: job.map(str::to_string) }).await
+    app.source.ask(query::STAT_SUBJECT, &query::StatRequest { job: job.map(str::to_string), state_digest: false }).await
 }
 
 async fn why(app: &App, task: &str) -> Result<WhyAnswer, AskError> {

@@ -558,7 +558,7 @@ mod tests {
             last_seq: 10,
             log_time_ms: 3_000,
             chain_digest: String::new(),
-            state_digest: String::new(),
+            state_digest: None,
             entries: 10,
             order_batches: 1,
             rejections: 0,
