@@ -122,9 +122,10 @@ pub struct Verification {
     pub dispatches_applied: u64,
     pub rejected_entries: u64,
     pub read_entries: u64,
+    /// Replay's read of the whole log, the fastest of three (alternating with the raw reads).
     pub read_seconds: f64,
     pub read_entries_per_s: f64,
-    /// The same stream read by a bare pull consumer (batches of 10,000, no acks), the better of two reads.
+    /// The same stream read by a bare pull consumer (batches of 10,000, no acks), the best of three reads.
     pub raw_read_msgs_per_s: f64,
     /// `read_entries_per_s` over `raw_read_msgs_per_s`: replay's read against the machine's.
     pub read_share_of_raw: f64,
