@@ -547,14 +547,14 @@ struct ReadBack {
     verify: Verification,
 }
 
+/// Rounds of the read-back measurement (a raw read, then replay's read).
+const READ_ROUNDS: usize = 3;
+
 /// Reads the whole log back, replays it with every order batch re-derived, and
 /// checks that every task of `jobs` completed exactly once, nothing was rejected,
 /// and the digest at the projector's last entry is the projector's own
 /// (`projector_at`: that entry and the digest it reported). `engines_ok` is what
 /// the engines' side says of it (no run received twice, none missing).
-/// Rounds of the read-back measurement (a raw read, then replay's read).
-const READ_ROUNDS: usize = 3;
-
 async fn read_back_and_verify<L: EventLog>(
     access: &BrokerAccess,
     log: &L,
