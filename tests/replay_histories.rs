@@ -62,7 +62,8 @@ fn render_expected(recorded: &[RecordedEntry]) -> String {
     format!(
         "# orders\n{orders}\n# rejections\n{}\n# final state\n{}\n",
         if rejections.is_empty() { "(none)\n" } else { &rejections },
-        StateSummary::of(&state)
+        // As `gridfold replay` prints it: the state digest included.
+        StateSummary::of(&state).with_state_digest(&state)
     )
 }
 
