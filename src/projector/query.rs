@@ -806,20 +806,8 @@ fn estimated_end_ms(now_ms: u64, job: &crate::core::state::Job) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::core::event::{Event, LibraryInfo, LibraryRef};
-    use crate::core::fold::fold;
-    use crate::core::schedule::{decide, InFlight};
+    use crate::core::testkit::fold_and_decide as run;
     use crate::core::testkit::*;
-
-    /// Folds the log, deciding and folding the orders after each entry, as the projector does.
-    fn run(log: &mut LogBuilder, state: &mut State, from: usize) {
-        for entry in &log.entries[from..] {
-            fold(state, entry);
-        }
-        if let Some(batch) = decide(state, &InFlight::new()).filter(|batch| !batch.orders.is_empty()) {
-            let entry = log.orders(batch);
-            fold(state, &entry);
-        }
-    }
 
     #[test]
     fn rejections_name_subject_and_sender_bounded_and_filter_by_kind() {
