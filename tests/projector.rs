@@ -735,8 +735,9 @@ async fn stat_and_why_answer_over_nats() {
         .wait_for("the jobs to be folded", |s| s.folded_seq >= 3)
         .await;
 
-    let request = |subject: &'static str, body: &'static str| {
+    let request = |subject: &'static str, body: &str| {
         let client = client.clone();
+        let body = body.to_owned();
         async move {
             let reply =
                 tokio::time::timeout(Duration::from_secs(5), client.request(subject, body.into()))
@@ -773,5 +774,22 @@ async fn stat_and_why_answer_over_nats() {
             .contains("not valid JSON"),
         "{malformed}"
     );
+    // The state digest: left out unless asked for; a request whose flag is
+    // not a boolean is refused with the reason, and the projector answers on.
+    assert_eq!(all.state_digest, None, "not asked for");
+    let deep = format!(r#"{{"state_digest": {}{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+    for not_a_flag in [r#"{"state_digest": "yes"}"#, r#"{"state_digest": 1}"#, r#"{"state_digest": {"deep": [[[]]]}}"#, &deep] {
+        let refused = request(STAT_SUBJECT, not_a_flag).await;
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("the request is not valid JSON for this query: state_digest: "),
+            "{}: {refused}",
+            &not_a_flag[..not_a_flag.len().min(40)]
+        );
+    }
+    let trailing = request(STAT_SUBJECT, r#"{"state_digest": false} {}"#).await;
+    assert!(trailing["error"].as_str().is_some_and(|error| error.contains("trailing characters")), "{trailing}");
+    let asked: StateSummary = serde_json::from_value(request(STAT_SUBJECT, r#"{"state_digest": true}"#).await).unwrap();
+    assert!(asked.state_digest.as_ref().is_some_and(|digest| digest.len() == 64), "{asked}");
     projector.stop().await;
 }

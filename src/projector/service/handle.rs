@@ -239,8 +239,17 @@ async fn answer(
         if payload.iter().all(u8::is_ascii_whitespace) {
             return Ok(T::default());
         }
-        serde_json::from_slice(payload)
-            .map_err(|e| format!("the request is not valid JSON for this query: {e}"))
+        let not_valid = |detail: String| format!("the request is not valid JSON for this query: {detail}");
+        let mut deserializer = serde_json::Deserializer::from_slice(payload);
+        let request: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            // The field at fault, when the request is JSON at all: `state_digest: invalid type …`.
+            match e.path().to_string().as_str() {
+                "." => not_valid(e.into_inner().to_string()),
+                path => not_valid(format!("{path}: {}", e.into_inner())),
+            }
+        })?;
+        deserializer.end().map_err(|e| not_valid(e.to_string()))?;
+        Ok(request)
     }
     Ok(match subject {
         STAT_SUBJECT => match parse::<StatRequest>(payload) {
