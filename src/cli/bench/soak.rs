@@ -56,6 +56,11 @@ pub struct SoakReport {
     pub rss_growth_after_warmup_kib: i64,
     /// Most jobs the projector held at a sample.
     pub jobs_held_max: u64,
+    /// Most jobs not yet ended at a sample.
+    pub jobs_active_max: u64,
+    /// Longest log time an ended job was still held at a sample, in ms: at most
+    /// `job_retention_ms` when every ended job retires on time.
+    pub oldest_ended_age_ms_max: u64,
     pub jobs_retired: u64,
     /// Runs delivered twice, among the last 100,000 to 200,000 (must be 0).
     pub duplicate_runs: u64,
@@ -69,6 +74,11 @@ pub struct SoakSample {
     pub rss_kib: u64,
     /// Jobs in the projector's state (active, and ended within their retention).
     pub jobs_held: u64,
+    /// Of those, the jobs not yet ended (submitted ahead, or running).
+    pub jobs_active: u64,
+    /// Log time since the held job that ended first ended, in ms: at most the
+    /// retention when retirement works. Absent when no ended job is held.
+    pub oldest_ended_age_ms: Option<u64>,
     pub jobs_retired: u64,
 }
 
@@ -147,6 +157,8 @@ pub async fn soak_on(
         seconds: started.elapsed().as_secs_f64(),
         rss_kib: rss_kib(),
         jobs_held: stat.jobs.len() as u64,
+        jobs_active: stat.jobs.iter().filter(|job| job.ended_ms.is_none()).count() as u64,
+        oldest_ended_age_ms: stat.jobs.iter().filter_map(|job| job.ended_ms).min().map(|ended| stat.log_time_ms.saturating_sub(ended)),
         jobs_retired: stat.jobs_retired,
     };
     let sim_report = loop {
@@ -206,6 +218,8 @@ pub async fn soak_on(
         load_after,
         rss_growth_after_warmup_kib: last - warm,
         jobs_held_max: samples.iter().map(|s| s.jobs_held).max().unwrap_or(0),
+        jobs_active_max: samples.iter().map(|s| s.jobs_active).max().unwrap_or(0),
+        oldest_ended_age_ms_max: samples.iter().filter_map(|s| s.oldest_ended_age_ms).max().unwrap_or(0),
         jobs_retired: stat.jobs_retired,
         duplicate_runs: sim_report.duplicate_runs,
         samples,
@@ -225,12 +239,25 @@ pub fn print_soak(report: &SoakReport) {
         report.lifecycles_per_s
     );
     println!("load average before {}, after {}", report.load_before, report.load_after);
-    println!("{:>10} {:>9} {:>12} {:>10} {:>10}", "TASKS", "SECONDS", "RSS KIB", "JOBS HELD", "RETIRED");
+    println!(
+        "{:>10} {:>9} {:>12} {:>10} {:>10} {:>16} {:>10}",
+        "TASKS", "SECONDS", "RSS KIB", "JOBS HELD", "ACTIVE", "OLDEST ENDED MS", "RETIRED"
+    );
     for s in &report.samples {
-        println!("{:>10} {:>9.1} {:>12} {:>10} {:>10}", s.tasks_done, s.seconds, s.rss_kib, s.jobs_held, s.jobs_retired);
+        let oldest = s.oldest_ended_age_ms.map_or_else(|| "-".to_string(), |ms| ms.to_string());
+        println!(
+            "{:>10} {:>9.1} {:>12} {:>10} {:>10} {:>16} {:>10}",
+            s.tasks_done, s.seconds, s.rss_kib, s.jobs_held, s.jobs_active, oldest, s.jobs_retired
+        );
     }
     println!(
-        "RSS growth after warm-up: {} KiB; most jobs held {}; jobs retired {}; duplicate runs {}",
-        report.rss_growth_after_warmup_kib, report.jobs_held_max, report.jobs_retired, report.duplicate_runs
+        "RSS growth after warm-up: {} KiB; most jobs held {} ({} active at most); an ended job held {} ms at most (retention {} ms); jobs retired {}; duplicate runs {}",
+        report.rss_growth_after_warmup_kib,
+        report.jobs_held_max,
+        report.jobs_active_max,
+        report.oldest_ended_age_ms_max,
+        report.job_retention_ms,
+        report.jobs_retired,
+        report.duplicate_runs
     );
 }
