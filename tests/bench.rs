@@ -62,7 +62,8 @@ fn the_bench_runs_a_small_grid_and_proves_it_with_a_verified_replay() {
 /// engine agents this binary starts, making directories ahead, in the work
 /// directory given): every task completes once, the replay verifies, and the
 /// report gives each process's CPU per task and the machine's spawn limit
-/// measured in the same run, by threads and by `xargs -P`.
+/// measured in the same run, by threads and by `xargs -P`, with the machine's
+/// whole CPU per spawn and per task and the ratio it allows.
 #[test]
 fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_process_and_the_spawn_limit() {
     let work_parent = tempfile::tempdir().unwrap();
@@ -104,6 +105,17 @@ fn the_real_bench_runs_real_tasks_on_engine_processes_and_reports_cpu_per_proces
     assert!(number("/cpu_us_per_task/engines") > 0.0, "{report:#}");
     assert!(number("/cpu_us_per_task/projector") > 0.0, "{report:#}");
     assert!(number("/cpu_us_per_task/broker") > 0.0, "{report:#}");
+    // The whole machine's CPU is measured too, per spawn without gridfold and
+    // per task through it: it holds every process's (each figure is counted in
+    // clock ticks, so the sum may exceed it by a tick per process).
+    let tick_per_task = 10_000.0 / 200.0;
+    let processes = number("/cpu_us_per_task/engines") + number("/cpu_us_per_task/projector") + number("/cpu_us_per_task/broker");
+    assert!(number("/cpu_us_per_task/machine") + 3.0 * tick_per_task >= processes, "{report:#}");
+    assert!(number("/spawn_limit/machine_cpu_us_per_spawn") > 0.0 && number("/spawn_limit/cores_busy") > 0.0, "{report:#}");
+    assert!(number("/spawn_limit_xargs/machine_cpu_us_per_spawn") > 0.0, "{report:#}");
+    let allows = number("/run/ratio_the_cpu_allows");
+    let expected = number("/spawn_limit/machine_cpu_us_per_spawn") / number("/cpu_us_per_task/machine");
+    assert!((allows - expected).abs() < 1e-9 && allows > 0.0, "{report:#}");
     assert_eq!(number("/latency_ms/slot_free_to_dispatch/samples"), 200.0);
     assert_eq!(number("/latency_ms/dispatch_to_completed/samples"), 200.0);
 }

@@ -71,6 +71,26 @@ fn cpu_ticks_of(path: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The whole machine's busy CPU time, in clock ticks summed over every core,
+/// from the first line of `/proc/stat`: every state but idle and waiting for IO
+/// (a guest's time is already in user). `None` where there is no `/proc/stat`.
+///
+/// The real bench compares it between the spawn limit's measurement and the
+/// grid's run: when both keep every core busy, the ratio of the grid's rate to
+/// the spawn limit can be no better than the ratio of their CPU per run.
+pub(super) fn machine_busy_ticks() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?;
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: Vec<u64> = fields.map(str::parse).collect::<Result<_, _>>().ok()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    let busy = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| ticks.get(i)).sum();
+    (ticks.len() >= 8).then_some(busy)
+}
+
 pub(super) fn ticks_to_us(ticks: u64) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 
-use super::cpu::{cpu_ticks_of_pid, cpu_ticks_of_threads, ticks_to_us};
+use super::cpu::{cpu_ticks_of_pid, cpu_ticks_of_threads, machine_busy_ticks, ticks_to_us};
 use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for, tempdir_in};
 use crate::cli::client::publish;
 use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
@@ -91,6 +91,12 @@ pub struct SpawnLimit {
     pub parallel: u32,
     pub seconds: f64,
     pub per_s: f64,
+    /// The whole machine's busy CPU per spawn meanwhile (every core, every
+    /// process: the runs, their parent, the kernel), µs.
+    pub machine_cpu_us_per_spawn: Option<f64>,
+    /// Cores busy on average meanwhile: at [`RealReport::cores`], the
+    /// measurement was bound by the CPU.
+    pub cores_busy: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -103,6 +109,13 @@ pub struct RealRun {
     pub ratio_to_spawn_limit: f64,
     /// `tasks_per_s` over `xargs -P`'s rate.
     pub ratio_to_spawn_limit_xargs: f64,
+    /// The best `ratio_to_spawn_limit` the machine's CPU allows: the spawn
+    /// limit's machine CPU per spawn over the run's machine CPU per task. When
+    /// both keep every core busy the run can do no better; the difference of
+    /// the two CPU figures is what gridfold's processes add per task.
+    pub ratio_the_cpu_allows: Option<f64>,
+    /// The same against `xargs -P`.
+    pub ratio_the_cpu_allows_xargs: Option<f64>,
     /// Entries the run added to the log (the job's submission onwards).
     pub log_entries: u64,
     pub log_entries_per_task: f64,
@@ -118,6 +131,10 @@ pub struct RealRun {
 pub struct RealCpu {
     /// Every engine agent together.
     pub engines: f64,
+    /// The whole machine, every core, every process (the tasks' own, gridfold's,
+    /// the broker's, the kernel's and whatever else ran), from the job's
+    /// submission to the bench seeing it end.
+    pub machine: Option<f64>,
     /// Of `engines`: their threads that make attempts' directories ahead
     /// (`gridfold-fresh-dirs`, with `--dirs-ahead`), that is the filesystem's
     /// inode allocation, whose cost depends on the filesystem's state (see
@@ -202,12 +219,28 @@ fn work_dirs_cpu_us(pid: u32) -> f64 {
 /// The name of the engine's `gridfold-fresh-dirs` thread as `/proc` shows it (15 bytes).
 const FRESH_DIRS_THREAD: &str = "gridfold-fresh-";
 
+/// Times `spawning` and the whole machine's CPU while it runs.
+fn spawn_limit_of(spawns: u32, parallel: u32, spawning: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<SpawnLimit> {
+    let busy_before = machine_busy_ticks();
+    let started = Instant::now();
+    spawning()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let busy_us = busy_before.zip(machine_busy_ticks()).map(|(before, after)| ticks_to_us(after.saturating_sub(before)));
+    Ok(SpawnLimit {
+        spawns,
+        parallel,
+        seconds,
+        per_s: f64::from(spawns) / seconds.max(1e-9),
+        machine_cpu_us_per_spawn: busy_us.map(|us| us / f64::from(spawns.max(1))),
+        cores_busy: busy_us.map(|us| us / 1e6 / seconds.max(1e-9)),
+    })
+}
+
 /// The machine's own rate: `spawns` runs of `command`, `parallel` at a time,
 /// each spawned and waited for, without gridfold.
 fn measure_spawn_limit(command: &[String], spawns: u32, parallel: u32) -> anyhow::Result<SpawnLimit> {
     let next = AtomicU32::new(0);
-    let started = Instant::now();
-    std::thread::scope(|scope| -> anyhow::Result<()> {
+    spawn_limit_of(spawns, parallel, || std::thread::scope(|scope| -> anyhow::Result<()> {
         let workers: Vec<_> = (0..parallel.max(1))
             .map(|_| {
                 scope.spawn(|| -> anyhow::Result<()> {
@@ -228,9 +261,7 @@ fn measure_spawn_limit(command: &[String], spawns: u32, parallel: u32) -> anyhow
             worker.join().map_err(|_| anyhow!("a spawning thread panicked"))??;
         }
         Ok(())
-    })?;
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(SpawnLimit { spawns, parallel, seconds, per_s: f64::from(spawns) / seconds.max(1e-9) })
+    }))
 }
 
 /// The machine's rate by `xargs -P parallel`, as a person would measure it:
@@ -246,18 +277,18 @@ fn measure_spawn_limit_xargs(command: &[String], spawns: u32, parallel: u32) -> 
         .spawn()
         .context("starting xargs (findutils) to measure the spawn limit as `xargs -P` gives it")?;
     let lines: String = (0..spawns).map(|n| format!("{n}\n")).collect();
-    let started = Instant::now();
-    {
-        use std::io::Write as _;
-        let mut stdin = xargs.stdin.take().ok_or_else(|| anyhow!("xargs has no standard input"))?;
-        stdin.write_all(lines.as_bytes()).context("feeding xargs")?;
-    }
-    let status = xargs.wait().context("waiting for xargs")?;
-    let seconds = started.elapsed().as_secs_f64();
-    if !status.success() {
-        bail!("`xargs -P {parallel} {}` failed ({status}): does the command run?", command.join(" "));
-    }
-    Ok(SpawnLimit { spawns, parallel, seconds, per_s: f64::from(spawns) / seconds.max(1e-9) })
+    spawn_limit_of(spawns, parallel, || {
+        {
+            use std::io::Write as _;
+            let mut stdin = xargs.stdin.take().ok_or_else(|| anyhow!("xargs has no standard input"))?;
+            stdin.write_all(lines.as_bytes()).context("feeding xargs")?;
+        }
+        let status = xargs.wait().context("waiting for xargs")?;
+        if !status.success() {
+            bail!("`xargs -P {parallel} {}` failed ({status}): does the command run?", command.join(" "));
+        }
+        Ok(())
+    })
 }
 
 fn real_job(tasks: u32, command: &[String]) -> JobSpec {
@@ -398,6 +429,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let before = cpu(&processes);
     let work_dirs = |processes: &[Process]| processes.iter().skip(1).map(|p| work_dirs_cpu_us(p.pid())).sum::<f64>();
     let work_dirs_before = work_dirs(&processes);
+    let machine_before = machine_busy_ticks();
     let started = Instant::now();
     publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
     let mut last_said = Instant::now();
@@ -421,6 +453,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         }
     };
     let after = cpu(&processes);
+    let machine_us = machine_before.zip(machine_busy_ticks()).map(|(before, after)| ticks_to_us(after.saturating_sub(before)));
     let work_dirs_us = work_dirs(&processes) - work_dirs_before;
     let broker_after = broker_pid.map(cpu_us);
     let ended = summary.jobs.first().map(|j| j.status.clone()).unwrap_or_default();
@@ -442,6 +475,9 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let engines_us: f64 = (1..after.len()).map(|i| after[i] - before[i]).sum();
     let tasks_per_s = f64::from(tasks) / seconds.max(1e-3);
     let run_entries = entries.len() as u64 - analysis.entries_before_jobs;
+    let machine_per_task = machine_us.map(per_task);
+    let ratio_the_cpu_allows =
+        |limit: &SpawnLimit| limit.machine_cpu_us_per_spawn.zip(machine_per_task).map(|(spawn, task)| spawn / task.max(1e-9));
     Ok(RealReport {
         broker,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -461,6 +497,8 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
             tasks_per_s,
             ratio_to_spawn_limit: tasks_per_s / spawn_limit.per_s.max(1e-9),
             ratio_to_spawn_limit_xargs: tasks_per_s / spawn_limit_xargs.per_s.max(1e-9),
+            ratio_the_cpu_allows: ratio_the_cpu_allows(&spawn_limit),
+            ratio_the_cpu_allows_xargs: ratio_the_cpu_allows(&spawn_limit_xargs),
             log_entries: run_entries,
             log_entries_per_task: run_entries as f64 / f64::from(tasks),
             order_batches: analysis.batches,
@@ -470,6 +508,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
         spawn_limit,
         spawn_limit_xargs,
         cpu_us_per_task: RealCpu {
+            machine: machine_per_task,
             engines: per_task(engines_us),
             engines_making_work_dirs: per_task(work_dirs_us),
             projector: per_task(after[0] - before[0]),
@@ -531,6 +570,23 @@ pub(super) fn print_real(report: &RealReport) {
         "  ratio to spawn limit:   {:>8.2}  (to xargs -P: {:.2})",
         run.ratio_to_spawn_limit, run.ratio_to_spawn_limit_xargs
     );
+    if let (Some(task), Some(spawn_us), Some(xargs_us)) =
+        (cpu.machine, spawn.machine_cpu_us_per_spawn, report.spawn_limit_xargs.machine_cpu_us_per_spawn)
+    {
+        let busy = |limit: &SpawnLimit| limit.cores_busy.map_or("?".to_string(), |busy| format!("{busy:.1}"));
+        println!(
+            "  machine CPU per run:    {task:.0} us per task through gridfold; {spawn_us:.0} us per spawn without it ({} of {} cores busy), {xargs_us:.0} by xargs ({} busy)",
+            busy(spawn),
+            report.cores,
+            busy(&report.spawn_limit_xargs)
+        );
+        println!(
+            "  ratio the CPU allows:   {:>8.2}  (to xargs -P: {:.2}; gridfold adds {:.0} us of CPU per task to the spawn's own)",
+            run.ratio_the_cpu_allows.unwrap_or(0.0),
+            run.ratio_the_cpu_allows_xargs.unwrap_or(0.0),
+            task - spawn_us
+        );
+    }
     println!(
         "  CPU per task:           engine(s) {:.0} us (of which making work directories {:.0} us), projector {:.0} us, broker {} us  (children excluded)",
         cpu.engines,
