@@ -242,7 +242,8 @@ pub struct StatRequest {
     /// a serialisation of the whole state on the projector's loop (about
     /// 150 ms once 400,000 tasks have run: `cargo bench --bench core --
     /// state/digest`), so a summary carries it only when asked: for an
-    /// audit, not for polling.
+    /// audit, not for polling. The projector remembers the last one with its
+    /// sequence, so asking again before another entry is folded costs nothing.
     #[serde(default)]
     pub state_digest: bool,
 }

@@ -14,7 +14,7 @@ use crate::core::replay::{ReplayOptions, replay};
 use crate::core::testkit::{engine_id, job_spec, linux_props};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::{LogReader, read_to_end};
-use crate::projector::query::StatRequest;
+use crate::projector::query::{StatRequest, StateSummary};
 use crate::wire::ORDERS_SUBJECT;
 use crate::wire::delivery::{DeliveryKind, decode_deliveries};
 
@@ -121,6 +121,11 @@ async fn wait_done(handle: &ProjectorHandle, tasks: u64) {
 
 /// The chain digest of a clean replay of the log's first `through` entries.
 async fn replayed_digest(log: &EmbeddedLog, through: u64) -> Digest {
+    replayed_state(log, through).await.chain
+}
+
+/// The state a clean replay of the log's first `through` entries folds to.
+async fn replayed_state(log: &EmbeddedLog, through: u64) -> crate::core::state::State {
     let raw = read_to_end(log, 1).await.unwrap().collect().await.unwrap();
     let entries: Vec<_> = raw
         .iter()
@@ -144,7 +149,7 @@ async fn replayed_digest(log: &EmbeddedLog, through: u64) -> Digest {
         },
         &mut |_| {},
     );
-    state.chain
+    state
 }
 
 /// Every (task, attempt) dispatched in the log's order batches, with how often.
@@ -458,4 +463,55 @@ fn recent_deliveries_keep_the_window_of_log_time() {
         [2, 3],
         "the batch of log time 1000 is more than 10 s before 12000"
     );
+}
+
+/// `stat --state-digest` remembers the digest of the state at the sequence it
+/// was computed at (computing it holds the loop for the whole state's
+/// serialisation): asked again at the same sequence it is the same, and once
+/// more entries are folded it is the new state's, never the remembered one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_digest_asked_again_is_the_states_own_at_each_sequence_never_a_stale_one() {
+    let grid = grid(3).await;
+    // No ticks: nothing is appended once the projector has decided on the grid.
+    let config = ProjectorConfig { tick_interval: None, ..config(&grid.state_dir) };
+    let (handle, stop, task) = start(&grid, config);
+    let ask = || handle.stat(StatRequest { job: None, state_digest: true });
+    let digest_at = |summary: &StateSummary| summary.state_digest.clone().expect("asked for the digest");
+    // Ask until two answers in a row are of the same sequence (the grid is quiet).
+    let (first, second) = tokio::time::timeout(DEADLINE, async {
+        let mut last = ask().await.unwrap();
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let next = ask().await.unwrap();
+            if next.last_seq == last.last_seq && next.jobs.iter().all(|job| job.dispatched == job.tasks) {
+                return (last, next);
+            }
+            last = next;
+        }
+    })
+    .await
+    .expect("the grid goes quiet");
+    let replayed = replayed_state(&grid.events, first.last_seq).await;
+    assert_eq!(digest_at(&first), replayed.state_digest().to_hex(), "the state's own digest");
+    assert_eq!(digest_at(&second), digest_at(&first), "the same sequence, the same digest");
+
+    publish(&grid.events, Event::JobSubmitted(job_spec("k", 2, ""))).await;
+    let after = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let summary = ask().await.unwrap();
+            if summary.last_seq > first.last_seq {
+                return summary;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the new job is folded");
+    let replayed = replayed_state(&grid.events, after.last_seq).await;
+    assert_eq!(digest_at(&after), replayed.state_digest().to_hex(), "the new state's digest");
+    assert_ne!(digest_at(&after), digest_at(&first), "not the one remembered");
+    // A plain stat still carries none.
+    assert_eq!(handle.stat(StatRequest::default()).await.unwrap().state_digest, None);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
 }
