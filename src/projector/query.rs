@@ -328,10 +328,34 @@ pub struct LibrarySummary {
     pub jobs: Vec<String>,
 }
 
-pub fn answer_stat(state: &State, request: &StatRequest) -> StateSummary {
+/// The state digests `stat` was asked for, the last one remembered with the
+/// sequence of the state it is the digest of. For one state as it folds on (the
+/// projector's): the state at a sequence is a function of the log, so asking
+/// again before another entry is folded costs a clone, where computing it
+/// serialises the whole state.
+#[derive(Debug, Default)]
+pub struct StateDigests {
+    last: Option<(u64, String)>,
+}
+
+impl StateDigests {
+    /// The state's digest, in hex, computed at most once per sequence.
+    pub fn of(&mut self, state: &State) -> String {
+        match &self.last {
+            Some((seq, digest)) if *seq == state.last_seq.0 => digest.clone(),
+            _ => {
+                let digest = state.state_digest().to_hex();
+                self.last = Some((state.last_seq.0, digest.clone()));
+                digest
+            }
+        }
+    }
+}
+
+pub fn answer_stat(state: &State, request: &StatRequest, digests: &mut StateDigests) -> StateSummary {
     let mut summary = StateSummary::of(state);
     if request.state_digest {
-        summary = summary.with_state_digest(state);
+        summary.state_digest = Some(digests.of(state));
     }
     if let Some(job) = &request.job {
         summary.jobs.retain(|j| &j.id == job);
@@ -852,13 +876,13 @@ mod tests {
 
         // A request from a client that predates the field asks for no digest.
         let old_client: StatRequest = serde_json::from_str(r#"{"job":null}"#).expect("a request without the field");
-        let plain = answer_stat(&state, &old_client);
+        let plain = answer_stat(&state, &old_client, &mut StateDigests::default());
         assert_eq!(plain.state_digest, None);
         let plain_json = serde_json::to_value(&plain).expect("json");
         assert!(plain_json.get("state_digest").is_none(), "{plain_json}");
         assert!(!plain.to_string().contains("state digest"), "{plain}");
 
-        let asked = answer_stat(&state, &StatRequest { job: None, state_digest: true });
+        let asked = answer_stat(&state, &StatRequest { job: None, state_digest: true }, &mut StateDigests::default());
         assert_eq!(asked.state_digest, Some(state.state_digest().to_hex()));
         assert!(asked.to_string().contains(&format!("state digest {}", state.state_digest().to_hex())), "{asked}");
         let back: StateSummary = serde_json::from_value(serde_json::to_value(&asked).expect("json")).expect("parses back");
@@ -890,7 +914,7 @@ mod tests {
         run(&mut log, &mut state, n);
         assert_eq!(state.job_idx(&job_id("old")), None, "retired");
 
-        let stat = answer_stat(&state, &StatRequest { job: Some("old".into()), state_digest: false });
+        let stat = answer_stat(&state, &StatRequest { job: Some("old".into()), state_digest: false }, &mut StateDigests::default());
         expect_test::expect!["job old ended done (2 task(s)) 90 s ago and was retired from the state 0 s ago: only its outcome and its usage are kept"]
             .assert_eq(stat.retired.as_deref().unwrap_or("(none)"));
         let why = answer_why(&state, &WhyRequest { task: "old/1".into() });

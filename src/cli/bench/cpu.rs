@@ -87,8 +87,8 @@ pub(super) fn machine_busy_ticks() -> Option<u64> {
     }
     let ticks: Vec<u64> = fields.map(str::parse).collect::<Result<_, _>>().ok()?;
     // user nice system idle iowait irq softirq steal [guest guest_nice]
-    let busy = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| ticks.get(i)).sum();
-    (ticks.len() >= 8).then_some(busy)
+    let [user, nice, system, _idle, _iowait, irq, softirq, steal, ..] = ticks[..] else { return None };
+    Some(user + nice + system + irq + softirq + steal)
 }
 
 pub(super) fn ticks_to_us(ticks: u64) -> f64 {

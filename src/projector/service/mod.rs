@@ -138,8 +138,8 @@ use crate::projector::delivery::deliveries_of_entry;
 use crate::projector::key::{KeyError, ProjectorKey};
 use crate::projector::machine::Machine;
 use crate::projector::query::{
-    StatRequest, answer_blacklists, answer_libraries, answer_policy, answer_rejections, answer_stat, answer_usage, answer_verdict,
-    answer_why,
+    StateDigests, answer_blacklists, answer_libraries, answer_policy, answer_rejections, answer_stat, answer_usage,
+    answer_verdict, answer_why,
 };
 use crate::wire::delivery::Delivery;
 use crate::wire::{self, TICK_SUBJECT};
@@ -543,12 +543,10 @@ struct Shell<L, S, A> {
     /// when refused.
     registration_sent: bool,
     warn_key: Throttle,
-    /// The state digest a `stat` last asked for, with the sequence of the state
-    /// it is the digest of. The state at a sequence is a function of the log,
-    /// so asking again before another entry is folded costs nothing, where
-    /// computing it serialises the whole state on this loop (about 150 ms on a
-    /// grid that has run a while).
-    state_digest_at: Option<(u64, String)>,
+    /// The state digests a `stat` asked for: computing one serialises the
+    /// whole state on this loop (about 150 ms on a grid that has run a while),
+    /// so the last one is remembered until another entry is folded.
+    state_digests: StateDigests,
 }
 
 impl<L, S, A> Shell<L, S, A>
@@ -612,7 +610,7 @@ where
             key,
             registration_sent: false,
             warn_key: Throttle::default(),
-            state_digest_at: None,
+            state_digests: StateDigests::default(),
         }
     }
 
@@ -778,31 +776,12 @@ where
         }));
     }
 
-    /// The state's digest, computed at most once per sequence folded.
-    fn state_digest_hex(&mut self) -> String {
-        let seq = self.machine.state().last_seq.0;
-        match &self.state_digest_at {
-            Some((at, digest)) if *at == seq => digest.clone(),
-            _ => {
-                let digest = self.machine.state().state_digest().to_hex();
-                self.state_digest_at = Some((seq, digest.clone()));
-                digest
-            }
-        }
-    }
-
     fn handle_query(&mut self, query: Query) {
-        let digest = match &query {
-            Query::Stat(request, _) if request.state_digest => Some(self.state_digest_hex()),
-            _ => None,
-        };
         let state = self.machine.state();
         // A requester that gave up has dropped its receiver: nothing to do.
         match query {
             Query::Stat(request, reply) => {
-                let mut summary = answer_stat(state, &StatRequest { state_digest: false, ..request });
-                summary.state_digest = digest;
-                let _ = reply.send(summary);
+                let _ = reply.send(answer_stat(state, &request, &mut self.state_digests));
             }
             Query::Why(request, reply) => {
                 let _ = reply.send(answer_why(state, &request));
