@@ -147,30 +147,37 @@ impl LibraryStore {
         LibraryStore { context }
     }
 
-    /// The bucket, created when `create` and missing.
+    /// The bucket, created when `create` and missing (only operators may);
+    /// refused when its stream is not of gridfold's making
+    /// ([`crate::log::stream_check`]).
     async fn bucket(&self, create: bool) -> Result<object_store::ObjectStore, StoreError> {
-        let found = self.context.get_object_store(BUCKET).await;
-        match found {
+        use crate::log::stream_check::{BucketError, fit_object_store};
+        match fit_object_store(&self.context, BUCKET).await {
             Ok(store) => return Ok(store),
-            Err(err) if !create => {
-                return Err(StoreError::Bucket { detail: format!("not available ({err}): no library was ever stored on this broker?") })
+            Err(err @ BucketError::Missing(_)) if !create => {
+                return Err(StoreError::Bucket { detail: format!("{err}: no library was ever stored on this broker?") })
             }
-            Err(_) => {}
+            Err(BucketError::Missing(_)) => {}
+            Err(err) => return Err(StoreError::Bucket { detail: err.to_string() }),
         }
         let config = object_store::Config {
             bucket: BUCKET.to_string(),
             description: Some("gridfold grid libraries, one object per <name>/<version>".to_string()),
             ..Default::default()
         };
-        match self.context.create_object_store(config).await {
-            Ok(store) => Ok(store),
+        if let Err(create_err) = self.context.create_object_store(config).await {
             // Another client may have created it meanwhile.
-            Err(create_err) => self
-                .context
+            self.context
                 .get_object_store(BUCKET)
                 .await
-                .map_err(|_| StoreError::Bucket { detail: format!("cannot create it: {create_err}") }),
+                .map_err(|_| StoreError::Bucket { detail: format!("cannot create it: {create_err}") })?;
         }
+        fit_object_store(&self.context, BUCKET).await.map_err(|err| StoreError::Bucket { detail: err.to_string() })
+    }
+
+    /// Makes the bucket when it is missing, and checks it (`gridfold setup`).
+    pub async fn ensure_bucket(&self) -> Result<(), StoreError> {
+        self.bucket(true).await.map(drop)
     }
 
     /// What the store holds for `library`, if anything.

@@ -2,10 +2,13 @@
 //! adapter engines (store), the projector's query responder and `gridfold output`
 //! (read) share.
 //!
-//! - Bucket [`BUCKET`], created by the first engine that stores output, with a
-//!   retention ([`RETENTION_DEFAULT`], or the engine's `--output-retention-secs`
-//!   when it creates the bucket) after which the broker deletes an object whatever
-//!   else happens, and a limit on the bucket's whole size ([`BUCKET_BYTES_MAX`]).
+//! - Bucket [`BUCKET`], made by the projector at its start or by `gridfold
+//!   setup` ([`OutputStore::ensure_bucket`]), never by an engine, with a
+//!   retention ([`RETENTION_DEFAULT`], or their `--output-retention-secs`) after
+//!   which the broker deletes an object whatever else happens, and a limit on the
+//!   bucket's whole size ([`BUCKET_BYTES_MAX`]). Every user of the bucket checks
+//!   its stream is of gridfold's making ([`crate::log::stream_check`]) before
+//!   it stores or reads anything.
 //! - One object per attempt and stream, named
 //!   `out/<job>/<index>/<attempt>/<stdout|stderr>` ([`object_name`]), holding at
 //!   most the attempt's bound (its share of the policy's `[output]` bounds, decided
@@ -89,6 +92,9 @@ pub enum OutputError {
 #[derive(Clone)]
 pub struct OutputStore {
     context: js::Context,
+    /// The bucket, once found and checked: its stream's configuration cannot
+    /// change afterwards (no principal may update a stream).
+    checked: std::sync::Arc<tokio::sync::OnceCell<object_store::ObjectStore>>,
 }
 
 impl std::fmt::Debug for OutputStore {
@@ -99,19 +105,33 @@ impl std::fmt::Debug for OutputStore {
 
 impl OutputStore {
     pub fn new(context: js::Context) -> Self {
-        OutputStore { context }
+        OutputStore { context, checked: Default::default() }
     }
 
-    /// The bucket; created (with `retention`) when `create` is given and it is missing.
-    async fn bucket(&self, create: Option<Duration>) -> Result<object_store::ObjectStore, OutputError> {
-        let found = self.context.get_object_store(BUCKET).await;
-        let retention = match (found, create) {
-            (Ok(store), _) => return Ok(store),
-            (Err(err), None) => {
-                return Err(OutputError::Bucket { detail: format!("not available ({err}): no engine stored output on this broker yet?") })
-            }
-            (Err(_), Some(retention)) => retention,
-        };
+    /// The bucket, found and checked once per store: a stream of another's
+    /// making is refused, whatever it holds.
+    async fn bucket(&self) -> Result<object_store::ObjectStore, OutputError> {
+        use crate::log::stream_check::{BucketError, fit_object_store};
+        self.checked
+            .get_or_try_init(|| async {
+                fit_object_store(&self.context, BUCKET).await.map_err(|err| OutputError::Bucket {
+                    detail: match err {
+                        BucketError::Missing(_) => format!("{err}: the projector or `gridfold setup` makes it"),
+                        err => err.to_string(),
+                    },
+                })
+            })
+            .await
+            .cloned()
+    }
+
+    /// Makes the bucket, with `retention`, when it is missing, and checks it:
+    /// the projector at its start and `gridfold setup` call this, and nothing
+    /// else makes it.
+    pub async fn ensure_bucket(&self, retention: Duration) -> Result<(), OutputError> {
+        if self.context.get_object_store(BUCKET).await.is_ok() {
+            return self.bucket().await.map(drop);
+        }
         let config = object_store::Config {
             bucket: BUCKET.to_string(),
             description: Some("gridfold tasks' stdout and stderr, one object per out/<job>/<index>/<attempt>/<stream>".into()),
@@ -119,14 +139,14 @@ impl OutputStore {
             max_bytes: BUCKET_BYTES_MAX,
             ..Default::default()
         };
-        match self.context.create_object_store(config).await {
-            Ok(store) => Ok(store),
-            Err(create_err) => self
-                .context
+        if let Err(create_err) = self.context.create_object_store(config).await {
+            // Another process may have made it meanwhile.
+            self.context
                 .get_object_store(BUCKET)
                 .await
-                .map_err(|_| OutputError::Bucket { detail: format!("cannot create it: {create_err}") }),
+                .map_err(|_| OutputError::Bucket { detail: format!("cannot create it: {create_err}") })?;
         }
+        self.bucket().await.map(drop)
     }
 
     /// Stores the file at `path` (already cut to its bound by the engine) as one
@@ -138,7 +158,6 @@ impl OutputStore {
         stream: Stream,
         path: &Path,
         truncated: bool,
-        retention: Duration,
     ) -> Result<Option<StoredStream>, OutputError> {
         let object = object_name(task, attempt, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
@@ -151,7 +170,7 @@ impl OutputStore {
         if size == 0 {
             return Ok(None);
         }
-        let store = self.bucket(Some(retention)).await?;
+        let store = self.bucket().await?;
         let metadata: HashMap<String, String> = [(META_TRUNCATED.to_string(), truncated.to_string())].into_iter().collect();
         let meta = object_store::ObjectMetadata {
             name: object.clone(),
@@ -169,7 +188,7 @@ impl OutputStore {
     /// What is stored of one stream, if anything.
     pub async fn stat(&self, task: &TaskRef, attempt: Attempt, stream: Stream) -> Result<Option<StoredStream>, OutputError> {
         let object = object_name(task, attempt, stream);
-        let Ok(store) = self.bucket(None).await else { return Ok(None) };
+        let Ok(store) = self.bucket().await else { return Ok(None) };
         match store.info(&object).await {
             Ok(info) if !info.deleted => Ok(Some(StoredStream { bytes: info.size as u64, truncated: truncated_of(&info) })),
             Ok(_) => Ok(None),
@@ -190,7 +209,7 @@ impl OutputStore {
         let object = object_name(task, attempt, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
         let not_found = || OutputError::NotFound { task: task.to_string(), attempt, stream: stream.as_str() };
-        let store = self.bucket(None).await.map_err(|_| not_found())?;
+        let store = self.bucket().await.map_err(|_| not_found())?;
         let mut reader = store.get(&object).await.map_err(|err| match err.kind() {
             object_store::GetErrorKind::NotFound => not_found(),
             _ => transfer(format!("fetching: {err}")),

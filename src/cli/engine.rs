@@ -64,9 +64,6 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = crate::engine::OUTPUT_BYTES_MAX_DEFAULT,
         value_parser = clap::value_parser!(u64).range(1..=crate::engine::OUTPUT_BYTES_MAX_MAX))]
     pub output_bytes_max: u64,
-    /// How long the broker keeps stored output (applied when this engine creates the bucket).
-    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub output_retention_secs: u64,
     /// A load sensor program (Grid Engine's `load_sensor`): started once; before each heartbeat
     /// it is sent an empty line and answers `begin`, lines `host:name:value` (or `name:value`),
     /// `end`; its values join the heartbeat's named load values, replacing measured ones.
@@ -199,7 +196,6 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
         dirs_ahead: args.dirs_ahead.map_or(defaults.dirs_ahead, usize::from),
         library_dir: args.library_dir.unwrap_or_else(|| defaults.library_dir.clone()),
         output_bytes_max: args.output_bytes_max,
-        output_retention: Duration::from_secs(args.output_retention_secs),
         work_dir_retention: crate::engine::WORK_DIR_RETENTION_DEFAULT,
         load_sensor: args.load_sensor,
         gateway,

@@ -62,6 +62,10 @@ pub struct ProjectorArgs {
     /// `<state>/projector-key`, made on first start.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
+    /// How long the broker keeps tasks' stored output, in seconds (applied when
+    /// this projector makes the output bucket; engines never make it).
+    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub output_retention_secs: u64,
 }
 
 pub fn run(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
@@ -106,6 +110,10 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
         let sink = JetStreamOrderSink::connect(&log)
             .await
             .context("opening the orders stream")?;
+        crate::output_store::OutputStore::new(log.context().clone())
+            .ensure_bucket(Duration::from_secs(args.output_retention_secs))
+            .await
+            .context("opening the output bucket")?;
         // Held until the process ends: proof that a lease left under this id is a dead run's.
         let claim = ProjectorIdClaim::claim(&args.state).context("claiming the state directory")?;
         let lease = KvLease::open_claimed(log.context(), log.url(), lease_config.clone(), claim).await?;

@@ -1,8 +1,9 @@
-//! `gridfold setup`: an operator makes the streams and the lease bucket before
-//! anything else runs, with the replicas the broker should keep (3 on a three-node
-//! cluster), as the projector would at its start. Nothing else makes them: engines
-//! and commands wait for them. Run again, it raises the replicas of any made with
-//! fewer and changes nothing else.
+//! `gridfold setup`: an operator makes the streams, the lease bucket and the
+//! output and library buckets before anything else runs, with the replicas the
+//! broker should keep (3 on a three-node cluster), as the projector would at
+//! its start. Nothing else makes them: engines and commands wait for them, and
+//! refuse any stream of another's making (`crate::log::stream_check`). Run
+//! again, it raises the replicas of any made with fewer and changes nothing else.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,6 +32,10 @@ pub struct SetupArgs {
     /// electing its leaders) before giving up.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub wait_broker_secs: u64,
+    /// How long the broker keeps tasks' stored output, in seconds (applied when
+    /// this makes the output bucket).
+    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub output_retention_secs: u64,
     /// Print what was made as JSON.
     #[arg(long)]
     pub json: bool,
@@ -61,12 +66,18 @@ pub fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             let log = connect_log_with(&args.nats, log_config.clone()).await?;
             log.ensure_order_stream().await?;
             KvLease::open(log.context(), log.url(), lease_config.clone(), "gridfold-setup".to_string()).await?;
+            // The buckets too, so that no engine ever needs to make one.
+            crate::output_store::OutputStore::new(log.context().clone())
+                .ensure_bucket(Duration::from_secs(args.output_retention_secs))
+                .await?;
+            crate::library_store::LibraryStore::new(log.context().clone()).ensure_bucket().await?;
             anyhow::Ok(log)
         })
         .await
         .context("setting up the streams and the lease bucket")?;
         let mut made = Vec::new();
-        for stream in [STREAM_EVENTS.to_string(), STREAM_ORDERS.to_string(), format!("KV_{LEASE_BUCKET}")] {
+        let buckets = [format!("KV_{LEASE_BUCKET}"), format!("OBJ_{}", crate::output_store::BUCKET), format!("OBJ_{}", crate::library_store::BUCKET)];
+        for stream in [STREAM_EVENTS.to_string(), STREAM_ORDERS.to_string()].into_iter().chain(buckets) {
             let mut handle = log.context().get_stream(&stream).await.with_context(|| format!("reading stream {stream}"))?;
             let info = handle.info().await.with_context(|| format!("reading stream {stream}"))?;
             made.push(Made { stream, replicas: info.config.num_replicas });

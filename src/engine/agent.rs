@@ -1257,7 +1257,7 @@ impl Agent {
         // A stream that kept nothing has no file: nothing to open or store.
         for (stream, truncated, _) in streams.into_iter().filter(|(_, _, kept)| *kept > 0) {
             let path = dir.join(stream.as_str());
-            match store.put(task, attempt, stream, &path, truncated, self.config.output_retention).await {
+            match store.put(task, attempt, stream, &path, truncated).await {
                 Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),
                 Ok(None) => {}
                 Err(err) => tracing::warn!(%task, attempt, "{err}"),

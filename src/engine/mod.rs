@@ -206,8 +206,6 @@ pub struct EngineConfig {
     /// the bound its order carries (the policy's `[output]` share, decided by
     /// the fold); what comes after is dropped and the object marked cut.
     pub output_bytes_max: u64,
-    /// How long the broker keeps stored output, when this engine creates the bucket.
-    pub output_retention: Duration,
     /// An ended attempt's directory (`<work_dir>/<job>/<index>-<attempt>`, and its
     /// kept output `<index>-<attempt>.output`) is removed this long after it was
     /// last written: until the first task's order brings the policy's
@@ -241,7 +239,6 @@ impl EngineConfig {
             seen_max: SEEN_MAX_DEFAULT,
             output_store: None,
             output_bytes_max: OUTPUT_BYTES_MAX_DEFAULT,
-            output_retention: crate::output_store::RETENTION_DEFAULT,
             work_dir_retention: WORK_DIR_RETENTION_DEFAULT,
             load_sensor: None,
             gateway: None,

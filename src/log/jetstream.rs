@@ -285,7 +285,7 @@ impl JetStreamLog {
     async fn ensure_order_stream_unexplained(&self) -> Result<(), LogError> {
         if self.config.streams == StreamSetup::Bind {
             return match self.context.get_stream(STREAM_ORDERS).await {
-                Ok(_) => Ok(()),
+                Ok(stream) => self.check_order_stream(&stream),
                 Err(err) if is_stream_not_found(&err) => Err(LogError::StreamMissing {
                     url: self.url.clone(),
                     stream: STREAM_ORDERS.to_string(),
@@ -306,7 +306,8 @@ impl JetStreamLog {
             allow_direct: true,
             ..Default::default()
         };
-        self.context
+        let stream = self
+            .context
             .get_or_create_stream(config)
             .await
             .map_err(|err| {
@@ -314,10 +315,18 @@ impl JetStreamLog {
                     "cannot create or get stream {STREAM_ORDERS}: {err}"
                 ))
             })?;
+        self.check_order_stream(&stream)?;
         raise_replicas(&self.context, STREAM_ORDERS, self.config.replicas)
             .await
             .map_err(|detail| LogError::Misconfigured { location: self.url.clone(), detail })?;
         Ok(())
+    }
+
+    /// The order stream found is one of gridfold's own making: nothing copies
+    /// engines' deliveries elsewhere ([`super::stream_check`]).
+    fn check_order_stream(&self, stream: &stream::Stream) -> Result<(), LogError> {
+        super::stream_check::check_fit(&stream.cached_info().config, &[SUBJECTS_ORDERS])
+            .map_err(|unfit| LogError::Misconfigured { location: self.url.clone(), detail: unfit.to_string() })
     }
 
     fn unavailable(&self, detail: String) -> LogError {
@@ -993,15 +1002,8 @@ fn is_stream_not_found(err: &js::context::GetStreamError) -> bool {
 /// misroute entries is refused; what is merely different is logged.
 fn check_stream_config(actual: &stream::Config, wanted: &LogConfig) -> Result<(), String> {
     let name = &actual.name;
-    let mut problems = Vec::new();
-    for subject in &wanted.subjects {
-        if !actual.subjects.contains(subject) {
-            problems.push(format!(
-                "its subjects ({}) do not include {subject}",
-                actual.subjects.join(", ")
-            ));
-        }
-    }
+    let subjects: Vec<&str> = wanted.subjects.iter().map(String::as_str).collect();
+    let mut problems = super::stream_check::copies_elsewhere(actual, &subjects);
     if actual.storage != StorageType::File {
         problems.push("it is not on file storage".to_string());
     }

@@ -47,16 +47,16 @@ pub mod connect;
 pub mod embedded;
 pub mod jetstream;
 pub mod nats_server;
+pub mod stream_check;
 
 use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-/// Every subject of the log starts with this.
-pub const SUBJECT_PREFIX: &str = "gridfold.ev.";
-/// The subject filter that covers the whole log.
-pub const SUBJECTS_ALL: &str = "gridfold.ev.>";
+/// Every subject of the log starts with this, and the filter that covers it
+/// all; their one home is [`crate::core::subject`].
+pub use crate::core::subject::{STREAM_SUBJECTS as SUBJECTS_ALL, SUBJECT_PREFIX};
 /// Longest subject accepted, in bytes.
 pub const SUBJECT_BYTES_MAX: usize = 1024;
 /// Longest message id accepted, in bytes.

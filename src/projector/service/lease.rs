@@ -355,12 +355,13 @@ impl KvLease {
         crate::log::jetstream::raise_replicas(context, &format!("KV_{}", config.bucket), config.replicas)
             .await
             .map_err(|detail| LeaseError::Misconfigured { location: location.clone(), detail })?;
+        let status = store.status().await.map_err(|err| unavailable(format!("cannot read the lease bucket: {err}")))?;
+        // A lease stream of another's making could copy the lease elsewhere or
+        // take leases from elsewhere: refused (`crate::log::stream_check`).
+        crate::log::stream_check::check_fit(&status.info.config, &[&format!("$KV.{}.>", config.bucket)])
+            .map_err(|unfit| LeaseError::Misconfigured { location: location.clone(), detail: unfit.to_string() })?;
         // The bucket's max age is the lease's real ttl, whoever created the bucket.
-        let bucket_ttl = store
-            .status()
-            .await
-            .map_err(|err| unavailable(format!("cannot read the lease bucket: {err}")))?
-            .max_age();
+        let bucket_ttl = status.max_age();
         if bucket_ttl <= config.renew_interval {
             return Err(LeaseError::Misconfigured {
                 location,
