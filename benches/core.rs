@@ -77,7 +77,7 @@ const N_COMPLETIONS: usize = 5_000;
 /// the log builder registers), so the fold hashes and checks what it does in production.
 fn as_stored(entry: &mut Entry) {
     let Payload::Event(envelope) = &entry.payload else { return };
-    entry.subject = gridfold::wire::subject_for(&envelope.event);
+    entry.subject = gridfold::wire::subject_for(&envelope.event, &entry.origin);
     if matches!(envelope.event, Event::OrderBatch(_)) {
         entry.stored = gridfold::wire::encode_sealed(envelope, &gridfold::core::testkit::test_projector_key());
         entry.seal = gridfold::wire::entry_from_log(entry.seq, entry.time_ms, &entry.subject, &entry.stored).seal;
@@ -216,8 +216,9 @@ fn append(log: &mut LogBuilder, event: Event) -> Entry {
             Origin::Engine(engine) => format!("engine:{engine}"),
             Origin::Projector => "projector".to_string(),
             Origin::Ticker => "ticker".to_string(),
-            Origin::Client => "gridfold-cli".to_string(),
+            Origin::User(_) => "gridfold-cli".to_string(),
             Origin::Operator => "operator".to_string(),
+            Origin::Unknown => "unknown".to_string(),
         };
     }
     as_stored(entry);

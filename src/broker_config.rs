@@ -7,16 +7,22 @@
 //!
 //! | role | publishes | reads |
 //! |---|---|---|
-//! | projector | `gridfold.ev.orders`, `gridfold.ev.tick`, `gridfold.order.>`, its lease (`$KV.GRIDFOLD_LEADER.>`); answers `gridfold.q.>` | the log, the orders and lease streams |
-//! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.drain.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.keys.>`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
-//! | submitter | `gridfold.ev.job.>`; queries | query answers |
+//! | projector | `gridfold.ev.orders`, `gridfold.ev.tick`, `gridfold.order.>`, its lease (`$KV.GRIDFOLD_LEADER.>`); answers `gridfold.q.>` | the log, the orders and lease streams, tasks' output |
+//! | operator | `gridfold.ev.op.>` (policy, drain, blacklists, libraries, override tickets, keys, and any job), libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
+//! | submitter `<name>` | `gridfold.ev.user.<name>.>`: its own jobs; queries | query answers |
 //! | auditor | queries | the log |
-//! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
+//! | engine `<id>` | `gridfold.ev.engine.<id>.>`; its tasks' output objects (`$O.GRIDFOLD_OUTPUT.>`) | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries; output objects' metadata, never their contents |
 //!
-//! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS` and
-//! the lease bucket; so may the operator (`gridfold setup`, before the first
-//! projector), who also creates the library bucket (`library put`). Nobody
-//! may delete or purge the log or the orders, or update a stream's configuration.
+//! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS`,
+//! the lease bucket and the output bucket; so may the operator (`gridfold
+//! setup`, before the first projector), who also creates the library bucket.
+//! Every one of them is created with gridfold's own fixed configuration, and
+//! every component refuses to use a stream whose configuration sources,
+//! mirrors, republishes or transforms subjects ([`crate::log::stream_check`]):
+//! such a stream could copy the log or the orders onto subjects others read.
+//! No engine, submitter or auditor may create, update, delete or purge any
+//! stream, and nobody may delete or purge the log or the orders, or update a
+//! stream's configuration.
 //!
 //! JetStream is driven by requests on `$JS.API.>`, so each role gets the API
 //! subjects of exactly the streams and consumers it uses: stream info to bind,
@@ -34,15 +40,15 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use crate::core::ids::EngineId;
+use crate::core::ids::{EngineId, UserName};
+use crate::core::subject::{ENGINE_SUBJECT_PREFIX, OPERATOR_SUBJECT_PREFIX, user_subject_prefix};
 use crate::engine::feed::consumer_name;
 use crate::library_store::BUCKET as LIBRARY_BUCKET;
 use crate::output_store::BUCKET as OUTPUT_BUCKET;
-use crate::log::SUBJECT_PREFIX;
 use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
 use crate::projector::service::lease::LEASE_BUCKET;
 use crate::wire::delivery::order_subject;
-use crate::wire::{ORDERS_SUBJECT, POLICY_SUBJECT, TICK_SUBJECT, engine_login_subject};
+use crate::wire::{ORDERS_SUBJECT, TICK_SUBJECT, engine_login_subject};
 
 /// The account every gridfold user is in.
 pub const ACCOUNT: &str = "GRIDFOLD";
@@ -56,7 +62,8 @@ pub const PRINCIPAL_NAME_BYTES_MAX: usize = 71;
 pub enum Role {
     Projector,
     Operator,
-    Submitter,
+    /// A user: the principal's name is its user name on the log.
+    Submitter(UserName),
     Auditor,
     Engine(EngineId),
 }
@@ -68,7 +75,7 @@ impl Role {
                 "the projector (every projector process, leader and standbys)".to_string()
             }
             Role::Operator => "an operator".to_string(),
-            Role::Submitter => "a submitter".to_string(),
+            Role::Submitter(user) => format!("user {user}, acting on its own jobs only"),
             Role::Auditor => "an auditor (reads the log, asks queries)".to_string(),
             Role::Engine(id) => format!("engine {id}"),
         }
@@ -186,6 +193,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
             publish.extend(create(STREAM_EVENTS));
             publish.extend(create(STREAM_ORDERS));
             publish.extend(create(&lease));
+            publish.extend(create(&outputs));
             publish.extend(read(STREAM_EVENTS));
             publish.extend(read(STREAM_ORDERS));
             publish.extend(read(&lease));
@@ -194,12 +202,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
         }
         Role::Operator => {
             publish.extend([
-                POLICY_SUBJECT.to_string(),
-                format!("{SUBJECT_PREFIX}blacklists.>"),
-                format!("{SUBJECT_PREFIX}drain.>"),
-                format!("{SUBJECT_PREFIX}override.>"),
-                format!("{SUBJECT_PREFIX}library.>"),
-                format!("{SUBJECT_PREFIX}keys.>"),
+                format!("{OPERATOR_SUBJECT_PREFIX}>"),
                 QUERY_SUBJECTS.to_string(),
                 format!("$O.{LIBRARY_BUCKET}.>"),
                 api("INFO"),
@@ -209,13 +212,15 @@ pub fn permissions(principal: &Principal) -> Permissions {
             publish.extend(create(STREAM_ORDERS));
             publish.extend(create(&lease));
             publish.extend(create(&libraries));
+            publish.extend(create(&outputs));
             publish.extend(read(STREAM_EVENTS));
             publish.extend(read(STREAM_ORDERS));
             publish.extend(read(&lease));
             publish.extend(read(&libraries));
+            publish.extend(read(&outputs));
         }
-        Role::Submitter => {
-            publish.extend([format!("{SUBJECT_PREFIX}job.>"), QUERY_SUBJECTS.to_string()]);
+        Role::Submitter(user) => {
+            publish.extend([format!("{}>", user_subject_prefix(user)), QUERY_SUBJECTS.to_string()]);
             publish.extend(bind(STREAM_EVENTS));
         }
         Role::Auditor => {
@@ -224,7 +229,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
         }
         Role::Engine(engine) => {
             let consumer = consumer_name(engine);
-            publish.push(format!("{SUBJECT_PREFIX}engine.{engine}.>"));
+            publish.push(format!("{ENGINE_SUBJECT_PREFIX}{engine}.>"));
             publish.extend(bind(STREAM_EVENTS));
             // Its newest login on the log, to notice a newer process under its name.
             publish.push(api(&format!(
@@ -246,10 +251,16 @@ pub fn permissions(principal: &Principal) -> Permissions {
             ]);
             publish.extend(read(&libraries));
             // Any engine may write any task's output object: object names are not
-            // subjects the broker can scope per engine (see the README's "Task results").
+            // subjects the broker can scope per engine. The attempt's end report
+            // holds each stored stream's blake3 and length, so a replaced object
+            // is found out when it is read (docs/security.md). An engine binds
+            // the bucket and reads objects' metadata (the store's `put` asks for
+            // an object's previous version), never their contents, and never
+            // creates the bucket: a stream of an engine's making could source the
+            // log and republish it.
             publish.push(format!("$O.{OUTPUT_BUCKET}.>"));
-            publish.extend(create(&outputs));
-            publish.extend(read(&outputs));
+            publish.extend(bind(&outputs));
+            publish.push(api(&format!("DIRECT.GET.{outputs}.$O.{OUTPUT_BUCKET}.M.>")));
         }
     }
     // The groups overlap (each reads and binds): each subject once, first place kept.
@@ -400,13 +411,21 @@ pub fn render_env_file(
     principal: &Principal,
     client: &ClientSettings,
 ) -> Result<String, EnvValueError> {
+    // Who its commands act as on the log: a submitter as its own user, an
+    // operator as an operator (see `gridfold submit --as` and `--operator`).
+    let acting = match &principal.role {
+        Role::Submitter(user) => format!("GRIDFOLD_USER={}\n", env_value("the user name", user.as_str())?),
+        Role::Operator => "GRIDFOLD_OPERATOR=\"true\"\n".to_string(),
+        _ => String::new(),
+    };
     Ok(format!(
         "# gridfold on the broker as {name}: {role}.\n\
          # Load it with `set -a; . ./{name}.env; set +a`, or systemd's EnvironmentFile=.\n\
          NATS_URL={url}\n\
          NATS_NKEY={nkey}\n\
          NATS_CA={ca}\n\
-         NATS_INBOX_PREFIX={inbox}\n",
+         NATS_INBOX_PREFIX={inbox}\n\
+         {acting}",
         name = principal.name,
         role = principal.role.describe(),
         url = env_value("the URL", &client.url)?,
@@ -465,24 +484,32 @@ mod tests {
     fn each_role_publishes_on_the_log_only_what_design_md_gives_it() {
         let projector = principal("projector", Role::Projector);
         let operator = principal("operator", Role::Operator);
-        let submitter = principal("submitter", Role::Submitter);
+        let submitter = principal("alice", Role::Submitter(UserName::new("alice").unwrap()));
+        let other_submitter = principal("bob", Role::Submitter(UserName::new("bob").unwrap()));
         let auditor = principal("auditor", Role::Auditor);
         let (e1, e2) = (engine("e1"), engine("e2"));
-        let all = [&projector, &operator, &submitter, &auditor, &e1, &e2];
-        let cases: [(&str, &[&Principal]); 13] = [
+        let all = [&projector, &operator, &submitter, &other_submitter, &auditor, &e1, &e2];
+        let cases: [(&str, &[&Principal]); 20] = [
             ("gridfold.ev.orders", &[&projector]),
             ("gridfold.ev.tick", &[&projector]),
             ("gridfold.order.e1", &[&projector]),
-            ("gridfold.ev.policy", &[&operator]),
-            ("gridfold.ev.blacklists.cleared", &[&operator]),
-            ("gridfold.ev.library.published", &[&operator]),
-            ("gridfold.ev.keys.registered", &[&operator]),
-            ("gridfold.ev.job.submitted", &[&submitter]),
-            ("gridfold.ev.job.cancelled", &[&submitter]),
+            ("gridfold.ev.op.policy", &[&operator]),
+            ("gridfold.ev.op.blacklists_cleared", &[&operator]),
+            ("gridfold.ev.op.library_published", &[&operator]),
+            ("gridfold.ev.op.keys", &[&operator]),
+            ("gridfold.ev.op.job.cancelled", &[&operator]),
+            ("gridfold.ev.user.alice.job.submitted", &[&submitter]),
+            ("gridfold.ev.user.alice.job.cancelled", &[&submitter]),
+            ("gridfold.ev.user.bob.job.cancelled", &[&other_submitter]),
             ("gridfold.ev.engine.e1.heartbeat", &[&e1]),
             ("gridfold.ev.engine.e2.completed", &[&e2]),
-            ("gridfold.q.stat", &[&operator, &submitter, &auditor]),
+            ("gridfold.q.stat", &[&operator, &submitter, &other_submitter, &auditor]),
             ("$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS", &[&projector, &operator]),
+            ("$JS.API.STREAM.CREATE.OBJ_GRIDFOLD_OUTPUT", &[&projector, &operator]),
+            ("$JS.API.STREAM.CREATE.OBJ_GRIDFOLD_LIBRARIES", &[&operator]),
+            ("$O.GRIDFOLD_OUTPUT.C.abc", &[&e1, &e2]),
+            ("$JS.API.DIRECT.GET.OBJ_GRIDFOLD_OUTPUT.$O.GRIDFOLD_OUTPUT.M.b3V0", &[&projector, &operator, &e1, &e2]),
+            ("$JS.API.DIRECT.GET.OBJ_GRIDFOLD_OUTPUT.$O.GRIDFOLD_OUTPUT.C.abc", &[&projector, &operator]),
         ];
         for (subject, allowed) in cases {
             for who in all {
@@ -502,6 +529,12 @@ mod tests {
                 "$JS.API.STREAM.MSG.DELETE.GRIDFOLD_EVENTS",
                 "gridfold.ev.engine.e3.login",
                 "gridfold.ev.other",
+                "gridfold.ev.job.submitted",
+                "gridfold.ev.policy",
+                "gridfold.ev.user.carol.job.submitted",
+                "$JS.API.STREAM.CREATE.OBJ_GRIDFOLD_EVIL",
+                "$JS.API.STREAM.UPDATE.OBJ_GRIDFOLD_OUTPUT",
+                "$JS.API.STREAM.PURGE.OBJ_GRIDFOLD_OUTPUT",
             ] {
                 assert!(!may_publish(who, subject), "{} on {subject}", who.name);
             }
@@ -593,6 +626,12 @@ mod tests {
             text.contains("NATS_INBOX_PREFIX=\"_INBOX_engine-e1\""),
             "{text}"
         );
+        assert!(!text.contains("GRIDFOLD_USER") && !text.contains("GRIDFOLD_OPERATOR"), "{text}");
+        let alice = principal("alice", Role::Submitter(UserName::new("alice").unwrap()));
+        let text = render_env_file(&alice, &client).unwrap();
+        assert!(text.contains("GRIDFOLD_USER=\"alice\"\n"), "{text}");
+        let text = render_env_file(&principal("operator", Role::Operator), &client).unwrap();
+        assert!(text.contains("GRIDFOLD_OPERATOR=\"true\"\n"), "{text}");
         let bad = ClientSettings {
             ca_file: "/etc/$HOME/ca.pem".into(),
             ..client

@@ -5,7 +5,7 @@
 //! Each body takes arbitrary bytes and returns normally on every input; a panic
 //! is a finding. What each one holds the code to:
 //!
-//! - [`envelope_then_fold`]: the first byte picks a subject ([`SUBJECTS`]) and a
+//! - [`envelope_then_fold`]: the first byte picks a publisher ([`PUBLISHERS`]) and a
 //!   log time; the rest is the message, decoded exactly as the projector decodes a
 //!   log message ([`wire::entry_from_log`]). The entry is folded into the state of
 //!   a small fixed history ([`BASE_HISTORY`]: engines logged in, two jobs, a batch
@@ -46,20 +46,21 @@ use crate::projector::record::recorder_key;
 use crate::wire;
 use crate::wire::history::{parse_history, write_history_line};
 
-/// The subjects [`envelope_then_fold`] publishes on, picked by the first input
-/// byte modulo their number: each publisher class (a client, the projector, a
-/// ticker, an engine of the history, an engine new to it, an operator
-/// registering projector keys). A client's events may come on any client
-/// subject: the fold goes by the publisher class, not the subject's last words.
-pub const SUBJECTS: [&str; 8] = [
-    "gridfold.ev.job.submitted",
-    "gridfold.ev.policy",
+/// The publishers [`envelope_then_fold`] publishes as, picked by the first
+/// input byte modulo their number: each publisher class (a user, an operator,
+/// the projector, a ticker, an engine of the history, another, an engine new to
+/// it, another user), each by its subject or the prefix of its subjects. An
+/// event goes on its publisher's prefix with its own kind ([`subject_of`]), so
+/// the fold judges what it says, not only where it was stored.
+pub const PUBLISHERS: [&str; 8] = [
+    "gridfold.ev.user.alice.",
+    "gridfold.ev.op.",
     wire::ORDERS_SUBJECT,
     wire::TICK_SUBJECT,
-    "gridfold.ev.engine.e1.report",
-    "gridfold.ev.engine.e2.report",
-    "gridfold.ev.engine.e3.report",
-    "gridfold.ev.keys.registered",
+    "gridfold.ev.engine.e1.",
+    "gridfold.ev.engine.e2.",
+    "gridfold.ev.engine.e3.",
+    "gridfold.ev.user.bob.",
 ];
 
 /// The log time of [`BASE_HISTORY`]'s first entry.
@@ -81,13 +82,13 @@ pub const TIME_STEP_MS: u64 = 60_000;
 /// ([`recorder_key`]), which seals the batch, as in a recorded history;
 /// [`schedule_and_fold_back`] seals with it too.
 pub const BASE_HISTORY: &str = r#"# The fixed history of the envelope_then_fold fuzz target (src/fuzzing.rs).
-{"seq":1,"time_ms":1700000000000,"subject":"gridfold.ev.keys.registered","envelope":{"source":"operator","event":{"projector_key_registered":{"key":{"base64":"2JHnGg3PADzt0n3DQONiDMZyHf+sUm3pqOQ3PmSCY70="},"name":"replay recorder"}}}}
-{"seq":2,"time_ms":1700000000000,"subject":"gridfold.ev.policy","envelope":{"event":{"policy_set":{"algorithm":"sge-plain","engine_timeout_ms":30000,"dispatch_timeout_ms":60000,"load_formula":{"slots_weight":1,"load_weight":0},"dispatches_per_run_max":4096,"seed":7,"engine_tiers":["type=blade"],"greylist_affinity":5,"redundancy":{"strategy_effective_percent":50,"poll_period_ms":1000,"percent_completed_strategy":true,"remaining_task_percent":10,"average_strategy":true,"average_limit_milli":2000,"std_dev_strategy":true,"std_dev_limit_milli":3000,"reschedule_first":false,"copies_per_task_max":2}}}}}
+{"seq":1,"time_ms":1700000000000,"subject":"gridfold.ev.op.keys","envelope":{"source":"operator","event":{"projector_key_registered":{"key":{"base64":"2JHnGg3PADzt0n3DQONiDMZyHf+sUm3pqOQ3PmSCY70="},"name":"replay recorder"}}}}
+{"seq":2,"time_ms":1700000000000,"subject":"gridfold.ev.op.policy","envelope":{"event":{"policy_set":{"algorithm":"sge-plain","engine_timeout_ms":30000,"dispatch_timeout_ms":60000,"load_formula":{"slots_weight":1,"load_weight":0},"dispatches_per_run_max":4096,"seed":7,"engine_tiers":["type=blade"],"greylist_affinity":5,"redundancy":{"strategy_effective_percent":50,"poll_period_ms":1000,"percent_completed_strategy":true,"remaining_task_percent":10,"average_strategy":true,"average_limit_milli":2000,"std_dev_strategy":true,"std_dev_limit_milli":3000,"reschedule_first":false,"copies_per_task_max":2}}}}}
 {"seq":3,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e1.login","envelope":{"event":{"engine_logged_in":{"engine":"e1","slots":2,"props":{"os":"linux","arch":"x86_64","cores":4,"memory_mb":16384,"disk_mb":100000,"mflops":2000,"site":"lyon","custom":{"type":"blade","has_gpu":"yes"}}}}}}
 {"seq":4,"time_ms":1700000000000,"subject":"gridfold.ev.engine.e2.login","envelope":{"event":{"engine_logged_in":{"engine":"e2","slots":1,"props":{"os":"linux","arch":"x86_64","cores":2,"memory_mb":8192,"disk_mb":50000,"mflops":1000,"site":"bern","custom":{}}}}}}
-{"seq":5,"time_ms":1700000000000,"subject":"gridfold.ev.library.published","envelope":{"event":{"library_published":{"library":{"name":"render-lib","version":"2.1"},"size_bytes":4096,"digest_hex":"7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f"}}}}
-{"seq":6,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"j","owner":"alice","project":"physics","queue":"default","priority":0,"requirements":"os == \"linux\"","max_attempts":2,"wall_time_limit_ms":600000,"slots_per_task":1,"template":{"argv":["simulate","--event={index}"],"params":{}},"options":{"affinity":[{"when":"site == \"lyon\"","weight":3}],"engine_blacklisting":true,"failures_before_blacklist":1,"engine_greylisting":true,"redundant_rescheduling":true,"task_max_time_ms":3600000},"task_conditions":{"1":{"discriminator":"site == \"bern\""},"2":{"queue_jump":true},"3":{"task_affinity":[0],"depends_on":[{"job":"j","index":0}]}},"tasks":{"count":4}}}}}
-{"seq":7,"time_ms":1700000000000,"subject":"gridfold.ev.job.submitted","envelope":{"event":{"job_submitted":{"id":"k","owner":"bob","project":"film","queue":"default","priority":5,"requirements":"","max_attempts":3,"wall_time_limit_ms":0,"slots_per_task":1,"template":{"argv":["render","{scene}"],"params":{}},"options":{"root_library":{"name":"render-lib","version":"2.1"},"depends_on_jobs":["j"],"fail_on_dependency_failure":true},"tasks":{"list":[{"scene":"intro"},{"scene":"outro"}]}}}}}
+{"seq":5,"time_ms":1700000000000,"subject":"gridfold.ev.op.library_published","envelope":{"event":{"library_published":{"library":{"name":"render-lib","version":"2.1"},"size_bytes":4096,"digest_hex":"7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f"}}}}
+{"seq":6,"time_ms":1700000000000,"subject":"gridfold.ev.user.alice.job.submitted","envelope":{"event":{"job_submitted":{"id":"j","owner":"alice","project":"physics","queue":"default","priority":0,"requirements":"os == \"linux\"","max_attempts":2,"wall_time_limit_ms":600000,"slots_per_task":1,"template":{"argv":["simulate","--event={index}"],"params":{}},"options":{"affinity":[{"when":"site == \"lyon\"","weight":3}],"engine_blacklisting":true,"failures_before_blacklist":1,"engine_greylisting":true,"redundant_rescheduling":true,"task_max_time_ms":3600000},"task_conditions":{"1":{"discriminator":"site == \"bern\""},"2":{"queue_jump":true},"3":{"task_affinity":[0],"depends_on":[{"job":"j","index":0}]}},"tasks":{"count":4}}}}}
+{"seq":7,"time_ms":1700000000000,"subject":"gridfold.ev.op.job.submitted","envelope":{"event":{"job_submitted":{"id":"k","owner":"bob","project":"film","queue":"default","priority":5,"requirements":"","max_attempts":3,"wall_time_limit_ms":0,"slots_per_task":1,"template":{"argv":["render","{scene}"],"params":{}},"options":{"root_library":{"name":"render-lib","version":"2.1"},"depends_on_jobs":["j"],"fail_on_dependency_failure":true},"tasks":{"list":[{"scene":"intro"},{"scene":"outro"}]}}}}}
 {"seq":8,"time_ms":1700000000100,"subject":"gridfold.ev.orders","envelope":{"id":"19691f6e-df76-841e-9424-c41e955154fb","source":"gridfold-projector","seal":{"signer":{"base64":"2JHnGg3PADzt0n3DQONiDMZyHf+sUm3pqOQ3PmSCY70="},"signature":{"base64":"afNYKfLXlxhJv9wIL+s4pkuS4h+wO9+cR8IQVYw9UuoT0dvty6EbxT7V2V8fO7m/zVE+x/EtDeBeNYkqE3byAQ=="}},"event":{"order_batch":{"based_on_seq":7,"algorithm":"sge-plain","algorithm_version":3,"orders":[{"dispatch":{"task":{"job":"j","index":2},"attempt":1,"engine":"e1","epoch":3}},{"dispatch":{"task":{"job":"j","index":1},"attempt":1,"engine":"e2","epoch":4}},{"dispatch":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1","epoch":3}}]}}}}
 {"seq":9,"time_ms":1700000000200,"subject":"gridfold.ev.engine.e1.started","envelope":{"event":{"task_started":{"task":{"job":"j","index":0},"attempt":1,"engine":"e1"}}}}
 {"seq":10,"time_ms":1700000000300,"subject":"gridfold.ev.engine.e1.library_synced","envelope":{"event":{"library_synced":{"engine":"e1","library":{"name":"render-lib","version":"2.1"}}}}}
@@ -116,10 +117,10 @@ pub fn base_state() -> &'static State {
     })
 }
 
-/// An [`envelope_then_fold`] input: `message` published on `SUBJECTS[subject_idx]`
+/// An [`envelope_then_fold`] input: `message` published by `PUBLISHERS[subject_idx]`
 /// at time step `time_step` (0..32) after the base history.
 pub fn envelope_input(subject_idx: usize, time_step: u8, message: &[u8]) -> Vec<u8> {
-    assert!(subject_idx < SUBJECTS.len() && time_step < 32);
+    assert!(subject_idx < PUBLISHERS.len() && time_step < 32);
     let selector = (time_step << 3) | subject_idx as u8;
     let mut input = Vec::with_capacity(1 + message.len());
     input.push(selector);
@@ -127,9 +128,16 @@ pub fn envelope_input(subject_idx: usize, time_step: u8, message: &[u8]) -> Vec<
     input
 }
 
-/// The subject index of an input's selector byte (`subject_idx` of [`envelope_input`]).
-pub fn subject_of(selector: u8) -> &'static str {
-    SUBJECTS[usize::from(selector) % SUBJECTS.len()]
+/// The subject `message` is stored on by the publisher of an input's selector
+/// byte (`subject_idx` of [`envelope_input`]): the publisher's own subject, or
+/// its prefix and the kind of the event the message holds.
+pub fn subject_of(selector: u8, message: &[u8]) -> String {
+    let publisher = PUBLISHERS[usize::from(selector) % PUBLISHERS.len()];
+    if !publisher.ends_with('.') {
+        return publisher.to_string();
+    }
+    let kind = wire::decode_sealed(message).map_or("undecodable", |(envelope, _)| crate::core::subject::kind_of(&envelope.event));
+    format!("{publisher}{kind}")
 }
 
 /// Fuzz target: one log message folded after [`BASE_HISTORY`], then scheduled.
@@ -137,10 +145,10 @@ pub fn envelope_then_fold(data: &[u8]) {
     let Some((&selector, message)) = data.split_first() else {
         return;
     };
-    let subject = subject_of(selector);
+    let subject = subject_of(selector, message);
     let time_ms = BASE_TIME_MS + 1_000 + u64::from(selector >> 3) * TIME_STEP_MS;
     let mut state = base_state().clone();
-    let entry = wire::entry_from_log(Seq(state.last_seq.0 + 1), time_ms, subject, message);
+    let entry = wire::entry_from_log(Seq(state.last_seq.0 + 1), time_ms, &subject, message);
     fold_checked(&mut state, &entry);
     schedule_and_fold_back(&mut state);
     snapshot_round_trips(&state);
@@ -257,7 +265,7 @@ pub fn job_file(data: &[u8]) {
                 "an accepted job file does not survive the wire"
             );
             let mut state = base_state().clone();
-            let subject = wire::subject_for(&envelope.event);
+            let subject = wire::default_subject(&envelope.event);
             let entry = wire::entry_from_log(
                 Seq(state.last_seq.0 + 1),
                 BASE_TIME_MS + 1_000,
@@ -376,9 +384,11 @@ mod tests {
 
     #[test]
     fn inputs_pick_their_subject_and_time() {
-        for (subject_idx, subject) in SUBJECTS.iter().enumerate() {
-            let input = envelope_input(subject_idx, 31, b"");
-            assert_eq!(subject_of(input[0]), *subject);
+        let tick = wire::encode(&Envelope { id: [1; 16], source: String::new(), event: Event::Tick });
+        for (subject_idx, publisher) in PUBLISHERS.iter().enumerate() {
+            let input = envelope_input(subject_idx, 31, &tick);
+            let subject = subject_of(input[0], &tick);
+            assert!(subject == *publisher || subject == format!("{publisher}tick"), "{subject}");
             assert_eq!(input[0] >> 3, 31);
         }
     }

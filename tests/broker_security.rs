@@ -133,7 +133,7 @@ async fn a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_an
     let submitter = log_as(&broker, "submitter", StreamSetup::Bind).await;
 
     submitter
-        .append(Append::new("gridfold.ev.job.submitted", "a job").with_msg_id("job"))
+        .append(Append::new("gridfold.ev.user.submitter.job.submitted", "a job").with_msg_id("job"))
         .await
         .expect("a submitter publishes job events");
     // An order batch, fenced as the projector fences its own.
@@ -160,7 +160,7 @@ async fn a_submitters_publish_on_the_orders_subjects_is_refused_by_the_broker_an
     assert_broker_logged(&broker, "Publish Violation", "\"gridfold.order.e1\"");
     assert_eq!(
         subjects(&whole_log(&broker).await),
-        ["gridfold.ev.job.submitted"]
+        ["gridfold.ev.user.submitter.job.submitted"]
     );
     let mut orders = projector
         .context()
@@ -184,17 +184,17 @@ async fn a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_n
 
     // Only an operator's registration makes a key's batches count.
     let own = projector
-        .append(Append::new("gridfold.ev.keys.registered", "its own key").with_msg_id("own-key"))
+        .append(Append::new("gridfold.ev.op.keys", "its own key").with_msg_id("own-key"))
         .await;
     operator
-        .append(Append::new("gridfold.ev.keys.registered", "a key").with_msg_id("operator-key"))
+        .append(Append::new("gridfold.ev.op.keys", "a key").with_msg_id("operator-key"))
         .await
         .expect("an operator registers keys");
 
-    assert_refused_publish(own, "gridfold.ev.keys.registered");
+    assert_refused_publish(own, "gridfold.ev.op.keys");
     assert_eq!(
         subjects(&whole_log(&broker).await),
-        ["gridfold.ev.keys.registered"]
+        ["gridfold.ev.op.keys"]
     );
 }
 
@@ -767,5 +767,225 @@ fn the_shipped_example_is_what_broker_config_writes_but_for_its_keys() {
             without_keys(read(out.path())),
             "deploy/nats/{name} differs from what broker-config writes: regenerate it (deploy/nats/README.md)"
         );
+    }
+}
+
+// ---- the trust suite: each principal tries what its role may not do ---------------
+
+/// One event as a client publishes it: encoded, with a fresh id as its `Nats-Msg-Id`.
+fn event_append(subject: &str, event: Event) -> Append {
+    let envelope = Envelope { id: *uuid::Uuid::new_v4().as_bytes(), source: "mallory".into(), event };
+    let id = uuid::Uuid::from_bytes(envelope.id).to_string();
+    Append::new(subject.to_string(), wire::encode(&envelope)).with_msg_id(id)
+}
+
+/// `gridfold ARGS` as `principal`, expected to fail: its exit code and what it said.
+fn refused_as(broker: &SecureBroker, principal: &str, args: &[&str]) -> (Option<i32>, String) {
+    let output = broker.gridfold_as(principal).args(args).output().unwrap();
+    assert!(!output.status.success(), "gridfold {args:?} as {principal} succeeded: {}", String::from_utf8_lossy(&output.stdout));
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// With only a user's credentials, or only an engine's, nothing outside that role
+/// is done to the grid: tried directly on the broker (refused there) and through
+/// every subject the broker does let it use (stored, and refused by the fold with
+/// its kind), by the command line and by hand-made messages. The jobs, the policy,
+/// the engines and the keys are as their owners left them, and the grid dispatches
+/// and finishes every job afterwards.
+#[test]
+fn a_user_or_an_engine_can_do_nothing_outside_its_role_and_the_grid_runs_on() {
+    use gridfold::core::event::{EngineLoad, Policy, TaskSelector};
+    use gridfold::core::ids::JobId;
+    let broker = secure_nats::start_with(&["e1"], &["submitter", "alice", "bob"]);
+    let dir = broker.dir.path().to_path_buf();
+    let path = |name: &str| dir.join(name).display().to_string();
+    std::fs::write(dir.join("policy.toml"), "engine_timeout_secs = 30\ndispatch_timeout_secs = 30\n").unwrap();
+    let job_file = |id: &str, owner: &str| {
+        let owner = if owner.is_empty() { String::new() } else { format!("owner = \"{owner}\"\n") };
+        std::fs::write(dir.join(format!("{id}.toml")), format!("id = \"{id}\"\ntasks = 2\n{owner}\n[task]\nargv = [\"true\"]\n")).unwrap();
+        path(&format!("{id}.toml"))
+    };
+    run_as(&broker, "operator", &["setup"]);
+    run_as(&broker, "operator", &["policy", "apply", &path("policy.toml")]);
+    let key = run_as(&broker, "projector", &["key", "show", "--state", &path("projector")]);
+    run_as(&broker, "operator", &["key", "register", key.trim(), "--name", "the projector"]);
+    let projector = spawn_as(&broker, "projector", "projector", &["projector", "--state", &path("projector")]);
+    let work = path("work-e1");
+    let e1 = spawn_as(&broker, "engine-e1", "e1", &["engine", "--name", "e1", "--slots", "2", "--work-dir", &work, "--heartbeat-secs", "1"]);
+    let running = [&projector, &e1];
+    wait_for_stat(&broker, &running, "e1 to log in", |stat| stat["engines"][0]["status"] == "logged-in");
+
+    // Bob's job, held by bob so that it waits while alice tries her hand at it
+    // (e1 drained meanwhile, so that it cannot run before bob holds it).
+    run_as(&broker, "operator", &["engine", "drain", "e1"]);
+    let bobs = job_file("bobs", "");
+    assert_eq!(json_as(&broker, "bob", &["submit", &bobs, "--json"])["job"], "bobs");
+    run_as(&broker, "bob", &["hold", "bobs"]);
+    run_as(&broker, "operator", &["engine", "resume", "e1"]);
+    let policy_seq = json_as(&broker, "auditor", &["policy", "show", "--json"])["seq"].clone();
+
+    // The command line, as alice: each refused by the fold, said, exit 1.
+    for (args, said) in [
+        (vec!["cancel", "bobs"], "user alice may not act on job bobs, which user bob owns"),
+        (vec!["release", "bobs"], "user alice may not act on job bobs"),
+        (vec!["priority", "bobs", "-100"], "user alice may not act on job bobs"),
+        (vec!["reschedule", "bobs"], "user alice may not act on job bobs"),
+        (vec!["submit", &job_file("posing", "bob")], "user alice may not act on job posing, which user bob owns"),
+    ] {
+        let (code, stderr) = refused_as(&broker, "alice", &args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let alices = job_file("alices", "");
+    run_as(&broker, "alice", &["submit", &alices]);
+    let (code, stderr) = refused_as(&broker, "alice", &["priority", "alices", "5"]);
+    assert!(code == Some(1) && stderr.contains("a user may set a priority up to the default 0, not 5"), "{stderr}");
+    // Operators' commands: the broker refuses alice outright.
+    for args in [vec!["policy", "apply", &path("policy.toml")], vec!["engine", "drain", "e1"], vec!["key", "register", key.trim(), "--name", "mine"]] {
+        let (code, stderr) = refused_as(&broker, "alice", &args);
+        assert!(code == Some(1) && stderr.contains("Permissions Violation"), "{args:?}: {stderr}");
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stored_by_hand = runtime.block_on(async {
+        let alice = log_as(&broker, "alice", StreamSetup::Bind).await;
+        let e1_log = log_as(&broker, "engine-e1", StreamSetup::Bind).await;
+        let auditor = log_as(&broker, "auditor", StreamSetup::Bind).await;
+        let bobs_job = || JobId::new("bobs").unwrap();
+        let e1_id = || EngineId::new("e1").unwrap();
+
+        // Directly on the broker: every subject outside each one's prefix is refused.
+        for subject in [
+            "gridfold.ev.user.bob.job.cancelled",
+            "gridfold.ev.op.job.cancelled",
+            "gridfold.ev.op.policy",
+            "gridfold.ev.op.keys",
+            "gridfold.ev.tick",
+            "gridfold.ev.orders",
+            "gridfold.ev.engine.e1.completed",
+            "gridfold.ev.job.cancelled",
+        ] {
+            assert_refused_publish(alice.append(event_append(subject, Event::JobCancelled { job: bobs_job(), reason: "x".into() })).await, subject);
+        }
+        for subject in ["gridfold.ev.op.keys", "gridfold.ev.user.alice.job.cancelled", "gridfold.ev.engine.e2.completed", "gridfold.ev.orders"] {
+            assert_refused_publish(e1_log.append(event_append(subject, Event::Tick)).await, subject);
+        }
+        for subject in ["gridfold.ev.user.auditor.job.submitted", "gridfold.ev.op.policy", "gridfold.ev.tick"] {
+            assert_refused_publish(auditor.append(event_append(subject, Event::Tick)).await, subject);
+        }
+        // The takeover of old: an engine making the output bucket's stream with
+        // the log and the deliveries as its sources and a republish onto
+        // gridfold.>. The broker refuses the request (no answer comes).
+        let evil = async_nats::jetstream::stream::Config {
+            name: "OBJ_GRIDFOLD_EVIL".into(),
+            subjects: vec!["$O.GRIDFOLD_EVIL.>".into()],
+            sources: Some(vec![async_nats::jetstream::stream::Source { name: "GRIDFOLD_EVENTS".into(), ..Default::default() }]),
+            republish: Some(async_nats::jetstream::stream::Republish { source: ">".into(), destination: "gridfold.>".into(), headers_only: false }),
+            ..Default::default()
+        };
+        for (who, log) in [("engine e1", &e1_log), ("alice", &alice)] {
+            let made = tokio::time::timeout(Duration::from_secs(5), log.context().create_stream(evil.clone())).await;
+            assert!(!matches!(made, Ok(Ok(_))), "{who} made a stream");
+        }
+        assert_broker_logged(&broker, "Publish Violation", "\"$JS.API.STREAM.CREATE.OBJ_GRIDFOLD_EVIL\"");
+        // And an engine reads no output's contents, nor any other stream's entries.
+        let chunks = tokio::time::timeout(
+            Duration::from_secs(5),
+            e1_log.context().client().request("$JS.API.DIRECT.GET.OBJ_GRIDFOLD_OUTPUT.$O.GRIDFOLD_OUTPUT.C.x", "".into()),
+        )
+        .await;
+        assert!(!matches!(chunks, Ok(Ok(_))), "e1 read output chunks");
+        assert!(e1_log.reader(1).await.is_err(), "e1 reads the log");
+
+        // Through the subjects each may use: stored, and refused by the fold.
+        let alices = |kind: &str| format!("gridfold.ev.user.alice.{kind}");
+        let e1s = |kind: &str| format!("gridfold.ev.engine.e1.{kind}");
+        let mut posing = gridfold::core::testkit::job_spec("posing2", 1, "");
+        posing.owner = "bob".into();
+        let by_hand = [
+            (alices("job.policy"), Event::PolicySet(Policy { dispatches_per_run_max: 1, ..Policy::default() })),
+            (alices("job.drain"), Event::EngineDrainChanged { engine: e1_id(), drained: true }),
+            (alices("blacklists_cleared"), Event::BlacklistsCleared { engine: None }),
+            (alices("keys"), Event::ProjectorKeyRegistered { key: [9; 32], name: "mine".into() }),
+            (alices("tick"), Event::Tick),
+            (alices("job.override_tickets"), Event::JobOverrideTicketsSet { job: bobs_job(), tickets: 1_000_000 }),
+            (alices("job.cancelled"), Event::JobCancelled { job: bobs_job(), reason: "mine now".into() }),
+            (alices("job.hold"), Event::JobHoldChanged { job: bobs_job(), held: false }),
+            (alices("job.suspend"), Event::SuspendRequested(TaskSelector { job: bobs_job(), task: None })),
+            (alices("job.submitted"), Event::JobSubmitted(posing)),
+            (alices("job.submitted"), Event::JobCancelled { job: bobs_job(), reason: "on another kind's subject".into() }),
+            (e1s("policy"), Event::PolicySet(Policy { dispatches_per_run_max: 1, ..Policy::default() })),
+            (e1s("cancelled"), Event::JobCancelled { job: bobs_job(), reason: "an engine's".into() }),
+            (e1s("keys"), Event::ProjectorKeyRegistered { key: [9; 32], name: "mine".into() }),
+            (e1s("heartbeat"), Event::EngineHeartbeat { engine: EngineId::new("e2").unwrap(), load: EngineLoad::default() }),
+        ];
+        let mut last = 0;
+        for (subject, event) in by_hand {
+            let log = if subject.starts_with("gridfold.ev.user.") { &alice } else { &e1_log };
+            last = log.append(event_append(&subject, event)).await.unwrap_or_else(|err| panic!("{subject}: {err}")).seq;
+        }
+        last
+    });
+    let refused = wait_for_stat(&broker, &running, "the fold to judge every entry", |stat| {
+        stat["last_seq"].as_u64().is_some_and(|seq| seq >= stored_by_hand)
+    });
+    let kinds = &refused["rejections_by_kind"];
+    // By the command line: cancel, release, priority, reschedule and the posing
+    // submission (5 not-owner) and the raised priority; by hand: 9 wrong-publisher
+    // (6 of alice's, 3 of e1's), 4 not-owner, 1 wrong-subject, 1 forged-engine.
+    assert_eq!(kinds["not-owner"], 9, "{refused}");
+    assert_eq!(kinds["priority-above-default"], 1, "{refused}");
+    assert_eq!(kinds["wrong-publisher"], 9, "{refused}");
+    assert_eq!(kinds["wrong-subject"], 1, "{refused}");
+    assert_eq!(kinds["forged-engine"], 1, "{refused}");
+    let bobs_now = refused["jobs"].as_array().unwrap().iter().find(|job| job["id"] == "bobs").cloned().unwrap();
+    assert_eq!((&bobs_now["held"], &bobs_now["priority"], &bobs_now["owner"]), (&serde_json::json!(true), &serde_json::json!(0), &serde_json::json!("bob")), "{refused}");
+    assert!(refused["jobs"].as_array().unwrap().iter().all(|job| job["id"] != "posing" && job["id"] != "posing2"), "{refused}");
+    assert_eq!(json_as(&broker, "auditor", &["policy", "show", "--json"])["seq"], policy_seq, "the policy is the operator's");
+    assert_eq!(refused["engines"][0]["status"], "logged-in", "e1 is not drained: {refused}");
+
+    // The grid runs on: bob releases his job, and both jobs complete on e1.
+    run_as(&broker, "bob", &["release", "bobs"]);
+    let done = wait_for_stat(&broker, &running, "both jobs to complete", |stat| {
+        let status = |id: &str| stat["jobs"].as_array().and_then(|jobs| jobs.iter().find(|job| job["id"] == id).map(|job| job["status"].clone()));
+        status("bobs") == Some("done".into()) && status("alices") == Some("done".into())
+    });
+    assert_eq!(done["engines"][0]["completed"], 4, "{done}");
+    // The auditor replays it all: the same decisions, the same refusals.
+    let replayed = json_as(&broker, "auditor", &["replay", "--verify", "--json"]);
+    assert_eq!(replayed["verified"], true, "{replayed}");
+    assert_eq!(replayed["rejections_by_kind"], done["rejections_by_kind"], "{replayed}");
+    drop((e1, projector));
+}
+
+/// A stream of another's making where gridfold expects its own (a bucket left by
+/// an engine of an older version, or made by hand) is refused by every component,
+/// naming what is wrong with it, before anything is stored or read through it.
+#[test]
+fn a_stream_that_copies_elsewhere_is_refused_by_the_projector_and_setup() {
+    let broker = secure_nats::start(&[]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let operator = log_as(&broker, "operator", StreamSetup::CreateOrCheck).await;
+        // What the attacker made: the output bucket's stream, sourcing the log and
+        // republishing what it holds.
+        let evil = async_nats::jetstream::stream::Config {
+            name: "OBJ_GRIDFOLD_OUTPUT".into(),
+            subjects: vec!["$O.GRIDFOLD_OUTPUT.C.>".into(), "$O.GRIDFOLD_OUTPUT.M.>".into()],
+            sources: Some(vec![async_nats::jetstream::stream::Source { name: "GRIDFOLD_EVENTS".into(), ..Default::default() }]),
+            republish: Some(async_nats::jetstream::stream::Republish { source: ">".into(), destination: "gridfold.copied.>".into(), headers_only: false }),
+            allow_direct: true,
+            allow_rollup: true,
+            ..Default::default()
+        };
+        operator.context().create_stream(evil).await.expect("the operator's credentials make any stream");
+    });
+    for principal in ["operator", "projector"] {
+        let args: &[&str] = if principal == "operator" { &["setup"] } else { &["projector", "--state", "p"] };
+        let (code, stderr) = refused_as(&broker, principal, args);
+        assert_eq!(code, Some(1), "{principal}: {stderr}");
+        for said in ["stream OBJ_GRIDFOLD_OUTPUT is not gridfold's to use", "it sources stream(s) GRIDFOLD_EVENTS", "it republishes > onto gridfold.copied.>"] {
+            assert!(stderr.contains(said), "{principal} did not say {said:?}: {stderr}");
+        }
     }
 }

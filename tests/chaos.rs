@@ -335,7 +335,7 @@ fn job_file(dir: &Path, id: &str, tasks: u32, records: &Path) -> PathBuf {
 fn submit(url: &str, file: &Path) -> Vec<String> {
     let mut notes = Vec::new();
     for attempt in 1.. {
-        let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let output = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(["submit", "--wait-secs", "0", "--nats", url])
             .arg(file)
             .env_remove("NATS_URL")

@@ -206,7 +206,7 @@ async fn append_login_of(log: &JetStreamLog, engine: &str) -> u64 {
         source: format!("engine:{engine}"),
         event: Event::EngineLoggedIn { engine: engine_id(engine), slots: 1, props: EngineProps::default() },
     };
-    log.append(Append::new(wire::subject_for(&login.event), wire::encode(&login))).await.unwrap().seq
+    log.append(Append::new(wire::default_subject(&login.event), wire::encode(&login))).await.unwrap().seq
 }
 
 fn is_login(entry: &Entry, engine: &str) -> bool {
@@ -851,7 +851,7 @@ async fn the_same_delivery_twice_runs_once() {
 async fn sigterm_drains_the_engine_process_then_logs_out() {
     let mut grid = Grid::start().await;
     let stderr_path = grid.dir.path().join("engine.stderr");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
         .args([
             "engine",
             "--nats",
@@ -1461,7 +1461,7 @@ fn an_engine_started_before_its_broker_names_it_waits_and_logs_in_when_it_comes(
     let dir = tempfile::tempdir().unwrap();
     let spawn_engine = |name: &str| {
         let stderr = dir.path().join(format!("{name}.stderr"));
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(["engine", "--nats", &url, "--name", name, "--slots", "1", "--heartbeat-secs", "1"])
             .env_remove("NATS_URL")
             .env("RUST_LOG", "warn")
@@ -1500,7 +1500,7 @@ fn an_engine_started_before_its_broker_names_it_waits_and_logs_in_when_it_comes(
     })
     .unwrap_or_else(|err| panic!("this test needs a nats-server: {err}"));
     let state = dir.path().join("projector");
-    let mut projector = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+    let mut projector = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
         .args(["projector", "--nats", &server.url(), "--state"])
         .arg(&state)
         .arg("--register-key")
@@ -1510,7 +1510,7 @@ fn an_engine_started_before_its_broker_names_it_waits_and_logs_in_when_it_comes(
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(["stat", "--json", "--nats", &server.url()])
             .env_remove("NATS_URL")
             .output()

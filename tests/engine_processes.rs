@@ -215,6 +215,7 @@ impl EngineProcess {
 
 fn engine_command(broker: &Broker, name: &str, work_dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gridfold"));
+    command.env("GRIDFOLD_OPERATOR", "true");
     command
         .args([
             "engine",

@@ -222,14 +222,15 @@ fn job_with_discriminator(id: &str, requirements: &str, discriminator: &str) -> 
     Event::JobSubmitted(spec)
 }
 
-/// The subject indexes of `fuzzing::SUBJECTS` used below.
+/// The publisher indexes of `fuzzing::PUBLISHERS` used below.
 const CLIENT: usize = 0;
+const OPERATOR: usize = 1;
 const PROJECTOR: usize = 2;
 const TICKER: usize = 3;
 const ENGINE_E1: usize = 4;
 const ENGINE_E2: usize = 5;
 const ENGINE_E3: usize = 6;
-const OPERATOR: usize = 7;
+const OTHER_USER: usize = 7;
 
 /// The known log messages: (file stem, subject index, event). Each becomes an
 /// `envelope_then_fold` input and a `history_file` input (the base history and
@@ -449,7 +450,7 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
         ),
         (
             "base-k-priority",
-            CLIENT,
+            OTHER_USER,
             Event::JobPriorityChanged {
                 job: job("k"),
                 priority: -3,
@@ -464,10 +465,10 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
                 conditions: added,
             },
         ),
-        ("base-policy", CLIENT, Event::PolicySet(policy)),
+        ("base-policy", OPERATOR, Event::PolicySet(policy)),
         (
             "base-blacklists-cleared",
-            CLIENT,
+            OPERATOR,
             Event::BlacklistsCleared {
                 engine: Some(engine("e2")),
             },
@@ -501,7 +502,8 @@ fn replay_messages() -> Vec<(String, Vec<u8>)> {
         for line in parse_history(&text).unwrap() {
             let entry = line.to_entry();
             let subject_idx = match &entry.origin {
-                Origin::Client => CLIENT,
+                Origin::User(user) if user.as_str() == "alice" => CLIENT,
+                Origin::User(_) | Origin::Unknown => OTHER_USER,
                 Origin::Projector => PROJECTOR,
                 Origin::Ticker => TICKER,
                 Origin::Operator => OPERATOR,
@@ -577,8 +579,8 @@ fn generated_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             stem.to_string(),
             envelope_input(subject_idx, 0, &message),
         ));
-        let subject = fuzzing::SUBJECTS[subject_idx];
-        let line = write_history_line(Seq(13), fuzzing::BASE_TIME_MS + 1_000, subject, &message);
+        let subject = fuzzing::subject_of(envelope_input(subject_idx, 0, b"")[0], &message);
+        let line = write_history_line(Seq(13), fuzzing::BASE_TIME_MS + 1_000, &subject, &message);
         seeds.push((
             "history_file",
             format!("{stem}.jsonl"),

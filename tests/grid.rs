@@ -79,7 +79,7 @@ impl Proc {
     fn spawn(dir: &Path, name: &str, args: &[OsString]) -> Proc {
         let stdout = dir.join(format!("{name}.stdout"));
         let stderr = dir.join(format!("{name}.stderr"));
-        let child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(args)
             .current_dir(dir)
             .env(
@@ -369,7 +369,7 @@ impl Grid {
         self.commands_run.set(n);
         let out_path = self.path(&format!("command-{n}.stdout"));
         let err_path = self.path(&format!("command-{n}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(args)
             .current_dir(self.dir.path())
             .env_remove("NATS_URL")
@@ -1128,7 +1128,7 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
         source: "test".into(),
         event: Event::JobSubmitted(spec),
     };
-    let subject = wire::subject_for(&dup.event);
+    let subject = wire::default_subject(&dup.event);
     let msg_id = uuid::Uuid::from_bytes(dup.id).to_string();
     let submit =
         |msg_id: &str| Append::new(subject.clone(), wire::encode(&dup)).with_msg_id(msg_id);
@@ -1152,7 +1152,7 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
         },
     };
     let priority_append = || {
-        Append::new(wire::subject_for(&priority.event), wire::encode(&priority))
+        Append::new(wire::default_subject(&priority.event), wire::encode(&priority))
             .with_msg_id(uuid::Uuid::from_bytes(priority.id).to_string())
     };
     let p1 = grid.append(&log, priority_append());
@@ -1165,12 +1165,12 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
     // Bytes that are no envelope, on the submission subject.
     let garbage: &[u8] = &[0x0a, 0xff, 0xff, 0x03, b'x'];
     assert!(matches!(
-        wire::entry_from_log(Seq(1), 0, "gridfold.ev.job.submitted", garbage).payload,
+        wire::entry_from_log(Seq(1), 0, "gridfold.ev.user.tester.job.submitted", garbage).payload,
         Payload::Undecodable { .. }
     ));
     let undecodable = grid.append(
         &log,
-        Append::new("gridfold.ev.job.submitted", garbage.to_vec()).with_msg_id("garbage-1"),
+        Append::new("gridfold.ev.user.tester.job.submitted", garbage.to_vec()).with_msg_id("garbage-1"),
     );
 
     // e1's subject carrying a heartbeat that names e2.
@@ -1209,7 +1209,8 @@ fn bad_input_on_the_live_system_is_stored_once_or_rejected_and_changes_nothing_e
     let records = listed["rejections"].as_array().unwrap();
     let record = |kind: &str| records.iter().find(|r| r["kind"] == kind).unwrap_or_else(|| panic!("no {kind}: {listed}"));
     assert_eq!(record("duplicate-job")["seq"], late.seq);
-    assert_eq!(record("duplicate-job")["subject"], "gridfold.ev.job.submitted");
+    assert_eq!(record("duplicate-job")["subject"], "gridfold.ev.user.tester.job.submitted");
+    assert_eq!(record("duplicate-job")["by"], "user tester");
     assert_eq!(record("duplicate-job")["source"], "test");
     assert_eq!(record("forged-engine")["seq"], forged_at.seq);
     assert_eq!(record("forged-engine")["source"], "engine:e1");
@@ -1426,7 +1427,7 @@ fn a_bad_job_file_and_a_dead_broker_are_clear_errors() {
     let dead = format!("nats://127.0.0.1:{port}");
     let run = |args: &[&std::ffi::OsStr]| {
         let started = Instant::now();
-        let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let output = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(args)
             .env_remove("NATS_URL")
             .output()

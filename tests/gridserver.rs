@@ -68,6 +68,7 @@ impl Grid {
 
     fn command(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gridfold"));
+        command.env("GRIDFOLD_OPERATOR", "true");
         command
             .env("NATS_URL", &self.url)
             .env("RUST_LOG", "warn,gridfold::projector::service=info,gridfold::engine=info")

@@ -16,7 +16,7 @@ const POLICY: &str = "algorithm = \"sge-plain\"\nengine_timeout_secs = 5\ndispat
 
 /// Runs `gridfold <args> --nats <url>`: (exit code, stdout, stderr).
 fn gridfold(cluster: &Cluster, args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+    let output = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
         .args(args)
         .args(["--nats", &cluster.url()])
         .current_dir(cluster.path(""))

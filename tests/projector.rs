@@ -59,7 +59,7 @@ async fn publish(log: &JetStreamLog, event: Event) {
         source: "test".into(),
         event,
     };
-    let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope))
+    let append = Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope))
         .with_msg_id(hex::encode(envelope.id));
     log.append(append).await.expect("append an event");
 }
@@ -409,7 +409,7 @@ impl ProjectorProcess {
     fn start(server: &NatsServer, state_dir: &Path, name: &str) -> ProjectorProcess {
         let stderr_path = state_dir.with_extension(format!("{name}.stderr"));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(["projector", "--nats", &server.url(), "--state"])
             .arg(state_dir)
             .args(["--snapshot-every", "15", "--check-invariants", "--register-key"])
@@ -662,7 +662,7 @@ async fn a_new_leader_delivers_what_the_old_one_published_but_did_not_deliver() 
         source: "operator".into(),
         event: Event::ProjectorKeyRegistered { key: key.public(), name: "old leader".into() },
     };
-    log.append(Append::new(wire::KEYS_REGISTERED_SUBJECT, wire::encode(&registration))).await.unwrap();
+    log.append(Append::new(wire::KEYS_SUBJECT, wire::encode(&registration))).await.unwrap();
     let mut machine = Machine::new();
     for raw in read_to_end(&log, 1).await.unwrap().collect().await.unwrap() {
         machine.handle_entry(&wire::entry_from_log(

@@ -35,7 +35,7 @@ impl Ran {
 
 /// Runs `gridfold <args> --nats <url>` to its end (at most 120 s: `wait` waits).
 fn run(cluster: &Cluster, args: &[&str]) -> Ran {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
         .args(args)
         .args(["--nats", &cluster.url()])
         .env_remove("NATS_URL")

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::client::{ask, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
-use crate::core::event::Event;
+use crate::core::event::{Event, Origin};
 use crate::core::ids::EngineId;
 use crate::projector::query::{BlacklistsReply, BlacklistsRequest, BLACKLISTS_SUBJECT};
 
@@ -94,7 +94,7 @@ fn clear(engine: Option<String>, nats: &NatsArgs, verdict: &VerdictArgs) -> anyh
     let wait = verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(nats).await?;
-        let seq = publish(&log, "gridfold-cli", Event::BlacklistsCleared { engine }).await?;
+        let seq = publish(&log, &Origin::Operator, "gridfold-cli", Event::BlacklistsCleared { engine }).await?;
         anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
     let code = report_verdict(&format!("the clearing of {whom}'s blacklists"), seq, &settled);

@@ -23,7 +23,7 @@ use crate::broker_config::{
     ClientSettings, Principal, Role, ServerSettings, check_principal_name, render_env_file,
     render_server_config,
 };
-use crate::core::ids::EngineId;
+use crate::core::ids::{EngineId, UserName};
 
 /// The configuration file's name in the output directory.
 pub const SERVER_CONFIG_FILE: &str = "nats-server.conf";
@@ -36,7 +36,8 @@ pub struct BrokerConfigArgs {
     /// An engine id (repeatable): each gets the principal `engine-<id>`.
     #[arg(long = "engine", value_name = "ID", value_parser = parse_engine_id)]
     pub engines: Vec<EngineId>,
-    /// A submitter's principal name (repeatable).
+    /// A submitter (repeatable): its principal name is its user name on the log,
+    /// under which it submits and acts on its own jobs only.
     #[arg(long = "submitter", value_name = "NAME", default_value = "submitter")]
     pub submitters: Vec<String>,
     /// An auditor's principal name (repeatable).
@@ -153,11 +154,13 @@ fn roles_of(args: &BrokerConfigArgs) -> Result<Vec<(String, Role)>, BadInput> {
         ("projector".to_string(), Role::Projector),
         ("operator".to_string(), Role::Operator),
     ];
-    roles.extend(
-        args.submitters
-            .iter()
-            .map(|name| (name.clone(), Role::Submitter)),
-    );
+    // A submitter's principal name is its user name on the log: it may publish
+    // only under `gridfold.ev.user.<name>.>`, and its jobs are <name>'s.
+    for name in &args.submitters {
+        let user = UserName::new(name)
+            .map_err(|error| BadInput(format!("submitter {name:?} cannot name a user on the log: {error}")))?;
+        roles.push((name.clone(), Role::Submitter(user)));
+    }
     roles.extend(
         args.auditors
             .iter()

@@ -12,7 +12,8 @@ use anyhow::{anyhow, Context as _};
 use bytes::Bytes;
 use clap::Args;
 
-use crate::core::event::{Envelope, Event};
+use crate::core::event::{Envelope, Event, Origin};
+use crate::core::ids::UserName;
 use super::BadInput;
 use crate::log::connect::{AccessSpec, BrokerAccess, ConnectFailure, Secret};
 use crate::log::jetstream::{JetStreamLog, LogConfig, StreamSetup};
@@ -33,6 +34,57 @@ pub struct NatsArgs {
     pub wait_streams_secs: u64,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub acting: ActingArgs,
+}
+
+/// Who a command acts as on the log: a user, on its own jobs, or an operator.
+/// The subject it publishes on says so, and the broker (on a secured
+/// deployment, where a user's credentials allow only its own subjects) and the
+/// projector's fold both hold it to that. Operators' own commands (policy,
+/// drain, blacklists, libraries, keys, override tickets) always act as an
+/// operator; these flags choose for the commands that act on jobs.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Acting as")]
+pub struct ActingArgs {
+    /// The user this command acts as: it publishes on `gridfold.ev.user.<NAME>.>`,
+    /// and the jobs it submits are NAME's. Default: the login name ($USER). On a
+    /// secured broker, the name of your credentials (their environment file sets it).
+    #[arg(long = "as", env = "GRIDFOLD_USER", value_name = "NAME")]
+    pub as_user: Option<String>,
+    /// Act as an operator, who may act on any user's job and raise priorities
+    /// (needs an operator's credentials on a secured broker).
+    #[arg(long, env = "GRIDFOLD_OPERATOR", value_parser = clap::builder::FalseyValueParser::new(), default_value_t = false)]
+    pub operator: bool,
+}
+
+impl ActingArgs {
+    /// The publisher `event` goes out as: an operator for operators' events
+    /// and with `--operator`, else the user named by `--as` or the login name.
+    pub fn publisher_for(&self, event: &Event) -> Result<Origin, BadInput> {
+        if self.operator || crate::core::subject::writer_of(event) != crate::core::subject::Writer::JobOwnerOrOperator {
+            return Ok(match crate::core::subject::default_publisher(event) {
+                Origin::User(_) => Origin::Operator,
+                publisher => publisher,
+            });
+        }
+        self.user().map(Origin::User)
+    }
+
+    /// The user this command acts as (see `--as`): `--as`, else `$USER` or
+    /// `$LOGNAME`, else the name of the process's Unix user.
+    pub fn user(&self) -> Result<UserName, BadInput> {
+        let (name, from) = match &self.as_user {
+            Some(name) => (name.clone(), "--as (or GRIDFOLD_USER)"),
+            None => match std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok().or_else(unix_user_name) {
+                Some(name) => (name, "the login name"),
+                None => return Err(BadInput("no user to act as: give --as NAME (or set GRIDFOLD_USER)".to_string())),
+            },
+        };
+        UserName::new(&name).map_err(|error| {
+            BadInput(format!("user name {name:?} from {from} cannot name a user on the log: {error}; give --as NAME"))
+        })
+    }
 }
 
 /// Credentials and TLS for the broker, shared by every command that connects. The
@@ -278,7 +330,24 @@ pub async fn connect_log_with(nats: &NatsArgs, config: LogConfig) -> anyhow::Res
     })
 }
 
-/// Publishes one event as an outside client would; returns its log sequence.
+/// The name of the process's real Unix user, from the password database.
+fn unix_user_name() -> Option<String> {
+    let mut record: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into `record` and `buffer`, both ours and of the
+    // sizes given, and sets `found` to `&mut record` or null.
+    let status = unsafe { libc::getpwuid_r(libc::getuid(), &mut record, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if status != 0 || found.is_null() || record.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string inside `buffer`.
+    let name = unsafe { std::ffi::CStr::from_ptr(record.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
+
+/// Publishes one event as an outside client would, as `publisher` (see
+/// [`ActingArgs::publisher_for`]); returns its log sequence.
 ///
 /// Its UUID is its `Nats-Msg-Id`, so sending it again is safe: while the broker does
 /// not answer (an ack lost with a node, a stream electing its leader) it is sent
@@ -286,9 +355,9 @@ pub async fn connect_log_with(nats: &NatsArgs, config: LogConfig) -> anyhow::Res
 /// the broker had stored already comes back as a duplicate with the first one's
 /// sequence, so the verdict asked for afterwards is that of the event stored, never a
 /// "duplicate job" of the command's own retry.
-pub async fn publish<L: EventLog>(log: &L, source: &str, event: Event) -> anyhow::Result<u64> {
+pub async fn publish<L: EventLog>(log: &L, publisher: &Origin, source: &str, event: Event) -> anyhow::Result<u64> {
     let id = uuid::Uuid::new_v4();
-    let subject = wire::subject_for(&event);
+    let subject = wire::subject_for(&event, publisher);
     let envelope = Envelope { id: *id.as_bytes(), source: source.to_string(), event };
     let append = Append::new(subject, Bytes::from(wire::encode(&envelope))).with_msg_id(id.to_string());
     let appended = append_patiently(log, append, COMMAND_UNANSWERED_WAIT).await.context("publishing the event")?;
@@ -525,11 +594,11 @@ mod patience_tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
-    use super::{AuthArgs, NatsArgs, Patience, open_patiently};
+    use super::{ActingArgs, AuthArgs, NatsArgs, Patience, open_patiently};
     use crate::log::LogError;
 
     fn nats() -> NatsArgs {
-        NatsArgs { url: "nats://127.0.0.1:1,nats://127.0.0.1:2".into(), wait_streams_secs: 60, auth: AuthArgs::default() }
+        NatsArgs { url: "nats://127.0.0.1:1,nats://127.0.0.1:2".into(), wait_streams_secs: 60, auth: AuthArgs::default(), acting: ActingArgs::default() }
     }
 
     fn missing() -> anyhow::Error {

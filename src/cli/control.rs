@@ -53,8 +53,9 @@ pub fn run(action: Control, args: ControlArgs) -> anyhow::Result<ExitCode> {
     };
     let wait = args.verdict.wait();
     let (seq, settled) = block_on(async {
+        let publisher = args.nats.acting.publisher_for(&event)?;
         let log = connect_log(&args.nats).await?;
-        let seq = publish(&log, "gridfold-cli", event).await?;
+        let seq = publish(&log, &publisher, "gridfold-cli", event).await?;
         anyhow::Ok((seq, await_verdict(&args.nats, seq, wait).await))
     })?;
     let code = report_verdict(&format!("the {} of {target}", action.as_str()), seq, &settled);

@@ -16,7 +16,7 @@ use clap::Args;
 use tokio::sync::watch;
 
 use super::client::{block_on, publish};
-use crate::core::event::{Event, JobOptions, JobSpec, Policy, TaskSet, TaskTemplate};
+use crate::core::event::{Event, JobOptions, JobSpec, Origin, Policy, TaskSet, TaskTemplate};
 use crate::core::ids::{EngineId, JobId, Seq};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::state::State;
@@ -179,7 +179,7 @@ where
     let handle = projector.handle();
     let projector_task = tokio::spawn(projector.run(stopped(projector_stop)));
 
-    publish(&log, "gridfold-demo", Event::PolicySet(Policy { engine_timeout_ms: 15_000, dispatch_timeout_ms: 20_000, ..Policy::default() })).await?;
+    publish(&log, &Origin::Operator, "gridfold-demo", Event::PolicySet(Policy { engine_timeout_ms: 15_000, dispatch_timeout_ms: 20_000, ..Policy::default() })).await?;
     let mut engine_tasks = Vec::new();
     for (n, (engine, feed)) in engine_ids(args.engines).into_iter().zip(feeds).enumerate() {
         let mut config = EngineConfig::new(engine.clone(), 2 + (n as u32 % 2), dir.join("engines").join(engine.as_str()));
@@ -190,7 +190,8 @@ where
     }
     let job = sample_job(args.tasks);
     let job_id = job.id.to_string();
-    publish(&log, "gridfold-demo", Event::JobSubmitted(job)).await?;
+    let publisher = crate::core::subject::default_publisher(&Event::JobSubmitted(job.clone()));
+    publish(&log, &publisher, "gridfold-demo", Event::JobSubmitted(job)).await?;
     println!("submitted job {job_id}: {} tasks on {} engines", args.tasks, args.engines);
 
     let summary = follow_progress(&handle, &job_id, args.tasks).await?;

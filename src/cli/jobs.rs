@@ -12,7 +12,7 @@ use super::client::{
     ask_within, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs,
 };
 use super::{bad_input, BadInput};
-use crate::core::event::{Event, JobSpec};
+use crate::core::event::{Event, JobSpec, Origin};
 use crate::core::expr::Expr;
 use crate::core::ids::JobId;
 use crate::core::reject::JobProblem;
@@ -111,7 +111,9 @@ fn job_id(text: &str) -> Result<JobId, BadInput> {
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let owner = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    // A job file without an owner is the acting user's (an operator's: the
+    // login name's, or --as).
+    let owner = args.nats.acting.user().map(|user| user.to_string()).unwrap_or_default();
     let spec = match crate::files::jobfile::read_job_file(&args.job_file, &owner) {
         Ok(spec) => spec,
         Err(error) => return Ok(bad_input(BadInput(error.to_string()))),
@@ -216,8 +218,9 @@ pub(super) fn publish_for_job(
     };
     let wait = verdict.wait();
     let (seq, settled) = block_on(async {
+        let publisher = nats.acting.publisher_for(&event)?;
         let log = connect_log(nats).await?;
-        let seq = publish(&log, "gridfold-cli", event).await?;
+        let seq = publish(&log, &publisher, "gridfold-cli", event).await?;
         anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
     let code = report_verdict(&what, seq, &settled);
@@ -241,7 +244,7 @@ pub fn policy(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     let wait = verdict.wait();
     let (seq, settled) = block_on(async {
         let log = connect_log(&nats).await?;
-        let seq = publish(&log, "gridfold-cli", Event::PolicySet(policy)).await?;
+        let seq = publish(&log, &Origin::Operator, "gridfold-cli", Event::PolicySet(policy)).await?;
         anyhow::Ok((seq, await_verdict(&nats, seq, wait).await))
     })?;
     let code = report_verdict(&format!("the policy from {}", file.display()), seq, &settled);

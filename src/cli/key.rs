@@ -3,7 +3,7 @@
 //! - `key show --state DIR` prints the public key of a projector's state
 //!   directory (making the key on first use, as the projector would).
 //! - `key register KEY --name NAME` publishes `ProjectorKeyRegistered`: an
-//!   operator's act, on `gridfold.ev.keys.registered`, which the shipped broker
+//!   operator's act, on `gridfold.ev.op.keys`, which the shipped broker
 //!   configuration lets only operators publish. From then on the fold accepts the
 //!   batches that key seals.
 //! - `key revoke KEY` publishes `ProjectorKeyRevoked`.
@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 
 use super::client::{block_on, connect_log, publish, NatsArgs};
 use super::{bad_input, BadInput};
-use crate::core::event::Event;
+use crate::core::event::{Event, Origin};
 use crate::projector::key::{parse_public_key, ProjectorKey};
 
 #[derive(Debug, Args)]
@@ -72,7 +72,7 @@ pub fn run(args: KeyArgs) -> anyhow::Result<ExitCode> {
             }
             let seq = block_on(async {
                 let log = connect_log(&nats).await?;
-                publish(&log, "gridfold-cli", Event::ProjectorKeyRegistered { key, name }).await
+                publish(&log, &Origin::Operator, "gridfold-cli", Event::ProjectorKeyRegistered { key, name }).await
             })?;
             println!("projector key {} registered at seq {seq}", hex::encode(key));
             Ok(ExitCode::SUCCESS)
@@ -84,7 +84,7 @@ pub fn run(args: KeyArgs) -> anyhow::Result<ExitCode> {
             };
             let seq = block_on(async {
                 let log = connect_log(&nats).await?;
-                publish(&log, "gridfold-cli", Event::ProjectorKeyRevoked { key }).await
+                publish(&log, &Origin::Operator, "gridfold-cli", Event::ProjectorKeyRevoked { key }).await
             })?;
             println!("projector key {} revoked at seq {seq}", hex::encode(key));
             Ok(ExitCode::SUCCESS)

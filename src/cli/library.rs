@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::client::{ask, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
-use crate::core::event::{Event, LibraryRef};
+use crate::core::event::{Event, LibraryRef, Origin};
 use crate::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
 use crate::projector::query::{LibrariesReply, LibrariesRequest, LIBRARIES_SUBJECT};
 
@@ -117,7 +117,7 @@ fn put(library: LibraryRef, file: &Path, nats: &NatsArgs, verdict: &VerdictArgs,
         let log = connect_log(nats).await?;
         let store = LibraryStore::new(log.context().clone());
         let info = store.put(&library, &upload.path, upload.layout.clone()).await?;
-        let seq = publish(&log, "gridfold-cli", Event::LibraryPublished(info.clone()))
+        let seq = publish(&log, &Origin::Operator, "gridfold-cli", Event::LibraryPublished(info.clone()))
             .await
             .with_context(|| format!("{library} is stored; publishing it failed (run the same command again)"))?;
         anyhow::Ok((info, seq, await_verdict(nats, seq, wait).await))

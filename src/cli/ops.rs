@@ -69,8 +69,9 @@ fn publish_write(
 ) -> anyhow::Result<ExitCode> {
     let wait = verdict.wait();
     let (seq, settled) = block_on(async {
+        let publisher = nats.acting.publisher_for(&event)?;
         let log = connect_log(nats).await?;
-        let seq = publish(&log, "gridfold-cli", event).await?;
+        let seq = publish(&log, &publisher, "gridfold-cli", event).await?;
         anyhow::Ok((seq, await_verdict(nats, seq, wait).await))
     })?;
     let code = report_verdict(&format!("the {what}"), seq, &settled);

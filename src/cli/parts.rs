@@ -115,15 +115,20 @@ pub async fn publish_parts(
     parts: Vec<Event>,
     wait: Duration,
 ) -> anyhow::Result<(u64, Settled)> {
+    // Every part is the same job's: the publisher of the first is that of all.
+    let publisher = match parts.first() {
+        Some(first) => nats.acting.publisher_for(first)?,
+        None => return Err(anyhow::anyhow!("job {job} has no parts to publish")),
+    };
     let log = connect_log(nats).await?;
     let n_parts = parts.len();
     let mut seqs = Vec::with_capacity(n_parts);
     for (part_idx, part) in parts.into_iter().enumerate() {
-        match publish(&log, "gridfold-cli", part).await {
+        match publish(&log, &publisher, "gridfold-cli", part).await {
             Ok(seq) => seqs.push(seq),
             Err(error) if part_idx > 0 => {
                 let reason = format!("part {part_idx} of {n_parts} could not be stored");
-                let cancelled = publish(&log, "gridfold-cli", Event::JobCancelled { job: job.clone(), reason }).await;
+                let cancelled = publish(&log, &publisher, "gridfold-cli", Event::JobCancelled { job: job.clone(), reason }).await;
                 let said = if cancelled.is_ok() { "the job is cancelled" } else { "cancel it with gridfold cancel" };
                 return Err(error.context(format!("storing part {part_idx} of {n_parts} of job {job}; {said}")));
             }

@@ -187,14 +187,15 @@ pub fn rejections(args: RejectionsArgs) -> anyhow::Result<ExitCode> {
     if reply.rejections.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:>8} {:>9} {:<22} {:<36} {:<16} REASON", "SEQ", "AGO", "KIND", "SUBJECT", "SOURCE");
+    println!("{:>8} {:>9} {:<22} {:<20} {:<36} {:<16} REASON", "SEQ", "AGO", "KIND", "BY", "SUBJECT", "SOURCE");
     for record in &reply.rejections {
         let ago = reply.log_time_ms.saturating_sub(record.time_ms) / 1000;
         println!(
-            "{:>8} {:>9} {:<22} {:<36} {:<16} {}",
+            "{:>8} {:>9} {:<22} {:<20} {:<36} {:<16} {}",
             record.seq,
             format!("{ago} s"),
             record.kind,
+            record.by,
             record.subject,
             if record.source.is_empty() { "-" } else { &record.source },
             record.reason

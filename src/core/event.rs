@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
+use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef, UserName};
 
 /// An engine's login epoch: the log sequence of the `EngineLoggedIn` entry that
 /// opened it. Unique per login and rising, and the engine learns it from the
@@ -90,7 +90,7 @@ impl Entry {
     }
 }
 
-/// The publisher class a subject implies.
+/// Who published an entry, as its subject says (see [`super::subject`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Origin {
     /// `gridfold.ev.engine.<id>.>`: only that engine may publish here.
@@ -99,10 +99,27 @@ pub enum Origin {
     Projector,
     /// `gridfold.ev.tick`: the tickers.
     Ticker,
-    /// `gridfold.ev.keys.>`: operators registering projector keys.
+    /// `gridfold.ev.op.>`: operators, who run the grid and may act on any job.
     Operator,
-    /// Any other subject under `gridfold.ev.>`: submitters and operators.
-    Client,
+    /// `gridfold.ev.user.<name>.>`: a user (submitter), acting on its own jobs.
+    User(UserName),
+    /// Any other subject: no one may publish there, and the fold refuses
+    /// whatever is found on it.
+    Unknown,
+}
+
+impl std::fmt::Display for Origin {
+    /// Who, for a person: `user alice`, `engine e1`, `an operator`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Engine(engine) => write!(f, "engine {engine}"),
+            Origin::Projector => f.write_str("the projector"),
+            Origin::Ticker => f.write_str("a ticker"),
+            Origin::Operator => f.write_str("an operator"),
+            Origin::User(user) => write!(f, "user {user}"),
+            Origin::Unknown => f.write_str("an unknown publisher"),
+        }
+    }
 }
 
 // Nearly every payload is an event: boxing it would cost an allocation per entry

@@ -40,6 +40,37 @@ pub struct Explanation {
     /// excludes (rule `cigri-sink`), each with its median and the campaign's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cigri_sinks: Vec<super::schedule::cigri::sink::SinkWarning>,
+    /// Writes aimed at the task's job that the fold refused, among the
+    /// rejections the state keeps: who sent each (as its subject names them)
+    /// and why, so an owner sees who tried what on the job.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused_writes: Vec<RefusedWrite>,
+}
+
+/// One write aimed at a job that the fold refused.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RefusedWrite {
+    pub seq: u64,
+    /// Who, as the subject names them: `user alice`, `an operator`.
+    pub by: String,
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+/// The refused writes the state keeps that aim at `job`, oldest first.
+fn refused_writes(state: &State, job: &super::ids::JobId) -> Vec<RefusedWrite> {
+    state
+        .rejections
+        .recent
+        .iter()
+        .filter(|rejected| rejected.rejection.job() == Some(job))
+        .map(|rejected| RefusedWrite {
+            seq: rejected.seq.0,
+            by: super::subject::origin_of(&rejected.subject).to_string(),
+            kind: rejected.rejection.kind_name(),
+            reason: rejected.rejection.to_string(),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -257,6 +288,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         detail,
         soft_unmet,
         cigri_sinks: super::schedule::cigri::sink::warnings(state, key.job),
+        refused_writes: refused_writes(state, &task.job),
     })
 }
 
@@ -484,6 +516,9 @@ impl std::fmt::Display for Explanation {
         }
         for sink in &self.cigri_sinks {
             writeln!(f, "  {sink}")?;
+        }
+        for refused in &self.refused_writes {
+            writeln!(f, "  refused at seq {}: {} ({}): {}", refused.seq, refused.by, refused.kind, refused.reason)?;
         }
         Ok(())
     }

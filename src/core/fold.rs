@@ -97,20 +97,36 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
     Folded { rejections, applied, companion_ends: state.take_companion_ends() }
 }
 
+/// Applies an entry's own event, once its publisher, its subject and the
+/// publisher's rights over what it aims at are checked.
 fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Rejection>) {
+    let checked = check_entry_publisher(entry, &envelope.event)
+        .and_then(|()| check_user_rights(state, &entry.origin, &envelope.event));
+    match checked {
+        Ok(()) => apply_event(state, entry, envelope, out),
+        Err(rejection) => out.push(rejection),
+    }
+}
+
+/// Applies one event whose publisher may send it.
+fn apply_event(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Rejection>) {
     let seq = entry.seq;
     let event = &envelope.event;
-    if let Err(rejection) = check_publisher(&entry.origin, event) {
-        out.push(rejection);
-        return;
-    }
     let result = match event {
         // A batch inside a batch: the wire never decodes one, the core type could hold one.
         Event::EngineReports { .. } => Err(Rejection::InvalidReportBatch {
             report: 0,
             problem: super::reject::ReportBatchProblem::NotBatchable { kind: event.kind_name().to_string() },
         }),
-        Event::JobSubmitted(spec) => submit_job(state, seq, spec),
+        Event::JobSubmitted(spec) => {
+            // A user's job is the user's, whatever (and whether) the spec names;
+            // an operator's is the owner it names.
+            let owner = match &entry.origin {
+                Origin::User(user) => user.as_str(),
+                _ => spec.owner.as_str(),
+            };
+            submit_job(state, seq, spec, owner)
+        }
         Event::JobCancelled { job, .. } => cancel_job(state, job),
         Event::JobPriorityChanged { job, priority } => change_priority(state, job, *priority),
         Event::ProjectPriorityChanged { job, priority } => change_project_priority(state, job, *priority),
@@ -230,7 +246,7 @@ fn apply(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut Vec<Re
 fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) -> Vec<bool> {
     use super::reject::ReportBatchProblem;
     use super::schedule::techila::cycle::note_event;
-    if let Err(rejection) = check_publisher(&entry.origin, &batch.event) {
+    if let Err(rejection) = check_entry_publisher(entry, &batch.event) {
         out.push(rejection);
         note_event(state, entry.seq, &batch.event, false);
         return vec![false; reports.len()];
@@ -253,7 +269,12 @@ fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[
         match problem {
             // At most REPORTS_PER_BATCH_MAX (256) reports: the quadratic id check is bounded.
             Some(problem) => own.push(Rejection::InvalidReportBatch { report: n as u32, problem }),
-            None => apply(state, entry, report, &mut own),
+            // The batch's subject is the engine's: each report is checked
+            // against its publisher, not against a subject of its own.
+            None => match check_publisher(&entry.origin, &report.event) {
+                Ok(()) => apply_event(state, entry, report, &mut own),
+                Err(rejection) => own.push(rejection),
+            },
         }
         note_event(state, entry.seq, &report.event, own.is_empty());
         applied.push(own.is_empty());
@@ -263,7 +284,8 @@ fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[
 }
 
 /// The subject an entry arrived on bounds what it may say: engines speak only for
-/// themselves, only the projector issues orders, engines do not submit jobs.
+/// themselves, only the projector issues orders, only operators change the
+/// grid, users act on jobs. A subject no one may publish on is refused whole.
 fn check_publisher(origin: &Origin, event: &Event) -> Result<(), Rejection> {
     if let Some(payload_engine) = event.reporting_engine() {
         return match origin {
@@ -275,14 +297,78 @@ fn check_publisher(origin: &Origin, event: &Event) -> Result<(), Rejection> {
             _ => Err(Rejection::ForgedEngine { subject_engine: None, payload_engine: payload_engine.clone() }),
         };
     }
-    let allowed = match event {
-        Event::OrderBatch(_) => *origin == Origin::Projector,
-        Event::ProjectorKeyRegistered { .. } | Event::ProjectorKeyRevoked { .. } => *origin == Origin::Operator,
-        Event::Tick => matches!(origin, Origin::Ticker | Origin::Client),
-        _ => *origin == Origin::Client,
-    };
-    if allowed { Ok(()) } else { Err(Rejection::WrongPublisher { event: event.kind_name().to_string() }) }
+    if super::subject::may_publish(origin, event) {
+        Ok(())
+    } else {
+        Err(Rejection::WrongPublisher { event: event.kind_name().to_string() })
+    }
 }
+
+/// One subject per kind of event and publisher: an event stored on a subject
+/// no one may publish on, or on one its publisher may use but not for its
+/// kind, is refused; then [`check_publisher`] says whether the publisher the
+/// subject names may send it.
+fn check_entry_publisher(entry: &Entry, event: &Event) -> Result<(), Rejection> {
+    let wrong_subject = || Rejection::WrongSubject {
+        event: event.kind_name().to_string(),
+        subject: super::reject::truncated(&entry.subject, super::reject::REJECTED_TEXT_BYTES_MAX),
+    };
+    if entry.origin == Origin::Unknown {
+        return Err(wrong_subject());
+    }
+    check_publisher(&entry.origin, event)?;
+    if super::subject::is_subject_for(&entry.subject, event, &entry.origin) { Ok(()) } else { Err(wrong_subject()) }
+}
+
+/// A user acts on its own jobs only (an operator on any), and may set a
+/// priority up to the default but never above it (Grid Engine's rule for
+/// `qalter -p`): only an operator raises a job above the others. A job that
+/// is not held (unknown, retired) is left to the event's own check.
+fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<(), Rejection> {
+    use super::reject::PrioritySetting;
+    use super::schedule::techila::PRIORITY_NORMAL;
+    let Origin::User(user) = origin else { return Ok(()) };
+    let not_owner = |job: &JobId, owner: &str| Rejection::NotOwner { job: job.clone(), owner: owner.to_string(), user: user.to_string() };
+    let owned = |job: &JobId| match state.job_idx(job) {
+        Some(j) if state.job(j).owner != user.as_str() => Err(not_owner(job, &state.job(j).owner)),
+        _ => Ok(()),
+    };
+    let priority = |job: &JobId, priority: i32| {
+        if priority > DEFAULT_PRIORITY {
+            let (asked, default) = (i64::from(priority), i64::from(DEFAULT_PRIORITY));
+            return Err(Rejection::PriorityAboveDefault { job: job.clone(), setting: PrioritySetting::Priority, asked, default });
+        }
+        Ok(())
+    };
+    // Techila counts down: 1 is Highest, 0 the default (Normal).
+    let project_priority = |job: &JobId, priority: u32| {
+        if priority != 0 && priority < PRIORITY_NORMAL {
+            let (asked, default) = (i64::from(priority), i64::from(PRIORITY_NORMAL));
+            return Err(Rejection::PriorityAboveDefault { job: job.clone(), setting: PrioritySetting::ProjectPriority, asked, default });
+        }
+        Ok(())
+    };
+    match event {
+        Event::JobSubmitted(spec) => {
+            if !spec.owner.is_empty() && spec.owner != user.as_str() {
+                return Err(not_owner(&spec.id, &super::reject::truncated(&spec.owner, super::ids::ID_LEN_MAX)));
+            }
+            priority(&spec.id, spec.priority)?;
+            project_priority(&spec.id, spec.options.project_priority)
+        }
+        Event::JobPriorityChanged { job, priority: asked } => owned(job).and_then(|()| priority(job, *asked)),
+        Event::ProjectPriorityChanged { job, priority: asked } => owned(job).and_then(|()| project_priority(job, *asked)),
+        Event::JobCancelled { job, .. } | Event::JobHoldChanged { job, .. } | Event::TasksAdded { job, .. } => owned(job),
+        Event::SuspendRequested(target) | Event::ResumeRequested(target) | Event::RescheduleRequested(target) => {
+            owned(&target.job)
+        }
+        Event::TaskCancelled { task } => owned(&task.job),
+        _ => Ok(()),
+    }
+}
+
+/// A job's priority when its submitter gives none, and the most a user may give.
+pub const DEFAULT_PRIORITY: i32 = 0;
 
 /// Only the projector writes orders: the broker's permissions say so for anyone
 /// who connects, and this says so on replay from the log alone. A batch must
@@ -326,8 +412,14 @@ fn register_key(state: &mut State, key: &[u8; 32], name: &str) -> Result<(), Rej
     Ok(())
 }
 
-fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejection> {
+fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec, owner: &str) -> Result<(), Rejection> {
     let invalid = |problem| Rejection::InvalidJob { job: spec.id.clone(), problem };
+    if !owner.is_empty()
+        && let Err(error) = super::ids::UserName::new(owner)
+    {
+        let owner = super::reject::truncated(owner, super::ids::ID_LEN_MAX);
+        return Err(invalid(JobProblem::BadOwner { owner, detail: error.to_string() }));
+    }
     if state.job_idx(&spec.id).is_some() || state.retired_job(&spec.id).is_some() {
         return Err(Rejection::DuplicateJob { job: spec.id.clone() });
     }
@@ -400,6 +492,9 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
         resolve_conditions(state, &shape, &expr, job_idx, 0, n_tasks, &spec.task_conditions).map_err(invalid)?;
     let category = state.category_for(expr, shape.slots_per_task, library);
     let mut job = Job::new(spec, category, seq, state.now_ms);
+    if job.owner != owner {
+        job.owner = owner.to_string();
+    }
     job.affinity = affinity;
     job.soft = soft;
     for (index, condition, queue_jump) in materialize(state, &shape, conditions) {

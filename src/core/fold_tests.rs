@@ -95,8 +95,9 @@ fn check_reports_rejected_alone(before: &State, after: &State, entry: &Entry, ap
     let mut expected = as_if_rejected(before, after);
     for ((n, report), &applies) in reports.iter().enumerate().zip(applied) {
         if applies {
+            // As the batch applies it: its subject is the batch's, checked once.
             let mut own = Vec::new();
-            apply(&mut expected, entry, report, &mut own);
+            apply_event(&mut expected, entry, report, &mut own);
             assert!(own.is_empty(), "report {n} applies alone: {own:?}");
         }
         crate::core::schedule::techila::cycle::note_event(&mut expected, entry.seq, &report.event, applies);
@@ -279,7 +280,7 @@ fn entries_of(step: &Step, log: &mut LogBuilder, state: &State) -> Vec<Entry> {
         }
         Step::Arbitrary { envelope, origin } => {
             let origin = match origin {
-                0 => Origin::Client,
+                0 => Origin::User(crate::core::ids::UserName::new("mallory").unwrap()),
                 1 => Origin::Projector,
                 2 => Origin::Ticker,
                 3 => Origin::Operator,
@@ -434,7 +435,7 @@ fn a_revoked_key_seals_nothing_the_fold_accepts() {
         "{rejections:?}"
     );
     // Key events come from operators only.
-    let from_client = log.push_from(Origin::Client, Event::ProjectorKeyRegistered { key, name: "me".into() });
+    let from_client = log.push_from(Origin::User(crate::core::ids::UserName::new("mallory").unwrap()), Event::ProjectorKeyRegistered { key, name: "me".into() });
     assert_eq!(fold_checked(&mut state, &from_client).iter().map(Rejection::kind_name).collect::<Vec<_>>(), ["wrong-publisher"]);
 }
 
@@ -736,7 +737,7 @@ fn a_batch_on_another_engines_subject_or_empty_is_refused_whole() {
     let reports = vec![Envelope { id: [1; 16], source: "test".into(), event: started_event("j", 0, 1, &e) }];
     let forged = log.push_from(Origin::Engine(engine_id(other)), Event::EngineReports { engine: engine_id(&e), reports });
     assert_eq!(kinds(&fold_checked(&mut state, &forged)), [format!("engine {other} published an event naming engine {e}")]);
-    let from_client = log.push_from(Origin::Client, Event::EngineReports { engine: engine_id(&e), reports: Vec::new() });
+    let from_client = log.push_from(Origin::User(crate::core::ids::UserName::new("mallory").unwrap()), Event::EngineReports { engine: engine_id(&e), reports: Vec::new() });
     assert_eq!(kinds(&fold_checked(&mut state, &from_client)), [format!("an event naming engine {e} arrived on a non-engine subject")]);
     let empty = fold_checked(&mut state, &log.reports(&e, Vec::new(), &[]));
     assert_eq!(kinds(&empty), ["report 0 of the batch refused: the batch holds no report"]);

@@ -75,6 +75,13 @@ string_id!(
     EngineId,
     false
 );
+string_id!(
+    /// A user: the owner of jobs, named by the subject it publishes on
+    /// (`gridfold.ev.user.<name>.>`) and, on a secured broker, by its
+    /// principal's name; so it may not hold `.` either.
+    UserName,
+    false
+);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {

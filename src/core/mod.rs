@@ -22,7 +22,10 @@ pub mod replay;
 pub mod rng;
 pub mod schedule;
 pub mod state;
+pub mod subject;
 pub mod testkit;
 pub mod window;
 #[cfg(test)]
 mod ops_tests;
+#[cfg(test)]
+mod ownership_tests;

@@ -64,6 +64,26 @@ pub enum Rejection {
     /// from 0 in the batch (or the batch itself, empty); the batch's other
     /// reports apply. Added last.
     InvalidReportBatch { report: u32, problem: ReportBatchProblem },
+    /// An event stored on a subject that is not its own: one its kind and its
+    /// publisher never use (the old shared `gridfold.ev.job.*`, another
+    /// kind's subject, or a subject no one may publish on). Added last.
+    WrongSubject { event: String, subject: String },
+    /// A user's write aimed at a job another user owns, or a submission
+    /// naming another owner than the user publishing it. Added last.
+    NotOwner { job: JobId, owner: String, user: String },
+    /// A user's priority above the default: only an operator may raise a
+    /// job's priority (Grid Engine's `qalter -p` for users). Added last.
+    PriorityAboveDefault { job: JobId, setting: PrioritySetting, asked: i64, default: i64 },
+}
+
+/// Which of a job's priorities a [`Rejection::PriorityAboveDefault`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PrioritySetting {
+    /// The job's priority (`-p`): higher runs first.
+    Priority,
+    /// Techila's project priority: 1 (Highest) to 7 (Lowest), so a smaller
+    /// number is the higher priority.
+    ProjectPriority,
 }
 
 /// Why a report of an engine's batch was refused.
@@ -222,6 +242,9 @@ pub enum JobProblem {
     /// A companion command beyond its limits, or given to a job whose span is
     /// not `site` (it would have no companion engine to run on).
     BadCompanionCommand { detail: String },
+    /// An owner that is not a user name (1 to 64 of `[A-Za-z0-9_-]`, as the
+    /// user's subject token is): at most 64 bytes of it are kept. Added last.
+    BadOwner { owner: String, detail: String },
 }
 
 /// Why an order read back from the log did not apply: the world moved between the
@@ -360,6 +383,18 @@ impl OrderProblem {
 }
 
 impl Rejection {
+    /// The job a refused write aimed at, when the rejection is about one
+    /// (someone's act on a job, not an engine's report or an order).
+    pub fn job(&self) -> Option<&JobId> {
+        match self {
+            Rejection::NotOwner { job, .. }
+            | Rejection::PriorityAboveDefault { job, .. }
+            | Rejection::JobAlreadyEnded { job } => Some(job),
+            Rejection::ControlRefused { target, .. } => Some(&target.job),
+            _ => None,
+        }
+    }
+
     /// A short stable name for counting rejections by kind.
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -391,6 +426,9 @@ impl Rejection {
             Rejection::ControlRefused { .. } => "control-refused",
             Rejection::OpsRefused { problem, .. } => problem.as_str(),
             Rejection::InvalidReportBatch { .. } => "invalid-report-batch",
+            Rejection::WrongSubject { .. } => "wrong-subject",
+            Rejection::NotOwner { .. } => "not-owner",
+            Rejection::PriorityAboveDefault { .. } => "priority-above-default",
         }
     }
 }
@@ -468,6 +506,21 @@ impl fmt::Display for Rejection {
             }
             Rejection::OpsRefused { target, problem } => write!(f, "{target} {problem}"),
             Rejection::InvalidReportBatch { report, problem } => write!(f, "report {report} of the batch refused: {problem}"),
+            Rejection::WrongSubject { event, subject } => write!(f, "{event} stored on {subject}, which is not its subject"),
+            Rejection::NotOwner { job, owner, user } if owner.is_empty() => {
+                write!(f, "user {user} may not act on job {job}: it has no owner, so only an operator may")
+            }
+            Rejection::NotOwner { job, owner, user } => {
+                write!(f, "user {user} may not act on job {job}, which user {owner} owns: only its owner or an operator may")
+            }
+            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::Priority, asked, default } => write!(
+                f,
+                "job {job}: a user may set a priority up to the default {default}, not {asked}; only an operator may raise it above"
+            ),
+            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::ProjectPriority, asked, default } => write!(
+                f,
+                "job {job}: a user may set a project priority from the default {default} down to 7 (Lowest), not {asked}; only an operator may raise it above"
+            ),
         }
     }
 }
@@ -507,6 +560,7 @@ impl fmt::Display for JobProblem {
             JobProblem::BadLibrary { detail } => write!(f, "root library: {detail}"),
             JobProblem::BadCompanionCommand { detail } => write!(f, "companion command: {detail}"),
             JobProblem::ConditionsForUnknownTask { task } => write!(f, "conditions for task {task}, which the job does not have"),
+            JobProblem::BadOwner { owner, detail } => write!(f, "owner {owner:?} is not a user name: {detail}"),
             JobProblem::RetiredDependency { dependency, status } => write!(
                 f,
                 "it depends on task {dependency}, whose job ended {status} and was retired from the state: how its tasks ended is no longer kept"

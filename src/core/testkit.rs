@@ -99,7 +99,15 @@ impl LogBuilder {
         self
     }
 
+    /// Pushes `event` as `origin` publishes it, on the subject it has then.
     pub fn push_from(&mut self, origin: Origin, event: Event) -> Entry {
+        let subject = super::subject::subject_for(&event, &origin);
+        self.push_on(&subject, origin, event)
+    }
+
+    /// Pushes `event` stored on `subject` as if `origin` had published it
+    /// there: for tests of events on a subject that is not theirs.
+    pub fn push_on(&mut self, subject: &str, origin: Origin, event: Event) -> Entry {
         if matches!(event, Event::OrderBatch(_)) && !self.key_registered {
             self.register_test_key();
         }
@@ -111,7 +119,7 @@ impl LogBuilder {
         let entry = Entry {
             seq,
             time_ms: self.time_ms,
-            subject: format!("test.{}", event.kind_name()),
+            subject: subject.to_string(),
             origin,
             payload: Payload::Event(Envelope { id, source: "test".into(), event }),
             stored,
@@ -128,14 +136,14 @@ impl LogBuilder {
         self.push_from(Origin::Operator, Event::ProjectorKeyRegistered { key, name: "test projector".into() })
     }
 
-    /// Pushes with the origin the event's kind implies (an engine event from that engine).
+    /// Pushes with the origin the event's kind implies: an engine event from
+    /// that engine, orders from the projector, and everything a client sends
+    /// from an operator, who may act on any job and set any priority (tests of
+    /// a user's rights push from `Origin::User`).
     pub fn push(&mut self, event: Event) -> Entry {
-        let origin = match (&event, event.reporting_engine()) {
-            (_, Some(engine)) => Origin::Engine(engine.clone()),
-            (Event::OrderBatch(_), _) => Origin::Projector,
-            (Event::Tick, _) => Origin::Ticker,
-            (Event::ProjectorKeyRegistered { .. } | Event::ProjectorKeyRevoked { .. }, _) => Origin::Operator,
-            _ => Origin::Client,
+        let origin = match super::subject::default_publisher(&event) {
+            Origin::User(_) => Origin::Operator,
+            origin => origin,
         };
         self.push_from(origin, event)
     }
@@ -144,7 +152,7 @@ impl LogBuilder {
         let entry = Entry {
             seq: self.next_seq(),
             time_ms: self.time_ms,
-            origin: Origin::Client,
+            origin: Origin::Unknown,
             subject: "test.undecodable".into(),
             payload: Payload::Undecodable { detail: "test garbage".into() },
             stored: bytes.to_vec(),

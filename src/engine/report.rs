@@ -342,7 +342,7 @@ async fn publish<L: EventLog>(
     best_effort: bool,
 ) -> Result<Option<Appended>, EngineError> {
     let what = Described(&envelope.event);
-    let append = Append::new(wire::subject_for(&envelope.event), wire::encode(envelope))
+    let append = Append::new(wire::default_subject(&envelope.event), wire::encode(envelope))
         .with_msg_id(msg_id(envelope));
     let started = Instant::now();
     let attempts_max = if best_effort {
@@ -528,7 +528,7 @@ mod tests {
         let batch = batcher.gather(first, &mut rx);
         assert_eq!(batch.len(), 2);
         assert_eq!(batched_ids(&batch), expected, "in the order queued");
-        assert_eq!(crate::wire::subject_for(&batch.envelope.event), "gridfold.ev.engine.e1.reports");
+        assert_eq!(crate::wire::default_subject(&batch.envelope.event), "gridfold.ev.engine.e1.reports");
         assert_eq!(batch.envelope.id, batch_id(&e1, match &batch.envelope.event {
             Event::EngineReports { reports, .. } => reports,
             _ => unreachable!(),

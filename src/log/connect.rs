@@ -36,7 +36,7 @@ pub const INBOX_PREFIX_DEFAULT: &str = "_INBOX";
 pub const REFUSALS_KEPT_MAX: usize = 16;
 
 /// What the broker refused on one connection, newest last: its own words
-/// (`Permissions Violation for Publish to "gridfold.ev.policy"`). Cheap to clone.
+/// (`Permissions Violation for Publish to "gridfold.ev.op.policy"`). Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Refusals(Arc<Mutex<VecDeque<String>>>);
 
@@ -645,9 +645,9 @@ mod tests {
     fn refusals_are_found_by_subject_and_bounded() {
         let refusals = Refusals::default();
         assert_eq!(refusals.latest(), None);
-        refusals.record("Permissions Violation for Publish to \"gridfold.ev.policy\"".into());
+        refusals.record("Permissions Violation for Publish to \"gridfold.ev.op.policy\"".into());
         refusals.record("Permissions Violation for Subscription to \"_INBOX.abc.*\"".into());
-        let policy = refusals.about("gridfold.ev.policy").unwrap();
+        let policy = refusals.about("gridfold.ev.op.policy").unwrap();
         assert!(
             policy.starts_with("the broker refused: Permissions Violation for Publish to")
                 && policy.contains("credentials"),

@@ -136,6 +136,10 @@ pub struct RejectionRecord {
     pub reason: String,
     /// The subject it came on, which says who could publish it.
     pub subject: String,
+    /// Who was refused, as the subject names them: `user alice`, `an
+    /// operator`, `engine e1`, `an unknown publisher`.
+    #[serde(default)]
+    pub by: String,
     /// The sender the envelope names (declared, not authenticated).
     pub source: String,
 }
@@ -152,6 +156,7 @@ pub fn answer_rejections(state: &State, request: &RejectionsRequest) -> Rejectio
             kind: rejected.rejection.kind_name().to_string(),
             reason: rejected.rejection.to_string(),
             subject: rejected.subject.clone(),
+            by: crate::core::subject::origin_of(&rejected.subject).to_string(),
             source: rejected.source.clone(),
         })
         .collect();
@@ -830,7 +835,7 @@ fn estimated_end_ms(now_ms: u64, job: &crate::core::state::Job) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::event::{Event, LibraryInfo, LibraryRef};
+    use crate::core::event::{Event, LibraryInfo, LibraryRef, Origin};
     use crate::core::testkit::fold_and_decide as run;
     use crate::core::testkit::*;
 
@@ -841,29 +846,31 @@ mod tests {
         log.push(Event::JobCancelled { job: job_id("nosuch"), reason: String::new() });
         log.submit(job_spec("j", 1, ""));
         log.submit(job_spec("j", 1, ""));
-        // A sender's name and a subject far longer than any kept: cut at a character boundary.
+        // A subject far longer than any kept, which is no event's: cut at 256 bytes.
+        let long_subject = format!("gridfold.ev.op.{}", "s".repeat(1_000));
+        log.push_on(&long_subject, Origin::Operator, Event::JobCancelled { job: job_id("j"), reason: String::new() });
+        // A sender's name far longer than any kept: cut at a character boundary.
         let long_source = format!("x{}", "é".repeat(5_000));
-        let long_subject = format!("gridfold.ev.job.{}", "s".repeat(1_000));
         for entry in &mut log.entries {
-            entry.subject = long_subject.clone();
             if let crate::core::event::Payload::Event(envelope) = &mut entry.payload {
                 envelope.source = long_source.clone();
             }
         }
-        let duplicate_seq = log.entries.last().expect("entries").seq.0;
+        let duplicate_seq = log.entries[log.entries.len() - 2].seq.0;
         run(&mut log, &mut state, 0);
         let all = answer_rejections(&state, &RejectionsRequest::default());
-        assert_eq!(all.total, 2);
+        assert_eq!(all.total, 3);
         let kinds: Vec<&str> = all.rejections.iter().map(|r| r.kind.as_str()).collect();
-        assert_eq!(kinds, ["unknown-job", "duplicate-job"]);
+        assert_eq!(kinds, ["unknown-job", "duplicate-job", "wrong-subject"]);
         let duplicate = &all.rejections[1];
         assert_eq!(duplicate.seq, duplicate_seq);
-        assert_eq!(duplicate.subject, long_subject[..256]);
+        assert_eq!(duplicate.subject, "gridfold.ev.op.job.submitted");
         assert!(duplicate.reason.contains('j'), "{}", duplicate.reason);
         assert_eq!(duplicate.source.len(), 255, "one byte, then 127 two-byte characters: at most 256 bytes");
         assert!(long_source.starts_with(&duplicate.source));
+        assert_eq!(all.rejections[2].subject, long_subject[..256]);
         let only = answer_rejections(&state, &RejectionsRequest { kind: Some("duplicate-job".into()) });
-        assert_eq!((only.total, only.rejections.len()), (2, 1));
+        assert_eq!((only.total, only.rejections.len()), (3, 1));
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl SimLog {
         self.recent_ids.insert(envelope.id, seq);
         self.recent_by_time.push_back((now_ms, envelope.id));
         let stored = stored_bytes(&origin, &envelope);
-        let subject = crate::wire::subject_for(&envelope.event);
+        let subject = crate::wire::subject_for(&envelope.event, &origin);
         let seal = (origin == Origin::Projector)
             .then(|| crate::wire::entry_from_log(seq, EPOCH_MS + now_ms, &subject, &stored).seal)
             .flatten();

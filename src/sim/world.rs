@@ -311,11 +311,11 @@ impl<'a> World<'a> {
                 let registration = Event::ProjectorKeyRegistered { key, name: "simulated projector".into() };
                 self.append_now(Origin::Operator, "gridfold-sim", registration);
                 let event = Event::PolicySet(self.scenario.policy.clone());
-                self.append_now(Origin::Client, "gridfold-sim", event);
+                self.append_now(Origin::Operator, "gridfold-sim", event);
             }
             SimEvent::Submit { job } => {
                 let spec = job_spec(&self.scenario.jobs[job]);
-                if let Appended::Stored(seq) = self.append_now(Origin::Client, "gridfold-sim", Event::JobSubmitted(spec)) {
+                if let Appended::Stored(seq) = self.append_now(Origin::Operator, "gridfold-sim", Event::JobSubmitted(spec)) {
                     self.submit_seq[job] = Some(seq);
                 }
             }
@@ -369,7 +369,7 @@ impl<'a> World<'a> {
                     size_bytes: plan.size_bytes,
                     digest_hex: blake3::hash(plan.library.key().as_bytes()).to_hex().to_string(),
                 };
-                self.append_now(Origin::Client, "gridfold-sim", Event::LibraryPublished(info));
+                self.append_now(Origin::Operator, "gridfold-sim", Event::LibraryPublished(info));
             }
             SimEvent::SyncEnd { engine, incarnation, library } => self.sync_end(engine, incarnation, library),
             SimEvent::RunStart { engine, incarnation, run } => self.run_start(engine, incarnation, run),

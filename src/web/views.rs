@@ -455,12 +455,13 @@ pub fn rejections(reply: &RejectionsReply) -> Html {
         html.raw("<p class=\"empty\">no rejections kept</p>");
         return html;
     }
-    html.raw("<table class=\"rejections\">").header_row(&["seq", "age", "kind", "reason", "subject", "sender"]);
+    html.raw("<table class=\"rejections\">").header_row(&["seq", "age", "kind", "by", "reason", "subject", "sender"]);
     for record in reply.rejections.iter().rev().take(ROWS_MAX) {
         html.raw("<tr>")
             .element("td", record.seq)
             .element("td", duration_text(reply.log_time_ms.saturating_sub(record.time_ms)))
             .element("td", &record.kind)
+            .element("td", &record.by)
             .element("td", &record.reason)
             .element("td", &record.subject)
             .element("td", &record.source)
@@ -604,6 +605,7 @@ mod tests {
                 kind: EVIL.into(),
                 reason: EVIL.into(),
                 subject: EVIL.into(),
+                by: EVIL.into(),
                 source: EVIL.into(),
             }],
         };

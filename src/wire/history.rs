@@ -5,8 +5,8 @@
 //! ```text
 //! # a comment; blank lines are comments too
 //! {"seq": 1, "time_ms": 1700000000000, "envelope": {"event": {"engine_logged_in": {"engine": "e1", "slots": 4}}}}
-//! {"seq": 2, "time_ms": 1700000000100, "subject": "gridfold.ev.job.submitted", "envelope": {"id": "0b0f2a5e-3c1d-4e8f-9a6b-2d4c6e8f0a1b", "source": "gridfold-cli", "event": {"job_submitted": {...}}}}
-//! {"seq": 3, "time_ms": 1700000000200, "subject": "gridfold.ev.job.submitted", "raw_base64": "CgR0ZXN0"}
+//! {"seq": 2, "time_ms": 1700000000100, "subject": "gridfold.ev.user.ann.job.submitted", "envelope": {"id": "0b0f2a5e-3c1d-4e8f-9a6b-2d4c6e8f0a1b", "source": "gridfold-cli", "event": {"job_submitted": {...}}}}
+//! {"seq": 3, "time_ms": 1700000000200, "subject": "gridfold.ev.user.ann.job.submitted", "raw_base64": "CgR0ZXN0"}
 //! ```
 //!
 //! Each line is an object with:
@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     SUBJECT_PREFIX, encode, entry_from_log, envelope_from_proto, envelope_to_proto, proto,
-    subject_for,
+    default_publisher, subject_for,
 };
 use crate::core::event::{Entry, Envelope};
 use crate::core::ids::Seq;
@@ -219,7 +219,7 @@ fn parse_line(line: usize, text: &str) -> Result<HistoryLine, String> {
                 }
             };
             let envelope = envelope_from_proto(envelope).map_err(|e| format!("envelope.{e}"))?;
-            let subject = raw.subject.unwrap_or_else(|| subject_for(&envelope.event));
+            let subject = raw.subject.unwrap_or_else(|| subject_for(&envelope.event, &default_publisher(&envelope.event)));
             (subject, HistoryPayload::Envelope(envelope, seal))
         }
         (None, Some(encoded)) => {

@@ -37,8 +37,9 @@ pub use convert::{
     check_engine_tier, envelope_from_proto, envelope_to_proto,
 };
 pub use subject::{
-    KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT,
-    engine_login_subject, origin_of, subject_for,
+    DRAIN_SUBJECT, ENGINE_SUBJECT_PREFIX, KEYS_SUBJECT, OPERATOR_SUBJECT_PREFIX, ORDERS_SUBJECT, POLICY_SUBJECT,
+    STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT, USER_SUBJECT_PREFIX, default_publisher, default_subject, engine_login_subject,
+    origin_of, subject_for, user_subject_prefix,
 };
 
 use crate::core::event::{Entry, EntrySeal, Envelope, Origin, Payload};

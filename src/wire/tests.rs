@@ -53,7 +53,7 @@ fn every_variant_round_trips_through_bytes_and_json() {
         assert_eq!(from_json, as_proto, "{json}");
         assert_eq!(envelope_from_proto(from_json), Ok(original.clone()));
 
-        let entry = entry_from_log(Seq(1), 0, &subject_for(&original.event), &bytes);
+        let entry = entry_from_log(Seq(1), 0, &default_subject(&original.event), &bytes);
         assert_eq!(entry.stored, bytes, "the stored bytes are kept");
         assert_entry_invariants(&entry, &bytes);
     }
@@ -71,7 +71,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let entry = entry_from_log(Seq(1), 0, "gridfold.ev.job.submitted", &bytes);
+        let entry = entry_from_log(Seq(1), 0, "gridfold.ev.user.alice.job.submitted", &bytes);
         assert_entry_invariants(&entry, &bytes);
     }
 
@@ -392,7 +392,7 @@ fn what_was_added_later_is_absent_when_unused() {
 #[test]
 fn bytes_that_are_not_an_envelope_say_so() {
     let check = |bytes: &[u8], expect: Expect| {
-        let entry = entry_from_log(Seq(3), 0, "gridfold.ev.job.submitted", bytes);
+        let entry = entry_from_log(Seq(3), 0, "gridfold.ev.user.alice.job.submitted", bytes);
         let Payload::Undecodable { detail } = &entry.payload else {
             panic!("{entry:?}")
         };
@@ -439,55 +439,55 @@ fn long_bad_input_is_echoed_briefly() {
 fn every_event_has_its_subject_and_engine_events_their_engine() {
     let mut shown = String::new();
     for event in every_event() {
-        let subject = subject_for(&event);
+        let subject = default_subject(&event);
         let origin = origin_of(&subject);
         match event.reporting_engine() {
             Some(engine) => assert_eq!(origin, Origin::Engine(engine.clone()), "{subject}"),
             None => assert!(!matches!(origin, Origin::Engine(_)), "{subject}"),
         }
         shown.push_str(&format!(
-            "{:<20} {subject:<36} {origin:?}\n",
+            "{:<20} {subject:<36} {origin}\n",
             event.kind_name()
         ));
     }
     expect![[r#"
-        JobSubmitted         gridfold.ev.job.submitted            Client
-        JobSubmitted         gridfold.ev.job.submitted            Client
-        JobCancelled         gridfold.ev.job.cancelled            Client
-        JobPriorityChanged   gridfold.ev.job.priority             Client
-        JobOverrideTicketsSet gridfold.ev.override.job             Client
-        EngineLoggedIn       gridfold.ev.engine.e1.login          Engine(EngineId("e1"))
-        EngineLoggedOut      gridfold.ev.engine.e1.logout         Engine(EngineId("e1"))
-        EngineHeartbeat      gridfold.ev.engine.e1.heartbeat      Engine(EngineId("e1"))
-        TaskStarted          gridfold.ev.engine.e1.started        Engine(EngineId("e1"))
-        TaskCompleted        gridfold.ev.engine.e1.completed      Engine(EngineId("e1"))
-        TaskCompleted        gridfold.ev.engine.e_2.completed     Engine(EngineId("e_2"))
-        TaskFailed           gridfold.ev.engine.e1.failed         Engine(EngineId("e1"))
-        TaskFailed           gridfold.ev.engine.e1.failed         Engine(EngineId("e1"))
-        PolicySet            gridfold.ev.policy                   Client
-        Tick                 gridfold.ev.tick                     Ticker
-        OrderBatch           gridfold.ev.orders                   Projector
-        OrderBatch           gridfold.ev.orders                   Projector
-        TasksAdded           gridfold.ev.job.tasks_added          Client
-        LibraryPublished     gridfold.ev.library.published        Client
-        LibrarySynced        gridfold.ev.engine.e1.library_synced Engine(EngineId("e1"))
-        LibrarySyncFailed    gridfold.ev.engine.e1.library_sync_failed Engine(EngineId("e1"))
-        BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
-        BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
-        ProjectorKeyRegistered gridfold.ev.keys.registered          Operator
-        ProjectorKeyRevoked  gridfold.ev.keys.revoked             Operator
-        SuspendRequested     gridfold.ev.job.suspend              Client
-        ResumeRequested      gridfold.ev.job.resume               Client
-        RescheduleRequested  gridfold.ev.job.reschedule           Client
-        JobHoldChanged       gridfold.ev.job.hold                 Client
-        JobHoldChanged       gridfold.ev.job.hold                 Client
-        TaskCancelled        gridfold.ev.job.task_cancelled       Client
-        EngineDrainChanged   gridfold.ev.drain.changed            Client
-        EngineDrainChanged   gridfold.ev.drain.changed            Client
-        ProjectPriorityChanged gridfold.ev.job.project_priority     Client
-        ProjectPriorityChanged gridfold.ev.job.project_priority     Client
-        OrderBatch           gridfold.ev.orders                   Projector
-        EngineReports        gridfold.ev.engine.e1.reports        Engine(EngineId("e1"))
+        JobSubmitted         gridfold.ev.user.ann.job.submitted   user ann
+        JobSubmitted         gridfold.ev.user.ann.job.submitted   user ann
+        JobCancelled         gridfold.ev.op.job.cancelled         an operator
+        JobPriorityChanged   gridfold.ev.op.job.priority          an operator
+        JobOverrideTicketsSet gridfold.ev.op.override_tickets      an operator
+        EngineLoggedIn       gridfold.ev.engine.e1.login          engine e1
+        EngineLoggedOut      gridfold.ev.engine.e1.logout         engine e1
+        EngineHeartbeat      gridfold.ev.engine.e1.heartbeat      engine e1
+        TaskStarted          gridfold.ev.engine.e1.started        engine e1
+        TaskCompleted        gridfold.ev.engine.e1.completed      engine e1
+        TaskCompleted        gridfold.ev.engine.e_2.completed     engine e_2
+        TaskFailed           gridfold.ev.engine.e1.failed         engine e1
+        TaskFailed           gridfold.ev.engine.e1.failed         engine e1
+        PolicySet            gridfold.ev.op.policy                an operator
+        Tick                 gridfold.ev.tick                     a ticker
+        OrderBatch           gridfold.ev.orders                   the projector
+        OrderBatch           gridfold.ev.orders                   the projector
+        TasksAdded           gridfold.ev.op.job.tasks_added       an operator
+        LibraryPublished     gridfold.ev.op.library_published     an operator
+        LibrarySynced        gridfold.ev.engine.e1.library_synced engine e1
+        LibrarySyncFailed    gridfold.ev.engine.e1.library_sync_failed engine e1
+        BlacklistsCleared    gridfold.ev.op.blacklists_cleared    an operator
+        BlacklistsCleared    gridfold.ev.op.blacklists_cleared    an operator
+        ProjectorKeyRegistered gridfold.ev.op.keys                  an operator
+        ProjectorKeyRevoked  gridfold.ev.op.keys                  an operator
+        SuspendRequested     gridfold.ev.op.job.suspend           an operator
+        ResumeRequested      gridfold.ev.op.job.resume            an operator
+        RescheduleRequested  gridfold.ev.op.job.reschedule        an operator
+        JobHoldChanged       gridfold.ev.op.job.hold              an operator
+        JobHoldChanged       gridfold.ev.op.job.hold              an operator
+        TaskCancelled        gridfold.ev.op.job.task_cancelled    an operator
+        EngineDrainChanged   gridfold.ev.op.drain                 an operator
+        EngineDrainChanged   gridfold.ev.op.drain                 an operator
+        ProjectPriorityChanged gridfold.ev.op.job.project_priority  an operator
+        ProjectPriorityChanged gridfold.ev.op.job.project_priority  an operator
+        OrderBatch           gridfold.ev.orders                   the projector
+        EngineReports        gridfold.ev.engine.e1.reports        engine e1
     "#]]
     .assert_eq(&shown);
 }

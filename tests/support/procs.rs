@@ -55,10 +55,13 @@ impl Proc {
     }
 
     /// Starts `gridfold <args>` in `dir` as `name`, logging by `rust_log`, its stderr
-    /// in `<dir>/<name>.stderr`.
+    /// in `<dir>/<name>.stderr`. Its commands act as an operator
+    /// (`GRIDFOLD_OPERATOR`), as every test's harness does on its own broker:
+    /// the tests' job files name their owner (`tester`) and some a priority
+    /// above the default, which only an operator may submit for another user.
     pub fn spawn_logging(dir: &Path, name: &str, args: &[impl AsRef<std::ffi::OsStr>], rust_log: &str) -> Proc {
         let stderr = dir.join(format!("{name}.stderr"));
-        let child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(args)
             .current_dir(dir)
             .env("RUST_LOG", rust_log)
@@ -257,7 +260,7 @@ impl Cluster {
         let id = uuid::Uuid::new_v4();
         let envelope = Envelope { id: *id.as_bytes(), source: "operator:test".into(), event };
         let append =
-            Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
+            Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
         self.runtime
             .block_on(async { self.connect().await?.append(append).await })
             .unwrap_or_else(|err| self.fail(&format!("registering the projector's key: {err}")));
@@ -298,7 +301,7 @@ impl Cluster {
         let url = self.url();
         let (out_path, err_path) = (self.path("command.stdout"), self.path("command.stderr"));
         let file = |path: &Path| File::create(path).expect("create an output file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gridfold")).env("GRIDFOLD_OPERATOR", "true")
             .args(args)
             .args(["--nats", &url])
             .current_dir(self.dir.path())

@@ -17,10 +17,13 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-/// The environment variables a principal's `.env` file sets.
+/// The environment variables every principal's `.env` file sets.
 pub const ENV_VARS: [&str; 4] = ["NATS_URL", "NATS_NKEY", "NATS_CA", "NATS_INBOX_PREFIX"];
-/// Every variable a `gridfold` command reads credentials from; cleared for children.
-pub const AUTH_ENV_VARS: [&str; 9] = [
+/// What a submitter's and an operator's also set: who their commands act as.
+pub const ACTING_ENV_VARS: [&str; 2] = ["GRIDFOLD_USER", "GRIDFOLD_OPERATOR"];
+/// Every variable a `gridfold` command reads credentials (or whom it acts
+/// as) from; cleared for children.
+pub const AUTH_ENV_VARS: [&str; 11] = [
     "NATS_URL",
     "NATS_USER",
     "NATS_PASSWORD",
@@ -30,6 +33,8 @@ pub const AUTH_ENV_VARS: [&str; 9] = [
     "NATS_CERT",
     "NATS_KEY",
     "NATS_INBOX_PREFIX",
+    "GRIDFOLD_USER",
+    "GRIDFOLD_OPERATOR",
 ];
 
 /// A CA: its certificate (PEM) and what signs with it.
@@ -86,6 +91,11 @@ pub struct SecureBroker {
 /// Starts a secured broker with these engines (and the projector, operator, submitter
 /// and auditor that `gridfold broker-config` always makes), or panics saying why.
 pub fn start(engines: &[&str]) -> SecureBroker {
+    start_with(engines, &["submitter"])
+}
+
+/// [`start`], with these submitters (users) instead of the one named `submitter`.
+pub fn start_with(engines: &[&str], submitters: &[&str]) -> SecureBroker {
     let dir = tempfile::Builder::new()
         .prefix("gridfold-secure-")
         .tempdir()
@@ -111,6 +121,9 @@ pub fn start(engines: &[&str]) -> SecureBroker {
     ];
     for engine in engines {
         args.extend(["--engine".to_string(), engine.to_string()]);
+    }
+    for submitter in submitters {
+        args.extend(["--submitter".to_string(), submitter.to_string()]);
     }
     let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
         .args(&args)
@@ -173,7 +186,8 @@ impl SecureBroker {
             })
             .collect();
         let keys: Vec<&str> = vars.iter().map(|(key, _)| key.as_str()).collect();
-        assert_eq!(keys, ENV_VARS, "{}", path.display());
+        assert_eq!(keys[..ENV_VARS.len()], ENV_VARS, "{}", path.display());
+        assert!(keys[ENV_VARS.len()..].iter().all(|key| ACTING_ENV_VARS.contains(key)), "{}", path.display());
         for (key, value) in &mut vars {
             if key == "NATS_URL" {
                 *value = self.url();

@@ -173,7 +173,7 @@ impl Simulator {
                     slots,
                     props: engine_props(),
                 };
-                let subject = wire::subject_for(&event);
+                let subject = wire::default_subject(&event);
                 let envelope = Envelope {
                     id,
                     source: format!("engine:{engine}"),
@@ -285,7 +285,7 @@ impl Simulator {
             _ => report_batch(engine, reports),
         };
         report.report_messages += 1;
-        let subject = wire::subject_for(&envelope.event);
+        let subject = wire::default_subject(&envelope.event);
         let payload = Bytes::from(wire::encode(&envelope));
         self.pipeline.send(subject, payload, &msg_id(&envelope), completions).await
     }

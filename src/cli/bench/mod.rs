@@ -66,7 +66,7 @@ mod soak;
 mod workload;
 
 use super::client::{block_on, publish};
-use crate::core::event::{Entry, Event};
+use crate::core::event::{Entry, Event, Origin};
 use crate::core::ids::{EngineId, Seq};
 use crate::core::replay::{ReplayOptions, replay};
 use crate::core::state::State;
@@ -441,7 +441,7 @@ async fn bench_on(
     let cpu_before = CpuSample::take(broker_pid);
     let started = Instant::now();
     for job in &jobs {
-        publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
+        publish(&log, &Origin::Operator, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
     }
     let reporter = spawn_progress(
         handle.clone(),

@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::cpu::{cpu_ticks_of_pid, cpu_ticks_of_threads, machine_busy_ticks, ticks_to_us};
 use super::{BenchArgs, BrokerInfo, Latencies, ReadBack, Verification, read_back_and_verify, tempdir_for, tempdir_in};
 use crate::cli::client::publish;
-use crate::core::event::{Event, JobOptions, JobSpec, TaskSet, TaskTemplate};
+use crate::core::event::{Event, JobOptions, JobSpec, Origin, TaskSet, TaskTemplate};
 use crate::core::ids::{JobId, Seq};
 use crate::log::connect::BrokerAccess;
 use crate::log::jetstream::{JetStreamLog, LogConfig, STREAM_ORDERS};
@@ -431,7 +431,7 @@ pub async fn run_real(args: &BenchArgs, server: &NatsServer) -> anyhow::Result<R
     let work_dirs_before = work_dirs(&processes);
     let machine_before = machine_busy_ticks();
     let started = Instant::now();
-    publish(&log, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
+    publish(&log, &Origin::Operator, "gridfold-bench", Event::JobSubmitted(job.clone())).await?;
     let mut last_said = Instant::now();
     let summary = loop {
         tokio::time::sleep(POLL_EVERY).await;

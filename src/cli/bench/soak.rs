@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::{BenchArgs, BrokerInfo, spawn_simulator};
 use crate::cli::client::publish;
-use crate::core::event::{Event, Policy};
+use crate::core::event::{Event, Origin, Policy};
 use crate::core::ids::{EngineId, JobId};
 use crate::log::EventLog;
 use crate::log::connect::BrokerAccess;
@@ -133,7 +133,7 @@ pub async fn soak_on(
         let _ = stop.wait_for(|stop| *stop).await;
     }));
     let policy = Policy { job_retention_ms: args.soak_retention_ms, ..Policy::default() };
-    publish(&log, "gridfold-soak", Event::PolicySet(policy)).await?;
+    publish(&log, &Origin::Operator, "gridfold-soak", Event::PolicySet(policy)).await?;
 
     let sim = spawn_simulator(access, &engines, args.slots_sim(), args.window, tasks, Some(SEEN_KEPT)).await?;
     handle
@@ -170,7 +170,7 @@ pub async fn soak_on(
             job.id = JobId::new(&format!("soak-{submitted}")).expect("a valid job id");
             job.owner = format!("user-{}", submitted % 7);
             job.project = format!("project-{}", submitted % 3);
-            publish(&log, "gridfold-soak", Event::JobSubmitted(job)).await?;
+            publish(&log, &Origin::Operator, "gridfold-soak", Event::JobSubmitted(job)).await?;
             submitted += 1;
         }
         let folded = progress.completions_through(handle.status().folded_seq);

@@ -134,7 +134,7 @@ fn a_suspend_the_rule_does_not_justify_is_refused_even_signed_and_a_client_batch
     let rejections = fold(&mut state, &entry);
     assert!(matches!(&rejections[..], [Rejection::OrderNotApplicable { problem: OrderProblem::NotRequested, .. }]), "{rejections:?}");
     // The right one, but from a client (unsigned): the batch is refused whole.
-    let entry = log.push_from(crate::core::event::Origin::Client, Event::OrderBatch(batch(vec![suspend("lo", 1)])));
+    let entry = log.push_from(crate::core::event::Origin::User(crate::core::ids::UserName::new("mallory").unwrap()), Event::OrderBatch(batch(vec![suspend("lo", 1)])));
     let rejections = fold(&mut state, &entry);
     assert!(!rejections.is_empty() && !matches!(rejections[0], Rejection::OrderNotApplicable { .. }), "{rejections:?}");
     assert_eq!(state.n_suspended(), 0);

@@ -110,7 +110,7 @@ where
             let event = Event::ProjectorKeyRegistered { key: self.key.public(), name };
             let id = uuid::Uuid::new_v4();
             let envelope = Envelope { id: *id.as_bytes(), source: "gridfold-projector".into(), event };
-            let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
+            let append = Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string());
             // Tried once per process: on a broker that gives projectors no right to
             // the keys subject the publish waits out its timeout, and retrying it
             // on every loop would stall the projector for good.

@@ -37,7 +37,7 @@ async fn publish(log: &EmbeddedLog, event: Event) {
         source: "test".into(),
         event,
     };
-    let append = Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope))
+    let append = Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope))
         .with_msg_id(hex::encode(envelope.id));
     log.append(append).await.expect("append");
 }
