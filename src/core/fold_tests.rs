@@ -24,7 +24,7 @@ const REQUIREMENTS: [&str; 4] = ["", "os == \"linux\"", "memory_mb >= 4096", "si
 /// What the state would be had the entry been rejected whole: the bookkeeping
 /// every entry does (sequence, time, chain, the entry count) and the rejection
 /// record taken from `after`, everything else from `before`.
-fn as_if_rejected(before: &State, after: &State) -> State {
+pub(crate) fn as_if_rejected(before: &State, after: &State) -> State {
     let mut expected = before.clone();
     expected.last_seq = after.last_seq;
     expected.now_ms = after.now_ms;

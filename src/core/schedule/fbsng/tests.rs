@@ -88,8 +88,8 @@ fn a_job_of_an_unknown_queue_or_process_type_is_refused_naming_the_known_ones_an
     let mut log = LogBuilder::new();
     let kinds = vec![FbsngProcessType { name: "cms".into(), quota_slots: 4, requirements: String::new() }];
     log.push(Event::PolicySet(policy(vec![default_queue("high"), default_queue("low")], kinds)));
-    let before = state_of(&log).state_digest();
-    let rejections_before = state_of(&log).rejections.total;
+    let before = state_of(&log);
+    let rejections_before = before.rejections.total;
     log.submit(JobSpec { queue: "nowhere".into(), ..job_spec("j1", 1, "") });
     let mut spec = JobSpec { queue: "high".into(), ..job_spec("j2", 1, "") };
     spec.options.process_type = "atlas".into();
@@ -115,7 +115,8 @@ fn a_job_of_an_unknown_queue_or_process_type_is_refused_naming_the_known_ones_an
     );
     assert!(state.jobs().next().is_none(), "neither job is held");
     assert_eq!(state.rejections.total, rejections_before + 2);
-    let _ = before;
+    let as_if_refused = crate::core::fold::tests::as_if_rejected(&before, &state);
+    assert_eq!(as_if_refused.state_digest(), state.state_digest(), "the refusals changed nothing but the rejection record");
 }
 
 #[test]

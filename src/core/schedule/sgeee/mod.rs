@@ -343,7 +343,9 @@ impl Tickets {
         };
         let total = self.tickets_of(fixed.user, fixed.project, fixed.own, owner_booked).total();
         let dispatch = fixed.dispatch_fixed + self.weight_ticket_milli * self.ntckts(total);
-        debug_assert_eq!(dispatch, self.priority(state, j, owner_booked).dispatch, "the fixed part is the job's");
+        // Checked on every key of the unit tests, in release too.
+        #[cfg(test)]
+        assert_eq!(dispatch, self.priority(state, j, owner_booked).dispatch, "the fixed part is the job's");
         OrderKey { primary: dispatch, secondary: 0, submitted: Reverse(fixed.submitted) }
     }
 
