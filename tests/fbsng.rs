@@ -33,12 +33,18 @@ fn job_file(id: &str, queue: &str, tasks: u32) -> String {
 }
 
 #[test]
-fn jobs_of_two_queues_run_and_a_job_of_an_unknown_queue_is_refused_with_exit_1_naming_the_known_ones() {
+fn jobs_of_two_queues_run_moving_the_queue_priorities_and_an_unknown_queue_is_refused_with_exit_2_naming_the_known_ones() {
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
     let work = cluster.path("e1-work");
     cluster.engine("engine-e1", "e1", 2, &work);
     cluster.wait_logged_in(&["e1"]);
+    let priorities = |stat: &serde_json::Value| -> Vec<(String, i64)> {
+        let queues = stat["fbsng_queues"].as_array().cloned().unwrap_or_default();
+        queues.iter().map(|queue| (queue["name"].as_str().unwrap_or("?").to_string(), queue["priority"].as_i64().unwrap_or(-1))).collect()
+    };
+    let at_start = priorities(&stat(&cluster).expect("stat answers"));
+    assert_eq!(at_start, [("high".to_string(), 5), ("background".to_string(), 0)], "each queue starts at its qp_min");
 
     for (id, queue, tasks) in [("bg", "background", 6), ("hi", "high", 4)] {
         let file = cluster.write(&format!("{id}.toml"), &job_file(id, queue, tasks));
@@ -64,11 +70,12 @@ fn jobs_of_two_queues_run_and_a_job_of_an_unknown_queue_is_refused_with_exit_1_n
         }
         if done("bg") && done("hi") { Ok(stat) } else { Err(stat.to_string()) }
     });
-    let queues = done["fbsng_queues"].as_array().cloned().unwrap_or_default();
-    let names: Vec<&str> = queues.iter().filter_map(|queue| queue["name"].as_str()).collect();
-    assert_eq!(names, ["high", "background"], "{done}");
-    for queue in &queues {
-        assert!(queue["priority"].as_i64().is_some(), "{queue}");
+    // Each start: every queue gains its qpi, the starting queue loses its qpd,
+    // and all shift down until the one furthest behind stands at its qp_min.
+    // High's 4 starts put it 2 - 1 = 1 further ahead each, background's 6
+    // put it 3 - 0 = 3 further ahead each, whatever their order: 5 + 4 + 18.
+    assert_eq!(priorities(&done), [("high".to_string(), 27), ("background".to_string(), 0)], "{done}");
+    for queue in done["fbsng_queues"].as_array().cloned().unwrap_or_default() {
         assert_eq!(queue["waiting_sections"], 0, "{queue}");
     }
     assert_eq!(done["dispatches"], 10, "{done}");
