@@ -499,7 +499,7 @@ pub fn report_verdict(what: &str, seq: u64, settled: &Settled) -> ExitCode {
     match settled {
         Settled::Accepted => ExitCode::SUCCESS,
         Settled::Rejected(reasons) => {
-            eprintln!("gridfold: the projector rejected {what} (stored at seq {seq}): {}", reasons.join("; "));
+            eprintln!("gridfold: the projector rejected {what} (stored at seq {seq}): {}", crate::human::printable(&reasons.join("; ")));
             ExitCode::FAILURE
         }
         Settled::NotKnown(why) if why == "not waited for" => ExitCode::SUCCESS,

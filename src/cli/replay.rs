@@ -183,7 +183,7 @@ pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&explanation)?);
     } else {
-        print!("{explanation}");
+        print!("{}", crate::human::printable_lines(&explanation.to_string()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -197,11 +197,11 @@ fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
     let request = WhyRequest { task: args.task.to_string() };
     let answer: WhyAnswer = super::client::block_on(super::client::ask(&args.nats, WHY_SUBJECT, &request))?;
     match answer {
-        WhyAnswer { error: Some(error), .. } => anyhow::bail!("{error}"),
+        WhyAnswer { error: Some(error), .. } => anyhow::bail!("{}", crate::human::printable(&error)),
         WhyAnswer { explanation: Some(explanation), .. } if args.json => {
             println!("{}", serde_json::to_string_pretty(&explanation)?);
         }
-        WhyAnswer { text: Some(text), .. } => print!("{text}"),
+        WhyAnswer { text: Some(text), .. } => print!("{}", crate::human::printable_lines(&text)),
         _ => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds neither an explanation nor an error"),
     }
     Ok(ExitCode::SUCCESS)
@@ -243,7 +243,7 @@ fn why_ended_task(args: &WhyArgs) -> anyhow::Result<Option<ExitCode>> {
             "{} {}: its attempt {} went to {} by the order batch at seq {}, decided on the state at seq {}; as of then:",
             reply.task, reply.state, attempt.attempt, attempt.engine, attempt.dispatch_seq, attempt.based_on_seq
         );
-        print!("{explanation}");
+        print!("{}", crate::human::printable_lines(&explanation.to_string()));
     }
     Ok(Some(ExitCode::SUCCESS))
 }

@@ -219,7 +219,8 @@ impl std::fmt::Display for UsageReply {
             for (name, usage) in table {
                 writeln!(
                     f,
-                    "{name:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                    "{:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                    crate::human::printable(name),
                     usage.jobs_done,
                     usage.jobs_failed,
                     usage.jobs_cancelled,
@@ -579,7 +580,11 @@ impl std::fmt::Display for CampaignText<'_> {
         let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
         let summary = self.summary;
         for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
-            let name = if p.cluster.is_empty() { format!("{} campaign", summary.campaign) } else { format!("cluster {}", p.cluster) };
+            let name = if p.cluster.is_empty() {
+                format!("{} campaign", summary.campaign)
+            } else {
+                format!("cluster {}", crate::human::printable(&p.cluster))
+            };
             writeln!(
                 f,
                 "  {name}: done {}, {} tasks/h, mean {}, median {}, eta {}",
@@ -591,7 +596,7 @@ impl std::fmt::Display for CampaignText<'_> {
             )?;
         }
         for sink in &summary.sinks {
-            writeln!(f, "  WARNING {sink}")?;
+            writeln!(f, "  WARNING {}", crate::human::printable(&sink.to_string()))?;
         }
         Ok(())
     }

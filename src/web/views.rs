@@ -403,13 +403,13 @@ pub fn task_attempts(reply: &TaskReply) -> Html {
         ));
         html.raw("</p>");
         if let Some(result) = &attempt.result {
-            html.raw("<h4>output</h4><pre class=\"output\">").text(result).raw("</pre>");
+            html.raw("<h4>output</h4><pre class=\"output\">").text_lines(result).raw("</pre>");
             if attempt.output_truncated || u64::from(attempt.result_bytes) < attempt.stdout_stored_bytes.unwrap_or(0) {
                 html.raw("<p class=\"more\">").text("the first part only: `gridfold output` gives the whole").raw("</p>");
             }
         }
         if let Some(error_tail) = attempt.error_tail.as_ref().filter(|tail| !tail.is_empty()) {
-            html.raw("<h4>error tail</h4><pre class=\"stderr\">").text(error_tail).raw("</pre>");
+            html.raw("<h4>error tail</h4><pre class=\"stderr\">").text_lines(error_tail).raw("</pre>");
         }
         html.raw("</section>");
     }
@@ -420,7 +420,7 @@ pub fn task_attempts(reply: &TaskReply) -> Html {
 pub fn why(reply: &WhyAnswer) -> Html {
     let mut html = Html::new();
     match (&reply.text, &reply.error) {
-        (Some(text), _) => html.raw("<pre class=\"why\">").text(text).raw("</pre>"),
+        (Some(text), _) => html.raw("<pre class=\"why\">").text_lines(text).raw("</pre>"),
         (None, Some(error)) => html.raw("<p class=\"error\">").text(error).raw("</p>"),
         (None, None) => html.raw("<p class=\"error\">the projector gave no explanation</p>"),
     };
@@ -475,7 +475,7 @@ pub fn rejections(reply: &RejectionsReply) -> Html {
 pub fn policy(reply: &crate::projector::query::PolicyReply) -> Html {
     let mut html = Html::new();
     html.raw("<h2>Policy</h2><p class=\"provenance\">").text(reply.provenance()).raw("</p>");
-    html.raw("<pre class=\"policy\">").text(reply.policy_text()).raw("</pre>");
+    html.raw("<pre class=\"policy\">").text_lines(&reply.policy_text()).raw("</pre>");
     html
 }
 
@@ -627,6 +627,18 @@ mod tests {
         let page = page(&View::Job(EVIL.into()), &job(&summary, EVIL));
         assert_eq!(page.matches("<script").count(), 1, "only the page's own script: {page}");
         assert!(page.contains("data-path=\"/jobs/%3Cscript%3Ewindow.pwned%3D1"), "{page}");
+    }
+
+    #[test]
+    fn escape_codes_in_owners_reasons_and_output_are_written_out() {
+        const CODES: &str = "eve\x1b[2J\nfake row";
+        let mut summary = summary_with_evil_strings();
+        summary.jobs[0].owner = CODES.into();
+        let overview = overview(&summary, &Html::new()).into_string();
+        assert!(!overview.contains('\x1b') && overview.contains(r"<td>eve\x1b[2J\nfake row</td>"), "{overview}");
+        let attempt = crate::projector::results::AttemptView { error_tail: Some(format!("{CODES}\nnext")), ..Default::default() };
+        let task = task_attempts(&TaskReply { attempts: vec![attempt], ..Default::default() }).into_string();
+        assert!(!task.contains('\x1b') && task.contains("eve\\x1b[2J\nfake row\nnext"), "output keeps its lines: {task}");
     }
 
     #[test]
