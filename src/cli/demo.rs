@@ -274,8 +274,11 @@ async fn verify_log<L: EventLog>(log: &L, projector: &ProjectorReport) -> anyhow
     let entries = super::stat::to_entries(&raw);
     let options = ReplayOptions { verify: true, stop_at: None, check_invariants: true };
     let (state, report) = replay(State::new(), &entries, &options, &mut |_| {});
-    if let Some(divergence) = report.first_divergence {
-        println!("replay DIVERGED: {divergence}");
+    let problems = report.not_verified(&[]);
+    if !problems.is_empty() {
+        for problem in &problems {
+            println!("replay NOT VERIFIED: {problem}");
+        }
         return Ok(ExitCode::from(1));
     }
     let at_projector = ReplayOptions { stop_at: Some(Seq(projector.last_seq)), ..ReplayOptions::default() };
