@@ -251,7 +251,7 @@ trait StatSource {
 
 impl StatSource for crate::projector::service::ProjectorHandle {
     async fn stat(&self, job: &str) -> anyhow::Result<StateSummary> {
-        Ok(crate::projector::service::ProjectorHandle::stat(self, StatRequest { job: Some(job.to_string()), state_digest: false }).await?)
+        Ok(crate::projector::service::ProjectorHandle::stat(self, StatRequest { job: Some(job.to_string()), ..StatRequest::default() }).await?)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::human::printable;
 use crate::log::{read_to_end, EventLog, RawEntry};
 use crate::projector::query::{
     JobSummary, RejectionsReply, RejectionsRequest, StatRequest, StateSummary, UsageReply, UsageRequest, REJECTIONS_SUBJECT,
-    STAT_SUBJECT, USAGE_SUBJECT,
+    STAT_JOBS_PER_PAGE_MAX, STAT_SUBJECT, USAGE_SUBJECT,
 };
 use crate::wire;
 
@@ -59,11 +59,22 @@ pub struct StatArgs {
     /// One line per user: campaigns, waiting, running, done, failed, throughput.
     #[arg(long, conflicts_with_all = ["watch", "until_done"])]
     pub users: bool,
-    /// Most lines `-f` and `--errors` print (they say how many they left out).
+    /// Most lines the job table, `-f` and `--errors` print (they say how many
+    /// they left out; `--json` as `jobs_more` and `next_from`).
     #[arg(long, default_value_t = super::gridstat::LIMIT_DEFAULT,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(super::gridstat::LIMIT_MAX)))]
     pub limit: u32,
+    /// The first job of the table: its place among the jobs shown (0 is the
+    /// first), as `next_from` gives it, to page through them with --limit.
+    #[arg(long, default_value_t = 0, conflicts_with = "job")]
+    pub from: u32,
+    /// Every job, whatever --limit (the projector's pages are asked one after another).
+    #[arg(long, conflicts_with = "job")]
+    pub all: bool,
 }
+
+/// Most pages one `stat` asks for: 10,000 pages of 1,000 jobs.
+const STAT_PAGES_MAX: u32 = 10_000;
 
 #[derive(Debug, Args)]
 pub struct UsageArgs {
@@ -100,15 +111,30 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let mut reports = 0u64;
         loop {
-            let mut summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone(), state_digest: args.state_digest }).await?;
+            let request = StatRequest {
+                job: args.job.clone(),
+                state_digest: args.state_digest,
+                owner: args.owner.clone(),
+                status: args.state.clone(),
+                from: args.from,
+                limit: None,
+            };
+            // The views that add up every job (users, errors) read them all.
+            let every_job = args.all || args.users || args.errors;
+            let mut summary = stat_pages(&args.nats, request, (!every_job).then_some(args.limit)).await?;
             if let Some(job) = args.job.as_ref().filter(|_| summary.jobs.is_empty() && summary.retired.is_none()) {
-                eprintln!("no job {job}");
+                eprintln!("no job {}", printable(job));
                 return Ok(ExitCode::FAILURE);
             }
-            summary.jobs.retain(|job| {
-                args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
-                    && args.state.as_ref().is_none_or(|state| &job.status == state)
-            });
+            if args.job.is_some() {
+                // A named job is answered whatever the filters: they apply here.
+                summary.jobs.retain(|job| {
+                    args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
+                        && args.state.as_ref().is_none_or(|state| &job.status == state)
+                });
+                summary.jobs_total = summary.jobs.len() as u64;
+                summary.jobs_active = summary.jobs.iter().filter(|job| job.status == "active").count() as u64;
+            }
             if let (true, Some(job)) = (args.full, args.job.as_ref()) {
                 return super::gridstat::full(&args.nats, &summary, job, args.limit, args.json).await;
             }
@@ -129,13 +155,45 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
                 write_stat(&mut std::io::stdout().lock(), &summary, args.long)?;
             }
             reports += 1;
-            let all_ended = summary.jobs.iter().all(|job| job.status != "active");
+            let all_ended = summary.jobs_active == 0 && summary.jobs.iter().all(|job| job.status != "active");
             if !repeat || (args.until_done && all_ended) {
                 return Ok(ExitCode::SUCCESS);
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     })
+}
+
+/// The summary with the matching jobs from the request's `from`, at most
+/// `lines_max` of them (all with `None`), asked page after page: the figures
+/// are the first page's, the counts of what is left (`jobs_more`,
+/// `next_from`) the last one's. Jobs that come or go between two pages may be
+/// missed or shown twice.
+async fn stat_pages(nats: &NatsArgs, mut request: StatRequest, lines_max: Option<u32>) -> anyhow::Result<StateSummary> {
+    let mut summary: Option<StateSummary> = None;
+    for _ in 0..STAT_PAGES_MAX {
+        let listed = summary.as_ref().map_or(0, |summary| summary.jobs.len() as u32);
+        request.limit = Some(lines_max.map_or(STAT_JOBS_PER_PAGE_MAX, |max| max.saturating_sub(listed).min(STAT_JOBS_PER_PAGE_MAX)));
+        let page: StateSummary = ask(nats, STAT_SUBJECT, &request).await?;
+        let done = page.jobs.is_empty() || lines_max.is_some_and(|max| listed + page.jobs.len() as u32 >= max);
+        let next_from = page.next_from;
+        summary = Some(match summary {
+            None => page,
+            Some(mut summary) => {
+                summary.jobs.extend(page.jobs);
+                StateSummary { jobs_total: page.jobs_total, jobs_active: page.jobs_active, jobs_more: page.jobs_more, next_from, ..summary }
+            }
+        });
+        match next_from {
+            Some(from) if !done => {
+                request.from = from;
+                // The digest is the first page's: asked once.
+                request.state_digest = false;
+            }
+            _ => return Ok(summary.expect("a page was asked for")),
+        }
+    }
+    anyhow::bail!("more than {STAT_PAGES_MAX} pages of jobs: stopped")
 }
 
 /// A span of log time as a person reads it: `42 s`, `7 min`, `3 h`, `2 d`.
@@ -245,6 +303,10 @@ fn write_stat(out: &mut impl Write, summary: &StateSummary, long: bool) -> std::
             printable(&job_notes(job))
         )?;
     }
+    if summary.jobs_more > 0 {
+        let next = summary.next_from.map_or(String::new(), |from| format!(": gridfold stat --from {from}, or --all"));
+        writeln!(out, "... {} more job(s) not shown ({} in all){next}", summary.jobs_more, summary.jobs_total)?;
+    }
     writeln!(out)?;
     writeln!(
         out,
@@ -272,6 +334,9 @@ fn write_stat(out: &mut impl Write, summary: &StateSummary, long: bool) -> std::
         if !engine.suspended_by_threshold.is_empty() {
             writeln!(out, "  {}: suspended by a threshold: {}", engine.id, engine.suspended_by_threshold.join(", "))?;
         }
+    }
+    if summary.engines_more > 0 {
+        writeln!(out, "... {} more engine(s) not shown: the projector's answer holds what fits one broker message", summary.engines_more)?;
     }
     writeln!(out)?;
     if !summary.fbsng_queues.is_empty() {

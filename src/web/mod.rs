@@ -246,8 +246,14 @@ async fn render(app: &App, view: &View) -> Html {
     }
 }
 
-async fn stat(app: &App, job: Option<&str>) -> Result<StateSummary, AskError> {
-    app.source.ask(query::STAT_SUBJECT, &query::StatRequest { job: job.map(str::to_string), state_digest: false }).await
+/// `stat`, listing at most `jobs_max` jobs (the first).
+async fn stat(app: &App, job: Option<&str>, jobs_max: usize) -> Result<StateSummary, AskError> {
+    let request = query::StatRequest {
+        job: job.map(str::to_string),
+        limit: Some(u32::try_from(jobs_max).unwrap_or(u32::MAX)),
+        ..query::StatRequest::default()
+    };
+    app.source.ask(query::STAT_SUBJECT, &request).await
 }
 
 async fn why(app: &App, task: &str) -> Result<WhyAnswer, AskError> {
@@ -257,13 +263,13 @@ async fn why(app: &App, task: &str) -> Result<WhyAnswer, AskError> {
 async fn render_or_fail(app: &App, view: &View) -> Result<Html, AskError> {
     Ok(match view {
         View::Overview => {
-            let summary = stat(app, None).await?;
+            let summary = stat(app, None, views::ROWS_MAX).await?;
             let plot = app.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).svg();
             views::overview(&summary, &plot)
         }
-        View::Engines => views::engines(&stat(app, None).await?),
+        View::Engines => views::engines(&stat(app, None, 0).await?),
         View::Job(job) => {
-            let summary = stat(app, Some(job)).await?;
+            let summary = stat(app, Some(job), 1).await?;
             let mut html = views::job(&summary, job);
             if summary.jobs.iter().any(|found| &found.id == job) {
                 let request = results::TasksRequest { job: job.clone(), limit: Some(views::ROWS_MAX as u32), ..Default::default() };
@@ -307,7 +313,7 @@ async fn sample_throughput(app: Arc<App>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let Ok(summary) = stat(&app, None).await else { continue };
+        let Ok(summary) = stat(&app, None, 0).await else { continue };
         let sample = Sample {
             at_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             tasks_done: summary.tasks_done,

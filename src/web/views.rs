@@ -180,17 +180,19 @@ pub fn jobs_table(html: &mut Html, summary: &StateSummary) {
             .raw("</tr>");
     }
     html.raw("</table>");
-    more_rows(html, summary.jobs.len());
+    more_rows(html, summary.jobs.len(), summary.jobs_more);
 }
 
-fn more_rows(html: &mut Html, n: usize) {
-    if n > ROWS_MAX {
-        html.raw("<p class=\"more\">").text(format!("… and {} more not shown", n - ROWS_MAX)).raw("</p>");
+/// `… and N more not shown`: past the first [`ROWS_MAX`] of `listed`, and the `unlisted` the answer left out.
+fn more_rows(html: &mut Html, listed: usize, unlisted: u64) {
+    let more = listed.saturating_sub(ROWS_MAX) as u64 + unlisted;
+    if more > 0 {
+        html.raw("<p class=\"more\">").text(format!("… and {more} more not shown")).raw("</p>");
     }
 }
 
-/// The engines table; `long` adds their properties.
-pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary], long: bool) {
+/// The engines table; `long` adds their properties; `unlisted` engines the answer left out are counted.
+pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary], unlisted: u64, long: bool) {
     if engines.is_empty() {
         html.raw("<p class=\"empty\">no engines have logged in</p>");
         return;
@@ -214,7 +216,7 @@ pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary
         }
     }
     html.raw("</table>");
-    more_rows(html, engines.len());
+    more_rows(html, engines.len(), unlisted);
 }
 
 /// `/`: the counters, the throughput plot, the jobs and the engines.
@@ -223,7 +225,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
     html.raw("<p class=\"counters\">").text(format!(
         "log up to seq {} · jobs {} · tasks done {} · tasks failed {} · dispatches {} · requeues {} · engines lost {} · ",
         summary.last_seq,
-        summary.jobs.len(),
+        summary.jobs_total,
         summary.tasks_done,
         summary.tasks_failed,
         summary.dispatches,
@@ -235,7 +237,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
     html.raw("<h2>Jobs</h2>");
     jobs_table(&mut html, summary);
     html.raw("<h2>Engines</h2>");
-    engines_table(&mut html, summary.log_time_ms, &summary.engines, false);
+    engines_table(&mut html, summary.log_time_ms, &summary.engines, summary.engines_more, false);
     html
 }
 
@@ -243,7 +245,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
 pub fn engines(summary: &StateSummary) -> Html {
     let mut html = Html::new();
     html.raw("<h2>Engines</h2>");
-    engines_table(&mut html, summary.log_time_ms, &summary.engines, true);
+    engines_table(&mut html, summary.log_time_ms, &summary.engines, summary.engines_more, true);
     html
 }
 
@@ -564,7 +566,12 @@ mod tests {
             rejections: 0,
             rejections_by_kind: Default::default(),
             jobs: vec![job],
+            jobs_total: 1,
+            jobs_active: 1,
+            jobs_more: 0,
+            next_from: None,
             engines: vec![engine],
+            engines_more: 0,
             dispatches: 3,
             tasks_done: 2,
             tasks_failed: 0,
