@@ -6,7 +6,7 @@
 //!
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
 //! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
-//! - [`stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job`]
+//! - [`stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job_and_a_usage_too_large_is_an_error`]
 
 mod support;
 
@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gridfold::core::event::{Envelope, Event};
+use gridfold::core::ids::JobId;
 use gridfold::log::Append;
 use gridfold::projector::query::StateSummary;
 use gridfold::projector::results::{TaskReply, TasksReply};
@@ -253,16 +254,17 @@ fn output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work
 
 /// The answers a person gets from `stat` with 20,000 jobs held (over 1 MiB of
 /// them, the broker's payload limit): a page and how many more, in the text and
-/// in `--json`, and pages that list every job once.
+/// in `--json`, and pages that list every job once; and an answer with no pages
+/// that is too large comes back as an error, never silence.
 #[test]
-fn stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job() {
+fn stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job_and_a_usage_too_large_is_an_error() {
     const JOBS: u32 = 20_000;
     let mut cluster = Cluster::start(POLICY);
     let state_dir = cluster.path("projector");
     cluster.register_projector_key(&state_dir);
     let (url, state) = (cluster.url(), state_dir.display().to_string());
     // Without --check-invariants: checking 20,000 jobs after every entry is not what this test is about.
-    cluster.spawn("projector", &["projector", "--nats", &url, "--state", &state]);
+    let projector = cluster.spawn("projector", &["projector", "--nats", &url, "--state", &state]);
 
     // Submitted as outside publishers do, many in flight at once; no engine: they wait.
     let ids: Vec<String> = (0..JOBS).map(|n| format!("bulk-{n:05}")).collect();
@@ -314,4 +316,33 @@ fn stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_ever
     let all = stat_json(&cluster, &["--all"]);
     assert_eq!((all.jobs.len(), all.jobs_more, all.next_from), (20_000, 0, None));
     assert!(all.jobs.iter().map(|job| job.id.as_str()).eq(ids.iter().map(String::as_str)));
+
+    // An answer that has no pages and is too large for one message: every job
+    // cancelled, `usage` adds up 20,000 owners (over 3 MiB). It is an error, said
+    // by the command (exit 1) and in the projector's log, not silence.
+    let cancels = ids
+        .iter()
+        .map(|id| {
+            let event = Event::JobCancelled { job: JobId::new(id).expect("a job id"), reason: "test".into() };
+            let id = uuid::Uuid::new_v4();
+            let envelope = Envelope { id: *id.as_bytes(), source: "results-test".into(), event };
+            Append::new(wire::subject_for(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string())
+        })
+        .collect();
+    cluster.append_batch(cancels);
+    cluster.wait_for("every job cancelled", Duration::from_secs(120), |cluster| {
+        let counts = stat_json(cluster, &["--limit", "0"]);
+        if counts.jobs_active == 0 { Ok(()) } else { Err(format!("{} jobs active", counts.jobs_active)) }
+    });
+    let usage = run(&cluster, &["usage"]);
+    assert_eq!(usage.code, Some(1), "{}\n{}", usage.text(), usage.stderr);
+    assert!(
+        usage.stderr.contains("the projector answered on gridfold.q.usage with an error: the projector's answer on gridfold.q.usage is ")
+            && usage.stderr.contains("more than the broker takes in one message (1048576 bytes)")
+            && !usage.stderr.contains("no projector answered"),
+        "{}",
+        usage.stderr
+    );
+    let warned = cluster.proc(projector).stderr();
+    assert!(warned.contains("an answer is larger than the broker takes in one message"), "{warned}");
 }
