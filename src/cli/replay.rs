@@ -172,9 +172,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         println!("{summary}");
         if args.verify {
             for problem in &not_verified {
+                // The algorithm's name is as a batch gave it.
+                let said = crate::human::printable(&problem.to_string()).into_owned();
                 match problem {
-                    NotVerified::Diverged(divergence) => println!("DIVERGENCE: {divergence}"),
-                    other => println!("NOT VERIFIED: {other}"),
+                    NotVerified::Diverged(_) => println!("DIVERGENCE: {said}"),
+                    _ => println!("NOT VERIFIED: {said}"),
                 }
             }
             if not_verified.is_empty() {

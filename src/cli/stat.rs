@@ -119,8 +119,8 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
                 from: args.from,
                 limit: None,
             };
-            // The views that add up every job (users, errors) read them all.
-            let every_job = args.all || args.users || args.errors;
+            // The views that add up every job (users, errors) read them all; a named job is listed whatever --limit.
+            let every_job = args.all || args.users || args.errors || args.job.is_some();
             let mut summary = stat_pages(&args.nats, request, (!every_job).then_some(args.limit)).await?;
             if let Some(job) = args.job.as_ref().filter(|_| summary.jobs.is_empty() && summary.retired.is_none()) {
                 eprintln!("no job {}", printable(job));

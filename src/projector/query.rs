@@ -605,7 +605,7 @@ pub struct StateSummary {
     /// Matching jobs after this page, not listed in it.
     #[serde(default)]
     pub jobs_more: u64,
-    /// Ask again with `from` set to this for the next page (absent on the last).
+    /// Ask again with `from` set to this for the next page (null on the last).
     #[serde(default)]
     pub next_from: Option<u32>,
     pub engines: Vec<EngineSummary>,
