@@ -6,13 +6,19 @@
 //!
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
 //! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
+//! - [`stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job_and_a_usage_too_large_is_an_error`]
 
 mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use gridfold::core::event::{Envelope, Event};
+use gridfold::core::ids::JobId;
+use gridfold::log::Append;
+use gridfold::projector::query::StateSummary;
 use gridfold::projector::results::{TaskReply, TasksReply};
+use gridfold::wire;
 use support::procs::Cluster;
 
 const POLICY: &str = "\
@@ -244,4 +250,99 @@ fn output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work
             .collect();
         if left.is_empty() { Ok(()) } else { Err(format!("still there: {left:?}")) }
     });
+}
+
+/// The answers a person gets from `stat` with 20,000 jobs held (over 1 MiB of
+/// them, the broker's payload limit): a page and how many more, in the text and
+/// in `--json`, and pages that list every job once; and an answer with no pages
+/// that is too large comes back as an error, never silence.
+#[test]
+fn stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job_and_a_usage_too_large_is_an_error() {
+    const JOBS: u32 = 20_000;
+    let mut cluster = Cluster::start(POLICY);
+    let state_dir = cluster.path("projector");
+    cluster.register_projector_key(&state_dir);
+    let (url, state) = (cluster.url(), state_dir.display().to_string());
+    // Without --check-invariants: checking 20,000 jobs after every entry is not what this test is about.
+    let projector = cluster.spawn("projector", &["projector", "--nats", &url, "--state", &state]);
+
+    // Submitted as outside publishers do, many in flight at once; no engine: they wait.
+    let ids: Vec<String> = (0..JOBS).map(|n| format!("bulk-{n:05}")).collect();
+    let appends = ids
+        .iter()
+        .map(|id| {
+            let mut spec = gridfold::core::testkit::job_spec(id, 1, "");
+            spec.owner = format!("owner-of-{id}-with-a-long-name");
+            let id = uuid::Uuid::new_v4();
+            let envelope = Envelope { id: *id.as_bytes(), source: "results-test".into(), event: Event::JobSubmitted(spec) };
+            Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string())
+        })
+        .collect();
+    cluster.append_batch(appends);
+    let stat_json = |cluster: &Cluster, args: &[&str]| -> StateSummary {
+        let ran = run(cluster, &[&["stat", "--json"][..], args].concat());
+        assert_eq!(ran.code, Some(0), "stat {args:?}: {}", ran.stderr);
+        serde_json::from_slice(&ran.stdout).unwrap_or_else(|err| panic!("stat {args:?} --json: {err}"))
+    };
+    cluster.wait_for("the projector to hold every job", Duration::from_secs(120), |cluster| {
+        let counts = stat_json(cluster, &["--limit", "0"]);
+        if counts.jobs_total == u64::from(JOBS) { Ok(()) } else { Err(format!("{} jobs held", counts.jobs_total)) }
+    });
+
+    // The text: the first 200 (stat's --limit) and how many more, and how to see them.
+    let ran = run(&cluster, &["stat"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let text = ran.text();
+    assert_eq!(text.lines().filter(|line| line.starts_with("bulk-")).count(), 200, "{text}");
+    assert!(text.contains("... 19800 more job(s) not shown (20000 in all): gridfold stat --from 200, or --all"), "{text}");
+
+    // The same in --json.
+    let first = stat_json(&cluster, &[]);
+    assert_eq!((first.jobs.len(), first.jobs_total, first.jobs_more, first.next_from), (200, 20_000, 19_800, Some(200)));
+
+    // A walk of pages of 5,000 (each several answers of the projector's) lists every job once, in order.
+    let mut walked = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = stat_json(&cluster, &["--from", &from.to_string(), "--limit", "5000"]);
+        walked.extend(page.jobs.into_iter().map(|job| job.id));
+        assert_eq!(page.jobs_more, u64::from(JOBS) - walked.len() as u64);
+        match page.next_from {
+            Some(next) => from = next,
+            None => break,
+        }
+    }
+    assert_eq!(walked, ids, "every job once, in the order held");
+    let all = stat_json(&cluster, &["--all"]);
+    assert_eq!((all.jobs.len(), all.jobs_more, all.next_from), (20_000, 0, None));
+    assert!(all.jobs.iter().map(|job| job.id.as_str()).eq(ids.iter().map(String::as_str)));
+
+    // An answer that has no pages and is too large for one message: every job
+    // cancelled, `usage` adds up 20,000 owners (over 3 MiB). It is an error, said
+    // by the command (exit 1) and in the projector's log, not silence.
+    let cancels = ids
+        .iter()
+        .map(|id| {
+            let event = Event::JobCancelled { job: JobId::new(id).expect("a job id"), reason: "test".into() };
+            let id = uuid::Uuid::new_v4();
+            let envelope = Envelope { id: *id.as_bytes(), source: "results-test".into(), event };
+            Append::new(wire::default_subject(&envelope.event), wire::encode(&envelope)).with_msg_id(id.to_string())
+        })
+        .collect();
+    cluster.append_batch(cancels);
+    cluster.wait_for("every job cancelled", Duration::from_secs(120), |cluster| {
+        let counts = stat_json(cluster, &["--limit", "0"]);
+        if counts.jobs_active == 0 { Ok(()) } else { Err(format!("{} jobs active", counts.jobs_active)) }
+    });
+    let usage = run(&cluster, &["usage"]);
+    assert_eq!(usage.code, Some(1), "{}\n{}", usage.text(), usage.stderr);
+    assert!(
+        usage.stderr.contains("the projector answered on gridfold.q.usage with an error: the projector's answer on gridfold.q.usage is ")
+            && usage.stderr.contains("more than the broker takes in one message (1048576 bytes)")
+            && !usage.stderr.contains("no projector answered"),
+        "{}",
+        usage.stderr
+    );
+    let warned = cluster.proc(projector).stderr();
+    assert!(warned.contains("an answer is larger than the broker takes in one message"), "{warned}");
 }

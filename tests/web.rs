@@ -6,7 +6,8 @@
 //!
 //! A test that cannot start chromium FAILS (never skips), saying how to install it
 //! (`.ci/install-chromium`). Screenshots are saved under `target/web-screenshots/`
-//! for a person to look at.
+//! for a person to look at. The `Host` check needs no browser: plain requests
+//! naming one host or another.
 
 mod support;
 
@@ -243,9 +244,14 @@ impl Drop for Browser {
 
 /// One HTTP/1.1 GET on loopback: (status line, body).
 fn http_get(address: &str, path: &str) -> Result<(String, String), String> {
+    http_get_for(address, address, path)
+}
+
+/// One HTTP/1.1 GET on loopback naming `host` as its `Host`: (status line, body).
+fn http_get_for(address: &str, host: &str, path: &str) -> Result<(String, String), String> {
     let mut stream = std::net::TcpStream::connect(address).map_err(|err| err.to_string())?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|err| err.to_string())?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").map_err(|err| err.to_string())?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|err| err.to_string())?;
     let mut response = String::new();
     stream.read_to_string(&mut response).map_err(|err| err.to_string())?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or("no header end")?;
@@ -363,5 +369,33 @@ fn a_job_submitted_while_the_page_is_open_appears_and_reaches_done_without_a_rel
     let (status, body) = http_get(&address, "/jobs/%3Cscript%3Ealert(1)%3C%2Fscript%3E").expect("GET");
     assert!(status.contains(" 200 "), "{status}");
     assert!(!body.contains("<script>alert") && body.contains("no job &lt;script&gt;alert(1)&lt;/script&gt;"), "{body}");
+    assert!(cluster.proc(web).poll_exit().is_none(), "gridfold web still serves");
+}
+
+/// DNS rebinding: a page on evil.example that points its name at the web view's
+/// address sends `Host: evil.example`, and gets nothing; the web view's own
+/// address, `localhost` with its port and the names given by `--allowed-host` are answered.
+#[test]
+fn a_request_for_another_host_is_refused_and_the_listening_address_and_allowed_names_are_answered() {
+    let mut cluster = Cluster::start(POLICY);
+    let url = cluster.url();
+    let web = cluster.spawn("web", &["web", "--listen", "127.0.0.1:0", "--nats", &url, "--allowed-host", "grid.example.org"]);
+    let address = served_address(&mut cluster, web);
+    let port = address.rsplit_once(':').map(|(_, port)| port.to_string()).expect("an address with a port");
+
+    for host in ["evil.example", &format!("evil.example:{port}"), "grid.example.org:1", "localhost"] {
+        for path in ["/", "/live?path=/", "/assets/live.js", "/jobs/x"] {
+            let (status, body) = http_get_for(&address, host, path).expect("GET");
+            assert!(status.contains(" 421 "), "Host {host}, {path}: {status}\n{body}");
+            assert!(body.contains("does not answer for the host") && body.contains("--allowed-host"), "{body}");
+            assert!(!body.contains("<html") && !body.contains("gridfold.q"), "nothing of the page: {body}");
+        }
+    }
+    for host in [address.clone(), "127.0.0.1".into(), format!("localhost:{port}"), "grid.example.org".into(), format!("GRID.example.org:{port}")] {
+        let (status, body) = http_get_for(&address, &host, "/assets/live.js").expect("GET");
+        assert!(status.contains(" 200 "), "Host {host}: {status}\n{body}");
+        let (status, body) = http_get_for(&address, &host, "/").expect("GET");
+        assert!(status.contains(" 200 ") && body.contains("<main id=\"live\""), "Host {host}: {status}\n{body}");
+    }
     assert!(cluster.proc(web).poll_exit().is_none(), "gridfold web still serves");
 }

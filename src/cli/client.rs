@@ -437,7 +437,20 @@ pub async fn ask_within<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
             nats.url
         ),
     };
-    serde_json::from_slice(&reply.payload).with_context(|| format!("the projector's answer on {subject} does not decode"))
+    decode_answer(subject, &reply.payload)
+}
+
+/// The projector's answer on `subject`, or the error it answered with instead
+/// (a request it could not read, an answer too large to send).
+pub fn decode_answer<A: serde::de::DeserializeOwned>(subject: &str, payload: &[u8]) -> anyhow::Result<A> {
+    use crate::projector::query::QueryError;
+    match serde_json::from_slice::<A>(payload) {
+        Ok(answer) => Ok(answer),
+        Err(undecodable) => match serde_json::from_slice::<QueryError>(payload) {
+            Ok(QueryError { error }) => anyhow::bail!("the projector answered on {subject} with an error: {}", crate::human::printable(&error)),
+            Err(_) => Err(anyhow::Error::new(undecodable).context(format!("the projector's answer on {subject} does not decode"))),
+        },
+    }
 }
 
 /// How long a publishing command waits for the projector's verdict on its event.
@@ -568,7 +581,7 @@ pub fn report_verdict(what: &str, seq: u64, settled: &Settled) -> ExitCode {
     match settled {
         Settled::Accepted => ExitCode::SUCCESS,
         Settled::Rejected(reasons) => {
-            eprintln!("gridfold: the projector rejected {what} (stored at seq {seq}): {}", reasons.join("; "));
+            eprintln!("gridfold: the projector rejected {what} (stored at seq {seq}): {}", crate::human::printable(&reasons.join("; ")));
             ExitCode::FAILURE
         }
         Settled::NotKnown(why) if why == "not waited for" => ExitCode::SUCCESS,
@@ -677,6 +690,19 @@ mod patience_tests {
             assert!(outcome.is_err());
             assert_eq!(tries, 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use crate::projector::query::StateSummary;
+
+    #[test]
+    fn an_error_answer_is_an_error_that_says_the_projectors_words_and_garbage_says_it_does_not_decode() {
+        let said = super::decode_answer::<StateSummary>("gridfold.q.stat", br#"{"error": "too large\u001b[2J"}"#).unwrap_err();
+        assert_eq!(said.to_string(), r"the projector answered on gridfold.q.stat with an error: too large\x1b[2J");
+        let garbage = super::decode_answer::<StateSummary>("gridfold.q.stat", b"[1, 2]").unwrap_err();
+        assert!(format!("{garbage:#}").starts_with("the projector's answer on gridfold.q.stat does not decode: "), "{garbage:#}");
     }
 }
 

@@ -252,7 +252,7 @@ trait StatSource {
 
 impl StatSource for crate::projector::service::ProjectorHandle {
     async fn stat(&self, job: &str) -> anyhow::Result<StateSummary> {
-        Ok(crate::projector::service::ProjectorHandle::stat(self, StatRequest { job: Some(job.to_string()), state_digest: false }).await?)
+        Ok(crate::projector::service::ProjectorHandle::stat(self, StatRequest { job: Some(job.to_string()), ..StatRequest::default() }).await?)
     }
 }
 
@@ -275,8 +275,11 @@ async fn verify_log<L: EventLog>(log: &L, projector: &ProjectorReport) -> anyhow
     let entries = super::stat::to_entries(&raw);
     let options = ReplayOptions { verify: true, stop_at: None, check_invariants: true };
     let (state, report) = replay(State::new(), &entries, &options, &mut |_| {});
-    if let Some(divergence) = report.first_divergence {
-        println!("replay DIVERGED: {divergence}");
+    let problems = report.not_verified(&[]);
+    if !problems.is_empty() {
+        for problem in &problems {
+            println!("replay NOT VERIFIED: {problem}");
+        }
         return Ok(ExitCode::from(1));
     }
     let at_projector = ReplayOptions { stop_at: Some(Seq(projector.last_seq)), ..ReplayOptions::default() };

@@ -23,7 +23,7 @@ pub struct EngineArgs {
     pub admin: Option<super::ops::EngineAdmin>,
     #[command(flatten)]
     pub nats: super::client::NatsArgs,
-    /// This engine's id: 1 to 64 of [A-Za-z0-9_-]; it names its subjects and its durable consumer.
+    /// This engine's id: 1 to 64 of [A-Za-z0-9_-], not starting with '-'; it names its subjects and its durable consumer.
     #[arg(long, required = true, value_parser = parse_engine_id)]
     pub name: Option<EngineId>,
     /// How many slots to offer: the most task slots running at once.

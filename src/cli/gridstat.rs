@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::client::{ask, NatsArgs};
 use super::results::seconds;
 use crate::core::schedule::cigri::predictor::{milli_text, Prediction};
+use crate::human::printable;
 use crate::projector::query::{CampaignSummary, JobSummary, StateSummary};
 use crate::projector::results::{TaskReply, TaskRequest, TasksReply, TasksRequest, TASKS_SUBJECT, TASK_SUBJECT, TASKS_PER_PAGE_MAX};
 
@@ -26,23 +27,25 @@ pub const LIMIT_MAX: u32 = 100_000;
 const TAIL_SHOWN_BYTES: usize = 200;
 
 /// The campaign table under `cigri`: one line per campaign, then its sink warnings.
-pub fn print_campaigns(summary: &StateSummary) {
+pub fn write_campaigns(out: &mut impl std::io::Write, summary: &StateSummary) -> std::io::Result<()> {
     let campaigns: Vec<(&JobSummary, &CampaignSummary)> =
         summary.jobs.iter().filter_map(|job| job.cigri.as_ref().map(|campaign| (job, campaign))).collect();
     if campaigns.is_empty() {
-        return;
+        return Ok(());
     }
     let now = summary.log_time_ms;
-    println!(
+    writeln!(
+        out,
         "{:<24} {:<12} {:<8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
         "CAMPAIGN", "USER", "TYPE", "STATUS", "WAITING", "RUNNING", "DONE", "FAILED", "TASKS/H", "MEAN", "ETA"
-    );
+    )?;
     for (job, campaign) in &campaigns {
         let p = &campaign.prediction;
-        println!(
+        writeln!(
+            out,
             "{:<24} {:<12} {:<8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
             job.id,
-            job.owner,
+            printable(&job.owner),
             campaign.campaign,
             job.status,
             job.waiting,
@@ -52,12 +55,13 @@ pub fn print_campaigns(summary: &StateSummary) {
             milli_text(p.per_hour_milli),
             p.mean_duration_ms.map_or("-".into(), seconds),
             eta_text(p.eta_ms, now),
-        );
+        )?;
         for sink in &campaign.sinks {
-            println!("  WARNING {}: {sink}", job.id);
+            writeln!(out, "  WARNING {}: {}", job.id, printable(&sink.to_string()))?;
         }
     }
-    println!();
+    writeln!(out)?;
+    Ok(())
 }
 
 fn eta_text(eta_ms: Option<u64>, now_ms: u64) -> String {
@@ -72,7 +76,7 @@ fn print_clusters(clusters: &[Prediction], now_ms: u64) {
     for cluster in clusters {
         println!(
             "{:<16} {:>7} {:>9} {:>9} {:>9} {:>11}",
-            if cluster.cluster.is_empty() { "(unnamed)" } else { &cluster.cluster },
+            if cluster.cluster.is_empty() { "(unnamed)".into() } else { printable(&cluster.cluster) },
             cluster.done,
             milli_text(cluster.per_hour_milli),
             cluster.mean_duration_ms.map_or("-".into(), seconds),
@@ -103,7 +107,7 @@ pub async fn full(nats: &NatsArgs, summary: &StateSummary, job: &str, limit: u32
         return Ok(ExitCode::SUCCESS);
     }
     let single = StateSummary { jobs: vec![job_summary.clone()], ..summary.clone() };
-    print_campaigns(&single);
+    write_campaigns(&mut std::io::stdout().lock(), &single)?;
     if let Some(campaign) = &job_summary.cigri {
         print_clusters(&campaign.clusters, summary.log_time_ms);
         println!();
@@ -132,7 +136,7 @@ async fn task_lines(
         let request = TasksRequest { job: job.to_string(), state: state.map(str::to_string), from, limit: Some(want.max(1)) };
         let reply: TasksReply = ask(nats, TASKS_SUBJECT, &request).await?;
         if let Some(error) = reply.error {
-            anyhow::bail!("{error}");
+            anyhow::bail!("{}", printable(&error));
         }
         let matching = match state {
             Some(state) => reply.counts.get(state).copied().unwrap_or(0),
@@ -205,7 +209,7 @@ pub async fn errors(nats: &NatsArgs, summary: &StateSummary, limit: u32, json: b
     }
     println!("{:<28} {:<16} {:>4} {:<18} {:>5}  STDERR (tail)", "TASK", "ENGINE", "ATT", "KIND", "EXIT");
     for error in &view.errors {
-        let tail = error.stderr_tail.as_deref().map(last_line).unwrap_or_default();
+        let tail = error.stderr_tail.as_deref().map(|tail| printable(&last_line(tail)).into_owned()).unwrap_or_default();
         println!(
             "{:<28} {:<16} {:>4} {:<18} {:>5}  {tail}",
             error.task,
@@ -275,7 +279,7 @@ pub fn print_users(jobs: &[JobSummary], json: bool) -> anyhow::Result<ExitCode> 
     for line in &lines {
         println!(
             "{:<16} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}",
-            if line.user.is_empty() { "-" } else { &line.user },
+            if line.user.is_empty() { "-".into() } else { printable(&line.user) },
             line.campaigns,
             line.active,
             line.waiting,

@@ -8,7 +8,7 @@ use clap::Args;
 use crate::projector::query::StateSummary;
 use crate::core::explain::explain;
 use crate::core::ids::{Seq, TaskRef};
-use crate::core::replay::{replay, ReplayOptions, ReplayReport};
+use crate::core::replay::{replay, NotVerified, ReplayOptions, ReplayReport};
 use crate::core::state::State;
 
 #[derive(Debug, Args)]
@@ -19,13 +19,22 @@ pub struct ReplayArgs {
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub nats: super::client::NatsArgs,
-    /// Re-run `schedule` at each order batch's based_on_seq and report the first divergence.
+    /// Re-run `schedule` at each order batch's based_on_seq and report the first
+    /// divergence. Exit 1 unless every batch the fold applied was re-derived and
+    /// matched: a batch made by another algorithm version than this build's
+    /// cannot be re-derived, and fails the check unless its version is accepted.
     #[arg(long)]
     pub verify: bool,
+    /// With --verify: accept, without re-deriving them, the batches made by this
+    /// algorithm version (repeatable). They are still counted and named.
+    #[arg(long = "accept-version", value_name = "VERSION", requires = "verify")]
+    pub accept_versions: Vec<u32>,
     /// Stop after this sequence and show the state as it was then.
     #[arg(long)]
     pub at: Option<u64>,
-    /// Print the expected chain digest check: exit 1 unless the final digest equals this hex.
+    /// Exit 1 unless the chain digest (at --at SEQ, else at the end) equals this
+    /// hex: the digest an auditor kept, which catches an edited or dropped entry
+    /// whose replay is otherwise self-consistent (see README, Auditing).
     #[arg(long)]
     pub expect_digest: Option<String>,
     /// Machine-readable output.
@@ -54,14 +63,33 @@ pub struct WhyArgs {
 struct ReplayOutput {
     /// The history file or broker URL replayed.
     source: String,
+    /// Asked to verify, and every batch the fold applied was re-derived and
+    /// matched, or made by an accepted version.
     verified: bool,
     batches_verified: u64,
+    /// Applied batches made by another algorithm or version: not re-derived.
     batches_not_verifiable: u64,
+    /// Those by algorithm and version, each with whether `--accept-version` accepted it.
+    other_versions: Vec<OtherVersion>,
+    /// The versions `--accept-version` named.
+    accepted_versions: Vec<u32>,
+    /// Applied batches of this build's algorithm that could not be re-derived.
+    batches_unchecked: u64,
     /// Batches on the orders subject without a valid seal from a registered key: refused by the fold.
     batches_refused: u64,
     divergence: Option<String>,
+    /// Why the replay is not verified, as the text says it (empty when it is, or was not asked to be).
+    not_verified: Vec<String>,
     #[serde(flatten)]
     summary: StateSummary,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct OtherVersion {
+    algorithm: String,
+    version: u32,
+    batches: u64,
+    accepted: bool,
 }
 
 fn fold_file(file: &PathBuf, options: &ReplayOptions) -> Result<(State, ReplayReport), super::BadInput> {
@@ -108,6 +136,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         return Ok(super::bad_input(bad));
     }
     let divergence = report.first_divergence.as_ref().map(ToString::to_string);
+    let not_verified = if args.verify { report.not_verified(&args.accept_versions) } else { Vec::new() };
     let summary = StateSummary::of(&state).with_state_digest(&state);
     let digest_mismatch = args
         .expect_digest
@@ -115,28 +144,55 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         .filter(|expected| expected.trim() != summary.chain_digest)
         .map(|expected| format!("digest {} does not match the expected {}", summary.chain_digest, expected.trim()));
     if args.json {
+        let other_versions = report
+            .other_algorithms
+            .iter()
+            .map(|((algorithm, version), n)| OtherVersion {
+                algorithm: algorithm.clone(),
+                version: *version,
+                batches: *n,
+                accepted: args.accept_versions.contains(version),
+            })
+            .collect();
         let output = ReplayOutput {
             source,
-            verified: args.verify && divergence.is_none(),
+            verified: args.verify && not_verified.is_empty(),
             batches_verified: report.batches_verified,
             batches_not_verifiable: report.batches_not_verifiable,
+            other_versions,
+            accepted_versions: args.accept_versions.clone(),
+            batches_unchecked: report.batches_unchecked,
             batches_refused: report.batches_refused,
             divergence: divergence.clone(),
+            not_verified: not_verified.iter().map(ToString::to_string).collect(),
             summary,
         };
         println!("{}", serde_json::to_string_pretty(&output)?);
     } else {
         println!("{summary}");
         if args.verify {
-            match &divergence {
-                None => println!(
+            for problem in &not_verified {
+                // The algorithm's name is as a batch gave it.
+                let said = crate::human::printable(&problem.to_string()).into_owned();
+                match problem {
+                    NotVerified::Diverged(_) => println!("DIVERGENCE: {said}"),
+                    _ => println!("NOT VERIFIED: {said}"),
+                }
+            }
+            if not_verified.is_empty() {
+                println!(
                     "replay verified: {} entries, {} order batches re-derived, digest {}",
                     report.entries_folded, report.batches_verified, state.chain
-                ),
-                Some(text) => println!("DIVERGENCE: {text}"),
+                );
             }
-            if report.batches_not_verifiable > 0 {
-                println!("{} batch(es) were made by another algorithm version and not re-derived", report.batches_not_verifiable);
+            let accepted: u64 = report
+                .other_algorithms
+                .iter()
+                .filter(|((_, version), _)| args.accept_versions.contains(version))
+                .map(|(_, n)| n)
+                .sum();
+            if accepted > 0 {
+                println!("{accepted} batch(es) of an accepted algorithm version (--accept-version) were not re-derived");
             }
             if report.batches_refused > 0 {
                 println!(
@@ -149,7 +205,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(mismatch) = &digest_mismatch {
         eprintln!("gridfold: {mismatch}");
     }
-    Ok(if divergence.is_some() || digest_mismatch.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if !not_verified.is_empty() || digest_mismatch.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// The projector's answer on `gridfold.q.why`.
@@ -183,7 +239,7 @@ pub fn why(args: WhyArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&explanation)?);
     } else {
-        print!("{explanation}");
+        print!("{}", crate::human::printable_lines(&explanation.to_string()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -197,11 +253,11 @@ fn why_from_projector(args: &WhyArgs) -> anyhow::Result<ExitCode> {
     let request = WhyRequest { task: args.task.to_string() };
     let answer: WhyAnswer = super::client::block_on(super::client::ask(&args.nats, WHY_SUBJECT, &request))?;
     match answer {
-        WhyAnswer { error: Some(error), .. } => anyhow::bail!("{error}"),
+        WhyAnswer { error: Some(error), .. } => anyhow::bail!("{}", crate::human::printable(&error)),
         WhyAnswer { explanation: Some(explanation), .. } if args.json => {
             println!("{}", serde_json::to_string_pretty(&explanation)?);
         }
-        WhyAnswer { text: Some(text), .. } => print!("{text}"),
+        WhyAnswer { text: Some(text), .. } => print!("{}", crate::human::printable_lines(&text)),
         _ => anyhow::bail!("the projector's answer on {WHY_SUBJECT} holds neither an explanation nor an error"),
     }
     Ok(ExitCode::SUCCESS)
@@ -243,7 +299,7 @@ fn why_ended_task(args: &WhyArgs) -> anyhow::Result<Option<ExitCode>> {
             "{} {}: its attempt {} went to {} by the order batch at seq {}, decided on the state at seq {}; as of then:",
             reply.task, reply.state, attempt.attempt, attempt.engine, attempt.dispatch_seq, attempt.based_on_seq
         );
-        print!("{explanation}");
+        print!("{}", crate::human::printable_lines(&explanation.to_string()));
     }
     Ok(Some(ExitCode::SUCCESS))
 }

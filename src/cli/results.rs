@@ -14,6 +14,7 @@ use base64::Engine as _;
 use clap::Args;
 
 use super::client::{ask, block_on, NatsArgs};
+use crate::human::printable;
 use crate::projector::results::{
     AttemptView, OutputReply, OutputRequest, TaskReply, TaskRequest, TasksReply, TasksRequest, OUTPUT_SUBJECT,
     TASKS_SUBJECT, TASK_SUBJECT,
@@ -81,7 +82,7 @@ pub fn tasks(args: TasksArgs) -> anyhow::Result<ExitCode> {
             let request = TasksRequest { job: args.job.clone(), state: args.state.clone(), from, limit: None };
             let reply: TasksReply = ask(&args.nats, TASKS_SUBJECT, &request).await?;
             if let Some(error) = &reply.error {
-                eprintln!("{error}");
+                eprintln!("{}", printable(error));
                 return Ok(ExitCode::FAILURE);
             }
             if args.json {
@@ -134,7 +135,7 @@ pub(crate) fn write_task_lines(out: &mut impl Write, tasks: &[crate::projector::
 /// The engine of a task line, with a gateway's remote job id after a colon (`lyon:4211`).
 fn engine_text(line: &crate::projector::results::TaskLine) -> String {
     match (&line.engine, &line.remote_job) {
-        (Some(engine), Some(remote_job)) => format!("{engine}:{remote_job}"),
+        (Some(engine), Some(remote_job)) => format!("{engine}:{}", printable(remote_job)),
         (Some(engine), None) => engine.clone(),
         (None, _) => "-".into(),
     }
@@ -149,7 +150,7 @@ fn tasks_title(reply: &TasksReply) -> String {
 pub fn task(args: TaskArgs) -> anyhow::Result<ExitCode> {
     let reply: TaskReply = block_on(ask(&args.nats, TASK_SUBJECT, &TaskRequest { task: args.task.clone() }))?;
     if let Some(error) = &reply.error {
-        eprintln!("{error}");
+        eprintln!("{}", printable(error));
         return Ok(ExitCode::FAILURE);
     }
     if args.json {
@@ -166,7 +167,7 @@ pub fn task_text(reply: &TaskReply) -> String {
     if reply.attempts_forgotten > 0 {
         text += &format!(" ({} oldest no longer kept)", reply.attempts_forgotten);
     }
-    text += &format!("\n  command: {}\n", reply.argv.join(" "));
+    text += &format!("\n  command: {}\n", printable(&reply.argv.join(" ")));
     for attempt in &reply.attempts {
         text += &attempt_text(&reply.task, attempt);
     }
@@ -187,10 +188,10 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
         text += &format!("  started    {}\n", timestamp(started));
     }
     if let Some(remote_job) = &a.remote_job {
-        text += &format!("  remote job {remote_job} (its id in the gateway's resource manager)\n");
+        text += &format!("  remote job {} (its id in the gateway's resource manager)\n", printable(remote_job));
     }
     if let Some(cause) = &a.suspended_by_threshold {
-        text += &format!("  suspended by a threshold: {cause}\n");
+        text += &format!("  suspended by a threshold: {}\n", printable(&cause.to_string()));
     }
     if let Some(ended) = a.ended_ms {
         text += &format!("  ended      {}", timestamp(ended));
@@ -213,7 +214,7 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
     let block = |title: &str, body: &str| {
         let mut out = format!("  {title}:\n");
         for line in body.lines() {
-            out += &format!("    | {line}\n");
+            out += &format!("    | {}\n", printable(line));
         }
         out
     };
@@ -244,7 +245,7 @@ pub fn output(args: OutputArgs) -> anyhow::Result<ExitCode> {
             };
             let reply: OutputReply = ask(&args.nats, OUTPUT_SUBJECT, &request).await?;
             if let Some(error) = &reply.error {
-                eprintln!("{error}");
+                eprintln!("{}", printable(error));
                 return Ok(ExitCode::FAILURE);
             }
             let data = base64::engine::general_purpose::STANDARD
@@ -286,7 +287,7 @@ pub fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
                 if let Some(bar) = &bar {
                     bar.abandon();
                 }
-                eprintln!("{error}");
+                eprintln!("{}", printable(error));
                 return Ok(ExitCode::FAILURE);
             }
             let progress = Progress::of(&reply);
@@ -404,6 +405,31 @@ mod tests {
         assert_eq!(super::timestamp(0), "1970-01-01 00:00:00.000 UTC");
         assert_eq!(super::timestamp(1_795_642_210_123), "2026-11-25 21:30:10.123 UTC");
         assert_eq!(super::timestamp(951_782_400_000), "2000-02-29 00:00:00.000 UTC");
+    }
+
+    #[test]
+    fn a_tasks_command_and_output_are_shown_with_their_escape_codes_written_out() {
+        use crate::projector::results::{AttemptView, TaskReply};
+        let attempt = AttemptView {
+            attempt: 1,
+            engine: "e1".into(),
+            outcome: "failed".into(),
+            error_tail: Some("boom\x1b[2J\nfake line\r\n".into()),
+            remote_job: Some("42\x1b[H".into()),
+            ..AttemptView::default()
+        };
+        let reply = TaskReply {
+            task: "j/0".into(),
+            argv: vec!["sh".into(), "-c".into(), "echo\x1b]0;title\x07".into()],
+            attempts: vec![attempt],
+            ..TaskReply::default()
+        };
+        let text = super::task_text(&reply);
+        assert!(!text.contains('\x1b') && !text.contains('\x07') && !text.contains('\r'), "{text}");
+        assert!(text.contains(r"command: sh -c echo\x1b]0;title\x07"), "{text}");
+        assert!(text.contains(r"remote job 42\x1b[H"), "{text}");
+        // The tail keeps its lines, each one marked as the tail's.
+        assert!(text.contains("    | boom\\x1b[2J\n    | fake line\n"), "{text}");
     }
 }
 

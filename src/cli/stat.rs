@@ -1,6 +1,6 @@
 //! `gridfold stat` (asks the projector) and `gridfold export` (reads the log).
 
-use std::io::Write as _;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,10 +11,11 @@ use clap::Args;
 use super::client::{ask, block_on, connect_log, NatsArgs};
 use crate::core::event::Entry;
 use crate::core::ids::Seq;
+use crate::human::printable;
 use crate::log::{read_to_end, EventLog, RawEntry};
 use crate::projector::query::{
     JobSummary, RejectionsReply, RejectionsRequest, StatRequest, StateSummary, UsageReply, UsageRequest, REJECTIONS_SUBJECT,
-    STAT_SUBJECT, USAGE_SUBJECT,
+    STAT_JOBS_PER_PAGE_MAX, STAT_SUBJECT, USAGE_SUBJECT,
 };
 use crate::wire;
 
@@ -58,11 +59,22 @@ pub struct StatArgs {
     /// One line per user: campaigns, waiting, running, done, failed, throughput.
     #[arg(long, conflicts_with_all = ["watch", "until_done"])]
     pub users: bool,
-    /// Most lines `-f` and `--errors` print (they say how many they left out).
+    /// Most lines the job table, `-f` and `--errors` print (they say how many
+    /// they left out; `--json` as `jobs_more` and `next_from`).
     #[arg(long, default_value_t = super::gridstat::LIMIT_DEFAULT,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(super::gridstat::LIMIT_MAX)))]
     pub limit: u32,
+    /// The first job of the table: its place among the jobs shown (0 is the
+    /// first), as `next_from` gives it, to page through them with --limit.
+    #[arg(long, default_value_t = 0, conflicts_with = "job")]
+    pub from: u32,
+    /// Every job, whatever --limit (the projector's pages are asked one after another).
+    #[arg(long, conflicts_with = "job")]
+    pub all: bool,
 }
+
+/// Most pages one `stat` asks for: 10,000 pages of 1,000 jobs.
+const STAT_PAGES_MAX: u32 = 10_000;
 
 #[derive(Debug, Args)]
 pub struct UsageArgs {
@@ -99,15 +111,30 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let mut reports = 0u64;
         loop {
-            let mut summary: StateSummary = ask(&args.nats, STAT_SUBJECT, &StatRequest { job: args.job.clone(), state_digest: args.state_digest }).await?;
+            let request = StatRequest {
+                job: args.job.clone(),
+                state_digest: args.state_digest,
+                owner: args.owner.clone(),
+                status: args.state.clone(),
+                from: args.from,
+                limit: None,
+            };
+            // The views that add up every job (users, errors) read them all; a named job is listed whatever --limit.
+            let every_job = args.all || args.users || args.errors || args.job.is_some();
+            let mut summary = stat_pages(&args.nats, request, (!every_job).then_some(args.limit)).await?;
             if let Some(job) = args.job.as_ref().filter(|_| summary.jobs.is_empty() && summary.retired.is_none()) {
-                eprintln!("no job {job}");
+                eprintln!("no job {}", printable(job));
                 return Ok(ExitCode::FAILURE);
             }
-            summary.jobs.retain(|job| {
-                args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
-                    && args.state.as_ref().is_none_or(|state| &job.status == state)
-            });
+            if args.job.is_some() {
+                // A named job is answered whatever the filters: they apply here.
+                summary.jobs.retain(|job| {
+                    args.owner.as_ref().is_none_or(|owner| &job.owner == owner)
+                        && args.state.as_ref().is_none_or(|state| &job.status == state)
+                });
+                summary.jobs_total = summary.jobs.len() as u64;
+                summary.jobs_active = summary.jobs.iter().filter(|job| job.status == "active").count() as u64;
+            }
             if let (true, Some(job)) = (args.full, args.job.as_ref()) {
                 return super::gridstat::full(&args.nats, &summary, job, args.limit, args.json).await;
             }
@@ -125,16 +152,48 @@ pub fn stat(args: StatArgs) -> anyhow::Result<ExitCode> {
                 } else if reports > 0 {
                     println!("---");
                 }
-                print_stat(&summary, args.long);
+                write_stat(&mut std::io::stdout().lock(), &summary, args.long)?;
             }
             reports += 1;
-            let all_ended = summary.jobs.iter().all(|job| job.status != "active");
+            let all_ended = summary.jobs_active == 0 && summary.jobs.iter().all(|job| job.status != "active");
             if !repeat || (args.until_done && all_ended) {
                 return Ok(ExitCode::SUCCESS);
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     })
+}
+
+/// The summary with the matching jobs from the request's `from`, at most
+/// `lines_max` of them (all with `None`), asked page after page: the figures
+/// are the first page's, the counts of what is left (`jobs_more`,
+/// `next_from`) the last one's. Jobs that come or go between two pages may be
+/// missed or shown twice.
+async fn stat_pages(nats: &NatsArgs, mut request: StatRequest, lines_max: Option<u32>) -> anyhow::Result<StateSummary> {
+    let mut summary: Option<StateSummary> = None;
+    for _ in 0..STAT_PAGES_MAX {
+        let listed = summary.as_ref().map_or(0, |summary| summary.jobs.len() as u32);
+        request.limit = Some(lines_max.map_or(STAT_JOBS_PER_PAGE_MAX, |max| max.saturating_sub(listed).min(STAT_JOBS_PER_PAGE_MAX)));
+        let page: StateSummary = ask(nats, STAT_SUBJECT, &request).await?;
+        let done = page.jobs.is_empty() || lines_max.is_some_and(|max| listed + page.jobs.len() as u32 >= max);
+        let next_from = page.next_from;
+        summary = Some(match summary {
+            None => page,
+            Some(mut summary) => {
+                summary.jobs.extend(page.jobs);
+                StateSummary { jobs_total: page.jobs_total, jobs_active: page.jobs_active, jobs_more: page.jobs_more, next_from, ..summary }
+            }
+        });
+        match next_from {
+            Some(from) if !done => {
+                request.from = from;
+                // The digest is the first page's: asked once.
+                request.state_digest = false;
+            }
+            _ => return Ok(summary.expect("a page was asked for")),
+        }
+    }
+    anyhow::bail!("more than {STAT_PAGES_MAX} pages of jobs: stopped")
 }
 
 /// A span of log time as a person reads it: `42 s`, `7 min`, `3 h`, `2 d`.
@@ -177,50 +236,60 @@ pub fn rejections(args: RejectionsArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&reply)?);
         return Ok(ExitCode::SUCCESS);
     }
+    write_rejections(&mut std::io::stdout().lock(), &reply)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gridfold rejections` as a person reads it.
+fn write_rejections(out: &mut impl Write, reply: &RejectionsReply) -> std::io::Result<()> {
     let counted: Vec<String> = reply.by_kind.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
-    println!(
+    writeln!(
+        out,
         "{} rejected over the whole log{}; the last {} are kept in detail",
         reply.total,
         if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
         reply.kept_max
-    );
+    )?;
     if reply.rejections.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
-    println!("{:>8} {:>9} {:<22} {:<20} {:<36} {:<16} REASON", "SEQ", "AGO", "KIND", "BY", "SUBJECT", "SOURCE");
+    writeln!(out, "{:>8} {:>9} {:<22} {:<20} {:<36} {:<16} REASON", "SEQ", "AGO", "KIND", "BY", "SUBJECT", "SOURCE")?;
     for record in &reply.rejections {
         let ago = reply.log_time_ms.saturating_sub(record.time_ms) / 1000;
-        println!(
+        writeln!(
+            out,
             "{:>8} {:>9} {:<22} {:<20} {:<36} {:<16} {}",
             record.seq,
             format!("{ago} s"),
             record.kind,
-            record.by,
-            record.subject,
-            if record.source.is_empty() { "-" } else { &record.source },
-            record.reason
-        );
+            printable(&record.by),
+            printable(&record.subject),
+            if record.source.is_empty() { "-".into() } else { printable(&record.source) },
+            printable(&record.reason)
+        )?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-fn print_stat(summary: &StateSummary, long: bool) {
+fn write_stat(out: &mut impl Write, summary: &StateSummary, long: bool) -> std::io::Result<()> {
     if let Some(retired) = &summary.retired {
-        println!("{retired}");
-        return;
+        writeln!(out, "{retired}")?;
+        return Ok(());
     }
     let now = summary.log_time_ms;
-    super::gridstat::print_campaigns(summary);
-    println!(
+    super::gridstat::write_campaigns(out, summary)?;
+    writeln!(
+        out,
         "{:<24} {:<12} {:>9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}",
         "JOB", "OWNER", "STATUS", "PRIO", "TASKS", "WAITING", "RUNNING", "DONE", "FAILED", "CANCELLED", "AGE", "TASKS/S", "ETA"
-    );
+    )?;
     for job in &summary.jobs {
         let eta = job.estimated_end_ms.map(|end| span(end.saturating_sub(now))).unwrap_or_else(|| "-".into());
-        println!(
+        writeln!(
+            out,
             "{:<24} {:<12} {:>9} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>8.1} {:>7}{}",
             job.id,
-            job.owner,
+            printable(&job.owner),
             job.status,
             job.priority,
             job.tasks,
@@ -232,16 +301,22 @@ fn print_stat(summary: &StateSummary, long: bool) {
             span(now.saturating_sub(job.submitted_ms)),
             job.throughput_per_s,
             eta,
-            job_notes(job)
-        );
+            printable(&job_notes(job))
+        )?;
     }
-    println!();
-    println!(
+    if summary.jobs_more > 0 {
+        let next = summary.next_from.map_or(String::new(), |from| format!(": gridfold stat --from {from}, or --all"));
+        writeln!(out, "... {} more job(s) not shown ({} in all){next}", summary.jobs_more, summary.jobs_total)?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
         "{:<24} {:>10} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10} {:>8}{}",
         "ENGINE", "STATUS", "SLOTS", "USED", "FREE", "LOAD", "LAST SEEN", "COMPLETED", "FAILED", if long { "  PROPERTIES" } else { "" }
-    );
+    )?;
     for engine in &summary.engines {
-        println!(
+        writeln!(
+            out,
             "{:<24} {:>10} {:>6} {:>6} {:>6} {:>6.2} {:>10} {:>10} {:>8}{}",
             engine.id,
             if engine.drained { format!("{},drained", engine.status) } else { engine.status.clone() },
@@ -252,27 +327,31 @@ fn print_stat(summary: &StateSummary, long: bool) {
             format!("{} ago", span(now.saturating_sub(engine.last_seen_ms))),
             engine.completed,
             engine.failed,
-            if long { format!("  {}", engine.properties) } else { String::new() }
-        );
+            if long { format!("  {}", printable(&engine.properties)) } else { String::new() }
+        )?;
         if let Some(cause) = &engine.threshold_crossed {
-            println!("  {}: above a suspend threshold: {cause}", engine.id);
+            writeln!(out, "  {}: above a suspend threshold: {}", engine.id, printable(&cause.to_string()))?;
         }
         if !engine.suspended_by_threshold.is_empty() {
-            println!("  {}: suspended by a threshold: {}", engine.id, engine.suspended_by_threshold.join(", "));
+            writeln!(out, "  {}: suspended by a threshold: {}", engine.id, engine.suspended_by_threshold.join(", "))?;
         }
     }
-    println!();
+    if summary.engines_more > 0 {
+        writeln!(out, "... {} more engine(s) not shown: the projector's answer holds what fits one broker message", summary.engines_more)?;
+    }
+    writeln!(out)?;
     if !summary.fbsng_queues.is_empty() {
-        println!("{}", crate::core::schedule::fbsng::QueueTable(&summary.fbsng_queues));
+        writeln!(out, "{}", crate::core::schedule::fbsng::QueueTable(&summary.fbsng_queues))?;
     }
     if summary.jobs_retired > 0 {
-        println!("{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired);
+        writeln!(out, "{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired)?;
     }
     let rejected = if summary.rejections > 0 { " (gridfold rejections lists them)" } else { "" };
-    println!("log seq {}, {} rejected{rejected}, digest {}", summary.last_seq, summary.rejections, summary.chain_digest);
+    writeln!(out, "log seq {}, {} rejected{rejected}, digest {}", summary.last_seq, summary.rejections, summary.chain_digest)?;
     if let Some(state_digest) = &summary.state_digest {
-        println!("state digest {state_digest} (compare: gridfold replay --at {})", summary.last_seq);
+        writeln!(out, "state digest {state_digest} (compare: gridfold replay --at {})", summary.last_seq)?;
     }
+    Ok(())
 }
 
 /// What else a person should know of a job, after its columns: `  unschedulable: …, waits for library …`.
@@ -338,4 +417,60 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     println!("exported {} entries to {}", raw.len(), args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::state::State;
+    use crate::core::testkit::fold_and_decide as run;
+    use crate::core::testkit::*;
+    use crate::projector::query::RejectionRecord;
+
+    /// What a client may write to take over a terminal: clear the screen, then a line of its own.
+    const EVIL: &str = "mallory\x1b[2J\nfake-job   active";
+
+    fn text(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut out).expect("written");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn an_owner_property_or_reason_with_escape_codes_is_shown_escaped_on_its_own_line() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.login("e1", 2, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 3, ""));
+        run(&mut log, &mut state, 0);
+        let mut summary = StateSummary::of(&state);
+        summary.jobs[0].owner = EVIL.into();
+        summary.engines[0].properties = EVIL.into();
+        let plain = text(|out| write_stat(out, &StateSummary::of(&state), true));
+        let shown = text(|out| write_stat(out, &summary, true));
+        assert!(!shown.contains('\x1b'), "{shown}");
+        assert!(shown.contains(r"mallory\x1b[2J\nfake-job   active"), "{shown}");
+        assert_eq!(shown.lines().count(), plain.lines().count(), "no line of the client's own:\n{shown}");
+        assert!(!shown.lines().any(|line| line.starts_with("fake-job")), "{shown}");
+
+        let reply = RejectionsReply {
+            log_time_ms: 2_000,
+            total: 1,
+            by_kind: [("invalid-job".to_string(), 1)].into(),
+            kept_max: 256,
+            rejections: vec![RejectionRecord {
+                seq: 7,
+                time_ms: 1_000,
+                kind: "invalid-job".into(),
+                reason: EVIL.into(),
+                subject: "gridfold.q.x\x1b[H".into(),
+                by: EVIL.into(),
+                source: EVIL.into(),
+            }],
+        };
+        let shown = text(|out| write_rejections(out, &reply));
+        assert!(!shown.contains('\x1b'), "{shown}");
+        assert_eq!(shown.lines().count(), 3, "the count, the header and one row:\n{shown}");
+        assert!(shown.lines().nth(2).is_some_and(|row| row.ends_with(r"mallory\x1b[2J\nfake-job   active")), "{shown}");
+    }
 }

@@ -35,8 +35,10 @@ macro_rules! string_id {
 
         impl $name {
             /// Accepts 1..=64 characters of `[A-Za-z0-9_-]`, and `.` where the id never
-            /// becomes a NATS subject token; these ids appear in subjects, file names and
-            /// command lines, so nothing else is safe.
+            /// becomes a NATS subject token, not starting with `-`; these ids appear in
+            /// subjects, file names and command lines, so nothing else is safe (`-rf` or
+            /// `--help` would read as an option). Every decoder and file reader builds
+            /// ids here, so the fold never sees another.
             pub fn new(text: &str) -> Result<Self, IdError> {
                 validate_id(text, $dot_allowed)?;
                 Ok(Self(Arc::from(text)))
@@ -90,6 +92,9 @@ pub enum IdError {
     /// `.` and `..` would name directories, not jobs, in an engine's work dir.
     #[error("an id may not be made only of dots")]
     OnlyDots,
+    /// `-rf`, `--help`: a command line would read it as an option.
+    #[error("an id may not start with '-' (a command line would read it as an option)")]
+    LeadingDash,
     #[error("an id is at most {ID_LEN_MAX} bytes, this one has {0}")]
     TooLong(usize),
     #[error("an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found {0:?} at byte {1}")]
@@ -105,6 +110,9 @@ fn validate_id(text: &str, dot_allowed: bool) -> Result<(), IdError> {
     }
     if text.bytes().all(|b| b == b'.') {
         return Err(IdError::OnlyDots);
+    }
+    if text.starts_with('-') {
+        return Err(IdError::LeadingDash);
     }
     if let Some((at, bad)) = text
         .char_indices()
@@ -188,6 +196,12 @@ mod tests {
         assert_eq!(EngineId::new("a.b"), Err(IdError::BadCharacter('.', 1)), "a dot would split the subject token");
         assert!(JobId::new("run.2026").is_ok(), "job ids never become subject tokens");
         assert_eq!(JobId::new(".."), Err(IdError::OnlyDots), "a job id names a work directory");
+        for option in ["-rf", "--help", "-"] {
+            assert_eq!(JobId::new(option), Err(IdError::LeadingDash), "{option}");
+            assert_eq!(EngineId::new(option), Err(IdError::LeadingDash), "{option}");
+            assert!(format!("{option}/0").parse::<TaskRef>().is_err(), "{option}/0");
+        }
+        assert!(JobId::new("a-rf").is_ok() && EngineId::new("node--1").is_ok(), "a dash inside is fine");
     }
 
     #[test]

@@ -224,7 +224,8 @@ impl std::fmt::Display for UsageReply {
             for (name, usage) in table {
                 writeln!(
                     f,
-                    "{name:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                    "{:<24} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                    crate::human::printable(name),
                     usage.jobs_done,
                     usage.jobs_failed,
                     usage.jobs_cancelled,
@@ -251,6 +252,68 @@ pub struct StatRequest {
     /// sequence, so asking again before another entry is folded costs nothing.
     #[serde(default)]
     pub state_digest: bool,
+    /// Only the jobs of this owner (unless a job is named).
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Only the jobs in this state, `active`, `done`, `failed` or `cancelled` (unless a job is named).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// The first matching job to list: its place among them, in the state's order (0 by default).
+    #[serde(default)]
+    pub from: u32,
+    /// Most jobs listed; at most (and by default) [`STAT_JOBS_PER_PAGE_MAX`]; 0
+    /// lists none (the figures and counts only).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// Most jobs one `stat` answer lists (a job is under 1 KiB of JSON); ask again
+/// from `next_from`. The broker's payload limit may cut a page shorter.
+pub const STAT_JOBS_PER_PAGE_MAX: u32 = 1_000;
+
+/// The answer to a request that could not be read, or whose answer could not
+/// be sent (too large for the broker): `{"error": "..."}`, on any subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryError {
+    pub error: String,
+}
+
+/// The broker's payload limit when a connection does not say (NATS's default):
+/// no answer is larger.
+pub const ANSWER_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+
+/// Room an answer keeps for the counts set after its lists are measured.
+const ANSWER_SLACK_BYTES: usize = 512;
+
+/// The bytes an answer's JSON still has room for, as its lists are filled:
+/// what keeps a page within the broker's payload limit.
+#[derive(Debug)]
+pub struct AnswerRoom {
+    used: usize,
+    bytes_max: usize,
+}
+
+impl AnswerRoom {
+    /// An answer of at most `bytes_max` bytes, whose JSON with its lists empty
+    /// is `empty`'s (some room is kept for counts set afterwards).
+    pub fn new<T: Serialize>(bytes_max: usize, empty: &T) -> AnswerRoom {
+        AnswerRoom { used: json_len(empty).saturating_add(ANSWER_SLACK_BYTES), bytes_max }
+    }
+
+    /// Takes room for `item` as one more element of a list if the answer stays
+    /// within `up_to` bytes (and its maximum): false, taking none, if not.
+    pub fn take<T: Serialize>(&mut self, item: &T, up_to: usize) -> bool {
+        let used = self.used.saturating_add(json_len(item)).saturating_add(1);
+        if used > up_to.min(self.bytes_max) {
+            return false;
+        }
+        self.used = used;
+        true
+    }
+
+    pub fn bytes_max(&self) -> usize {
+        self.bytes_max
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -357,21 +420,81 @@ impl StateDigests {
     }
 }
 
-pub fn answer_stat(state: &State, request: &StatRequest, digests: &mut StateDigests) -> StateSummary {
-    let mut summary = StateSummary::of(state);
+/// `stat`'s answer: the figures, the engines, and one page of the jobs the
+/// request matches, cut so the whole answer's JSON is at most `bytes_max` (the
+/// broker's payload limit): the engines take at most half of it (the rest are
+/// counted in `engines_more`), the jobs what is left (the rest are counted in
+/// `jobs_more`, from `next_from`). A page lists at least one job when it may
+/// list any, so a walk always moves on.
+pub fn answer_stat(state: &State, request: &StatRequest, digests: &mut StateDigests, bytes_max: usize) -> StateSummary {
+    let mut summary = StateSummary::without_jobs(state);
     if request.state_digest {
         summary.state_digest = Some(digests.of(state));
     }
-    if let Some(job) = &request.job {
-        summary.jobs.retain(|j| &j.id == job);
-        if summary.jobs.is_empty() {
-            summary.retired = crate::core::ids::JobId::new(job)
-                .ok()
-                .and_then(|id| crate::core::explain::retired_job_text(state, &id))
-                .map(|text| text.to_string());
+    let matching: Vec<JobIdx> = match &request.job {
+        Some(job) => {
+            let id = crate::core::ids::JobId::new(job).ok();
+            let found = id.as_ref().and_then(|id| state.job_idx(id));
+            if found.is_none() {
+                summary.retired = id.and_then(|id| crate::core::explain::retired_job_text(state, &id)).map(|text| text.to_string());
+            }
+            found.into_iter().collect()
+        }
+        None => state
+            .jobs_indexed()
+            .filter(|(_, job)| {
+                request.owner.as_ref().is_none_or(|owner| &job.owner == owner)
+                    && request.status.as_deref().is_none_or(|status| job.status.as_str() == status)
+            })
+            .map(|(j, _)| j)
+            .collect(),
+    };
+    summary.jobs_total = matching.len() as u64;
+    summary.jobs_active = matching.iter().filter(|&&j| state.job(j).is_active()).count() as u64;
+
+    let engines = std::mem::take(&mut summary.engines);
+    let mut room = AnswerRoom::new(bytes_max, &summary);
+    for engine in engines {
+        if summary.engines_more == 0 && room.take(&engine, bytes_max / 2) {
+            summary.engines.push(engine);
+        } else {
+            summary.engines_more += 1;
         }
     }
+    let limit = request.limit.unwrap_or(STAT_JOBS_PER_PAGE_MAX).min(STAT_JOBS_PER_PAGE_MAX) as usize;
+    let from = (request.from as usize).min(matching.len());
+    for &j in matching[from..].iter().take(limit) {
+        let job = JobSummary::of(state, j);
+        // The first is listed whatever its size: a walk moves on (and an answer too large becomes an error).
+        if !room.take(&job, bytes_max) && !summary.jobs.is_empty() {
+            break;
+        }
+        summary.jobs.push(job);
+    }
+    let listed_to = from + summary.jobs.len();
+    summary.jobs_more = (matching.len() - listed_to) as u64;
+    summary.next_from = (summary.jobs_more > 0).then_some(listed_to as u32);
     summary
+}
+
+/// The length of `value`'s JSON, as the responder will send it.
+pub fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Counted(usize);
+    impl std::io::Write for Counted {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counted = Counted(0);
+    // Serialising an answer fails only on a map with non-string keys, which no answer has.
+    match serde_json::to_writer(&mut counted, value) {
+        Ok(()) => counted.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 pub fn answer_verdict(state: &State, request: &VerdictRequest) -> Verdict {
@@ -475,8 +598,25 @@ pub struct StateSummary {
     pub order_batches: u64,
     pub rejections: u64,
     pub rejections_by_kind: BTreeMap<String, u64>,
+    /// The jobs of this page: from the request's `from`, at most its `limit`
+    /// ([`STAT_JOBS_PER_PAGE_MAX`]), and as many as fit the broker's payload limit.
     pub jobs: Vec<JobSummary>,
+    /// The jobs the request matched (every job held when it named no filter).
+    #[serde(default)]
+    pub jobs_total: u64,
+    /// Of those, the ones still active.
+    #[serde(default)]
+    pub jobs_active: u64,
+    /// Matching jobs after this page, not listed in it.
+    #[serde(default)]
+    pub jobs_more: u64,
+    /// Ask again with `from` set to this for the next page (null on the last).
+    #[serde(default)]
+    pub next_from: Option<u32>,
     pub engines: Vec<EngineSummary>,
+    /// Engines (the last by id) left out so the answer fits the broker's payload limit.
+    #[serde(default)]
+    pub engines_more: u64,
     pub dispatches: u64,
     pub tasks_done: u64,
     pub tasks_failed: u64,
@@ -584,7 +724,11 @@ impl std::fmt::Display for CampaignText<'_> {
         let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
         let summary = self.summary;
         for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
-            let name = if p.cluster.is_empty() { format!("{} campaign", summary.campaign) } else { format!("cluster {}", p.cluster) };
+            let name = if p.cluster.is_empty() {
+                format!("{} campaign", summary.campaign)
+            } else {
+                format!("cluster {}", crate::human::printable(&p.cluster))
+            };
             writeln!(
                 f,
                 "  {name}: done {}, {} tasks/h, mean {}, median {}, eta {}",
@@ -596,7 +740,7 @@ impl std::fmt::Display for CampaignText<'_> {
             )?;
         }
         for sink in &summary.sinks {
-            writeln!(f, "  WARNING {sink}")?;
+            writeln!(f, "  WARNING {}", crate::human::printable(&sink.to_string()))?;
         }
         Ok(())
     }
@@ -647,52 +791,67 @@ pub struct EngineSummary {
     pub suspended_by_threshold: Vec<String>,
 }
 
+impl JobSummary {
+    /// Job `j` as `stat` lists it.
+    pub fn of(state: &State, j: JobIdx) -> JobSummary {
+        let job = state.job(j);
+        JobSummary {
+            id: job.id.to_string(),
+            owner: job.owner.clone(),
+            project: job.project.clone(),
+            status: job.status.as_str().to_string(),
+            priority: job.priority,
+            tasks: job.n_tasks(),
+            waiting: job.counts.waiting,
+            dispatched: job.counts.dispatched,
+            running: job.counts.running,
+            done: job.counts.done,
+            failed: job.counts.failed,
+            cancelled: job.counts.cancelled,
+            unschedulable: job.unschedulable.map(|u| u.as_str().to_string()),
+            throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
+            estimated_end_ms: estimated_end_ms(state.now_ms, job),
+            submitted_ms: job.submitted_ms,
+            ended_ms: job.ended_ms,
+            redundant_copies: redundant_copies(state, j),
+            redundant_results_ignored: job.redundant_results,
+            redundant_copies_dropped: job.copies_dropped,
+            blacklisted_engines: job.blacklist.len() as u32,
+            suspended: state.n_suspended_of_job(j),
+            waits_for_library: job
+                .options
+                .root_library
+                .as_ref()
+                .filter(|_| job.is_active() && state.category(job.category).eligible_logged_in == 0)
+                .map(|library| library.to_string()),
+            waits_for_jobs: if job.is_active() && !job.options.depends_on_jobs.is_empty() {
+                state.unended_dependencies_of(j).into_iter().map(|d| state.job(d).id.to_string()).collect()
+            } else {
+                Vec::new()
+            },
+            held: job.held,
+            awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
+            expired: crate::core::schedule::techila::expiry::n_expired_live(job),
+            cigri: CampaignSummary::of(state, j),
+        }
+    }
+}
+
 impl StateSummary {
     /// The summary without the state digest, which costs a serialisation of
     /// the whole state: see [`StateSummary::with_state_digest`].
+    /// Every job held is listed: for a replay or the simulator, which print it
+    /// themselves; the projector's answers are pages ([`answer_stat`]).
     pub fn of(state: &State) -> StateSummary {
-        let jobs = state
-            .jobs_indexed()
-            .map(|(j, job)| JobSummary {
-                id: job.id.to_string(),
-                owner: job.owner.clone(),
-                project: job.project.clone(),
-                status: job.status.as_str().to_string(),
-                priority: job.priority,
-                tasks: job.n_tasks(),
-                waiting: job.counts.waiting,
-                dispatched: job.counts.dispatched,
-                running: job.counts.running,
-                done: job.counts.done,
-                failed: job.counts.failed,
-                cancelled: job.counts.cancelled,
-                unschedulable: job.unschedulable.map(|u| u.as_str().to_string()),
-                throughput_per_s: throughput_per_s(job.counts.done, job.submitted_ms, job.ended_ms.unwrap_or(state.now_ms)),
-                estimated_end_ms: estimated_end_ms(state.now_ms, job),
-                submitted_ms: job.submitted_ms,
-                ended_ms: job.ended_ms,
-                redundant_copies: redundant_copies(state, j),
-                redundant_results_ignored: job.redundant_results,
-                redundant_copies_dropped: job.copies_dropped,
-                blacklisted_engines: job.blacklist.len() as u32,
-                suspended: state.n_suspended_of_job(j),
-                waits_for_library: job
-                    .options
-                    .root_library
-                    .as_ref()
-                    .filter(|_| job.is_active() && state.category(job.category).eligible_logged_in == 0)
-                    .map(|library| library.to_string()),
-                waits_for_jobs: if job.is_active() && !job.options.depends_on_jobs.is_empty() {
-                    state.unended_dependencies_of(j).into_iter().map(|d| state.job(d).id.to_string()).collect()
-                } else {
-                    Vec::new()
-                },
-                held: job.held,
-                awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
-                expired: crate::core::schedule::techila::expiry::n_expired_live(job),
-                cigri: CampaignSummary::of(state, j),
-            })
-            .collect();
+        let mut summary = StateSummary::without_jobs(state);
+        summary.jobs = state.jobs_indexed().map(|(j, _)| JobSummary::of(state, j)).collect();
+        summary.jobs_total = summary.jobs.len() as u64;
+        summary.jobs_active = summary.jobs.iter().filter(|job| job.status == "active").count() as u64;
+        summary
+    }
+
+    /// The summary's figures and every engine (by id): no job listed.
+    fn without_jobs(state: &State) -> StateSummary {
         let mut engines: Vec<EngineSummary> = state
             .engines()
             .iter()
@@ -732,8 +891,13 @@ impl StateSummary {
             order_batches: totals.order_batches,
             rejections: state.rejections.total,
             rejections_by_kind: state.rejections.by_kind.clone(),
-            jobs,
+            jobs: Vec::new(),
+            jobs_total: 0,
+            jobs_active: 0,
+            jobs_more: 0,
+            next_from: None,
             engines,
+            engines_more: 0,
             dispatches: totals.dispatches,
             tasks_done: totals.tasks_done,
             tasks_failed: totals.tasks_failed,
@@ -883,13 +1047,13 @@ mod tests {
 
         // A request from a client that predates the field asks for no digest.
         let old_client: StatRequest = serde_json::from_str(r#"{"job":null}"#).expect("a request without the field");
-        let plain = answer_stat(&state, &old_client, &mut StateDigests::default());
+        let plain = answer_stat(&state, &old_client, &mut StateDigests::default(), ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!(plain.state_digest, None);
         let plain_json = serde_json::to_value(&plain).expect("json");
         assert!(plain_json.get("state_digest").is_none(), "{plain_json}");
         assert!(!plain.to_string().contains("state digest"), "{plain}");
 
-        let asked = answer_stat(&state, &StatRequest { job: None, state_digest: true }, &mut StateDigests::default());
+        let asked = answer_stat(&state, &StatRequest { state_digest: true, ..StatRequest::default() }, &mut StateDigests::default(), ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!(asked.state_digest, Some(state.state_digest().to_hex()));
         assert!(asked.to_string().contains(&format!("state digest {}", state.state_digest().to_hex())), "{asked}");
         let back: StateSummary = serde_json::from_value(serde_json::to_value(&asked).expect("json")).expect("parses back");
@@ -898,6 +1062,61 @@ mod tests {
             serde_json::from_value::<StateSummary>(plain_json).expect("a summary without the digest parses").state_digest,
             None
         );
+    }
+
+    #[test]
+    fn a_stat_answer_is_a_page_within_its_byte_bound_and_the_pages_list_every_matching_job_once() {
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        for e in 0..40 {
+            log.login(&format!("engine-{e:02}"), 1, linux_props("lyon", 8192));
+        }
+        for j in 0..3_000 {
+            let mut spec = job_spec(&format!("job-{j:04}"), 1, "memory_mb > 1000000");
+            spec.owner = if j % 3 == 0 { "carol".into() } else { "dave".into() };
+            log.submit(spec);
+        }
+        run(&mut log, &mut state, 0);
+        let digests = &mut StateDigests::default();
+        let ask = |request: &StatRequest, bytes_max: usize, digests: &mut StateDigests| {
+            let page = answer_stat(&state, request, digests, bytes_max);
+            assert!(json_len(&page) <= bytes_max, "{} bytes over {bytes_max}", json_len(&page));
+            page
+        };
+
+        // The whole default page fits the default bound; what is left is counted.
+        let first = ask(&StatRequest::default(), ANSWER_BYTES_MAX_DEFAULT, digests);
+        assert_eq!((first.jobs.len() as u32, first.jobs_total, first.jobs_active), (STAT_JOBS_PER_PAGE_MAX, 3_000, 3_000));
+        assert_eq!((first.jobs_more, first.next_from, first.engines.len(), first.engines_more), (2_000, Some(1_000), 40, 0));
+
+        // A small bound cuts the engines to half of it and the jobs to the rest; the walk covers every job once.
+        let bytes_max = 20 * 1024;
+        let mut seen = Vec::new();
+        let mut request = StatRequest { owner: Some("dave".into()), ..StatRequest::default() };
+        loop {
+            let page = ask(&request, bytes_max, digests);
+            assert!(page.engines_more > 0 && json_len(&page.engines) <= bytes_max / 2, "{} engines", page.engines.len());
+            assert!(!page.jobs.is_empty() && page.jobs.len() < 1_000, "a page cut by its bytes: {}", page.jobs.len());
+            assert_eq!(page.jobs_total, 2_000);
+            seen.extend(page.jobs.iter().map(|job| job.id.clone()));
+            assert_eq!(page.jobs_more, 2_000 - seen.len() as u64);
+            match page.next_from {
+                Some(from) => request.from = from,
+                None => break,
+            }
+        }
+        let dave: Vec<String> = (0..3_000).filter(|j| j % 3 != 0).map(|j| format!("job-{j:04}")).collect();
+        assert_eq!(seen, dave, "every one of dave's jobs, once, in order");
+
+        // No jobs asked for: the counts alone; past the end: none, nothing more; a named job: that one.
+        let counts = ask(&StatRequest { limit: Some(0), status: Some("active".into()), ..StatRequest::default() }, bytes_max, digests);
+        assert_eq!((counts.jobs.len(), counts.jobs_total, counts.jobs_more, counts.next_from), (0, 3_000, 3_000, Some(0)));
+        let past = ask(&StatRequest { from: 5_000, ..StatRequest::default() }, bytes_max, digests);
+        assert_eq!((past.jobs.len(), past.jobs_more, past.next_from), (0, 0, None));
+        let done = ask(&StatRequest { status: Some("done".into()), ..StatRequest::default() }, bytes_max, digests);
+        assert_eq!((done.jobs_total, done.jobs_more), (0, 0));
+        let one = ask(&StatRequest { job: Some("job-2999".into()), owner: Some("nobody".into()), ..StatRequest::default() }, bytes_max, digests);
+        assert_eq!((one.jobs.len(), one.jobs_total, one.jobs_more), (1, 1, 0), "a named job is answered whatever the filters");
     }
 
     #[test]
@@ -921,7 +1140,7 @@ mod tests {
         run(&mut log, &mut state, n);
         assert_eq!(state.job_idx(&job_id("old")), None, "retired");
 
-        let stat = answer_stat(&state, &StatRequest { job: Some("old".into()), state_digest: false }, &mut StateDigests::default());
+        let stat = answer_stat(&state, &StatRequest { job: Some("old".into()), ..StatRequest::default() }, &mut StateDigests::default(), ANSWER_BYTES_MAX_DEFAULT);
         expect_test::expect!["job old ended done (2 task(s)) 90 s ago and was retired from the state 0 s ago: only its outcome and its usage are kept"]
             .assert_eq(stat.retired.as_deref().unwrap_or("(none)"));
         let why = answer_why(&state, &WhyRequest { task: "old/1".into() });

@@ -242,7 +242,9 @@ fn find_job(state: &State, id: &str) -> Result<JobIdx, String> {
     }
 }
 
-pub fn answer_tasks(state: &State, request: &TasksRequest) -> TasksReply {
+/// A page of a job's tasks whose JSON is at most `bytes_max` bytes (the
+/// broker's payload limit): at least one task when any matches from `from`.
+pub fn answer_tasks(state: &State, request: &TasksRequest, bytes_max: usize) -> TasksReply {
     let error = |error: String| TasksReply { job: request.job.clone(), error: Some(error), ..TasksReply::default() };
     let j = match find_job(state, &request.job) {
         Ok(j) => j,
@@ -260,8 +262,19 @@ pub fn answer_tasks(state: &State, request: &TasksRequest) -> TasksReply {
     };
     let job = state.job(j);
     let limit = request.limit.unwrap_or(TASKS_PER_PAGE_MAX).clamp(1, TASKS_PER_PAGE_MAX);
-    let mut tasks = Vec::new();
-    let mut next_from = None;
+    let mut reply = TasksReply {
+        job: job.id.to_string(),
+        status: job.status.as_str().to_string(),
+        log_time_ms: state.now_ms,
+        submitted_ms: job.submitted_ms,
+        ended_ms: job.ended_ms,
+        n_tasks: job.n_tasks(),
+        counts: task_counts(job),
+        tasks: Vec::new(),
+        next_from: None,
+        error: None,
+    };
+    let mut room = crate::projector::query::AnswerRoom::new(bytes_max, &reply);
     // Bounded: a page looks at most at `limit` matching tasks plus the ones skipped,
     // and skipping costs a comparison per task (the job's `Vec` of 16-byte states).
     for index in request.from..job.n_tasks() {
@@ -270,14 +283,24 @@ pub fn answer_tasks(state: &State, request: &TasksRequest) -> TasksReply {
         if wanted.is_some_and(|w| w != task.status) {
             continue;
         }
-        if tasks.len() as u32 == limit {
-            next_from = Some(index);
+        if reply.tasks.len() as u32 == limit {
+            reply.next_from = Some(index);
             break;
         }
-        tasks.push(task_line(state, job, key));
+        let line = task_line(state, job, key);
+        if !room.take(&line, room.bytes_max()) && !reply.tasks.is_empty() {
+            reply.next_from = Some(index);
+            break;
+        }
+        reply.tasks.push(line);
     }
+    reply
+}
+
+/// Tasks per state, over the whole job.
+fn task_counts(job: &Job) -> BTreeMap<String, u32> {
     let c = job.counts;
-    let counts = [
+    [
         ("waiting", c.waiting),
         ("dispatched", c.dispatched),
         ("running", c.running),
@@ -287,19 +310,7 @@ pub fn answer_tasks(state: &State, request: &TasksRequest) -> TasksReply {
     ]
     .into_iter()
     .map(|(name, n)| (name.to_string(), n))
-    .collect();
-    TasksReply {
-        job: job.id.to_string(),
-        status: job.status.as_str().to_string(),
-        log_time_ms: state.now_ms,
-        submitted_ms: job.submitted_ms,
-        ended_ms: job.ended_ms,
-        n_tasks: job.n_tasks(),
-        counts,
-        tasks,
-        next_from,
-        error: None,
-    }
+    .collect()
 }
 
 fn task_line(state: &State, job: &Job, key: TaskKey) -> TaskLine {
@@ -406,6 +417,7 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::projector::query::ANSWER_BYTES_MAX_DEFAULT;
     use crate::core::testkit::fold_and_decide as run;
     use crate::core::testkit::*;
 
@@ -422,7 +434,7 @@ mod tests {
         run(&mut log, &mut state, seen);
         let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
         assert_eq!(reply.attempts[0].remote_job.as_deref(), Some("4211"));
-        let lines = answer_tasks(&state, &TasksRequest { job: "j".into(), ..TasksRequest::default() });
+        let lines = answer_tasks(&state, &TasksRequest { job: "j".into(), ..TasksRequest::default() }, ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!(lines.tasks[0].remote_job.as_deref(), Some("4211"));
         let json = serde_json::to_value(&lines.tasks[0]).unwrap();
         assert_eq!(json["remote_job"], "4211");
@@ -461,7 +473,7 @@ mod tests {
         let done = answer_task(&state, &TaskRequest { task: "j/0".into() });
         assert_eq!((done.state.as_str(), done.attempts[1].outcome.as_str(), done.attempts[1].exit_code), ("done", "completed", Some(0)));
 
-        let tasks = answer_tasks(&state, &TasksRequest { job: "j".into(), ..Default::default() });
+        let tasks = answer_tasks(&state, &TasksRequest { job: "j".into(), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!((tasks.n_tasks, tasks.tasks.len(), tasks.next_from), (3, 3, None));
         assert_eq!(tasks.tasks[0].exit_code, Some(0));
         assert_eq!(tasks.counts["done"], 1);
@@ -474,20 +486,24 @@ mod tests {
         log.submit(job_spec("big", 5_000, ""));
         run(&mut log, &mut state, 0);
         // A limit above the page's maximum is cut to it; the next page starts where it stopped.
-        let page = answer_tasks(&state, &TasksRequest { job: "big".into(), limit: Some(u32::MAX), ..Default::default() });
+        let page = answer_tasks(&state, &TasksRequest { job: "big".into(), limit: Some(u32::MAX), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!((page.tasks.len() as u32, page.next_from), (TASKS_PER_PAGE_MAX, Some(TASKS_PER_PAGE_MAX)));
-        let last = answer_tasks(&state, &TasksRequest { job: "big".into(), from: 4_990, limit: Some(0), ..Default::default() });
+        let last = answer_tasks(&state, &TasksRequest { job: "big".into(), from: 4_990, limit: Some(0), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!((last.tasks.len(), last.tasks[0].index, last.next_from), (1, 4_990, Some(4_991)));
-        let past = answer_tasks(&state, &TasksRequest { job: "big".into(), from: u32::MAX, ..Default::default() });
+        let past = answer_tasks(&state, &TasksRequest { job: "big".into(), from: u32::MAX, ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT);
+        // A smaller payload limit cuts a page by its bytes: the next one starts where it stopped.
+        let cut = answer_tasks(&state, &TasksRequest { job: "big".into(), ..Default::default() }, 16 * 1024);
+        assert!(crate::projector::query::json_len(&cut) <= 16 * 1024 && !cut.tasks.is_empty(), "{} bytes", crate::projector::query::json_len(&cut));
+        assert_eq!(cut.next_from, Some(cut.tasks.len() as u32));
         assert_eq!((past.tasks.len(), past.next_from, past.error), (0, None, None));
-        let waiting = answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("done".into()), ..Default::default() });
+        let waiting = answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("done".into()), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT);
         assert_eq!((waiting.tasks.len(), waiting.next_from), (0, None));
 
         let error = |reply: TasksReply| reply.error.unwrap_or_default();
-        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: "nosuch".into(), ..Default::default() })), "no job nosuch");
+        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: "nosuch".into(), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT)), "no job nosuch");
         let long = "x".repeat(10_000);
-        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: long.clone(), ..Default::default() })), format!("no job {long}"));
-        let bad_state = error(answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("lost".into()), ..Default::default() }));
+        assert_eq!(error(answer_tasks(&state, &TasksRequest { job: long.clone(), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT)), format!("no job {long}"));
+        let bad_state = error(answer_tasks(&state, &TasksRequest { job: "big".into(), state: Some("lost".into()), ..Default::default() }, ANSWER_BYTES_MAX_DEFAULT));
         assert!(bad_state.starts_with("no task state lost"), "{bad_state}");
 
         let task_error = |task: &str| answer_task(&state, &TaskRequest { task: task.into() }).error.unwrap_or_default();

@@ -102,7 +102,7 @@ pub enum SimError {
     Panic { seed: u64, message: String },
     #[error("seed {seed}: replaying the log gives chain {replayed}, the live projector has {live}")]
     ChainMismatch { seed: u64, live: String, replayed: String },
-    #[error("seed {seed}: replay --verify diverges: {detail}")]
+    #[error("seed {seed}: replay --verify does not verify: {detail}")]
     Divergence { seed: u64, detail: String },
     #[error("seed {seed}: the live projector's state digest {live} differs from a full replay's {replayed}")]
     StateMismatch { seed: u64, live: String, replayed: String },

@@ -832,8 +832,8 @@ impl<'a> World<'a> {
         if replayed.chain != live.chain {
             return Err(SimError::ChainMismatch { seed, live: live.chain.to_hex(), replayed: replayed.chain.to_hex() });
         }
-        if let Some(divergence) = replay_report.first_divergence {
-            return Err(SimError::Divergence { seed, detail: divergence.to_string() });
+        if let Some(problem) = replay_report.not_verified(&[]).first() {
+            return Err(SimError::Divergence { seed, detail: problem.to_string() });
         }
         // (b) The live projector, restarts and all, holds exactly the replayed state.
         let live_state_digest = live.state_digest();

@@ -1,8 +1,9 @@
 //! Building HTML safely: every piece of text that reaches a page goes through
 //! [`escape`] (element text and attribute values alike), and [`Html`] is the one
 //! type a view returns, so an unescaped string cannot slip in by accident: the
-//! only ways to add text are [`Html::text`] (escaped) and [`Html::raw`] for
-//! markup written in this module's callers as literals.
+//! only ways to add text are [`Html::text`] and [`Html::text_lines`] (escaped,
+//! control characters written out as by [`crate::human::printable`]) and
+//! [`Html::raw`] for markup written in this module's callers as literals.
 
 use std::fmt::Write as _;
 
@@ -38,9 +39,18 @@ impl Html {
         self
     }
 
-    /// Text, escaped.
+    /// Text, escaped; a control character (a line break too) is written out as
+    /// an escape ([`crate::human::printable`]).
     pub fn text(&mut self, text: impl std::fmt::Display) -> &mut Html {
-        self.0.push_str(&escape(&text.to_string()));
+        self.0.push_str(&escape(&crate::human::printable(&text.to_string())));
+        self
+    }
+
+    /// Text of several lines (for a `<pre>`: output, an error tail, an
+    /// explanation), escaped; line breaks and tabs kept, every other control
+    /// character written out ([`crate::human::printable_lines`]).
+    pub fn text_lines(&mut self, text: &str) -> &mut Html {
+        self.0.push_str(&escape(&crate::human::printable_lines(text)));
         self
     }
 
@@ -127,5 +137,15 @@ mod tests {
         html.link("/jobs/\"><script>", "<b>").element("td", "a<b");
         assert_eq!(html.as_str(), "<a href=\"/jobs/&quot;&gt;&lt;script&gt;\">&lt;b&gt;</a><td>a&lt;b</td>");
         assert_eq!(url_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
+    }
+
+    #[test]
+    fn control_characters_are_written_out_in_text_and_kept_only_as_line_breaks_in_lines() {
+        let mut html = Html::new();
+        html.element("td", "eve\x1b[2J\nfake <row>");
+        assert_eq!(html.as_str(), "<td>eve\\x1b[2J\\nfake &lt;row&gt;</td>");
+        let mut pre = Html::new();
+        pre.text_lines("line 1\nline\x1b[31m 2\n");
+        assert_eq!(pre.as_str(), "line 1\nline\\x1b[31m 2\n");
     }
 }

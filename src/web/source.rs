@@ -20,6 +20,8 @@ pub enum AskError {
     Refused { subject: String, detail: String },
     #[error("the projector's answer on {subject} does not decode: {detail}")]
     Undecodable { subject: String, detail: String },
+    #[error("the projector answered on {subject} with an error: {error}")]
+    Answered { subject: String, error: String },
 }
 
 /// A broker connection that asks the projector.
@@ -46,7 +48,11 @@ impl Source {
             Ok(Err(_)) => return Err(AskError::NoProjector { subject: subject.into() }),
             Err(_) => return Err(AskError::Timeout { subject: subject.into() }),
         };
-        serde_json::from_slice(&reply.payload)
-            .map_err(|error| AskError::Undecodable { subject: subject.into(), detail: error.to_string() })
+        serde_json::from_slice(&reply.payload).map_err(|undecodable| {
+            match serde_json::from_slice::<crate::projector::query::QueryError>(&reply.payload) {
+                Ok(answered) => AskError::Answered { subject: subject.into(), error: answered.error },
+                Err(_) => AskError::Undecodable { subject: subject.into(), detail: undecodable.to_string() },
+            }
+        })
     }
 }

@@ -180,17 +180,19 @@ pub fn jobs_table(html: &mut Html, summary: &StateSummary) {
             .raw("</tr>");
     }
     html.raw("</table>");
-    more_rows(html, summary.jobs.len());
+    more_rows(html, summary.jobs.len(), summary.jobs_more);
 }
 
-fn more_rows(html: &mut Html, n: usize) {
-    if n > ROWS_MAX {
-        html.raw("<p class=\"more\">").text(format!("… and {} more not shown", n - ROWS_MAX)).raw("</p>");
+/// `… and N more not shown`: past the first [`ROWS_MAX`] of `listed`, and the `unlisted` the answer left out.
+fn more_rows(html: &mut Html, listed: usize, unlisted: u64) {
+    let more = listed.saturating_sub(ROWS_MAX) as u64 + unlisted;
+    if more > 0 {
+        html.raw("<p class=\"more\">").text(format!("… and {more} more not shown")).raw("</p>");
     }
 }
 
-/// The engines table; `long` adds their properties.
-pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary], long: bool) {
+/// The engines table; `long` adds their properties; `unlisted` engines the answer left out are counted.
+pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary], unlisted: u64, long: bool) {
     if engines.is_empty() {
         html.raw("<p class=\"empty\">no engines have logged in</p>");
         return;
@@ -214,7 +216,7 @@ pub fn engines_table(html: &mut Html, log_time_ms: u64, engines: &[EngineSummary
         }
     }
     html.raw("</table>");
-    more_rows(html, engines.len());
+    more_rows(html, engines.len(), unlisted);
 }
 
 /// `/`: the counters, the throughput plot, the jobs and the engines.
@@ -223,7 +225,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
     html.raw("<p class=\"counters\">").text(format!(
         "log up to seq {} · jobs {} · tasks done {} · tasks failed {} · dispatches {} · requeues {} · engines lost {} · ",
         summary.last_seq,
-        summary.jobs.len(),
+        summary.jobs_total,
         summary.tasks_done,
         summary.tasks_failed,
         summary.dispatches,
@@ -235,7 +237,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
     html.raw("<h2>Jobs</h2>");
     jobs_table(&mut html, summary);
     html.raw("<h2>Engines</h2>");
-    engines_table(&mut html, summary.log_time_ms, &summary.engines, false);
+    engines_table(&mut html, summary.log_time_ms, &summary.engines, summary.engines_more, false);
     html
 }
 
@@ -243,7 +245,7 @@ pub fn overview(summary: &StateSummary, plot: &Html) -> Html {
 pub fn engines(summary: &StateSummary) -> Html {
     let mut html = Html::new();
     html.raw("<h2>Engines</h2>");
-    engines_table(&mut html, summary.log_time_ms, &summary.engines, true);
+    engines_table(&mut html, summary.log_time_ms, &summary.engines, summary.engines_more, true);
     html
 }
 
@@ -403,13 +405,13 @@ pub fn task_attempts(reply: &TaskReply) -> Html {
         ));
         html.raw("</p>");
         if let Some(result) = &attempt.result {
-            html.raw("<h4>output</h4><pre class=\"output\">").text(result).raw("</pre>");
+            html.raw("<h4>output</h4><pre class=\"output\">").text_lines(result).raw("</pre>");
             if attempt.output_truncated || u64::from(attempt.result_bytes) < attempt.stdout_stored_bytes.unwrap_or(0) {
                 html.raw("<p class=\"more\">").text("the first part only: `gridfold output` gives the whole").raw("</p>");
             }
         }
         if let Some(error_tail) = attempt.error_tail.as_ref().filter(|tail| !tail.is_empty()) {
-            html.raw("<h4>error tail</h4><pre class=\"stderr\">").text(error_tail).raw("</pre>");
+            html.raw("<h4>error tail</h4><pre class=\"stderr\">").text_lines(error_tail).raw("</pre>");
         }
         html.raw("</section>");
     }
@@ -420,7 +422,7 @@ pub fn task_attempts(reply: &TaskReply) -> Html {
 pub fn why(reply: &WhyAnswer) -> Html {
     let mut html = Html::new();
     match (&reply.text, &reply.error) {
-        (Some(text), _) => html.raw("<pre class=\"why\">").text(text).raw("</pre>"),
+        (Some(text), _) => html.raw("<pre class=\"why\">").text_lines(text).raw("</pre>"),
         (None, Some(error)) => html.raw("<p class=\"error\">").text(error).raw("</p>"),
         (None, None) => html.raw("<p class=\"error\">the projector gave no explanation</p>"),
     };
@@ -476,7 +478,7 @@ pub fn rejections(reply: &RejectionsReply) -> Html {
 pub fn policy(reply: &crate::projector::query::PolicyReply) -> Html {
     let mut html = Html::new();
     html.raw("<h2>Policy</h2><p class=\"provenance\">").text(reply.provenance()).raw("</p>");
-    html.raw("<pre class=\"policy\">").text(reply.policy_text()).raw("</pre>");
+    html.raw("<pre class=\"policy\">").text_lines(&reply.policy_text()).raw("</pre>");
     html
 }
 
@@ -565,7 +567,12 @@ mod tests {
             rejections: 0,
             rejections_by_kind: Default::default(),
             jobs: vec![job],
+            jobs_total: 1,
+            jobs_active: 1,
+            jobs_more: 0,
+            next_from: None,
             engines: vec![engine],
+            engines_more: 0,
             dispatches: 3,
             tasks_done: 2,
             tasks_failed: 0,
@@ -629,6 +636,18 @@ mod tests {
         let page = page(&View::Job(EVIL.into()), &job(&summary, EVIL));
         assert_eq!(page.matches("<script").count(), 1, "only the page's own script: {page}");
         assert!(page.contains("data-path=\"/jobs/%3Cscript%3Ewindow.pwned%3D1"), "{page}");
+    }
+
+    #[test]
+    fn escape_codes_in_owners_reasons_and_output_are_written_out() {
+        const CODES: &str = "eve\x1b[2J\nfake row";
+        let mut summary = summary_with_evil_strings();
+        summary.jobs[0].owner = CODES.into();
+        let overview = overview(&summary, &Html::new()).into_string();
+        assert!(!overview.contains('\x1b') && overview.contains(r"<td>eve\x1b[2J\nfake row</td>"), "{overview}");
+        let attempt = crate::projector::results::AttemptView { error_tail: Some(format!("{CODES}\nnext")), ..Default::default() };
+        let task = task_attempts(&TaskReply { attempts: vec![attempt], ..Default::default() }).into_string();
+        assert!(!task.contains('\x1b') && task.contains("eve\\x1b[2J\nfake row\nnext"), "output keeps its lines: {task}");
     }
 
     #[test]

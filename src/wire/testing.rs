@@ -480,16 +480,16 @@ pub fn every_event() -> Vec<Event> {
 // Strategies
 
 fn arb_id_text() -> impl Strategy<Value = String> {
-    "[A-Za-z0-9._-]{1,64}".prop_filter("ids are not made only of dots", |text| !text.bytes().all(|b| b == b'.'))
+    "[A-Za-z0-9._][A-Za-z0-9._-]{0,63}".prop_filter("ids are not made only of dots", |text| !text.bytes().all(|b| b == b'.'))
 }
 
 fn arb_job() -> impl Strategy<Value = JobId> {
     arb_id_text().prop_map(|text| job(&text))
 }
 
-/// Engine ids hold no dots: they are NATS subject tokens.
+/// Engine ids hold no dots: they are NATS subject tokens. No id starts with `-`.
 fn arb_engine() -> impl Strategy<Value = EngineId> {
-    "[A-Za-z0-9_-]{1,64}".prop_map(|text| engine(&text))
+    "[A-Za-z0-9_][A-Za-z0-9_-]{0,63}".prop_map(|text| engine(&text))
 }
 
 fn arb_task() -> impl Strategy<Value = TaskRef> {

@@ -204,6 +204,15 @@ fn decoding_errors_name_the_field() {
         ),
         expect!["event.job_submitted.id: an id may hold only letters, digits, '_' and '-' (and '.' in job ids); found ' ' at byte 1"],
     );
+    // An id that reads as an option on a command line (`-rf`, `--help`) is refused where ids are made.
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"job_submitted": {{"id": "-rf", "tasks": {{"count": 1}}}}}}}}"#),
+        expect!["event.job_submitted.id: an id may not start with '-' (a command line would read it as an option)"],
+    );
+    check_error(
+        &format!(r#"{{{ID}, "event": {{"engine_logged_in": {{"engine": "--help"}}}}}}"#),
+        expect!["event.engine_logged_in.engine: an id may not start with '-' (a command line would read it as an option)"],
+    );
     check_error(
         &format!(r#"{{{ID}, "event": {{"job_cancelled": {{}}}}}}"#),
         expect![[r#"event.job_cancelled.job: an id may not be empty"#]],

@@ -266,6 +266,17 @@ impl Cluster {
             .unwrap_or_else(|err| self.fail(&format!("registering the projector's key: {err}")));
     }
 
+    /// Appends messages to the log as they are, in order (a test forging entries,
+    /// or submitting many at once): their sequences.
+    pub fn append_batch(&self, appends: Vec<Append>) -> Vec<u64> {
+        self.runtime
+            .block_on(async { self.connect().await?.append_batch(appends).await })
+            .unwrap_or_else(|err| self.fail(&format!("appending to the log: {err}")))
+            .iter()
+            .map(|appended| appended.seq)
+            .collect()
+    }
+
     async fn connect(&self) -> Result<JetStreamLog, LogError> {
         let config = LogConfig {
             connect_timeout: Duration::from_secs(5),

@@ -595,7 +595,7 @@ async fn read_back_and_verify<L: EventLog>(
 
     let analysis = analyse(&entries, jobs, slots);
     let every_task_completed_once = analysis.completed_once(&state, jobs) && engines_ok;
-    let divergence = replay_report.first_divergence.as_ref().map(ToString::to_string);
+    let divergence = replay_report.not_verified(&[]).first().map(ToString::to_string);
     let ok = every_task_completed_once
         && divergence.is_none()
         && projector_digest_matches

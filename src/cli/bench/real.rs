@@ -329,7 +329,7 @@ fn filesystem_of(path: &std::path::Path) -> String {
 
 /// Asks the projector for its summary of the bench's job.
 async fn stat(client: &async_nats::Client) -> anyhow::Result<StateSummary> {
-    let question = serde_json::to_vec(&StatRequest { job: Some(JOB_ID.to_string()), state_digest: false })?;
+    let question = serde_json::to_vec(&StatRequest { job: Some(JOB_ID.to_string()), ..StatRequest::default() })?;
     let reply = tokio::time::timeout(Duration::from_secs(10), client.request(STAT_SUBJECT, question.into()))
         .await
         .map_err(|_| anyhow!("the projector did not answer on {STAT_SUBJECT} within 10 s"))?

@@ -156,7 +156,7 @@ pub async fn soak_on(
         tasks_done,
         seconds: started.elapsed().as_secs_f64(),
         rss_kib: rss_kib(),
-        jobs_held: stat.jobs.len() as u64,
+        jobs_held: stat.jobs_total,
         jobs_active: stat.jobs.iter().filter(|job| job.ended_ms.is_none()).count() as u64,
         oldest_ended_age_ms: stat.jobs.iter().filter_map(|job| job.ended_ms).min().map(|ended| stat.log_time_ms.saturating_sub(ended)),
         jobs_retired: stat.jobs_retired,

@@ -2,6 +2,12 @@
 //! (answered from its current state between two batches, never from a copy) and
 //! watches its status; [`spawn_query_responder`] answers the queries of
 //! `gridfold.q.>` (stat, why, blacklists, libraries, verdicts, usage) on core NATS through the same handle.
+//!
+//! No question goes unanswered for the size of its answer: `stat` and `tasks`
+//! answer a page that fits the connection's payload limit (the server's
+//! `max_payload`), and any answer still too large, or one the broker would not
+//! take, is replaced by an error answer (`{"error": ...}`) and a warning in the
+//! log: a requester hears why, never silence.
 
 use std::time::Duration;
 
@@ -10,7 +16,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::projector::query::{
-    BLACKLISTS_SUBJECT, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
+    ANSWER_BYTES_MAX_DEFAULT, BLACKLISTS_SUBJECT, QueryError, BlacklistsReply, BlacklistsRequest, LIBRARIES_SUBJECT, LibrariesReply,
     LibrariesRequest, QUERY_SUBJECTS, STAT_SUBJECT, StatRequest, StateSummary, USAGE_SUBJECT,
     RejectionsReply, RejectionsRequest, REJECTIONS_SUBJECT, POLICY_SUBJECT, PolicyReply, PolicyRequest, UsageReply, UsageRequest, VERDICT_SUBJECT, Verdict, VerdictRequest, WHY_SUBJECT, WhyReply, WhyRequest,
 };
@@ -24,14 +30,16 @@ pub const QUERIES_QUEUED_MAX: usize = 256;
 /// A question for the loop, with where to send the answer.
 #[derive(Debug)]
 pub enum Query {
-    Stat(StatRequest, oneshot::Sender<StateSummary>),
+    /// With the most bytes the answer's JSON may take (the broker's payload limit).
+    Stat(StatRequest, usize, oneshot::Sender<StateSummary>),
     Why(WhyRequest, oneshot::Sender<WhyReply>),
     Blacklists(BlacklistsRequest, oneshot::Sender<BlacklistsReply>),
     Libraries(LibrariesRequest, oneshot::Sender<LibrariesReply>),
     Verdict(VerdictRequest, oneshot::Sender<Verdict>),
     Usage(UsageRequest, oneshot::Sender<UsageReply>),
     Rejections(RejectionsRequest, oneshot::Sender<RejectionsReply>),
-    Tasks(TasksRequest, oneshot::Sender<TasksReply>),
+    /// With the most bytes the answer's JSON may take (the broker's payload limit).
+    Tasks(TasksRequest, usize, oneshot::Sender<TasksReply>),
     Task(TaskRequest, oneshot::Sender<TaskReply>),
     Policy(PolicyRequest, oneshot::Sender<PolicyReply>),
 }
@@ -112,9 +120,15 @@ impl ProjectorHandle {
         answer.await.map_err(|_| ProjectorGone)
     }
 
-    /// `gridfold stat`, answered from the loop's current state.
+    /// `gridfold stat`, answered from the loop's current state: a page of jobs
+    /// whose JSON is at most [`ANSWER_BYTES_MAX_DEFAULT`] bytes.
     pub async fn stat(&self, request: StatRequest) -> Result<StateSummary, ProjectorGone> {
-        self.ask(|reply| Query::Stat(request, reply)).await
+        self.stat_within(request, ANSWER_BYTES_MAX_DEFAULT).await
+    }
+
+    /// [`ProjectorHandle::stat`], the answer's JSON at most `bytes_max` bytes.
+    pub async fn stat_within(&self, request: StatRequest, bytes_max: usize) -> Result<StateSummary, ProjectorGone> {
+        self.ask(|reply| Query::Stat(request, bytes_max, reply)).await
     }
 
     /// `gridfold why`, answered from the loop's current state.
@@ -152,9 +166,15 @@ impl ProjectorHandle {
         self.ask(|reply| Query::Rejections(request, reply)).await
     }
 
-    /// `gridfold tasks`, answered from the loop's current state.
+    /// `gridfold tasks`, answered from the loop's current state: a page whose
+    /// JSON is at most [`ANSWER_BYTES_MAX_DEFAULT`] bytes.
     pub async fn tasks(&self, request: TasksRequest) -> Result<TasksReply, ProjectorGone> {
-        self.ask(|reply| Query::Tasks(request, reply)).await
+        self.tasks_within(request, ANSWER_BYTES_MAX_DEFAULT).await
+    }
+
+    /// [`ProjectorHandle::tasks`], the answer's JSON at most `bytes_max` bytes.
+    pub async fn tasks_within(&self, request: TasksRequest, bytes_max: usize) -> Result<TasksReply, ProjectorGone> {
+        self.ask(|reply| Query::Tasks(request, bytes_max, reply)).await
     }
 
     /// `gridfold task`, answered from the loop's current state.
@@ -186,10 +206,28 @@ impl ProjectorHandle {
     }
 }
 
-/// The answer to a request that could not be read.
-#[derive(Debug, Serialize)]
-struct QueryError {
-    error: String,
+/// The most bytes an answer may take on `client`'s connection: the server's
+/// `max_payload` (NATS's default before the server has said).
+fn answer_bytes_max(client: &async_nats::Client) -> usize {
+    match client.max_payload() {
+        0 => ANSWER_BYTES_MAX_DEFAULT,
+        bytes_max => bytes_max,
+    }
+}
+
+/// `answer` if it is at most `bytes_max` bytes; else an error answer saying
+/// so, and a warning in the log.
+fn fitted(subject: &str, answer: Vec<u8>, bytes_max: usize) -> Vec<u8> {
+    if answer.len() <= bytes_max {
+        return answer;
+    }
+    tracing::warn!(subject, bytes = answer.len(), bytes_max, "an answer is larger than the broker takes in one message: answering with an error");
+    json(&QueryError {
+        error: format!(
+            "the projector's answer on {subject} is {} bytes, more than the broker takes in one message ({bytes_max} bytes): ask for less",
+            answer.len()
+        ),
+    })
 }
 
 /// Answers the requests of [`QUERY_SUBJECTS`] on core NATS (JSON in, JSON out; an empty request
@@ -218,12 +256,18 @@ pub async fn spawn_query_responder(
             let Some(reply_to) = message.reply.clone() else {
                 continue;
             };
-            let answer = match answer(&handle, &store, message.subject.as_str(), &message.payload).await {
-                Ok(answer) => answer,
+            let subject = message.subject.as_str();
+            let bytes_max = answer_bytes_max(&client);
+            let answer = match answer(&handle, &store, subject, &message.payload, bytes_max).await {
+                Ok(answer) => fitted(subject, answer, bytes_max),
                 Err(ProjectorGone) => break,
             };
-            if let Err(err) = client.publish(reply_to, answer.into()).await {
-                tracing::debug!("answering a query: {err}");
+            if let Err(err) = client.publish(reply_to.clone(), answer.into()).await {
+                tracing::warn!(subject, "an answer could not be sent: {err}; answering with an error");
+                let error = QueryError { error: format!("the projector's answer on {subject} could not be sent: {err}") };
+                if let Err(err) = client.publish(reply_to, json(&error).into()).await {
+                    tracing::warn!(subject, "the error answer could not be sent either: {err}");
+                }
             }
         }
     }))
@@ -234,6 +278,7 @@ async fn answer(
     store: &crate::output_store::OutputStore,
     subject: &str,
     payload: &[u8],
+    bytes_max: usize,
 ) -> Result<Vec<u8>, ProjectorGone> {
     fn parse<T: serde::de::DeserializeOwned + Default>(payload: &[u8]) -> Result<T, String> {
         if payload.iter().all(u8::is_ascii_whitespace) {
@@ -253,7 +298,7 @@ async fn answer(
     }
     Ok(match subject {
         STAT_SUBJECT => match parse::<StatRequest>(payload) {
-            Ok(request) => json(&handle.stat(request).await?),
+            Ok(request) => json(&handle.stat_within(request, bytes_max).await?),
             Err(error) => json(&QueryError { error }),
         },
         WHY_SUBJECT => match parse::<WhyRequestOrDefault>(payload) {
@@ -284,7 +329,7 @@ async fn answer(
             Err(error) => json(&QueryError { error }),
         },
         TASKS_SUBJECT => match parse::<TasksRequest>(payload) {
-            Ok(request) => json(&handle.tasks(request).await?),
+            Ok(request) => json(&handle.tasks_within(request, bytes_max).await?),
             Err(error) => json(&QueryError { error }),
         },
         TASK_SUBJECT => match parse::<TaskRequest>(payload) {
@@ -317,4 +362,23 @@ impl<'de> serde::Deserialize<'de> for WhyRequestOrDefault {
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("answers always serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_larger_than_the_broker_takes_becomes_an_error_answer_that_fits() {
+        let small = json(&QueryError { error: "fine".into() });
+        assert_eq!(fitted("gridfold.q.stat", small.clone(), small.len()), small, "an answer that fits is sent as it is");
+        let large = vec![b' '; 2 * 1024 * 1024];
+        let replaced = fitted("gridfold.q.usage", large, ANSWER_BYTES_MAX_DEFAULT);
+        assert!(replaced.len() <= ANSWER_BYTES_MAX_DEFAULT);
+        let error: QueryError = serde_json::from_slice(&replaced).expect("an error answer");
+        assert_eq!(
+            error.error,
+            "the projector's answer on gridfold.q.usage is 2097152 bytes, more than the broker takes in one message (1048576 bytes): ask for less"
+        );
+    }
 }

@@ -780,8 +780,8 @@ where
         let state = self.machine.state();
         // A requester that gave up has dropped its receiver: nothing to do.
         match query {
-            Query::Stat(request, reply) => {
-                let _ = reply.send(answer_stat(state, &request, &mut self.state_digests));
+            Query::Stat(request, bytes_max, reply) => {
+                let _ = reply.send(answer_stat(state, &request, &mut self.state_digests, bytes_max));
             }
             Query::Why(request, reply) => {
                 let _ = reply.send(answer_why(state, &request));
@@ -801,8 +801,8 @@ where
             Query::Rejections(request, reply) => {
                 let _ = reply.send(answer_rejections(state, &request));
             }
-            Query::Tasks(request, reply) => {
-                let _ = reply.send(crate::projector::results::answer_tasks(state, &request));
+            Query::Tasks(request, bytes_max, reply) => {
+                let _ = reply.send(crate::projector::results::answer_tasks(state, &request, bytes_max));
             }
             Query::Task(request, reply) => {
                 let _ = reply.send(crate::projector::results::answer_task(state, &request));

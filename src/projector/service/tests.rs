@@ -475,7 +475,7 @@ async fn a_state_digest_asked_again_is_the_states_own_at_each_sequence_never_a_s
     // No ticks: nothing is appended once the projector has decided on the grid.
     let config = ProjectorConfig { tick_interval: None, ..config(&grid.state_dir) };
     let (handle, stop, task) = start(&grid, config);
-    let ask = || handle.stat(StatRequest { job: None, state_digest: true });
+    let ask = || handle.stat(StatRequest { state_digest: true, ..StatRequest::default() });
     let digest_at = |summary: &StateSummary| summary.state_digest.clone().expect("asked for the digest");
     // Ask until two answers in a row are of the same sequence (the grid is quiet).
     let (first, second) = tokio::time::timeout(DEADLINE, async {
