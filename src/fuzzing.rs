@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets under `fuzz/` (run with cargo-fuzz), kept in
-//! the library so that `tests/fuzz_corpora.rs` replays every corpus file through
+//! the library so that `tests/it/fuzz_corpora.rs` replays every corpus file through
 //! the very code the fuzzer ran. `docs/fuzzing.md` says how to run them.
 //!
 //! Each body takes arbitrary bytes and returns normally on every input; a panic

@@ -2,7 +2,7 @@
 //!
 //! Everything gridfold knows is an entry of one log, and this module is the only
 //! place that stores or reads it. [`EventLog`] is the interface; it has two
-//! backends that pass one conformance suite (`tests/log_conformance.rs`):
+//! backends that pass one conformance suite (`tests/it/log_conformance.rs`):
 //!
 //! - [`jetstream::JetStreamLog`]: a NATS JetStream stream (`GRIDFOLD_EVENTS`,
 //!   subjects `gridfold.ev.>`), for production and for more than one machine;

@@ -1,5 +1,5 @@
 //! The service on the embedded log: no broker needed. The NATS side (lease,
-//! takeover, queries over NATS, a killed process) is in `tests/projector.rs`.
+//! takeover, queries over NATS, a killed process) is in `tests/it/projector.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -1,0 +1,750 @@
+//! The leader lease against a real nats-server: never two leaders.
+//!
+//! A *term* is a stretch during which one holder acts as leader: for a [`KvLease`],
+//! from an answer yes until `valid_for` after the request was sent (cut short by the
+//! holder's death); for a `gridfold projector` process, from its `leader:` log line
+//! to its `standby:` line or its death. Every test collects the terms of every holder
+//! it ran and fails if two holders' terms overlap ([`assert_never_two_leaders`]).
+//!
+//! - [`a_projector_restarted_just_before_its_lease_expires_takes_it_back_by_cas_and_the_standby_waits`]:
+//!   the sequence of the report (a restarted projector took its lease back without a
+//!   write; the key expired under it, a standby created it, both led).
+//! - [`a_restarted_projector_stands_by_when_a_standby_took_the_lease_after_it_expired`]
+//! - [`leases_of_distinct_projectors_racing_never_hold_at_once`],
+//!   [`leases_under_one_bare_name_racing_never_hold_at_once`],
+//!   [`leases_restarted_on_their_state_directories_racing_never_hold_at_once`]: three
+//!   leases race `acquire_or_renew` for seconds while the holder dies or freezes.
+//! - [`a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the_standby`]:
+//!   real processes, `kill -9` of whoever leads and a restart on its state directory
+//!   within the lease time, five times; and every write to the lease key on the
+//!   server is a compare-and-set, by one holder after another.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::consumer::pull::OrderedConfig;
+use futures::StreamExt;
+use gridfold::log::jetstream::{JetStreamLog, LogConfig};
+use gridfold::projector::service::lease::{LEASE_BUCKET, LEASE_KEY};
+use gridfold::projector::service::{KvLease, KvLeaseConfig, Lease, ProjectorIdClaim};
+use support::nats::NatsServer;
+use support::procs::Proc;
+
+// ---- terms ----------------------------------------------------------------------------
+
+/// One holder acting as leader over `[from, until)` (times on one clock; `until` is
+/// `Duration::MAX` while it lasts).
+#[derive(Debug, Clone)]
+struct Term {
+    holder: String,
+    from: Duration,
+    until: Duration,
+}
+
+/// Fails, naming them, if two holders' terms overlap.
+fn assert_never_two_leaders(terms: &[Term]) {
+    let mut terms = terms.to_vec();
+    terms.sort_by_key(|term| term.from);
+    for (i, earlier) in terms.iter().enumerate() {
+        for later in &terms[i + 1..] {
+            assert!(
+                later.holder == earlier.holder || later.from >= earlier.until,
+                "two leaders at once for {:?}: {earlier:?} and {later:?}",
+                earlier.until.min(later.until) - later.from
+            );
+        }
+    }
+}
+
+// ---- KvLease against a real server ------------------------------------------------------
+
+const TTL: Duration = Duration::from_millis(1000);
+const RENEW: Duration = Duration::from_millis(250);
+
+fn lease_config() -> KvLeaseConfig {
+    KvLeaseConfig {
+        ttl: TTL,
+        renew_interval: RENEW,
+        ..KvLeaseConfig::default()
+    }
+}
+
+async fn connect(server: &NatsServer) -> JetStreamLog {
+    JetStreamLog::connect(&server.url(), LogConfig::default())
+        .await
+        .expect("connect to the test's nats-server")
+}
+
+async fn open_bare(log: &JetStreamLog, name: &str) -> KvLease {
+    KvLease::open(log.context(), log.url(), lease_config(), name.to_string())
+        .await
+        .expect("the lease bucket")
+}
+
+/// Claims `state_dir` and opens its lease. A lock just dropped may stay held for
+/// a moment: a test of this binary forking a child process at that instant holds
+/// a copy of the descriptor until the child's exec closes it, so the claim is
+/// retried for up to a second.
+async fn open_claimed(log: &JetStreamLog, state_dir: &Path) -> KvLease {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let claim = loop {
+        match ProjectorIdClaim::claim(state_dir) {
+            Ok(claim) => break claim,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => panic!("the state directory is free: {error}"),
+        }
+    };
+    KvLease::open_claimed(log.context(), log.url(), lease_config(), claim)
+        .await
+        .expect("the lease bucket")
+}
+
+/// One lease asked as the projector asks it, with a record of its terms.
+struct Holder {
+    name: String,
+    lease: KvLease,
+    started: Instant,
+    terms: Vec<Term>,
+}
+
+impl Holder {
+    fn new(name: impl Into<String>, lease: KvLease, started: Instant) -> Holder {
+        Holder {
+            name: name.into(),
+            lease,
+            started,
+            terms: Vec::new(),
+        }
+    }
+
+    /// One `acquire_or_renew`, timed out as the projector times it out; `true`: held.
+    async fn ask(&mut self) -> bool {
+        let sent = Instant::now();
+        let timeout = RENEW.max(Duration::from_secs(1));
+        let held = matches!(
+            tokio::time::timeout(timeout, self.lease.acquire_or_renew()).await,
+            Ok(Ok(true))
+        );
+        if held {
+            let valid_for = self.lease.valid_for().expect("a KV lease expires");
+            self.terms.push(Term {
+                holder: self.name.clone(),
+                from: self.started.elapsed(),
+                until: sent + valid_for - self.started,
+            });
+        }
+        held
+    }
+
+    /// A crash (no release): its terms end now at the latest; the lease and any claim go.
+    fn die(self) -> (Vec<Term>, Duration) {
+        let died = self.started.elapsed();
+        let terms = self
+            .terms
+            .into_iter()
+            .map(|term| Term {
+                until: term.until.min(died),
+                ..term
+            })
+            .collect();
+        (terms, died)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_restarted_just_before_its_lease_expires_takes_it_back_by_cas_and_the_standby_waits()
+ {
+    let server = support::nats::start();
+    let log = connect(&server).await;
+    let state = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+
+    let mut first = Holder::new("first run", open_claimed(&log, state.path()).await, started);
+    let mut standby = Holder::new("standby", open_bare(&log, "standby").await, started);
+    // The key expires TTL after the server stored this write: not before `written + TTL`.
+    let written = Instant::now();
+    assert!(first.ask().await, "the first run takes the free lease");
+    assert!(!standby.ask().await, "the standby waits");
+    let (mut terms, _) = first.die();
+
+    // Restarted inside the lease time, a renewal interval before the key would expire.
+    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path()).await, started);
+    tokio::time::sleep_until((written + TTL - RENEW).into()).await;
+    let sent = Instant::now();
+    assert!(restarted.ask().await, "the restarted run takes its lease back");
+    assert!(
+        Instant::now() < written + TTL,
+        "the restarted run wrote over the dead run's key, before it could expire (else the test ran late)"
+    );
+    // The restarted run renews as late as its term allows; the standby asks all along,
+    // past where the dead run's write expires and past the restarted run's first term.
+    let term = TTL - RENEW;
+    let margin = RENEW / 5;
+    let mut renew_at = sent + term - margin;
+    let mut renewals_refused = 0;
+    while Instant::now() < sent + 2 * TTL {
+        if Instant::now() >= renew_at {
+            renew_at = Instant::now() + term - margin;
+            renewals_refused += usize::from(!restarted.ask().await);
+        }
+        standby.ask().await;
+        tokio::time::sleep(margin).await;
+    }
+    terms.extend(restarted.terms);
+    terms.extend(standby.terms.iter().cloned());
+    assert_never_two_leaders(&terms);
+    assert!(standby.terms.is_empty(), "the standby never held: {terms:?}");
+    assert_eq!(renewals_refused, 0, "the restarted run renewed within each term");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_projector_stands_by_when_a_standby_took_the_lease_after_it_expired() {
+    let server = support::nats::start();
+    let log = connect(&server).await;
+    let state = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+
+    let mut first = Holder::new("first run", open_claimed(&log, state.path()).await, started);
+    let mut standby = Holder::new("standby", open_bare(&log, "standby").await, started);
+    assert!(first.ask().await);
+    let (mut terms, _) = first.die();
+    let deadline = Instant::now() + 3 * TTL;
+    while !standby.ask().await {
+        assert!(Instant::now() < deadline, "the standby took the expired lease");
+        tokio::time::sleep(RENEW / 5).await;
+    }
+    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path()).await, started);
+    for _ in 0..4 {
+        assert!(!restarted.ask().await, "the restarted run stands by");
+        assert!(standby.ask().await, "the standby renews");
+        tokio::time::sleep(RENEW).await;
+    }
+    terms.extend(restarted.terms);
+    terms.extend(standby.terms);
+    assert_never_two_leaders(&terms);
+}
+
+/// Who the racing leases are.
+#[derive(Debug, Clone, Copy)]
+enum Names {
+    /// Every lease, restarts included, under a name of its own.
+    Distinct,
+    /// Every lease under one bare name (as `gridfold demo` names its projector).
+    OneBareName,
+    /// Three state directories; a lease that dies is restarted on its own at once.
+    ClaimedStateDirs,
+}
+
+/// What a holder does after holding [`HOLD_ROUNDS`] renewals in a row.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Dies without releasing, late in its renewal interval; its slot opens a new lease
+    /// (restarts) after the next of [`RESTART_AFTER`], all inside the lease time.
+    Die,
+    /// Freezes for longer than the lease, then goes on asking as if nothing happened.
+    Freeze,
+}
+
+const HOLD_ROUNDS: u32 = 2;
+/// A dead holder's slot restarts at once, or when its key is about to expire (the
+/// server drops an entry about 250 ms after its max age, measured on 2.15.1).
+const RESTART_AFTER: [Duration; 3] = [
+    Duration::ZERO,
+    Duration::from_millis(500),
+    Duration::from_millis(900),
+];
+const RACE_FOR: Duration = Duration::from_secs(8);
+const SLOTS: usize = 3;
+
+/// `SLOTS` leases ask every `RENEW` for `RACE_FOR`; whoever holds `HOLD_ROUNDS` times
+/// in a row then dies or freezes, in turn. Returns every term and every death.
+async fn race(names: Names) -> (Vec<Term>, Vec<(String, Duration)>) {
+    let server = support::nats::start();
+    let log = connect(&server).await;
+    let dirs = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let faults = Arc::new(Mutex::new([Fault::Die, Fault::Freeze].into_iter().cycle()));
+    let mut slots = Vec::new();
+    for slot in 0..SLOTS {
+        let log = log.clone();
+        let state_dir = dirs.path().join(format!("slot-{slot}"));
+        let faults = Arc::clone(&faults);
+        slots.push(tokio::spawn(async move {
+            let mut terms = Vec::new();
+            let mut deaths = Vec::new();
+            // Slots ask at different phases of the renewal interval.
+            tokio::time::sleep(RENEW * slot as u32 / SLOTS as u32).await;
+            let mut restart_after = RESTART_AFTER.iter().cycle().skip(slot);
+            for run in 1.. {
+                // Under one bare name, each run is still a holder of its own.
+                let name = format!("slot {slot} run {run}");
+                let lease = match names {
+                    Names::Distinct => open_bare(&log, &name).await,
+                    Names::OneBareName => open_bare(&log, "p").await,
+                    Names::ClaimedStateDirs => open_claimed(&log, &state_dir).await,
+                };
+                let mut holder = Holder::new(name, lease, started);
+                let mut in_a_row = 0;
+                let mut ticks = tokio::time::interval(RENEW);
+                let fault = loop {
+                    ticks.tick().await;
+                    if started.elapsed() >= RACE_FOR {
+                        break None;
+                    }
+                    in_a_row = if holder.ask().await { in_a_row + 1 } else { 0 };
+                    if in_a_row < HOLD_ROUNDS {
+                        continue;
+                    }
+                    in_a_row = 0;
+                    let fault = faults.lock().unwrap().next().unwrap();
+                    match fault {
+                        Fault::Die => {
+                            tokio::time::sleep(RENEW * 4 / 5).await;
+                            break Some(fault);
+                        }
+                        Fault::Freeze => tokio::time::sleep(TTL * 3 / 2).await,
+                    }
+                };
+                let (run_terms, died) = holder.die();
+                terms.extend(run_terms);
+                match fault {
+                    Some(_) => deaths.push((format!("slot {slot} run {run}"), died)),
+                    None => return (terms, deaths),
+                }
+                let delay = restart_after.next().copied().unwrap_or_default();
+                tokio::time::sleep(delay).await;
+            }
+            unreachable!("a slot returns once the race is over")
+        }));
+    }
+    let mut terms = Vec::new();
+    let mut deaths = Vec::new();
+    for slot in slots {
+        let (slot_terms, slot_deaths) = slot.await.expect("a racing slot");
+        terms.extend(slot_terms);
+        deaths.extend(slot_deaths);
+    }
+    (terms, deaths)
+}
+
+/// The checks every race passes: never two leaders, and the lease changed hands.
+fn assert_raced(names: Names, terms: &[Term], deaths: &[(String, Duration)]) {
+    assert_never_two_leaders(terms);
+    let mut in_order = terms.to_vec();
+    in_order.sort_by_key(|term| term.from);
+    let handovers = in_order
+        .windows(2)
+        .filter(|pair| pair[0].holder != pair[1].holder)
+        .count();
+    eprintln!(
+        "{names:?}: {} terms, {handovers} handovers, {} deaths",
+        terms.len(),
+        deaths.len()
+    );
+    assert!(
+        handovers >= 3,
+        "the lease changed hands at least three times: {in_order:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_of_distinct_projectors_racing_never_hold_at_once() {
+    let (terms, deaths) = race(Names::Distinct).await;
+    assert_raced(Names::Distinct, &terms, &deaths);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_under_one_bare_name_racing_never_hold_at_once() {
+    let (terms, deaths) = race(Names::OneBareName).await;
+    assert_raced(Names::OneBareName, &terms, &deaths);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_restarted_on_their_state_directories_racing_never_hold_at_once() {
+    let (terms, deaths) = race(Names::ClaimedStateDirs).await;
+    assert_raced(Names::ClaimedStateDirs, &terms, &deaths);
+    // A dead holder's restart took its lease back at once, before the key could have
+    // expired (its last renewal was at most RENEW before its death).
+    let taken_back = deaths.iter().filter(|(name, died)| {
+        let (slot, run) = name.rsplit_once(' ').expect("slot N run M");
+        let next = format!("{slot} {}", run.parse::<u32>().expect("a run number") + 1);
+        terms
+            .iter()
+            .filter(|term| term.holder == next)
+            .map(|term| term.from)
+            .min()
+            .is_some_and(|first| first < *died + TTL - RENEW * 2)
+    });
+    assert!(
+        taken_back.count() >= 1,
+        "a restarted holder took its lease back before it expired: {deaths:?}"
+    );
+}
+
+// ---- processes ---------------------------------------------------------------------------
+
+/// `--lease-secs`: the lease bucket's max age; the projector renews every second.
+const PROCESS_TTL: Duration = Duration::from_secs(2);
+/// Each round kills the leader when its last renewal is `.0` ms old (the projector
+/// renews every second: its key then expires `2000 - .0` ms after the kill, and the
+/// server drops it about 250 ms later) and restarts it on its state directory `.1` ms
+/// after the kill: all within the lease time; one well before the key expires (a
+/// take-back), three about when it does (a race with the standby, which asks once a
+/// second), one after (the standby's, mostly). Each new leader then lives through a
+/// renewal before the next kill.
+const ROUNDS_MS: [(u64, u64); 5] = [(900, 0), (900, 1000), (600, 1400), (900, 1150), (900, 1950)];
+const WAIT: Duration = Duration::from_secs(20);
+const PROJECTOR_LOG: &str = "warn,gridfold::projector::service=info";
+
+/// A `gridfold projector` run and its state directory.
+struct Run {
+    process: Proc,
+    state_dir: PathBuf,
+}
+
+impl Run {
+    /// Its terms as leader, from its log: `leader:` starts one, `standby:` ends it, and
+    /// so does its death.
+    fn terms(&self) -> Vec<Term> {
+        let mut terms: Vec<Term> = Vec::new();
+        for line in self.process.stderr().lines() {
+            let leading = terms.last().is_some_and(|term| term.until == Duration::MAX);
+            if line.contains(": leader: ") && !leading {
+                terms.push(Term {
+                    holder: self.process.name.clone(),
+                    from: log_time(line),
+                    until: Duration::MAX,
+                });
+            } else if line.contains(": standby: ")
+                && leading
+                && let Some(term) = terms.last_mut()
+            {
+                term.until = log_time(line);
+            }
+        }
+        if let (Some(killed_at), Some(term)) = (self.process.killed_at, terms.last_mut()) {
+            term.until = term.until.min(since_epoch(killed_at));
+        }
+        terms
+    }
+
+    /// Acting as leader now, by its log.
+    fn leads(&self) -> bool {
+        self.process.killed_at.is_none()
+            && self
+                .terms()
+                .last()
+                .is_some_and(|term| term.until == Duration::MAX)
+    }
+
+    /// Has its lease answered yet (leader or standby)?
+    fn answered(&self) -> bool {
+        let log = self.process.stderr();
+        log.contains(": leader: ") || log.contains(": standby: ")
+    }
+}
+
+fn since_epoch(time: SystemTime) -> Duration {
+    time.duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+}
+
+/// The time a `tracing` line starts with, `2026-04-20T10:11:12.123456Z`, since the epoch.
+fn log_time(line: &str) -> Duration {
+    let stamp = line.split_whitespace().next().unwrap_or_default();
+    let parse = || -> Option<Duration> {
+        let (date, time) = stamp.strip_suffix('Z')?.split_once('T')?;
+        let mut ymd = date.split('-').map(|part| part.parse::<i64>());
+        let (y, m, d) = (ymd.next()?.ok()?, ymd.next()?.ok()?, ymd.next()?.ok()?);
+        let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+        let mut hms = hms.split(':').map(|part| part.parse::<u64>());
+        let (h, min, s) = (hms.next()?.ok()?, hms.next()?.ok()?, hms.next()?.ok()?);
+        let nanos: u32 = format!("{fraction:0<9}").get(..9)?.parse().ok()?;
+        // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+        let y = if m <= 2 { y - 1 } else { y };
+        let era = y.div_euclid(400);
+        let year_of_era = y - era * 400;
+        let day_of_year = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+        let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+        let days = u64::try_from(era * 146_097 + day_of_era - 719_468).ok()?;
+        Some(Duration::new(days * 86_400 + h * 3600 + min * 60 + s, nanos))
+    };
+    parse().unwrap_or_else(|| panic!("a log line starting with its time: {line:?}"))
+}
+
+/// One write to the lease key, as the server stored it.
+#[derive(Debug, Clone)]
+struct LeaseWrite {
+    revision: u64,
+    at: Duration,
+    value: String,
+    /// `KV-Operation` (absent: a put).
+    operation: Option<String>,
+    /// `Nats-Expected-Last-Subject-Sequence`: the revision the write expected.
+    expected: Option<u64>,
+}
+
+/// Makes the lease bucket as the projectors would (`--lease-secs`), then records every
+/// write to the key from the first.
+async fn watch_lease_writes(server: &NatsServer) -> Arc<Mutex<Vec<LeaseWrite>>> {
+    let log = connect(server).await;
+    let config = KvLeaseConfig {
+        ttl: PROCESS_TTL,
+        ..KvLeaseConfig::default()
+    };
+    KvLease::open(log.context(), log.url(), config, "the test".into())
+        .await
+        .expect("the lease bucket");
+    let stream = log
+        .context()
+        .get_stream(format!("KV_{LEASE_BUCKET}"))
+        .await
+        .expect("the lease bucket's stream");
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: format!("$KV.{LEASE_BUCKET}.{LEASE_KEY}"),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .expect("an ordered consumer on the lease key");
+    let mut messages = consumer.messages().await.expect("the lease key's writes");
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&writes);
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            let info = message.info().expect("a JetStream message");
+            let header = |name: &str| {
+                message
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(name))
+                    .map(|value| value.as_str().to_string())
+            };
+            let write = LeaseWrite {
+                revision: info.stream_sequence,
+                at: Duration::from_nanos(
+                    u64::try_from(info.published.unix_timestamp_nanos()).expect("after 1970"),
+                ),
+                value: String::from_utf8_lossy(&message.payload).into_owned(),
+                operation: header("KV-Operation"),
+                expected: header("Nats-Expected-Last-Subject-Sequence")
+                    .map(|value| value.parse().expect("a revision")),
+            };
+            recorded.lock().unwrap().push(write);
+        }
+    });
+    writes
+}
+
+fn wait_until(what: &str, runs: &[Run], mut done: impl FnMut(&[Run]) -> bool) {
+    let started = Instant::now();
+    while !done(runs) {
+        if started.elapsed() > WAIT {
+            let logs: Vec<String> = runs
+                .iter()
+                .map(|run| format!("--- {}:\n{}", run.process.name, run.process.stderr()))
+                .collect();
+            panic!("waiting for {what}: not within {WAIT:?}\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the_standby() {
+    let server = support::nats::start();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let writes = runtime.block_on(watch_lease_writes(&server));
+    let url = server.url();
+    let lease_secs = PROCESS_TTL.as_secs().to_string();
+    let start = |runs: &mut Vec<Run>, state_dir: PathBuf| {
+        let base = state_dir.file_name().unwrap().to_string_lossy().into_owned();
+        let restarts = runs.iter().filter(|run| run.state_dir == state_dir).count();
+        let name = format!("{base}-{}", restarts + 1);
+        let state = state_dir.display().to_string();
+        let args = [
+            "projector",
+            "--nats",
+            &url,
+            "--state",
+            &state,
+            "--lease-secs",
+            &lease_secs,
+        ];
+        let process = Proc::spawn_logging(dir.path(), &name, &args, PROJECTOR_LOG);
+        runs.push(Run { process, state_dir });
+        runs.len() - 1
+    };
+
+    let mut runs = Vec::new();
+    let a = start(&mut runs, dir.path().join("a"));
+    wait_until("a to lead", &runs, |runs| runs[a].leads());
+    let b = start(&mut runs, dir.path().join("b"));
+    wait_until("b to stand by", &runs, |runs| runs[b].answered());
+    let mut taken_back = 0;
+    for (age_ms, delay_ms) in ROUNDS_MS {
+        // Whoever leads has lived through a renewal (1 s) since it took over.
+        std::thread::sleep(Duration::from_millis(1100));
+        let leaders: Vec<usize> = (0..runs.len()).filter(|&run| runs[run].leads()).collect();
+        let [leader] = leaders[..] else {
+            assert_never_two_leaders(&runs.iter().flat_map(Run::terms).collect::<Vec<_>>());
+            panic!("one leader before each kill: {leaders:?}");
+        };
+        // Its last renewal: its last write to the key, or its becoming leader if later.
+        let age = Duration::from_millis(age_ms);
+        let led_from = runs[leader].terms().last().map(|term| term.from).unwrap_or_default();
+        wait_until("the leader's last renewal to age", &runs, |_| {
+            let writes = writes.lock().unwrap();
+            let renewed = writes.last().map_or(led_from, |last| last.at.max(led_from));
+            since_epoch(SystemTime::now()) >= renewed + age
+        });
+        let killed_at = since_epoch(runs[leader].process.kill9());
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let state_dir = runs[leader].state_dir.clone();
+        let restarted = start(&mut runs, state_dir);
+        wait_until(
+            "one leader after the kill, and the restarted run's lease answered",
+            &runs,
+            |runs| {
+                let new_leaders: Vec<&Run> = runs
+                    .iter()
+                    .filter(|run| {
+                        run.leads() && run.terms().last().is_some_and(|t| t.from > killed_at)
+                    })
+                    .collect();
+                new_leaders.len() == 1 && runs[restarted].answered()
+            },
+        );
+        let took_back = runs[restarted].leads();
+        taken_back += usize::from(took_back);
+        eprintln!(
+            "killed {} {age_ms} ms after its last renewal, restarted {delay_ms} ms later: {} leads",
+            runs[leader].process.name,
+            if took_back { "the restarted run" } else { "the standby" }
+        );
+    }
+    // Longer than a lease: whoever leads now holds on, alone.
+    std::thread::sleep(PROCESS_TTL + Duration::from_millis(500));
+    let ended = since_epoch(SystemTime::now());
+    let writes = writes.lock().unwrap().clone();
+    runtime.shutdown_background();
+
+    let terms: Vec<Term> = runs.iter().flat_map(Run::terms).collect();
+    assert_never_two_leaders(&terms);
+    let leaders: Vec<&str> = runs
+        .iter()
+        .filter(|run| run.leads())
+        .map(|run| run.process.name.as_str())
+        .collect();
+    assert_eq!(leaders.len(), 1, "exactly one leader at the end: {leaders:?}");
+    let last_start = terms.iter().map(|term| term.from).max().unwrap_or_default();
+    assert!(
+        ended - last_start > PROCESS_TTL,
+        "the last leader has held for longer than a lease: {terms:?}"
+    );
+    assert!(
+        taken_back >= 1,
+        "in at least one round the restarted run took its lease back (before the standby could)"
+    );
+    eprintln!(
+        "{} rounds: {taken_back} taken back by the restarted run, {} by the standby; {} terms; {} writes to the lease key",
+        ROUNDS_MS.len(),
+        ROUNDS_MS.len() - taken_back,
+        terms.len(),
+        writes.len()
+    );
+
+    let projector_id = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name).join("projector-id"))
+            .expect("a projector id")
+            .trim()
+            .to_string()
+    };
+    let kills: Vec<(String, Duration)> = runs
+        .iter()
+        .filter_map(|run| {
+            let id = projector_id(&run.state_dir.file_name()?.to_string_lossy());
+            Some((id, since_epoch(run.process.killed_at?)))
+        })
+        .collect();
+    assert_lease_writes_chain(&writes, &kills, &[projector_id("a"), projector_id("b")]);
+    let last = writes.last().expect("the lease was written");
+    assert!(
+        ended - last.at < PROCESS_TTL,
+        "the leader renews: last write {last:?}"
+    );
+    let leader_dir = runs
+        .iter()
+        .find(|run| run.leads())
+        .map(|run| run.state_dir.clone())
+        .expect("a leader");
+    let leader_id = projector_id(&leader_dir.file_name().unwrap().to_string_lossy());
+    assert!(
+        last.value.starts_with(&format!("{leader_id} ")),
+        "the key names the leader {leader_id}: {last:?}"
+    );
+}
+
+/// Every write to the lease key is a put of `<projector id> <incarnation>` by a
+/// compare-and-set (the revision it expected is stored with it); it expected the
+/// previous write's revision, or 0 once that had expired. The holder changes only
+/// when the previous one's lease had expired (another projector) or it had been
+/// killed (its restart, on the same state directory).
+fn assert_lease_writes_chain(writes: &[LeaseWrite], kills: &[(String, Duration)], ids: &[String]) {
+    assert!(!writes.is_empty(), "the lease was written");
+    let mut previous: Option<&LeaseWrite> = None;
+    for write in writes {
+        assert!(
+            write.operation.as_deref().is_none_or(|op| op == "PUT"),
+            "only puts (nobody released): {write:?}"
+        );
+        let (id, incarnation) = write
+            .value
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("`<id> <incarnation>`: {write:?}"));
+        assert!(ids.iter().any(|known| known == id), "a projector's id: {write:?}");
+        assert!(!incarnation.is_empty(), "{write:?}");
+        let expected = write
+            .expected
+            .unwrap_or_else(|| panic!("a compare-and-set, not a plain put: {write:?}"));
+        let Some(before) = previous else {
+            assert_eq!(expected, 0, "the first write creates the key: {write:?}");
+            previous = Some(write);
+            continue;
+        };
+        let expired = write.at >= before.at + PROCESS_TTL;
+        assert!(
+            expected == before.revision || (expected == 0 && expired),
+            "expected the previous revision, or 0 once it had expired: {before:?} then {write:?}"
+        );
+        if write.value != before.value {
+            let (before_id, _) = before.value.rsplit_once(' ').unwrap_or_default();
+            if before_id == id {
+                assert!(
+                    kills
+                        .iter()
+                        .any(|(killed, at)| killed == id && *at > before.at && *at < write.at),
+                    "a projector took its id's lease over only after that run was killed: {before:?} then {write:?}"
+                );
+            } else {
+                assert!(
+                    expired && expected == 0,
+                    "another projector took the lease only once it had expired: {before:?} then {write:?}"
+                );
+            }
+        }
+        previous = Some(write);
+    }
+}

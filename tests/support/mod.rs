@@ -1,9 +1,0 @@
-//! Helpers shared by integration tests: `mod support;` at the top of a test file.
-#![allow(dead_code)]
-
-pub mod cluster3;
-pub mod folded_log;
-pub mod nats;
-pub mod procs;
-pub mod secure_nats;
-pub mod slurm;
