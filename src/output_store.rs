@@ -86,6 +86,10 @@ pub enum OutputError {
     NotFound { task: String, attempt: Attempt, stream: &'static str },
     #[error("{object}: {detail}")]
     Transfer { object: String, detail: String },
+    /// The bucket's stream is not of gridfold's making: nothing may be stored
+    /// or read through it (see [`crate::log::stream_check`]).
+    #[error("the object-store bucket {BUCKET}: {0}")]
+    Unfit(#[from] crate::log::stream_check::UnfitStream),
 }
 
 /// The output bucket of one broker. Cheap to clone.
@@ -114,11 +118,10 @@ impl OutputStore {
         use crate::log::stream_check::{BucketError, fit_object_store};
         self.checked
             .get_or_try_init(|| async {
-                fit_object_store(&self.context, BUCKET).await.map_err(|err| OutputError::Bucket {
-                    detail: match err {
-                        BucketError::Missing(_) => format!("{err}: the projector or `gridfold setup` makes it"),
-                        err => err.to_string(),
-                    },
+                fit_object_store(&self.context, BUCKET).await.map_err(|err| match err {
+                    BucketError::Unfit(unfit) => OutputError::Unfit(unfit),
+                    BucketError::Missing(_) => OutputError::Bucket { detail: format!("{err}: the projector or `gridfold setup` makes it") },
+                    err => OutputError::Bucket { detail: err.to_string() },
                 })
             })
             .await

@@ -110,10 +110,16 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
         let sink = JetStreamOrderSink::connect(&log)
             .await
             .context("opening the orders stream")?;
-        crate::output_store::OutputStore::new(log.context().clone())
+        // A bucket of another's making stops the projector; one the broker cannot
+        // make (a disk too small for its 10 GiB reservation) only stores no output.
+        match crate::output_store::OutputStore::new(log.context().clone())
             .ensure_bucket(Duration::from_secs(args.output_retention_secs))
             .await
-            .context("opening the output bucket")?;
+        {
+            Err(unfit @ crate::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
+            Err(error) => tracing::warn!("tasks' output will not be stored: {error}"),
+            Ok(()) => {}
+        }
         // Held until the process ends: proof that a lease left under this id is a dead run's.
         let claim = ProjectorIdClaim::claim(&args.state).context("claiming the state directory")?;
         let lease = KvLease::open_claimed(log.context(), log.url(), lease_config.clone(), claim).await?;

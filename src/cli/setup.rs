@@ -66,19 +66,32 @@ pub fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             let log = connect_log_with(&args.nats, log_config.clone()).await?;
             log.ensure_order_stream().await?;
             KvLease::open(log.context(), log.url(), lease_config.clone(), "gridfold-setup".to_string()).await?;
-            // The buckets too, so that no engine ever needs to make one.
-            crate::output_store::OutputStore::new(log.context().clone())
+            // The buckets too, so that no engine ever needs to make one. One of
+            // another's making stops setup; an output bucket the broker cannot
+            // make (a disk too small for its reservation) only stores no output.
+            match crate::output_store::OutputStore::new(log.context().clone())
                 .ensure_bucket(Duration::from_secs(args.output_retention_secs))
-                .await?;
+                .await
+            {
+                Err(unfit @ crate::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
+                Err(error) => tracing::warn!("tasks' output will not be stored: {error}"),
+                Ok(()) => {}
+            }
             crate::library_store::LibraryStore::new(log.context().clone()).ensure_bucket().await?;
             anyhow::Ok(log)
         })
         .await
         .context("setting up the streams and the lease bucket")?;
         let mut made = Vec::new();
-        let buckets = [format!("KV_{LEASE_BUCKET}"), format!("OBJ_{}", crate::output_store::BUCKET), format!("OBJ_{}", crate::library_store::BUCKET)];
+        let output = format!("OBJ_{}", crate::output_store::BUCKET);
+        let buckets = [format!("KV_{LEASE_BUCKET}"), output.clone(), format!("OBJ_{}", crate::library_store::BUCKET)];
         for stream in [STREAM_EVENTS.to_string(), STREAM_ORDERS.to_string()].into_iter().chain(buckets) {
-            let mut handle = log.context().get_stream(&stream).await.with_context(|| format!("reading stream {stream}"))?;
+            let handle = log.context().get_stream(&stream).await;
+            // The output bucket may not have been made (said above).
+            if handle.is_err() && stream == output {
+                continue;
+            }
+            let mut handle = handle.with_context(|| format!("reading stream {stream}"))?;
             let info = handle.info().await.with_context(|| format!("reading stream {stream}"))?;
             made.push(Made { stream, replicas: info.config.num_replicas });
         }
