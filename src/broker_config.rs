@@ -1,4 +1,4 @@
-//! The broker's half of "who may write what" (DESIGN.md): the nats-server
+//! The broker's half of "who may write what" (docs/security.md): the nats-server
 //! accounts, users and permissions that make the rules hold for anyone who
 //! connects. `gridfold broker-config` renders them with [`render_server_config`].
 //!
@@ -322,7 +322,7 @@ pub fn render_server_config(settings: &ServerSettings, principals: &[Principal])
         out,
         "# nats-server configuration for gridfold, written by `gridfold broker-config`.\n\
          # Each principal is an nkey user of account {ACCOUNT} with the permissions of its role\n\
-         # (the README's \"Securing the broker\"; DESIGN.md's \"Who may write what\").\n\
+         # (docs/operators.md, \"Securing the broker\"; docs/security.md).\n\
          # Run `gridfold broker-config` again with the full list to add or remove principals:\n\
          # the ones that exist keep their keys.\n"
     );

@@ -1,4 +1,4 @@
-//! gridfold: an event-sourced grid scheduler. See `DESIGN` in the README for the map.
+//! gridfold: an event-sourced grid scheduler. See ARCHITECTURE.md for the map.
 
 pub mod broker_config;
 pub mod cli;

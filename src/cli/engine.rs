@@ -77,7 +77,7 @@ pub struct EngineArgs {
 pub const GATEWAY_SLOTS_DEFAULT: u32 = 64;
 
 /// `--gateway`: an engine that runs each task as a batch job of a cluster's own
-/// resource manager (CiGri's runner), see README "Gateway engines (Slurm) and flood control".
+/// resource manager (CiGri's runner), see docs/operators.md, "Gateway engines (Slurm) and flood control".
 #[derive(Debug, Args)]
 pub struct GatewayArgs {
     /// Run each task as a batch job of this resource manager instead of as a local process: slurm.

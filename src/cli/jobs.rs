@@ -22,7 +22,7 @@ use crate::projector::query::{PolicyReply, PolicyRequest, POLICY_SUBJECT};
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
-    /// The job file (TOML; see the README's job file reference).
+    /// The job file (TOML; see docs/users.md, "The job file").
     pub job_file: PathBuf,
     #[command(flatten)]
     pub nats: NatsArgs,
@@ -85,7 +85,7 @@ pub struct PolicyArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Publish the policy in this file (TOML; see the README's policy reference).
+    /// Publish the policy in this file (TOML; see docs/operators.md, "The policy file").
     Apply {
         file: PathBuf,
         #[command(flatten)]

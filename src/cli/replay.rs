@@ -13,7 +13,7 @@ use crate::core::state::State;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// A history file (JSON Lines, one log entry per line; see README). Without it,
+    /// A history file (JSON Lines, one log entry per line; see docs/reference.md). Without it,
     /// the log is read from the broker (`--nats`).
     #[arg(long)]
     pub file: Option<PathBuf>,
@@ -34,7 +34,7 @@ pub struct ReplayArgs {
     pub at: Option<u64>,
     /// Exit 1 unless the chain digest (at --at SEQ, else at the end) equals this
     /// hex: the digest an auditor kept, which catches an edited or dropped entry
-    /// whose replay is otherwise self-consistent (see README, Auditing).
+    /// whose replay is otherwise self-consistent (see docs/auditors.md).
     #[arg(long)]
     pub expect_digest: Option<String>,
     /// Machine-readable output.

@@ -29,7 +29,7 @@ pub struct TasksArgs {
     pub state: Option<String>,
     #[command(flatten)]
     pub nats: NatsArgs,
-    /// One JSON object per page of tasks (see `gridfold.q.tasks` in the README).
+    /// One JSON object per page of tasks (see `gridfold.q.tasks` in docs/reference.md).
     #[arg(long)]
     pub json: bool,
 }

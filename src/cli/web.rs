@@ -14,7 +14,7 @@ use crate::web::source::Source;
 #[derive(Debug, Args)]
 pub struct WebArgs {
     /// Address to serve on. Loopback by default: put a reverse proxy with TLS and
-    /// authentication in front of it to serve others (see the README).
+    /// authentication in front of it to serve others (see docs/operators.md, "The web view").
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// A `Host` name to answer for besides the listening address, `localhost`

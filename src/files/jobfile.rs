@@ -3,7 +3,7 @@
 //! Every error names the file, the line and what is wrong, including errors of
 //! meaning (a bad requirements, affinity or discriminator expression points at
 //! the byte inside the string; a task that depends on a later one names it), so
-//! a user never has to guess. See the README's job file reference.
+//! a user never has to guess. See docs/users.md, "The job file".
 //!
 //! The tasks are given one of three ways: `tasks = N` (counted), `tasks = [ {..},
 //! .. ]` (one parameter table per task), or `[[task_list]]` entries (one per task,

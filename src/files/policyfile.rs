@@ -1,6 +1,6 @@
 //! The policy file: TOML setting the whole scheduling policy. Applying it
 //! publishes one `PolicySet` event; fields it leaves out take their defaults,
-//! so the file alone says what the policy is. See the README's policy reference.
+//! so the file alone says what the policy is. See docs/operators.md, "The policy file".
 
 use std::path::Path;
 

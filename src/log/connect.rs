@@ -80,7 +80,7 @@ fn explain_refusal(text: &str) -> String {
     let hint = if text.contains("Subscription to \"_INBOX") {
         "; if the broker gives this user a private inbox prefix, set --inbox-prefix (NATS_INBOX_PREFIX)"
     } else {
-        "; the credentials in use do not allow it (see the README, \"Securing the broker\")"
+        "; the credentials in use do not allow it (see docs/operators.md, \"Securing the broker\")"
     };
     format!("the broker refused: {text}{hint}")
 }

@@ -11,7 +11,7 @@
 //! page is built by [`html::Html`], which escapes all text; the pages are served
 //! with a Content-Security-Policy that allows only the embedded script). It has
 //! no authentication and no TLS of its own: it binds to loopback by default,
-//! and the README shows how to put it behind a reverse proxy that has both.
+//! and docs/operators.md shows how to put it behind a reverse proxy that has both.
 //! It answers only requests whose `Host` is one it was started for
 //! ([`AllowedHosts`]): a page elsewhere that points a name of its own at this
 //! address (DNS rebinding) sends that name, and is refused (421) before any

@@ -1,4 +1,4 @@
-//! The three-node cluster as the README tells it: three real nats-servers routed as
+//! The three-node cluster as docs/operators.md tells it: three real nats-servers routed as
 //! one cluster (`support::cluster3`), real `gridfold` processes given all three
 //! servers as one comma-separated list. A test FAILS, never skips, when the servers
 //! cannot start.

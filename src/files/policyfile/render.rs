@@ -1,7 +1,7 @@
 //! The policy as the policy file writes it: what `gridfold policy show` and the
 //! web view print, by the names `policy apply` reads (`engine_timeout_secs`,
 //! `halftime` in hours, weights as decimals, the share tree as nested tables),
-//! so that a person reads the keys the README documents, and `policy show >
+//! so that a person reads the keys docs/operators.md documents, and `policy show >
 //! p.toml; policy apply p.toml` applies the same policy again.
 //!
 //! Every field is written, defaults included: the text alone says what is in
