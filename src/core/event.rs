@@ -718,6 +718,39 @@ pub struct Policy {
     /// `None`: off.
     #[serde(default)]
     pub flood: Option<FloodPolicy>,
+    /// Caps on the active jobs and the tasks they hold, per user and over the
+    /// grid (`[caps]`, see [`CapsPolicy`]).
+    #[serde(default)]
+    pub caps: CapsPolicy,
+}
+
+/// Caps on what the state holds (Grid Engine's `max_u_jobs` and `max_jobs`,
+/// Slurm's `MaxSubmitJobs`): a submission, or a `TasksAdded`, that would take
+/// a user (the job's `owner`) or the grid past one is refused naming it. Counted
+/// over active jobs: an ended job no longer counts, though it stays in the
+/// state until its retention has passed. The defaults keep the projector within
+/// [`STATE_MEMORY_BUDGET_BYTES`] (see `docs/performance.md`, "Memory per held
+/// task"). Limits: [`crate::core::policy_limits::check_policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CapsPolicy {
+    /// Most active jobs of one user.
+    pub max_jobs_per_user: u32,
+    /// Most active jobs over the grid.
+    pub max_jobs: u32,
+    /// Most tasks one user's active jobs hold, whatever their status.
+    pub max_tasks_per_user: u64,
+    /// Most tasks all active jobs hold.
+    pub max_tasks: u64,
+}
+
+/// The memory the default caps keep the projector's state within: 2 GiB, a
+/// twelfth of the 24 GiB machines gridfold is measured on.
+pub const STATE_MEMORY_BUDGET_BYTES: u64 = 2 << 30;
+
+impl Default for CapsPolicy {
+    fn default() -> Self {
+        CapsPolicy { max_jobs_per_user: 10_000, max_jobs: 100_000, max_tasks_per_user: 20_000_000, max_tasks: 50_000_000 }
+    }
 }
 
 /// Flood control (CiGri's job ratio, seed 004): a gateway engine (property
@@ -1170,6 +1203,7 @@ impl Default for Policy {
             fbsng: FbsngPolicy::default(),
             cigri: CigriPolicy::default(),
             flood: None,
+            caps: CapsPolicy::default(),
         }
     }
 }

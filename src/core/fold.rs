@@ -758,14 +758,7 @@ fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32)
 }
 
 fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
-    if policy.dispatches_per_run_max == 0 || policy.dispatches_per_run_max as usize > ORDERS_PER_BATCH_MAX {
-        return Err(Rejection::InvalidPolicy {
-            problem: format!("dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}"),
-        });
-    }
-    if policy.engine_timeout_ms == 0 || policy.dispatch_timeout_ms == 0 {
-        return Err(Rejection::InvalidPolicy { problem: "timeouts must be positive".into() });
-    }
+    super::policy_limits::check_policy(policy).map_err(|problem| Rejection::InvalidPolicy { problem: problem.to_string() })?;
     for tier in &policy.engine_tiers {
         let Some((property, value)) = tier.split_once('=') else {
             return Err(Rejection::InvalidPolicy { problem: format!("engine tier {tier:?} is not property=value") });
@@ -776,10 +769,6 @@ fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
     }
     let tiers = super::state::compile_tiers(&policy.engine_tiers)
         .map_err(|e| Rejection::InvalidPolicy { problem: format!("engine tiers: {e}") })?;
-    let redundancy = &policy.redundancy;
-    if redundancy.strategy_effective_percent > 100 || redundancy.remaining_task_percent > 100 {
-        return Err(Rejection::InvalidPolicy { problem: "percentages must be within 0..=100".into() });
-    }
     state.set_policy(policy.clone(), tiers);
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod expr;
 pub mod fold;
 pub mod ids;
 pub mod load;
+pub mod policy_limits;
 pub mod reject;
 pub mod replay;
 pub mod rng;

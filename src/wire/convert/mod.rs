@@ -41,6 +41,7 @@ macro_rules! redundancy_fields {
     }};
 }
 
+mod caps;
 mod cigri;
 mod flood;
 mod enums;
