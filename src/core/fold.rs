@@ -391,6 +391,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
             problem: OpsProblem::PartsInconsistent { tasks, total },
         });
     }
+    check_bounds(state, spec)?;
     let n_tasks = tasks as u32;
     let job_idx = state.next_job_idx();
     let shape = JobShape::of_spec(spec);
@@ -408,6 +409,16 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec) -> Result<(), Rejecti
     let added = state.add_job(job, &depends_on, &retired_dependencies);
     assert_eq!(added, job_idx);
     Ok(())
+}
+
+/// The caps of the policy and the bound on a run order's size (`core::bounds`).
+fn check_bounds(state: &State, spec: &JobSpec) -> Result<(), Rejection> {
+    let task_params = match &spec.tasks {
+        super::event::TaskSet::List(list) => list.as_slice(),
+        super::event::TaskSet::Count(_) => &[],
+    };
+    super::bounds::check_run_order(&spec.id, &spec.template, &spec.options, task_params)?;
+    super::bounds::check_caps(state, &spec.id, &spec.owner, 1, spec.task_count())
 }
 
 /// A companion command within its limits, on a job whose tasks have companions.
@@ -654,6 +665,7 @@ fn add_tasks(
             problem: OpsProblem::PartsInconsistent { tasks: total, total: declared },
         });
     }
+    check_added_bounds(state, j, params)?;
     let shape = JobShape::of_job(state.job(j));
     let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
     let resolved =
@@ -661,6 +673,14 @@ fn add_tasks(
     let resolved = materialize(state, &shape, resolved);
     state.add_tasks(j, params, resolved);
     Ok(())
+}
+
+/// [`check_bounds`] for tasks added to job `j`: their run orders, and the
+/// tasks they add to its owner's and the grid's.
+fn check_added_bounds(state: &State, j: JobIdx, params: &[BTreeMap<String, String>]) -> Result<(), Rejection> {
+    let job = state.job(j);
+    super::bounds::check_run_order(&job.id, &job.template, &job.options, params)?;
+    super::bounds::check_caps(state, &job.id, &job.owner, 0, params.len() as u64)
 }
 
 /// `gridfold hold` / `release`: a held job gets no new dispatches; its live
