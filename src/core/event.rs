@@ -652,6 +652,9 @@ pub enum FailureKind {
     /// it there: the task waits again without using an attempt (CiGri's
     /// best-effort jobs).
     Preempted,
+    /// The projector could not deliver its run order: the broker refused it
+    /// as too large ([`Order::Undeliverable`]). The engine never had it.
+    Undeliverable,
 }
 
 impl FailureKind {
@@ -663,6 +666,7 @@ impl FailureKind {
             FailureKind::LaunchFailed => "launch-failed",
             FailureKind::EngineShutdown => "engine-shutdown",
             FailureKind::Preempted => "preempted",
+            FailureKind::Undeliverable => "undeliverable",
         }
     }
 }
@@ -730,7 +734,10 @@ pub struct Policy {
 /// over active jobs: an ended job no longer counts, though it stays in the
 /// state until its retention has passed. The defaults keep the projector within
 /// [`STATE_MEMORY_BUDGET_BYTES`] (see `docs/performance.md`, "Memory per held
-/// task"). Limits: [`crate::core::policy_limits::check_policy`].
+/// task": a held task costs 16 bytes counted, 146 listed with a short
+/// parameter, 22 and 169 while a snapshot is written; a job about 2 KB; so
+/// 10,000,000 listed tasks and 50,000 jobs stay under 1.9 GB). Limits:
+/// [`crate::core::policy_limits::check_policy`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CapsPolicy {
     /// Most active jobs of one user.
@@ -749,7 +756,7 @@ pub const STATE_MEMORY_BUDGET_BYTES: u64 = 2 << 30;
 
 impl Default for CapsPolicy {
     fn default() -> Self {
-        CapsPolicy { max_jobs_per_user: 10_000, max_jobs: 100_000, max_tasks_per_user: 20_000_000, max_tasks: 50_000_000 }
+        CapsPolicy { max_jobs_per_user: 10_000, max_jobs: 50_000, max_tasks_per_user: 5_000_000, max_tasks: 10_000_000 }
     }
 }
 
@@ -1356,6 +1363,13 @@ pub enum Order {
     /// `sink_ratio` of the campaign's median: it gets no more of them.
     /// `cluster` is the engine's cluster when an engine is named.
     FlagSink { job: JobId, engine: Option<EngineId>, cluster: String, median_ms: u64, campaign_median_ms: u64 },
+    /// The projector could not deliver this attempt's run order to `engine`:
+    /// the broker refused the message as too large (`bytes`, more than its
+    /// `max`). Not a decision made from the state but the projector's report
+    /// of a delivery, in a batch of its own (which `replay --verify` does not
+    /// re-derive); the fold fails the attempt ([`FailureKind::Undeliverable`]),
+    /// so the task is retried or fails as after any failure.
+    Undeliverable { task: TaskRef, attempt: Attempt, engine: EngineId, bytes: u64, max: u64 },
 }
 
 impl Order {
@@ -1372,6 +1386,7 @@ impl Order {
         let text = |s: &str| s.len() + 3;
         let strings = match self {
             Order::Dispatch { task, engine, .. }
+            | Order::Undeliverable { task, engine, .. }
             | Order::Cancel { task, engine, .. }
             | Order::Requeue { task, engine, .. }
             | Order::Suspend { task, engine, .. }
@@ -1417,6 +1432,7 @@ impl Order {
             Order::EndTestCampaign { .. } => "EndTestCampaign",
             Order::FloodRatio { .. } => "FloodRatio",
             Order::FlagSink { .. } => "FlagSink",
+            Order::Undeliverable { .. } => "Undeliverable",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1583,6 +1599,9 @@ impl std::fmt::Display for Order {
                 f,
                 "flag cluster {cluster} a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
             ),
+            Order::Undeliverable { task, attempt, engine, bytes, max } => {
+                write!(f, "undeliverable {task} #{attempt} -> {engine} (its run order of {bytes} bytes, more than the broker's {max})")
+            }
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

@@ -1012,6 +1012,14 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             super::schedule::cigri::end_test_campaign(state, j);
         }
+        Order::Undeliverable { task, attempt, engine, .. } => {
+            let key = order_task(state, task, last_job)?;
+            let live = state.live_attempt_numbered(key, *attempt).ok_or(OrderProblem::AttemptNotLive)?;
+            if state.engine_idx(engine) != Some(live.engine) {
+                return Err(OrderProblem::AttemptNotLive);
+            }
+            state.fail(key, *attempt);
+        }
         Order::FlagSink { job, engine, cluster, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
             let target = super::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster)

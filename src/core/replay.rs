@@ -34,6 +34,9 @@ pub struct ReplayReport {
     /// Batches on the orders subject that are not the projector's (no valid seal
     /// from a registered key): the fold refuses them, so there is nothing to re-derive.
     pub batches_refused: u64,
+    /// Batches of the projector's reports of deliveries the broker refused
+    /// (`Order::Undeliverable` alone): not decisions, so not re-derived.
+    pub batches_of_delivery_reports: u64,
     pub first_divergence: Option<Divergence>,
 }
 
@@ -74,6 +77,12 @@ fn projector_batch(entry: &Entry) -> Option<&OrderBatch> {
     }
 }
 
+/// A batch of the projector's reports of refused deliveries, not of decisions
+/// (see [`Order::Undeliverable`]).
+pub fn is_delivery_report(batch: &OrderBatch) -> bool {
+    !batch.orders.is_empty() && batch.orders.iter().all(|order| matches!(order, Order::Undeliverable { .. }))
+}
+
 /// Folds `entries` in order into a fresh state (or `start`), verifying if asked.
 /// `progress` is called with the number of entries folded so far, every 65,536 entries.
 pub fn replay(
@@ -100,6 +109,10 @@ pub fn replay(
             // A batch nobody registered sealed was never the projector's decision.
             if check_seal(state, &entries[at]).is_err() {
                 report.batches_refused += 1;
+                continue;
+            }
+            if is_delivery_report(batch) {
+                report.batches_of_delivery_reports += 1;
                 continue;
             }
             if batch.algorithm != state.policy.algorithm.name() || batch.algorithm_version != ALGORITHM_VERSION {

@@ -88,9 +88,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::EndTestCampaign { .. } => 13,
         Order::FloodRatio { .. } => 14,
         Order::FlagSink { .. } => 15,
+        Order::Undeliverable { .. } => 16,
     }
 }
-pub const ORDER_VARIANTS: usize = 16;
+pub const ORDER_VARIANTS: usize = 17;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -448,6 +449,7 @@ pub fn every_event() -> Vec<Event> {
                 Order::Requeue { task: task("render-1", 3), attempt: 1, engine: engine("lyon"), reason: crate::core::event::RequeueReason::FloodWithdrawn },
                 Order::FlagSink { job: job("render-1"), engine: Some(engine("e2")), cluster: "lyon".into(), median_ms: 40, campaign_median_ms: 60_000 },
                 Order::FlagSink { job: job("render-1"), engine: None, cluster: "nancy".into(), median_ms: 8, campaign_median_ms: 60_000 },
+                Order::Undeliverable { task: task("render-1", 5), attempt: 1, engine: engine("e1"), bytes: 120_071, max: 65_536 },
                 Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
@@ -1022,6 +1024,8 @@ fn arb_order() -> impl Strategy<Value = Order> {
         (arb_job(), proptest::option::of(arb_engine()), "[a-z]{0,64}", any::<u64>(), any::<u64>()).prop_map(
             |(job, engine, cluster, median_ms, campaign_median_ms)| Order::FlagSink { job, engine, cluster, median_ms, campaign_median_ms }
         ),
+        (arb_task(), any::<u32>(), arb_engine(), any::<u64>(), any::<u64>())
+            .prop_map(|(task, attempt, engine, bytes, max)| Order::Undeliverable { task, attempt, engine, bytes, max }),
     ]
 }
 

@@ -251,7 +251,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, end_test_campaign, flood_ratio, flag_sink"],
+        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, end_test_campaign, flood_ratio, flag_sink, undeliverable"],
     );
     check_error(
         &format!(

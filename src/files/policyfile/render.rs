@@ -355,8 +355,7 @@ cluster = "lyon"
         for n in nodes.len()..SHARE_TREE_NODES_MAX {
             nodes.push(ShareTreeNode { name: long(n), parent: Some(deepest), shares: 2, leaf: Some(ShareTreeLeaf::User(long(n))) });
         }
-        let mut policy = Policy::default();
-        policy.algorithm = crate::core::event::Algorithm::Sgeee;
+        let mut policy = Policy { algorithm: crate::core::event::Algorithm::Sgeee, ..Policy::default() };
         policy.sge.share_tree = nodes;
         assert_eq!(crate::core::policy_limits::check_policy(&policy), Ok(()), "as deep and as large as a policy may be");
         let names: usize = policy.sge.share_tree.iter().map(|node| node.name.len()).sum();

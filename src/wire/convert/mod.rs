@@ -178,7 +178,7 @@ const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, t
     reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed, project_priority_changed, engine_reports";
 const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable, \
     sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, \
-    end_test_campaign, flood_ratio, flag_sink";
+    end_test_campaign, flood_ratio, flag_sink, undeliverable";
 const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when
