@@ -7,7 +7,10 @@
 //! `property=value`) and nothing more: what an event *means* (an attempt of 0,
 //! a result over 64 KiB, a batch over 8192 orders, a bad discriminator, a
 //! condition on a task the job does not have) is for the fold to judge and
-//! record as a rejection.
+//! record as a rejection. A policy is the exception: its limits
+//! (`core::policy_limits::check_policy`: durations, the share tree, the caps,
+//! the families' sections) are one check the decoder, the policy file reader
+//! and the fold all run, so a policy past one does not decode.
 //! For every core envelope `e`, `from_proto(to_proto(&e)) == Ok(e)`.
 //!
 //! Messages added after the first version whose every field is zero
