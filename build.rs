@@ -76,6 +76,7 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.RunTask.companion_argv",
     ".gridfold.v1.PolicySet.cigri",
     ".gridfold.v1.PolicySet.flood",
+    ".gridfold.v1.PolicySet.caps",
     ".gridfold.v1.JobOptions.campaign",
 ];
 

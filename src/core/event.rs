@@ -669,6 +669,9 @@ pub enum FailureKind {
     /// it there: the task waits again without using an attempt (CiGri's
     /// best-effort jobs).
     Preempted,
+    /// The projector could not deliver its run order: the broker refused it
+    /// as too large ([`Order::Undeliverable`]). The engine never had it.
+    Undeliverable,
 }
 
 impl FailureKind {
@@ -680,6 +683,7 @@ impl FailureKind {
             FailureKind::LaunchFailed => "launch-failed",
             FailureKind::EngineShutdown => "engine-shutdown",
             FailureKind::Preempted => "preempted",
+            FailureKind::Undeliverable => "undeliverable",
         }
     }
 }
@@ -735,6 +739,44 @@ pub struct Policy {
     /// `None`: off.
     #[serde(default)]
     pub flood: Option<FloodPolicy>,
+    /// Caps on the active jobs and the tasks they hold, per user and over the
+    /// grid (`[caps]`, see [`CapsPolicy`]).
+    #[serde(default)]
+    pub caps: CapsPolicy,
+}
+
+/// Caps on what the state holds (Grid Engine's `max_u_jobs` and `max_jobs`,
+/// Slurm's `MaxSubmitJobs`): a submission, or a `TasksAdded`, that would take
+/// a user (the job's `owner`) or the grid past one is refused naming it. Counted
+/// over active jobs: an ended job no longer counts, though it stays in the
+/// state until its retention has passed. The defaults keep the projector within
+/// [`STATE_MEMORY_BUDGET_BYTES`] (see `docs/performance.md`, "Memory per held
+/// task": a held task costs 16 bytes counted, about 150 listed with a short
+/// parameter, 22 and about 185 at a snapshot's peak; a job about 2.2 KB; so
+/// 8,000,000 listed tasks and 50,000 jobs stay under 1.6 GB; the test
+/// `the_default_caps_keep_the_projectors_state_within_its_memory_budget`
+/// measures it). Limits:
+/// [`crate::core::policy_limits::check_policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CapsPolicy {
+    /// Most active jobs of one user.
+    pub max_jobs_per_user: u32,
+    /// Most active jobs over the grid.
+    pub max_jobs: u32,
+    /// Most tasks one user's active jobs hold, whatever their status.
+    pub max_tasks_per_user: u64,
+    /// Most tasks all active jobs hold.
+    pub max_tasks: u64,
+}
+
+/// The memory the default caps keep the projector's state within: 2 GiB, a
+/// twelfth of the 24 GiB machines gridfold is measured on.
+pub const STATE_MEMORY_BUDGET_BYTES: u64 = 2 << 30;
+
+impl Default for CapsPolicy {
+    fn default() -> Self {
+        CapsPolicy { max_jobs_per_user: 10_000, max_jobs: 50_000, max_tasks_per_user: 5_000_000, max_tasks: 8_000_000 }
+    }
 }
 
 /// Flood control (CiGri's job ratio, seed 004): a gateway engine (property
@@ -1187,6 +1229,7 @@ impl Default for Policy {
             fbsng: FbsngPolicy::default(),
             cigri: CigriPolicy::default(),
             flood: None,
+            caps: CapsPolicy::default(),
         }
     }
 }
@@ -1339,6 +1382,13 @@ pub enum Order {
     /// `sink_ratio` of the campaign's median: it gets no more of them.
     /// `cluster` is the engine's cluster when an engine is named.
     FlagSink { job: JobId, engine: Option<EngineId>, cluster: String, median_ms: u64, campaign_median_ms: u64 },
+    /// The projector could not deliver this attempt's run order to `engine`:
+    /// the broker refused the message as too large (`bytes`, more than its
+    /// `max`). Not a decision made from the state but the projector's report
+    /// of a delivery, in a batch of its own (which `replay --verify` does not
+    /// re-derive); the fold fails the attempt ([`FailureKind::Undeliverable`]),
+    /// so the task is retried or fails as after any failure.
+    Undeliverable { task: TaskRef, attempt: Attempt, engine: EngineId, bytes: u64, max: u64 },
 }
 
 impl Order {
@@ -1355,6 +1405,7 @@ impl Order {
         let text = |s: &str| s.len() + 3;
         let strings = match self {
             Order::Dispatch { task, engine, .. }
+            | Order::Undeliverable { task, engine, .. }
             | Order::Cancel { task, engine, .. }
             | Order::Requeue { task, engine, .. }
             | Order::Suspend { task, engine, .. }
@@ -1400,6 +1451,7 @@ impl Order {
             Order::EndTestCampaign { .. } => "EndTestCampaign",
             Order::FloodRatio { .. } => "FloodRatio",
             Order::FlagSink { .. } => "FlagSink",
+            Order::Undeliverable { .. } => "Undeliverable",
         }
     }
     /// The engine that must hear of this order, if any.
@@ -1566,6 +1618,9 @@ impl std::fmt::Display for Order {
                 f,
                 "flag cluster {cluster} a sink for {job} (median {median_ms} ms, campaign's {campaign_median_ms} ms)"
             ),
+            Order::Undeliverable { task, attempt, engine, bytes, max } => {
+                write!(f, "undeliverable {task} #{attempt} -> {engine} (its run order of {bytes} bytes, more than the broker's {max})")
+            }
             Order::DispatchParallel { task, attempt, engine, parts, .. } => {
                 let role = if parts.first().is_some_and(|master| master.engine == *engine) { "master" } else { "part" };
                 write!(f, "dispatch {task} #{attempt} -> {engine} ({role} of")?;

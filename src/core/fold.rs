@@ -483,6 +483,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec, owner: &str) -> Resul
             problem: OpsProblem::PartsInconsistent { tasks, total },
         });
     }
+    check_bounds(state, spec)?;
     let n_tasks = tasks as u32;
     let job_idx = state.next_job_idx();
     let shape = JobShape::of_spec(spec);
@@ -503,6 +504,16 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec, owner: &str) -> Resul
     let added = state.add_job(job, &depends_on, &retired_dependencies);
     assert_eq!(added, job_idx);
     Ok(())
+}
+
+/// The caps of the policy and the bound on a run order's size (`core::bounds`).
+fn check_bounds(state: &State, spec: &JobSpec) -> Result<(), Rejection> {
+    let task_params = match &spec.tasks {
+        super::event::TaskSet::List(list) => list.as_slice(),
+        super::event::TaskSet::Count(_) => &[],
+    };
+    super::bounds::check_run_order(&spec.id, &spec.template, &spec.options, task_params)?;
+    super::bounds::check_caps(state, &spec.id, &spec.owner, 1, spec.task_count())
 }
 
 /// A companion command within its limits, on a job whose tasks have companions.
@@ -749,6 +760,7 @@ fn add_tasks(
             problem: OpsProblem::PartsInconsistent { tasks: total, total: declared },
         });
     }
+    check_added_bounds(state, j, params)?;
     let shape = JobShape::of_job(state.job(j));
     let job_expr = state.category(state.job(j).category).expr.clone().expect("category expressions are always built");
     let resolved =
@@ -756,6 +768,14 @@ fn add_tasks(
     let resolved = materialize(state, &shape, resolved);
     state.add_tasks(j, params, resolved);
     Ok(())
+}
+
+/// [`check_bounds`] for tasks added to job `j`: their run orders, and the
+/// tasks they add to its owner's and the grid's.
+fn check_added_bounds(state: &State, j: JobIdx, params: &[BTreeMap<String, String>]) -> Result<(), Rejection> {
+    let job = state.job(j);
+    super::bounds::check_run_order(&job.id, &job.template, &job.options, params)?;
+    super::bounds::check_caps(state, &job.id, &job.owner, 0, params.len() as u64)
 }
 
 /// `gridfold hold` / `release`: a held job gets no new dispatches; its live
@@ -853,14 +873,7 @@ fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32)
 }
 
 fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
-    if policy.dispatches_per_run_max == 0 || policy.dispatches_per_run_max as usize > ORDERS_PER_BATCH_MAX {
-        return Err(Rejection::InvalidPolicy {
-            problem: format!("dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}"),
-        });
-    }
-    if policy.engine_timeout_ms == 0 || policy.dispatch_timeout_ms == 0 {
-        return Err(Rejection::InvalidPolicy { problem: "timeouts must be positive".into() });
-    }
+    super::policy_limits::check_policy(policy).map_err(|problem| Rejection::InvalidPolicy { problem: problem.to_string() })?;
     for tier in &policy.engine_tiers {
         let Some((property, value)) = tier.split_once('=') else {
             return Err(Rejection::InvalidPolicy { problem: format!("engine tier {tier:?} is not property=value") });
@@ -871,10 +884,6 @@ fn set_policy(state: &mut State, policy: &Policy) -> Result<(), Rejection> {
     }
     let tiers = super::state::compile_tiers(&policy.engine_tiers)
         .map_err(|e| Rejection::InvalidPolicy { problem: format!("engine tiers: {e}") })?;
-    let redundancy = &policy.redundancy;
-    if redundancy.strategy_effective_percent > 100 || redundancy.remaining_task_percent > 100 {
-        return Err(Rejection::InvalidPolicy { problem: "percentages must be within 0..=100".into() });
-    }
     state.set_policy(policy.clone(), tiers);
     Ok(())
 }
@@ -1097,6 +1106,14 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::TestCampaignNotDone);
             }
             super::schedule::cigri::end_test_campaign(state, j);
+        }
+        Order::Undeliverable { task, attempt, engine, .. } => {
+            let key = order_task(state, task, last_job)?;
+            let live = state.live_attempt_numbered(key, *attempt).ok_or(OrderProblem::AttemptNotLive)?;
+            if state.engine_idx(engine) != Some(live.engine) {
+                return Err(OrderProblem::AttemptNotLive);
+            }
+            state.fail(key, *attempt);
         }
         Order::FlagSink { job, engine, cluster, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;

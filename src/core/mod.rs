@@ -10,6 +10,7 @@
 //! iteration over `HashMap`/`HashSet`. Time is the log's time, carried by each entry.
 //! `core` knows nothing of NATS, tokio, sled or protobuf; `wire/` translates.
 
+pub mod bounds;
 pub mod digest;
 pub mod event;
 pub mod explain;
@@ -17,6 +18,7 @@ pub mod expr;
 pub mod fold;
 pub mod ids;
 pub mod load;
+pub mod policy_limits;
 pub mod reject;
 pub mod replay;
 pub mod rng;

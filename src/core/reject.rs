@@ -74,6 +74,16 @@ pub enum Rejection {
     /// A user's priority above the default: only an operator may raise a
     /// job's priority (Grid Engine's `qalter -p` for users). Added last.
     PriorityAboveDefault { job: JobId, setting: PrioritySetting, asked: i64, default: i64 },
+    /// A submission, or tasks added to a job, that would take its owner or
+    /// the grid past a cap of the policy (`[caps]`): `held` is what the
+    /// user (or the grid) holds in active jobs, `adding` what this would add,
+    /// `limit` the cap. Added last.
+    OverCap { job: JobId, cap: Cap, user: String, held: u64, adding: u64, limit: u64 },
+    /// A job (or tasks added to it) whose largest run order, expanded with its
+    /// longest parameter values, could be more than `max` bytes
+    /// (`core::bounds::RUN_ORDER_BYTES_MAX`): no engine could be sent it
+    /// whole. Added last.
+    RunOrderTooLarge { job: JobId, bytes: u64, max: u64 },
 }
 
 /// Which of a job's priorities a [`Rejection::PriorityAboveDefault`] is about.
@@ -84,6 +94,38 @@ pub enum PrioritySetting {
     /// Techila's project priority: 1 (Highest) to 7 (Lowest), so a smaller
     /// number is the higher priority.
     ProjectPriority,
+}
+
+/// A cap of the policy (`[caps]`), by its name there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Cap {
+    MaxJobsPerUser,
+    MaxJobs,
+    MaxTasksPerUser,
+    MaxTasks,
+}
+
+impl Cap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cap::MaxJobsPerUser => "max_jobs_per_user",
+            Cap::MaxJobs => "max_jobs",
+            Cap::MaxTasksPerUser => "max_tasks_per_user",
+            Cap::MaxTasks => "max_tasks",
+        }
+    }
+
+    /// Jobs or tasks, as the cap counts.
+    fn counts(self) -> &'static str {
+        match self {
+            Cap::MaxJobsPerUser | Cap::MaxJobs => "active jobs",
+            Cap::MaxTasksPerUser | Cap::MaxTasks => "tasks in active jobs",
+        }
+    }
+
+    fn per_user(self) -> bool {
+        matches!(self, Cap::MaxJobsPerUser | Cap::MaxTasksPerUser)
+    }
 }
 
 /// Why a report of an engine's batch was refused.
@@ -429,6 +471,8 @@ impl Rejection {
             Rejection::WrongSubject { .. } => "wrong-subject",
             Rejection::NotOwner { .. } => "not-owner",
             Rejection::PriorityAboveDefault { .. } => "priority-above-default",
+            Rejection::OverCap { .. } => "over-cap",
+            Rejection::RunOrderTooLarge { .. } => "run-order-too-large",
         }
     }
 }
@@ -520,6 +564,19 @@ impl fmt::Display for Rejection {
             Rejection::PriorityAboveDefault { job, setting: PrioritySetting::ProjectPriority, asked, default } => write!(
                 f,
                 "job {job}: a user may set a project priority from the default {default} down to 7 (Lowest), not {asked}; only an operator may raise it above"
+            ),
+            Rejection::OverCap { job, cap, user, held, adding, limit } => {
+                let who = if cap.per_user() { format!("user {user:?}") } else { "the grid".to_string() };
+                write!(
+                    f,
+                    "job {job} refused: {who} holds {held} {}, and {adding} more would pass {} = {limit}",
+                    cap.counts(),
+                    cap.as_str()
+                )
+            }
+            Rejection::RunOrderTooLarge { job, bytes, max } => write!(
+                f,
+                "job {job} refused: its largest run order could be {bytes} bytes, more than {max}: no engine could be sent it"
             ),
         }
     }

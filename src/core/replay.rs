@@ -44,6 +44,9 @@ pub struct ReplayReport {
     /// Batches on the orders subject that are not the projector's (no valid seal
     /// from a registered key): the fold refuses them, so there is nothing to re-derive.
     pub batches_refused: u64,
+    /// Batches of the projector's reports of deliveries the broker refused
+    /// (`Order::Undeliverable` alone): not decisions, so not re-derived.
+    pub batches_of_delivery_reports: u64,
     pub first_divergence: Option<Divergence>,
 }
 
@@ -160,6 +163,12 @@ enum Rederived {
     NotSealedThen,
 }
 
+/// A batch of the projector's reports of refused deliveries, not of decisions
+/// (see [`Order::Undeliverable`]).
+pub fn is_delivery_report(batch: &OrderBatch) -> bool {
+    !batch.orders.is_empty() && batch.orders.iter().all(|order| matches!(order, Order::Undeliverable { .. }))
+}
+
 /// Folds `entries` in order into a fresh state (or `start`), verifying if asked.
 /// `progress` is called with the number of entries folded so far, every 65,536 entries.
 ///
@@ -192,6 +201,10 @@ pub fn replay(
         // A batch already folded was based on its own sequence or later: unchecked.
         for &at in batches.iter().filter(|&&at| at >= folded_up_to) {
             let batch = projector_batch(&entries[at]).expect("indexed as a batch");
+            // The projector's reports of refused deliveries decide nothing: none to re-derive.
+            if is_delivery_report(batch) {
+                continue;
+            }
             let made = if check_seal(state, &entries[at]).is_err() {
                 Rederived::NotSealedThen
             } else if batch.algorithm != state.policy.algorithm.name() || batch.algorithm_version != ALGORITHM_VERSION {
@@ -246,6 +259,10 @@ pub fn replay(
 fn judge(state: &State, entry: &Entry, batch: &OrderBatch, rederived: Option<Rederived>, report: &mut ReplayReport) {
     if check_seal(state, entry).is_err() {
         report.batches_refused += 1;
+        return;
+    }
+    if is_delivery_report(batch) {
+        report.batches_of_delivery_reports += 1;
         return;
     }
     let other_algorithm = |report: &mut ReplayReport| {

@@ -19,7 +19,7 @@ pub use render::policy_file_text;
 
 use super::jobfile::{FileText, JobFileError as FileError};
 use crate::core::event::{
-    LoadFormula, OutputPolicy, Policy, QueueSort, RedundancyPolicy, TechilaPolicy, ORDERS_PER_BATCH_MAX,
+    CapsPolicy, LoadFormula, OutputPolicy, Policy, QueueSort, RedundancyPolicy, TechilaPolicy, ORDERS_PER_BATCH_MAX,
     OUTPUT_JOB_BYTES_MAX_LIMIT, OUTPUT_TASK_BYTES_MAX_LIMIT, WORK_DIR_RETENTION_MS_LIMIT,
 };
 use crate::wire::check_engine_tier;
@@ -60,6 +60,68 @@ sge::with_grid_engine_keys! {
         cigri: Option<cigri::CigriSection>,
         /// Flood control of gateway engines.
         flood: Option<flood::FloodSection>,
+        /// Caps on active jobs and the tasks they hold, per user and over the grid.
+        caps: Option<CapsSection>,
+    }
+}
+
+/// `[caps]`: every key optional, defaulting to `CapsPolicy::default()`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapsSection {
+    max_jobs_per_user: Option<u32>,
+    max_jobs: Option<u32>,
+    max_tasks_per_user: Option<u64>,
+    max_tasks: Option<u64>,
+}
+
+fn caps(section: &Option<CapsSection>) -> CapsPolicy {
+    let defaults = CapsPolicy::default();
+    let Some(section) = section else { return defaults };
+    CapsPolicy {
+        max_jobs_per_user: section.max_jobs_per_user.unwrap_or(defaults.max_jobs_per_user),
+        max_jobs: section.max_jobs.unwrap_or(defaults.max_jobs),
+        max_tasks_per_user: section.max_tasks_per_user.unwrap_or(defaults.max_tasks_per_user),
+        max_tasks: section.max_tasks.unwrap_or(defaults.max_tasks),
+    }
+}
+
+/// The key a policy file writes for a field of the policy as
+/// [`check_policy`](crate::core::policy_limits::check_policy) names it:
+/// durations in seconds, Grid Engine's and the suspend and reservation keys
+/// at the top level, as sched_conf(5) has them.
+fn file_key(field: &str) -> String {
+    let field = match field {
+        "sge.halftime_ms" => return "halftime".into(),
+        "suspend_thresholds.interval_ms" => return "suspend_interval_secs".into(),
+        "reservation.default_duration_ms" => return "default_duration_secs".into(),
+        other => other.strip_prefix("sge.").unwrap_or(other),
+    };
+    match field.strip_suffix("_ms") {
+        Some(stem) => format!("{stem}_secs"),
+        None => field.to_string(),
+    }
+}
+
+/// A policy past a limit of [`check_policy`](crate::core::policy_limits::check_policy),
+/// named by the file's key, at the line that sets it when one does.
+fn limit_error(file_text: FileText<'_>, limit: crate::core::policy_limits::PolicyProblem) -> FileError {
+    let key = file_key(&limit.field);
+    let last = key.rsplit('.').next().unwrap_or(&key).split('[').next().unwrap_or(&key);
+    let mut offset = 0;
+    let mut line_at = None;
+    for line in file_text.text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.strip_prefix(last).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            line_at = Some(offset + (line.len() - trimmed.len()));
+            break;
+        }
+        offset += line.len();
+    }
+    let message = format!("{key}: {}", limit.problem);
+    match line_at {
+        Some(at) => file_text.error(at, message),
+        None => FileError { path: file_text.path.to_string(), line: 0, message },
     }
 }
 
@@ -217,7 +279,7 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         Some(section) => redundancy(file_text, section)?,
         None => defaults.redundancy,
     };
-    Ok(Policy {
+    let policy = Policy {
         algorithm,
         engine_timeout_ms: seconds(file_text, "engine_timeout_secs", &file.engine_timeout_secs, defaults.engine_timeout_ms)?,
         dispatch_timeout_ms: seconds(file_text, "dispatch_timeout_secs", &file.dispatch_timeout_secs, defaults.dispatch_timeout_ms)?,
@@ -262,7 +324,10 @@ pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
         fbsng: fbsng::fbsng(file_text, &file.fbsng)?,
         cigri: cigri::cigri(file_text, &file.cigri)?,
         flood: flood::flood(file_text, &file.flood)?,
-    })
+        caps: caps(&file.caps),
+    };
+    crate::core::policy_limits::check_policy(&policy).map_err(|limit| limit_error(file_text, limit))?;
+    Ok(policy)
 }
 
 /// `max_reservation` (at most [`MAX_RESERVATION_MAX`]) and `default_duration_secs`.
@@ -462,7 +527,7 @@ copies_per_task_max = 3
     fn bad_policies_name_the_line() {
         check_error("seed = 1\nalgorithm = \"magic\"\n", expect![[r#"p.toml:2: unknown algorithm "magic"; known: sge-plain, sgeee, techila, fbsng, cigri"#]]);
         check_error("\n\ndispatch_timeout_secs = 0\n", expect!["p.toml:3: dispatch_timeout_secs must be at least 1 second"]);
-        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `cigri`, `flood`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
+        check_error("colour = 1\n", expect!["p.toml:1: unknown field `colour`, expected one of `engine_timeout_secs`, `dispatch_timeout_secs`, `dispatches_per_run_max`, `seed`, `load_formula`, `engine_tiers`, `greylist_affinity`, `redundancy`, `job_retention_secs`, `queue_sort_method`, `techila`, `output`, `suspend_thresholds`, `suspend_interval_secs`, `nsuspend`, `max_reservation`, `default_duration_secs`, `fbsng`, `cigri`, `flood`, `caps`, `algorithm`, `user_sort`, `halftime`, `compensation_factor`, `weight_priority`, `weight_urgency`, `weight_ticket`, `weight_waiting_time`, `weight_user`, `weight_project`, `weight_department`, `weight_job`, `weight_tickets_share`, `weight_tickets_functional`, `weight_deadline`, `slot_urgency`, `share_tree`, `fshare`, `oticket`, `departments`"]);
         check_error("engine_tiers = [\n  \"type=blade\",\n  \"blade\",\n]\n", expect![[r#"p.toml:3: engine_tiers[1]: engine tier "blade" is not written property=value"#]]);
         check_error("engine_tiers = [\"=blade\"]\n", expect![[r#"p.toml:1: engine_tiers[0]: engine tier "=blade" has an empty property name"#]]);
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
@@ -472,6 +537,42 @@ copies_per_task_max = 3
         check_error("[redundancy]\naverage_limit = 2.0001\n", expect!["p.toml:2: redundancy.average_limit: 2.0001 has 4 decimals; at most 3 are kept"]);
         check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; it must be 0 or more"]);
         check_error("[redundancy]\ncopies = 2\n", expect!["p.toml:2: unknown field `copies`, expected one of `strategy_effective_percent`, `poll_period_secs`, `percent_completed_strategy`, `remaining_task_percent`, `average_strategy`, `average_limit`, `std_dev_strategy`, `std_dev_limit`, `reschedule_first`, `copies_per_task_max`"]);
+    }
+
+    #[test]
+    fn a_duration_past_a_year_is_refused_naming_the_key_and_its_line() {
+        let max = u64::MAX / 1000;
+        check_error(
+            &format!("seed = 1\nengine_timeout_secs = {max}\n"),
+            expect!["p.toml:2: engine_timeout_secs: 18446744073709551000 ms, longer than a year (31536000000 ms)"],
+        );
+        check_error(
+            "job_retention_secs = 31536001\n",
+            expect!["p.toml:1: job_retention_secs: 31536001000 ms, longer than a year (31536000000 ms)"],
+        );
+        check_error(
+            "halftime = 9000\n",
+            expect!["p.toml:1: halftime: 32400000000 ms, longer than a year (31536000000 ms)"],
+        );
+        check_error(
+            "[redundancy]\npoll_period_secs = 99999999999\n",
+            expect!["p.toml:2: redundancy.poll_period_secs: 99999999999000 ms, longer than a year (31536000000 ms)"],
+        );
+        check_error(
+            "default_duration_secs = 99999999999\n",
+            expect!["p.toml:1: default_duration_secs: 99999999999000 ms, longer than a year (31536000000 ms)"],
+        );
+        assert_eq!(parse_policy("job_retention_secs = 31536000\n", "p.toml").unwrap().job_retention_ms, 31_536_000_000);
+    }
+
+    #[test]
+    fn caps_are_read_defaulted_shown_and_a_cap_of_0_is_refused() {
+        assert_eq!(parse_policy("", "p.toml").unwrap().caps, CapsPolicy::default());
+        let policy = parse_policy("[caps]\nmax_jobs_per_user = 5\nmax_tasks = 100\n", "p.toml").unwrap();
+        assert_eq!(policy.caps, CapsPolicy { max_jobs_per_user: 5, max_tasks: 100, ..CapsPolicy::default() });
+        assert_eq!(parse_policy(&policy_file_text(&policy), "shown.toml").unwrap().caps, policy.caps, "policy show gives them back");
+        check_error("[caps]\n\nmax_jobs = 0\n", expect!["p.toml:3: caps.max_jobs: 0; a cap is at least 1"]);
+        check_error("[caps]\nmax_job = 1\n", expect!["p.toml:2: unknown field `max_job`, expected one of `max_jobs_per_user`, `max_jobs`, `max_tasks_per_user`, `max_tasks`"]);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::core::event::{
-    EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, ORDERS_PER_BATCH_MAX, TASKS_PER_JOB_MAX,
+    EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, TASKS_PER_JOB_MAX,
 };
 use crate::core::ids::{EngineId, JobId};
 
@@ -330,12 +330,7 @@ impl Scenario {
 }
 
 fn check_policy(policy: &Policy) -> Result<(), String> {
-    if policy.engine_timeout_ms == 0 || policy.dispatch_timeout_ms == 0 {
-        return Err("policy: timeouts must be positive".into());
-    }
-    if policy.dispatches_per_run_max == 0 || policy.dispatches_per_run_max as usize > ORDERS_PER_BATCH_MAX {
-        return Err(format!("policy: dispatches_per_run_max must be within 1..={ORDERS_PER_BATCH_MAX}"));
-    }
+    crate::core::policy_limits::check_policy(policy).map_err(|limit| format!("policy: {limit}"))?;
     for tier in &policy.engine_tiers {
         crate::wire::check_engine_tier(tier).map_err(|problem| format!("policy: engine_tiers: {problem}"))?;
     }

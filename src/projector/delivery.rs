@@ -77,7 +77,8 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             | Order::Reschedule { .. }
             | Order::FailDependent { .. }
             | Order::EndTestCampaign { .. }
-            | Order::FloodRatio { .. } => continue,
+            | Order::FloodRatio { .. }
+            | Order::Undeliverable { .. } => continue,
             | Order::FlagSink { .. } => continue,
         };
         // The engine's epoch as of this fold: an engine that sees a later one

@@ -16,10 +16,10 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::core::event::{Entry, Event, OrderBatch, Origin, Payload};
+use crate::core::event::{Entry, Event, Order, OrderBatch, Origin, Payload, ORDERS_PER_BATCH_MAX};
 use crate::core::fold::{fold_events, Folded};
 use crate::core::reject::Rejection;
-use crate::core::schedule::{decide, InFlight};
+use crate::core::schedule::{decide, InFlight, ALGORITHM_VERSION};
 use crate::core::state::State;
 
 /// Most batches published and not yet read back; past this the machine waits for
@@ -30,6 +30,9 @@ pub const PENDING_BATCHES_MAX: usize = 64;
 pub struct Machine {
     state: State,
     pending: VecDeque<InFlightBatch>,
+    /// Deliveries the broker refused ([`Order::Undeliverable`]), to publish
+    /// in a batch of their own before the next decision.
+    undeliverable: VecDeque<Order>,
 }
 
 /// A batch handed out and not yet read back.
@@ -48,7 +51,7 @@ impl Machine {
     /// Resumes from a snapshot: nothing is pending, since everything this
     /// projector published before stopping will be read back from the log.
     pub fn from_state(state: State) -> Self {
-        Machine { state, pending: VecDeque::new() }
+        Machine { state, pending: VecDeque::new(), undeliverable: VecDeque::new() }
     }
 
     pub fn state(&self) -> &State {
@@ -105,10 +108,28 @@ impl Machine {
         if self.pending.len() >= PENDING_BATCHES_MAX {
             return None;
         }
+        if !self.undeliverable.is_empty() {
+            let n = self.undeliverable.len().min(ORDERS_PER_BATCH_MAX);
+            let batch = OrderBatch {
+                based_on_seq: self.state.last_seq,
+                algorithm: self.state.policy.algorithm.name().to_string(),
+                algorithm_version: ALGORITHM_VERSION,
+                orders: self.undeliverable.drain(..n).collect(),
+            };
+            self.pending.push_back(InFlightBatch { batch: batch.clone(), published_as: None });
+            return Some(batch);
+        }
         let in_flight = InFlight::from_batches(&self.state, self.pending.iter().map(|pending| &pending.batch));
         let batch = decide(&self.state, &in_flight)?;
         self.pending.push_back(InFlightBatch { batch: batch.clone(), published_as: None });
         Some(batch)
+    }
+
+    /// The broker refused a delivery of this attempt's run order as too large
+    /// (an [`Order::Undeliverable`]): the next batch reports it, alone or with
+    /// others of its kind, so that the fold fails the attempt.
+    pub fn report_undeliverable(&mut self, order: Order) {
+        self.undeliverable.push_back(order);
     }
 
     /// The log refused a publish (another writer holds the fence): forget what
@@ -180,5 +201,41 @@ mod tests {
         machine.abandon_pending();
         machine.published_as(Bytes::from(sealed(&batch(3))));
         assert!(!vouched(&machine, &sealed(&batch(3))), "nothing in flight: nothing vouched for");
+    }
+
+    /// A delivery the broker refused goes through the log: a batch of its own
+    /// reports it, the fold fails the attempt (its record says why), and
+    /// `replay --verify` counts the batch as a report, not a decision.
+    #[test]
+    fn a_refused_delivery_is_reported_in_a_batch_of_its_own_that_fails_the_attempt_and_replay_does_not_rederive() {
+        use crate::core::event::FailureKind;
+        use crate::core::replay::{is_delivery_report, replay, ReplayOptions};
+        use crate::core::testkit::*;
+        let mut log = LogBuilder::new();
+        log.login("e1", 1, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 1, ""));
+        let mut machine = Machine::new();
+        for entry in log.entries.clone() {
+            machine.handle_entry(&entry);
+        }
+        let dispatch = machine.poll_batch().expect("a dispatch");
+        let entry = log.orders(dispatch);
+        assert!(machine.handle_entry(&entry).is_empty());
+        machine.report_undeliverable(Order::Undeliverable { task: task("j", 0), attempt: 1, engine: engine_id("e1"), bytes: 100_000, max: 65_536 });
+        let report = machine.poll_batch().expect("the report comes first");
+        assert!(is_delivery_report(&report), "{report:?}");
+        let entry = log.orders(report);
+        assert!(machine.handle_entry(&entry).is_empty());
+        let state = machine.state();
+        let job = state.job(state.job_idx(&job_id("j")).expect("held"));
+        let record = job.attempt_log.newest(0).expect("attempt 1");
+        assert_eq!((record.attempt, record.failure_kind), (1, Some(FailureKind::Undeliverable)));
+        let text = String::from_utf8_lossy(record.text.as_deref().unwrap_or_default()).to_string();
+        assert!(text.contains("100000 bytes, more than its 65536"), "{text}");
+        assert_eq!(state.task(crate::core::state::TaskKey { job: state.job_idx(&job_id("j")).unwrap(), index: 0 }).failures, 1);
+        let options = ReplayOptions { verify: true, check_invariants: true, ..ReplayOptions::default() };
+        let (_, replayed) = replay(State::new(), &log.entries, &options, &mut |_| {});
+        assert_eq!(replayed.first_divergence, None);
+        assert_eq!((replayed.batches_verified, replayed.batches_of_delivery_reports), (1, 1));
     }
 }

@@ -356,6 +356,8 @@ pub fn answer_task(state: &State, request: &TaskRequest) -> TaskReply {
     let key = TaskKey { job: j, index: task.index };
     let status = state.task(key);
     let (argv, params) = job.task_command(task.index);
+    let argv = argv.iter().map(|arg| shown(arg)).collect();
+    let params = params.iter().map(|(name, value)| (shown(name), shown(value))).collect();
     let kept = job.attempt_log.task(task.index);
     let attempts = kept.map_or_else(Vec::new, |kept| kept.records.iter().map(|r| attempt_view(state, key, r)).collect());
     TaskReply {
@@ -371,6 +373,19 @@ pub fn answer_task(state: &State, request: &TaskRequest) -> TaskReply {
         attempts,
         error: None,
     }
+}
+
+/// Most bytes of one argument or parameter a task answer shows: a command's
+/// expanded arguments may run to 256 KiB in all, more than a broker may take
+/// in one answer.
+pub const SHOWN_TEXT_BYTES_MAX: usize = 1024;
+
+/// `text`, cut at [`SHOWN_TEXT_BYTES_MAX`] bytes with its whole size said.
+fn shown(text: &str) -> String {
+    if text.len() <= SHOWN_TEXT_BYTES_MAX {
+        return text.to_string();
+    }
+    format!("{}… ({} bytes in all)", crate::core::reject::truncated(text, SHOWN_TEXT_BYTES_MAX), text.len())
 }
 
 fn remote_job(record: &AttemptRecord) -> Option<String> {

@@ -124,6 +124,14 @@ pub struct DeliveryMessage {
 /// alone). Engines come in the order of their first delivery; the order
 /// between engines does not matter, each reads its own subject.
 pub fn delivery_messages(deliveries: &[Delivery]) -> Vec<DeliveryMessage> {
+    delivery_messages_within(deliveries, DELIVERY_MESSAGE_BYTES_MAX)
+}
+
+/// [`delivery_messages`], joining at most `joined_bytes_max` bytes of
+/// deliveries into one message (a broker that takes less than
+/// [`DELIVERY_MESSAGE_BYTES_MAX`] per message gets smaller ones): only a
+/// delivery larger than that alone makes a larger message.
+pub fn delivery_messages_within(deliveries: &[Delivery], joined_bytes_max: usize) -> Vec<DeliveryMessage> {
     let mut by_engine: Vec<(&EngineId, Vec<&Delivery>)> = Vec::new();
     for delivery in deliveries {
         match by_engine.iter_mut().find(|(engine, _)| **engine == delivery.engine) {
@@ -139,7 +147,7 @@ pub fn delivery_messages(deliveries: &[Delivery]) -> Vec<DeliveryMessage> {
         for delivery in mine {
             let message = delivery_to_proto(delivery);
             let bytes = message.encoded_len();
-            if !group.is_empty() && (group.len() == DELIVERIES_PER_MESSAGE_MAX || group_bytes + bytes > DELIVERY_MESSAGE_BYTES_MAX) {
+            if !group.is_empty() && (group.len() == DELIVERIES_PER_MESSAGE_MAX || group_bytes + bytes > joined_bytes_max) {
                 messages.push(joined(&subject, std::mem::take(&mut group)));
                 group_bytes = 0;
             }

@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn enums_refuse_unknown_names_listing_the_known_ones() {
-        expect![[r#"unknown FailureKind "SEGFAULT", expected one of NON_ZERO_EXIT, SIGNALLED, WALL_TIME_EXCEEDED, LAUNCH_FAILED, ENGINE_SHUTDOWN, PREEMPTED at line 1 column 19"#]]
+        expect![[r#"unknown FailureKind "SEGFAULT", expected one of NON_ZERO_EXIT, SIGNALLED, WALL_TIME_EXCEEDED, LAUNCH_FAILED, ENGINE_SHUTDOWN, PREEMPTED, UNDELIVERABLE at line 1 column 19"#]]
             .assert_eq(&failed(r#"{"kind": "SEGFAULT"}"#).unwrap_err());
     }
 

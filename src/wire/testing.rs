@@ -88,9 +88,10 @@ pub fn order_variant_idx(order: &Order) -> usize {
         Order::EndTestCampaign { .. } => 13,
         Order::FloodRatio { .. } => 14,
         Order::FlagSink { .. } => 15,
+        Order::Undeliverable { .. } => 16,
     }
 }
-pub const ORDER_VARIANTS: usize = 16;
+pub const ORDER_VARIANTS: usize = 17;
 
 fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -308,6 +309,7 @@ pub fn every_event() -> Vec<Event> {
                 waiting_grace_ms: 1_000,
                 remote_queue_timeout_ms: 60_000,
             }),
+            caps: crate::core::event::CapsPolicy { max_jobs_per_user: 50, max_tasks: 1_000_000, ..Default::default() },
         }),
         Event::Tick,
         Event::OrderBatch(OrderBatch {
@@ -447,6 +449,7 @@ pub fn every_event() -> Vec<Event> {
                 Order::Requeue { task: task("render-1", 3), attempt: 1, engine: engine("lyon"), reason: crate::core::event::RequeueReason::FloodWithdrawn },
                 Order::FlagSink { job: job("render-1"), engine: Some(engine("e2")), cluster: "lyon".into(), median_ms: 40, campaign_median_ms: 60_000 },
                 Order::FlagSink { job: job("render-1"), engine: None, cluster: "nancy".into(), median_ms: 8, campaign_median_ms: 60_000 },
+                Order::Undeliverable { task: task("render-1", 5), attempt: 1, engine: engine("e1"), bytes: 120_071, max: 65_536 },
                 Order::Reschedule { task: task("render-1", 2), reason: RescheduleReason::Finalize, elapsed_ms: 9_000, limit_ms: 0 },
             ],
         }),
@@ -594,7 +597,7 @@ fn arb_job_options() -> impl Strategy<Value = JobOptions> {
 
 fn arb_redundancy() -> impl Strategy<Value = RedundancyPolicy> {
     let redundancy = (
-        (any::<u32>(), any::<u64>(), any::<u32>(), any::<u32>()),
+        (0..=100u32, 0..=crate::core::policy_limits::POLICY_DURATION_MS_MAX, 0..=100u32, any::<u32>()),
         (any::<u32>(), any::<u32>(), any::<[bool; 4]>()),
     )
         .prop_map(
@@ -725,7 +728,7 @@ fn arb_sge_policy() -> impl Strategy<Value = crate::core::event::SgePolicy> {
     let table = || prop::collection::btree_map(name, any::<u32>(), 0..3);
     let nodes = prop::collection::vec((name, any::<u32>(), 0..1_000_001u32, 0..4u8), 0..6);
     (
-        (any::<bool>(), any::<u64>(), any::<[u32; 13]>()),
+        (any::<bool>(), 0..=crate::core::policy_limits::POLICY_DURATION_MS_MAX, any::<[u32; 13]>()),
         nodes,
         (table(), table(), table(), table(), table()),
         prop::collection::btree_map(name, prop::collection::vec(name, 0..3), 0..3),
@@ -772,19 +775,20 @@ fn arb_sge_policy() -> impl Strategy<Value = crate::core::event::SgePolicy> {
         })
 }
 
+/// A policy within its limits (`core::policy_limits`): past them it does not decode.
 fn arb_policy() -> impl Strategy<Value = Policy> {
     (
-        any::<u64>(),
-        any::<u64>(),
+        1..=crate::core::policy_limits::POLICY_DURATION_MS_MAX,
+        1..=crate::core::policy_limits::POLICY_DURATION_MS_MAX,
         any::<u32>(),
         any::<u32>(),
-        any::<u32>(),
+        1..=crate::core::event::ORDERS_PER_BATCH_MAX as u32,
         any::<u64>(),
         (
             arb_engine_tiers(),
             any::<u32>(),
             arb_redundancy(),
-            prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), any::<u64>()],
+            prop_oneof![Just(crate::core::event::JOB_RETENTION_MS_DEFAULT), 0..=crate::core::policy_limits::POLICY_DURATION_MS_MAX],
         ),
         (
             prop_oneof![Just(Algorithm::SgePlain), Just(Algorithm::Sgeee), Just(Algorithm::Techila), Just(Algorithm::Fbsng), Just(Algorithm::Cigri)],
@@ -823,7 +827,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 Policy {
                     reservation: crate::core::event::ReservationPolicy {
                         max_reservation: max_running_tasks % (crate::core::event::MAX_RESERVATION_MAX + 1),
-                        default_duration_ms: 1 + seed % u64::MAX,
+                        default_duration_ms: 1 + seed % crate::core::policy_limits::POLICY_DURATION_MS_MAX,
                     },
                     suspend_thresholds: crate::core::event::SuspendThresholds {
                         thresholds: vec![("np_load_avg".into(), (work_dir_retention_ms % 5_000) as i64)],
@@ -856,6 +860,16 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                     fbsng: if simultaneous_projects { sample_fbsng_policy() } else { Default::default() },
                     cigri: if simultaneous_projects { sample_cigri_policy() } else { Default::default() },
                     flood: simultaneous_projects.then(crate::core::event::FloodPolicy::default),
+                    caps: if simultaneous_projects {
+                        crate::core::event::CapsPolicy {
+                            max_jobs_per_user: slots_weight.max(1),
+                            max_jobs: load_weight.max(1),
+                            max_tasks_per_user: seed.max(1),
+                            max_tasks: 1 + seed % 1_000_000,
+                        }
+                    } else {
+                        Default::default()
+                    },
                 }
             },
         )
@@ -1010,6 +1024,8 @@ fn arb_order() -> impl Strategy<Value = Order> {
         (arb_job(), proptest::option::of(arb_engine()), "[a-z]{0,64}", any::<u64>(), any::<u64>()).prop_map(
             |(job, engine, cluster, median_ms, campaign_median_ms)| Order::FlagSink { job, engine, cluster, median_ms, campaign_median_ms }
         ),
+        (arb_task(), any::<u32>(), arb_engine(), any::<u64>(), any::<u64>())
+            .prop_map(|(task, attempt, engine, bytes, max)| Order::Undeliverable { task, attempt, engine, bytes, max }),
     ]
 }
 

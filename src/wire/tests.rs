@@ -260,7 +260,7 @@ fn decoding_errors_name_the_field() {
     );
     check_error(
         &format!(r#"{{{ID}, "event": {{"order_batch": {{"orders": [null]}}}}}}"#),
-        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, end_test_campaign, flood_ratio, flag_sink"],
+        expect!["event.order_batch.orders[0]: missing, or a kind this version does not know; expected one of dispatch, cancel, engine_lost, requeue, mark_unschedulable, sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, end_test_campaign, flood_ratio, flag_sink, undeliverable"],
     );
     check_error(
         &format!(
@@ -386,7 +386,7 @@ fn what_was_added_later_is_absent_when_unused() {
     assert_eq!((submitted.options, submitted.task_conditions.len()), (None, 0));
 
     let old_policy: proto::Envelope = serde_json::from_str(&format!(
-        r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, "load_formula": {{"slots_weight": 1}}}}}}}}"#
+        r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, "dispatch_timeout_ms": 60000, "dispatches_per_run_max": 1, "load_formula": {{"slots_weight": 1}}}}}}}}"#
     ))
     .unwrap();
     let bytes = old_policy.encode_to_vec();
@@ -501,6 +501,34 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
     .assert_eq(&shown);
 }
 
+/// The issue's `u64::MAX` durations and 10,000-level share tree: the policy's
+/// own check (`core::policy_limits`), run by the decoder, names the field.
+#[test]
+fn a_policy_duration_past_a_year_or_a_share_tree_past_64_levels_does_not_decode() {
+    let policy = |fields: &str| {
+        format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sgeee", "engine_timeout_ms": 30000, "dispatch_timeout_ms": 60000, "dispatches_per_run_max": 1, {fields}}}}}}}"#)
+    };
+    check_error(
+        &policy(&format!(r#""job_retention_ms": {}"#, u64::MAX)),
+        expect!["event.policy_set.job_retention_ms: 18446744073709551615 ms, longer than a year (31536000000 ms)"],
+    );
+    check_error(
+        &policy(&format!(r#""sge": {{"halftime_ms": {}}}"#, u64::MAX)),
+        expect!["event.policy_set.sge.halftime_ms: 18446744073709551615 ms, longer than a year (31536000000 ms)"],
+    );
+    let chain: Vec<String> = (0..10_000)
+        .map(|n| match n {
+            0 => r#"{"name": "n0", "shares": 1}"#.to_string(),
+            9_999 => format!(r#"{{"name": "n{n}", "parent": {}, "shares": 1, "leaf": {{"user": "ann"}}}}"#, n - 1),
+            _ => format!(r#"{{"name": "n{n}", "parent": {}, "shares": 1}}"#, n - 1),
+        })
+        .collect();
+    check_error(
+        &policy(&format!(r#""sge": {{"share_tree": [{}]}}"#, chain.join(", "))),
+        expect!["event.policy_set.sge.share_tree[64]: node n64 is 65 levels deep, more than 64"],
+    );
+}
+
 #[test]
 fn a_grid_engine_policy_over_its_limits_does_not_decode_and_says_where() {
     let policy = |sge: &str| format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sgeee", "sge": {sge}}}}}}}"#);
@@ -572,7 +600,7 @@ fn load_values_formulas_and_seq_no_beyond_their_limits_do_not_decode() {
         expect!["event.engine_heartbeat.load.values_milli: load value mem_used is -9223372036854775808 milli, beyond 1000000000000000000 in magnitude"],
     );
     let policy = |extra: &str| {
-        format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, {extra}}}}}}}"#)
+        format!(r#"{{{ID}, "event": {{"policy_set": {{"algorithm": "sge-plain", "engine_timeout_ms": 30000, "dispatch_timeout_ms": 60000, "dispatches_per_run_max": 1, {extra}}}}}}}"#)
     };
     check_error(
         &policy(r#""load_formula": {"expression": "np_load_avg +"}"#),

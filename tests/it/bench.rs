@@ -192,3 +192,37 @@ fn the_soak_holds_only_active_jobs_and_those_ended_within_the_retention_and_reti
     assert_eq!(keeping["jobs_retired"], 0, "{keeping:#}");
     assert_eq!(keeping["samples"].as_array().unwrap().last().unwrap()["jobs_held"], 40, "{keeping:#}");
 }
+
+/// `gridfold bench --memory`, run as the operator runs it, in a process of its
+/// own: the state's peak bytes per held task, for the costliest form (tasks
+/// listed with a parameter each) and per job (jobs of one task), times the
+/// default caps, stay within the memory budget the caps are set for (issue 35).
+#[test]
+fn the_default_caps_keep_the_projectors_state_within_its_memory_budget() {
+    use gridfold::core::event::{CapsPolicy, STATE_MEMORY_BUDGET_BYTES};
+    let measure = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_gridfold"))
+            .args(["bench", "--memory", "--json"])
+            .args(args)
+            .output()
+            .expect("gridfold runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "gridfold bench --memory failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("{err}: {stdout}"));
+        assert_eq!(report["rejected"], 0, "{report:#}");
+        report["peak_bytes_per_task"].as_f64().unwrap_or_else(|| panic!("no peak_bytes_per_task in {report:#}"))
+    };
+    let per_listed_task = measure(&["--jobs", "4", "--tasks", "400000", "--memory-listed"]);
+    let per_counted_task = measure(&["--jobs", "2", "--tasks", "2000000"]);
+    let per_job = measure(&["--jobs", "20000", "--tasks", "20000"]);
+    let caps = CapsPolicy::default();
+    let worst = per_listed_task * caps.max_tasks as f64 + per_job * f64::from(caps.max_jobs);
+    eprintln!(
+        "per listed task {per_listed_task:.1} B, per counted task {per_counted_task:.1} B, per job {per_job:.0} B: \
+         {:.0} MB at the default caps, budget {} MB",
+        worst / 1e6,
+        STATE_MEMORY_BUDGET_BYTES / 1_000_000
+    );
+    assert!(per_counted_task < per_listed_task, "a counted task costs less than a listed one");
+    assert!(worst <= STATE_MEMORY_BUDGET_BYTES as f64, "{worst} bytes at the default caps, more than the budget");
+}

@@ -15,6 +15,7 @@ mod broker_security;
 mod chaos;
 mod cigri;
 mod cluster;
+mod delivery_bounds;
 mod demo;
 mod engine;
 mod engine_epochs;

@@ -59,6 +59,7 @@ use tokio::sync::watch;
 mod analysis;
 mod cpu;
 mod engines;
+mod memory;
 mod pipeline;
 mod real;
 mod report;
@@ -166,6 +167,15 @@ pub struct BenchArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Measure instead what a held task costs: fold --jobs jobs of --tasks tasks
+    /// in all [default: 10000000] into a state in this process, no broker, and
+    /// read the resident memory before, after and with the state's snapshot
+    /// (see `bench/memory.rs`).
+    #[arg(long, conflicts_with_all = ["nats", "soak", "real", "sync_always"])]
+    pub memory: bool,
+    /// With --memory: list the tasks, one 8-byte parameter each, rather than count them.
+    #[arg(long, requires = "memory")]
+    pub memory_listed: bool,
     /// Soak instead: --tasks (say 1000000) as a stream of jobs that end and retire,
     /// sampling resident memory every --soak-sample-every tasks (see `bench/soak.rs`).
     #[arg(long)]
@@ -216,6 +226,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         bail!("--jobs must not exceed --tasks");
     }
     let timeout = Duration::from_secs(args.timeout_secs);
+    if args.memory {
+        let report = memory::measure(args.jobs, u64::from(args.tasks_or(10_000_000)), args.memory_listed);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            memory::print_memory(&report);
+        }
+        return Ok(if report.rejected == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     if args.real {
         let server = NatsServer::start().context("starting a private nats-server")?;
         let report = block_on(async {

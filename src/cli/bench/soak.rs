@@ -83,7 +83,7 @@ pub struct SoakSample {
 }
 
 /// `VmRSS` of this process in KiB, from `/proc/self/status` (0 where there is none).
-fn rss_kib() -> u64 {
+pub(super) fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

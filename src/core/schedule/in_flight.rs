@@ -125,6 +125,9 @@ impl InFlight {
                         self.failing.insert((j, None));
                     }
                 }
+                // The projector's report of a delivery: the attempt stays
+                // booked until the fold fails it.
+                Order::Undeliverable { .. } => {}
                 Order::FlagSink { job, engine, cluster, .. } => {
                     let target = crate::core::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster);
                     if let (Some(j), Some(target)) = (state.job_idx(job), target) {

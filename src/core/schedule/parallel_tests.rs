@@ -353,9 +353,14 @@ fn a_companion_command_beyond_its_limits_or_without_companions_is_refused_and_ch
     let mut spec = job_spec("plain", 1, "");
     spec.options.companion_argv = vec!["hold".to_string()];
     log.submit(spec);
-    // The most arguments, each of the most bytes, on a site task: taken.
-    let mut spec = site_job("fine", 1, 2);
+    // The most arguments, each of the most bytes, on a site task: within the
+    // companion's limits, but a run order of 1 MiB, past the bound of one.
+    let mut spec = site_job("huge", 1, 2);
     spec.options.companion_argv = vec!["z".repeat(COMPANION_ARG_BYTES_MAX); COMPANION_ARGS_MAX];
+    log.submit(spec);
+    // A 128 KiB companion command: taken.
+    let mut spec = site_job("fine", 1, 2);
+    spec.options.companion_argv = vec!["z".repeat(COMPANION_ARG_BYTES_MAX); 32];
     log.submit(spec);
     let mut state = State::new();
     let rejections = fold_all(&log, &mut state);
@@ -363,6 +368,7 @@ fn a_companion_command_beyond_its_limits_or_without_companions_is_refused_and_ch
         .iter()
         .map(|rejection| match rejection {
             Rejection::InvalidJob { job, problem: problem @ JobProblem::BadCompanionCommand { .. } } => format!("{job}: {problem}"),
+            Rejection::RunOrderTooLarge { job, .. } => format!("{job}: {}", rejection.kind_name()),
             other => panic!("unexpected {other}"),
         })
         .collect();
@@ -373,6 +379,7 @@ fn a_companion_command_beyond_its_limits_or_without_companions_is_refused_and_ch
             "bad1: companion command: argument 1 has 4097 bytes, more than 4096".to_string(),
             "bad2: companion command: the program (argument 0) is empty".to_string(),
             "plain: companion command: only a task of span \"site\" has companion engines to run it".to_string(),
+            "huge: run-order-too-large".to_string(),
         ]
     );
     let held: Vec<String> = state.jobs().map(|job| job.id.to_string()).collect();

@@ -11,14 +11,15 @@ use super::tests::check;
 use crate::core::event::{Event, JobSpec, Policy, ReservationPolicy, Span};
 use crate::core::fold::fold;
 use crate::core::state::State;
+use crate::core::policy_limits::POLICY_DURATION_MS_MAX;
 use crate::core::testkit::*;
 
 const T0: u64 = 1_000_000;
 
 fn policy(max_reservation: u32, default_duration_ms: u64) -> Event {
     Event::PolicySet(Policy {
-        engine_timeout_ms: u64::MAX / 4,
-        dispatch_timeout_ms: u64::MAX / 4,
+        engine_timeout_ms: POLICY_DURATION_MS_MAX,
+        dispatch_timeout_ms: POLICY_DURATION_MS_MAX,
         reservation: ReservationPolicy { max_reservation, default_duration_ms },
         ..Policy::default()
     })
@@ -157,10 +158,12 @@ fn a_task_with_no_limit_counts_default_duration() {
 }
 
 #[test]
-fn limits_and_default_duration_at_their_maximum_saturate() {
+fn limits_at_their_maximum_saturate_and_a_default_duration_of_a_year_counts_a_year() {
     let end = u64::MAX - T0;
-    assert_eq!(reservation_start(u64::MAX, u64::MAX, u64::MAX, Span::Engine), vec![("big/0".into(), end, vec![("e1".into(), 2)])]);
-    assert_eq!(reservation_start(0, 0, u64::MAX, Span::Site), vec![("big/0".into(), end, vec![("e1".into(), 2), ("e2".into(), 2)])]);
+    let year = POLICY_DURATION_MS_MAX;
+    assert_eq!(reservation_start(u64::MAX, u64::MAX, year, Span::Engine), vec![("big/0".into(), end, vec![("e1".into(), 2)])]);
+    // The tasks holding the slots were dispatched 2 s after T0.
+    assert_eq!(reservation_start(0, 0, year, Span::Site), vec![("big/0".into(), year + 2_000, vec![("e1".into(), 2), ("e2".into(), 2)])]);
 }
 
 #[test]

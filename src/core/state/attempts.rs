@@ -284,6 +284,22 @@ impl super::State {
                     };
                     job.attempt_log.dispatched(key.index, dispatched);
                 }
+                for (n, order) in batch.orders.iter().enumerate() {
+                    let Order::Undeliverable { task, attempt, bytes, max, .. } = order else { continue };
+                    let Some(key) = self.task_key(task).filter(|_| rejected.binary_search(&(n as u32)).is_err()) else { continue };
+                    let reason = format!("the broker refused its run order as too large: {bytes} bytes, more than its {max}");
+                    let report = Reported {
+                        seq: entry.seq.0,
+                        time_ms: entry.time_ms,
+                        end: AttemptEnd::Failed,
+                        exit_code: None,
+                        failure_kind: Some(FailureKind::Undeliverable),
+                        cpu_ms: None,
+                        wall_ms: None,
+                        text: reason.as_bytes(),
+                    };
+                    self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
+                }
             }
             Event::TaskStarted { task, attempt, remote_job, .. } => {
                 if let Some(key) = self.task_key(task) {

@@ -56,6 +56,20 @@ impl TaskStatus {
     }
 }
 
+/// One task's own parameters, sorted by name: a boxed slice rather than the
+/// `BTreeMap` a submission carries, whose every non-empty map allocates a
+/// node of eleven entries (over 500 bytes) for a task's one or two
+/// parameters. Encoded exactly as the map is (a sequence of name and value),
+/// so a snapshot and a state digest are the same either way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OwnParams(pub Box<[(Box<str>, Box<str>)]>);
+
+impl OwnParams {
+    pub fn of(params: &BTreeMap<String, String>) -> Self {
+        OwnParams(params.iter().map(|(name, value)| (name.as_str().into(), value.as_str().into())).collect())
+    }
+}
+
 /// An optional engine in 4 bytes (0 = none, else index + 1), so a task stays 16 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct MaybeEngine(u32);
@@ -264,7 +278,7 @@ pub struct Job {
     pub slots_per_task: u32,
     pub template: TaskTemplate,
     /// Per-task parameters when the job gave a list; `None` for a counted job.
-    pub task_params: Option<Vec<BTreeMap<String, String>>>,
+    pub task_params: Option<Vec<OwnParams>>,
     pub status: JobStatus,
     pub counts: TaskCounts,
     /// Set when the projector found no engine that could ever run this job.
@@ -383,7 +397,7 @@ impl Job {
         let n_tasks = spec.task_count() as u32;
         let task_params = match &spec.tasks {
             crate::core::event::TaskSet::Count(_) => None,
-            crate::core::event::TaskSet::List(list) => Some(list.clone()),
+            crate::core::event::TaskSet::List(list) => Some(list.iter().map(OwnParams::of).collect()),
         };
         Job {
             id: spec.id.clone(),
@@ -453,7 +467,7 @@ impl Job {
     pub fn task_command(&self, index: u32) -> (Vec<String>, BTreeMap<String, String>) {
         let mut params = self.template.params.clone();
         if let Some(own) = self.task_params.as_ref().and_then(|list| list.get(index as usize)) {
-            params.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+            params.extend(own.0.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         }
         let argv = self.template.argv.iter().map(|arg| expand_placeholders(arg, index, &params)).collect();
         (argv, params)
@@ -749,8 +763,8 @@ impl Job {
 
     /// Adds tasks at the end of the job (`TasksAdded`).
     pub(super) fn append_tasks(&mut self, params: &[BTreeMap<String, String>]) {
-        let list = self.task_params.get_or_insert_with(|| vec![BTreeMap::new(); self.tasks.len()]);
-        list.extend(params.iter().cloned());
+        let list = self.task_params.get_or_insert_with(|| vec![OwnParams::default(); self.tasks.len()]);
+        list.extend(params.iter().map(OwnParams::of));
         self.tasks.extend(std::iter::repeat_n(TaskState::FRESH, params.len()));
         self.counts.waiting += params.len() as u32;
     }

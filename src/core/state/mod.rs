@@ -20,6 +20,7 @@
 //! by task (its own order depends on the history of removals).
 
 mod engine;
+pub mod holdings;
 mod index;
 mod job;
 pub mod accounts;
@@ -40,7 +41,7 @@ pub use accounts::{Account, AccountIdx, Accounts};
 pub use engine::{Engine, EngineStatus};
 use index::{EngineSet, LiveAttempts, NameMap, SilenceOrder, SortedDeque};
 pub use job::{
-    isqrt, preference_score, CompiledPreference, CompletionTimes, ExpiredTask, Job, JobStatus, MaybeEngine, RotatedCursor,
+    isqrt, preference_score, CompiledPreference, CompletionTimes, ExpiredTask, Job, JobStatus, MaybeEngine, OwnParams, RotatedCursor,
     TaskCondition, TaskCounts, TaskState, TaskStatus, WaitingCursor,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
@@ -335,6 +336,10 @@ pub struct State {
     pub fbsng: fbsng::FbsngState,
     /// Flood control's job ratio per gateway engine (see `flood.rs`).
     pub flood: flood::FloodState,
+    /// Active jobs and their tasks per user and over the grid, for the caps;
+    /// derived from the jobs (see `holdings.rs`), so not in a snapshot.
+    #[serde(skip)]
+    pub(crate) holdings: holdings::Holdings,
 }
 
 impl State {
@@ -780,6 +785,7 @@ impl State {
     pub(crate) fn add_job(&mut self, mut job: Job, depends_on: &[JobIdx], retired_dependencies: &[(JobId, JobStatus)]) -> JobIdx {
         job.user_account = self.users.intern(&job.owner);
         job.project_account = self.projects.intern(&job.project);
+        self.holdings.add(job.user_account, 1, u64::from(job.n_tasks()));
         let id = job.id.clone();
         let idx = self.jobs.insert(job);
         self.job_index.insert(id, idx);
@@ -853,6 +859,8 @@ impl State {
         let new_categories = conditions.iter().any(|(_, condition, _)| condition.category.is_some());
         let categories_before = if new_categories { self.job_categories(idx) } else { BTreeSet::new() };
         self.jobs[idx.0 as usize].append_tasks(params);
+        let user = self.jobs[idx.0 as usize].user_account;
+        self.holdings.add(user, 0, params.len() as u64);
         let first = self.jobs[idx.0 as usize].n_tasks() - params.len() as u32;
         for (index, condition, queue_jump) in conditions {
             if let Some(c) = condition.category {
@@ -959,6 +967,8 @@ impl State {
     /// What every ending does once the job's status is set: out of the categories
     /// and rule indexes, its live attempts to cancel, its dependents released.
     fn leave_job(&mut self, idx: JobIdx, was_runnable: bool) {
+        let job = &self.jobs[idx.0 as usize];
+        self.holdings.remove(job.user_account, 1, u64::from(job.n_tasks()));
         for c in self.job_categories(idx) {
             self.categories[c.0 as usize].jobs.remove(&idx);
         }
@@ -1410,6 +1420,7 @@ impl State {
         }
         state.users.rebuild_index();
         state.projects.rebuild_index();
+        state.holdings = state.recount_holdings();
         for key in state.projector_keys.keys() {
             let verifying = ed25519_dalek::VerifyingKey::from_bytes(key)
                 .map_err(|_| SnapshotError::Decode(format!("projector key {} is not an ed25519 key", hex::encode(key))))?;
@@ -1417,6 +1428,20 @@ impl State {
         }
         state.check_invariants();
         Ok(state)
+    }
+
+    /// What the active jobs hold, counted from the jobs themselves.
+    fn recount_holdings(&self) -> holdings::Holdings {
+        let mut holdings = holdings::Holdings::default();
+        for (_, job) in self.jobs.iter().filter(|(_, job)| job.is_active()) {
+            holdings.add(job.user_account, 1, u64::from(job.n_tasks()));
+        }
+        holdings
+    }
+
+    /// What active jobs hold per user and over the grid (the caps' counts).
+    pub fn holdings(&self) -> &holdings::Holdings {
+        &self.holdings
     }
 
     /// A digest of the whole folded state, for comparing two states on demand.
@@ -1427,6 +1452,12 @@ impl State {
     /// Asserts every invariant in the module docs. Cheap enough for tests and the
     /// simulator to run after every entry; a failure is a bug in the core.
     pub fn check_invariants(&self) {
+        let recounted = self.recount_holdings();
+        assert_eq!(
+            (self.holdings.grid, self.holdings.held_by_users()),
+            (recounted.grid, recounted.held_by_users()),
+            "the caps' counts are what the active jobs hold"
+        );
         assert!(
             self.projector_keys.keys().eq(self.verifying_keys.keys()),
             "every registered projector key is held decompressed, and only those"

@@ -86,6 +86,14 @@ pub fn policy_file_text(policy: &Policy) -> String {
     secs(&mut output, &mut notes, "work_dir_retention_secs", o.work_dir_retention_ms);
     top.insert("output".into(), Value::Table(output));
 
+    let c = &policy.caps;
+    let mut caps = Table::new();
+    caps.insert("max_jobs_per_user".into(), int(u64::from(c.max_jobs_per_user)));
+    caps.insert("max_jobs".into(), int(u64::from(c.max_jobs)));
+    caps.insert("max_tasks_per_user".into(), int(c.max_tasks_per_user));
+    caps.insert("max_tasks".into(), int(c.max_tasks));
+    top.insert("caps".into(), Value::Table(caps));
+
     if policy.fbsng != crate::core::event::FbsngPolicy::default() {
         top.insert("fbsng".into(), Value::Table(super::fbsng::render(&policy.fbsng)));
     }
@@ -98,6 +106,7 @@ pub fn policy_file_text(policy: &Policy) -> String {
 
     let mut text: String = notes.iter().map(|note| format!("# note: {note}\n")).collect();
     text += &toml::to_string(&top).unwrap_or_else(|e| format!("# the policy has no TOML form: {e}\n"));
+    text += &share_tree_text(&policy.sge.share_tree);
     text
 }
 
@@ -131,9 +140,6 @@ fn grid_engine_keys(policy: &Policy, top: &mut Table, notes: &mut Vec<String>) {
     ] {
         top.insert(name.into(), int(u64::from(value)));
     }
-    if !sge.share_tree.is_empty() {
-        top.insert("share_tree".into(), Value::Table(share_tree(&sge.share_tree)));
-    }
     let mut fshare = Table::new();
     for (name, table) in [
         ("users", &sge.functional_users),
@@ -166,37 +172,52 @@ fn grid_engine_keys(policy: &Policy, top: &mut Table, notes: &mut Vec<String>) {
     }
 }
 
-/// The share tree as nested tables: each node its `shares`, a project leaf
-/// `project = true`, and its children as sub-tables.
-fn share_tree(nodes: &[ShareTreeNode]) -> Table {
+/// The share tree as the file writes it: a table `[share_tree.NAME]` for each
+/// node under the root, with its `shares`, `project = true` for a project
+/// leaf, and each child as an inline table (`alice = { shares = 1 }`), nested
+/// as deep as the tree. Each node's name is written once, so the text grows
+/// with the tree's size, not with its size times its depth, as a table
+/// header for every node would (`[share_tree.a.b.c]` repeats every ancestor).
+fn share_tree_text(nodes: &[ShareTreeNode]) -> String {
     let mut children: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
     for (n, node) in nodes.iter().enumerate() {
         children.entry(node.parent).or_default().push(n);
     }
-    // Built bottom-up: the list names parents before children, so walking it
-    // backwards finishes every child's table before its parent's.
-    let mut tables: Vec<Option<Table>> = vec![None; nodes.len()];
-    for n in (0..nodes.len()).rev() {
-        let node = &nodes[n];
-        let mut table = Table::new();
-        table.insert("shares".into(), int(u64::from(node.shares)));
-        if matches!(node.leaf, Some(ShareTreeLeaf::Project(_))) {
-            table.insert("project".into(), true.into());
+    let kids = |n: Option<usize>| children.get(&n.map(|n| n as u32)).map(Vec::as_slice).unwrap_or_default();
+    let mut text = String::new();
+    for &n in kids(None) {
+        text += &format!("\n[share_tree.{}]\nshares = {}\n", key(&nodes[n].name), nodes[n].shares);
+        if matches!(nodes[n].leaf, Some(ShareTreeLeaf::Project(_))) {
+            text += "project = true\n";
         }
-        for &child in children.get(&Some(n as u32)).map(Vec::as_slice).unwrap_or_default() {
-            if let Some(child_table) = tables[child].take() {
-                table.insert(nodes[child].name.clone(), Value::Table(child_table));
-            }
-        }
-        tables[n] = Some(table);
-    }
-    let mut root = Table::new();
-    for &n in children.get(&None).map(Vec::as_slice).unwrap_or_default() {
-        if let Some(table) = tables[n].take() {
-            root.insert(nodes[n].name.clone(), Value::Table(table));
+        for &child in kids(Some(n)) {
+            text += &format!("{} = ", key(&nodes[child].name));
+            inline_node(nodes, child, &kids, &mut text);
+            text.push('\n');
         }
     }
-    root
+    text
+}
+
+/// `{ shares = N, project = true, child = { ... } }`: one node and everything
+/// under it. The tree is at most `SHARE_TREE_DEPTH_MAX` levels deep, so the
+/// recursion is too.
+fn inline_node<'a>(nodes: &[ShareTreeNode], n: usize, kids: &impl Fn(Option<usize>) -> &'a [usize], text: &mut String) {
+    text.push_str(&format!("{{ shares = {}", nodes[n].shares));
+    if matches!(nodes[n].leaf, Some(ShareTreeLeaf::Project(_))) {
+        text.push_str(", project = true");
+    }
+    for &child in kids(Some(n)) {
+        text.push_str(&format!(", {} = ", key(&nodes[child].name)));
+        inline_node(nodes, child, kids, text);
+    }
+    text.push_str(" }");
+}
+
+/// A name as a TOML key: bare when it may be, quoted otherwise.
+fn key(name: &str) -> String {
+    let bare = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare { name.to_string() } else { Value::String(name.to_string()).to_string() }
 }
 
 fn amounts(table: &BTreeMap<String, u32>) -> Table {
@@ -266,6 +287,9 @@ user_priorities = { alice = 2, bob = 6 }
 task_bytes_max = 1000
 job_bytes_max = 0
 work_dir_retention_secs = 60
+[caps]
+max_jobs_per_user = 3
+max_tasks = 1000000
 "#,
         "job_retention_secs = 600\ndispatches_per_run_max = 7\n",
         r#"
@@ -315,6 +339,32 @@ cluster = "lyon"
             assert!(shown.contains(name), "{name} in:\n{shown}");
         }
         assert!(!shown.contains("_ms"), "{shown}");
+    }
+
+    /// The issue's 290 MB `policy show`: a tree as deep as a policy may be (64
+    /// levels of the longest names) with as many nodes as it may have renders
+    /// in a text linear in the names applied, and reads back as the same tree.
+    #[test]
+    fn a_share_tree_of_64_levels_and_10000_nodes_renders_linear_in_its_names_and_reads_back() {
+        use crate::core::policy_limits::{SHARE_TREE_DEPTH_MAX, SHARE_TREE_NODES_MAX};
+        let long = |n: usize| format!("{n:0>256}");
+        let mut nodes: Vec<ShareTreeNode> = (0..SHARE_TREE_DEPTH_MAX - 1)
+            .map(|n| ShareTreeNode { name: long(n), parent: n.checked_sub(1).map(|p| p as u32), shares: 1, leaf: None })
+            .collect();
+        let deepest = (nodes.len() - 1) as u32;
+        for n in nodes.len()..SHARE_TREE_NODES_MAX {
+            nodes.push(ShareTreeNode { name: long(n), parent: Some(deepest), shares: 2, leaf: Some(ShareTreeLeaf::User(long(n))) });
+        }
+        let mut policy = Policy { algorithm: crate::core::event::Algorithm::Sgeee, ..Policy::default() };
+        policy.sge.share_tree = nodes;
+        assert_eq!(crate::core::policy_limits::check_policy(&policy), Ok(()), "as deep and as large as a policy may be");
+        let names: usize = policy.sge.share_tree.iter().map(|node| node.name.len()).sum();
+        let shown = policy_file_text(&policy);
+        let tree_text = shown.len() - policy_file_text(&Policy { sge: Default::default(), ..policy.clone() }).len();
+        assert!(tree_text <= names + 32 * SHARE_TREE_NODES_MAX, "{tree_text} bytes for {names} bytes of names");
+        let again = parse_policy(&shown, "shown.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.sge.share_tree.len(), SHARE_TREE_NODES_MAX);
+        assert_eq!(again, policy);
     }
 
     #[test]

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use tokio::task::JoinError;
 
+use super::sink::Refused;
 use super::snapshot::EncodedDelivery;
 use super::tasks::task_done;
 use super::{Lease, OUTBOX_WAIT_AT, OrderSink, RECENT_DELIVERIES_MAX, SHUTDOWN_STEP_TIMEOUT, Shell};
 use crate::log::{EventLog, LogError};
-use crate::wire::delivery::Delivery;
+use crate::core::event::Order;
+use crate::wire::delivery::{Delivery, DeliveryKind};
 
 /// Deliveries of the recent batches, oldest first, by the log time of their batch;
 /// each also encoded once, as every snapshot that keeps it writes it.
@@ -69,8 +71,9 @@ impl RecentDeliveries {
     }
 }
 
-/// Deliveries handed to the sink, and what it answered; from the task that sent them.
-pub(super) type DeliveryOutcome = (Vec<Delivery>, Result<(), LogError>);
+/// Deliveries handed to the sink, and what it answered (the messages it
+/// refused); from the task that sent them.
+pub(super) type DeliveryOutcome = (Vec<Delivery>, Result<Vec<Refused>, LogError>);
 
 impl<L, S, A> Shell<L, S, A>
 where
@@ -138,12 +141,16 @@ where
     }
 
     /// Takes the sink's answer: on failure the deliveries go back to the front of the
-    /// outbox for the next try (their ids make sending them again safe).
+    /// outbox for the next try (their ids make sending them again safe). A
+    /// message the broker refused as it is goes nowhere again ([`Self::refused`]).
     fn delivered(&mut self, (deliveries, result): DeliveryOutcome) {
         match result {
-            Ok(()) => {
-                self.status.deliveries_sent += deliveries.len() as u64;
-                tracing::debug!(deliveries = deliveries.len(), "delivered");
+            Ok(refused) => {
+                self.status.deliveries_sent += deliveries.len().saturating_sub(refused.len()) as u64;
+                tracing::debug!(deliveries = deliveries.len(), refused = refused.len(), "delivered");
+                for refusal in refused {
+                    self.refused(&deliveries, refusal);
+                }
             }
             Err(err) => {
                 if self.warn_sink.ready() {
@@ -160,6 +167,39 @@ where
                 }
             }
         }
+    }
+
+    /// A message the broker refused as it is (too large): never sent again, so
+    /// it delays no other delivery. A run it carried alone fails its attempt,
+    /// through the log: the next batch reports it (`Order::Undeliverable`),
+    /// and the fold fails the attempt, so the task is retried or fails as
+    /// after any failure, on every replay alike. Anything else it carried
+    /// (a run joined with others, a cancel) is dropped, said in the log; a run
+    /// so lost is requeued by the dispatch timeout.
+    fn refused(&mut self, deliveries: &[Delivery], refusal: Refused) {
+        let run = deliveries.iter().find(|delivery| delivery.id == refusal.message_id).and_then(|delivery| match &delivery.kind {
+            DeliveryKind::Run(run) => Some((delivery, run)),
+            _ => None,
+        });
+        let Some((delivery, run)) = run else {
+            tracing::error!(message = %refusal.message_id, "the broker refused a delivery message: {}; dropped", refusal.detail);
+            return;
+        };
+        tracing::warn!(
+            task = %run.task,
+            attempt = run.attempt,
+            engine = %delivery.engine,
+            "the broker refused the run order ({}); the attempt fails",
+            refusal.detail
+        );
+        self.machine.report_undeliverable(Order::Undeliverable {
+            task: run.task.clone(),
+            attempt: run.attempt,
+            engine: delivery.engine.clone(),
+            bytes: refusal.bytes,
+            max: refusal.max,
+        });
+        self.dirty = true;
     }
 
     /// Stops the send under way, if any (this projector no longer delivers).

@@ -20,6 +20,12 @@
 //!
 //! A sink sends many deliveries at once with their acks pipelined, never one round
 //! trip per message, and reports an error only after every message sent was answered.
+//!
+//! A message the broker refuses as it is (larger than its `max_payload`, or
+//! refused by the stream) is not an error of the send: it is reported as
+//! [`Refused`], the others go on, and the projector never sends it again (it
+//! fails the attempt of a refused run through the log). Only a broker that
+//! cannot be reached fails the send, and then everything is sent again.
 
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture as _};
@@ -32,7 +38,7 @@ use async_nats::jetstream::{self as js};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::jetstream::{JetStreamLog, STREAM_ORDERS};
 use crate::log::{Append, EventLog, LogError};
-use crate::wire::delivery::{Delivery, DeliveryMessage, delivery_messages};
+use crate::wire::delivery::{DELIVERY_MESSAGE_BYTES_MAX, Delivery, DeliveryMessage, delivery_messages, delivery_messages_within};
 
 /// Every delivery subject starts with this; the engine id follows.
 pub const ORDER_SUBJECT_PREFIX: &str = "gridfold.order.";
@@ -46,11 +52,28 @@ pub trait OrderSink: Send + Sync + 'static {
     /// Where the deliveries go, for messages.
     fn location(&self) -> String;
 
-    /// Stores every delivery, in order, each under its id. On error some may have
+    /// Stores every delivery, in order, each under its id, but for the messages
+    /// the broker refuses as they are, which it returns. On error some may have
     /// been stored; sending them all again is safe (the ids deduplicate).
     fn deliver(&self, deliveries: &[Delivery])
-    -> impl Future<Output = Result<(), LogError>> + Send;
+    -> impl Future<Output = Result<Vec<Refused>, LogError>> + Send;
 }
+
+/// A message the broker refused as it is: sending it again would not help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The message's `Nats-Msg-Id`: the delivery's id when it carried one alone.
+    pub message_id: String,
+    /// Its size, and the most the broker takes.
+    pub bytes: u64,
+    pub max: u64,
+    /// What the broker said.
+    pub detail: String,
+}
+
+/// What a message's headers (its `Nats-Msg-Id`) and the protocol line may take
+/// beside its payload, kept free under the broker's `max_payload`.
+const MESSAGE_OVERHEAD_BYTES: usize = 512;
 
 /// The embedded delivery log of a projector whose state directory is `state_dir`.
 pub fn order_log_dir(state_dir: &Path) -> PathBuf {
@@ -100,14 +123,14 @@ impl OrderSink for EmbeddedOrderSink {
         self.log.location()
     }
 
-    async fn deliver(&self, deliveries: &[Delivery]) -> Result<(), LogError> {
+    async fn deliver(&self, deliveries: &[Delivery]) -> Result<Vec<Refused>, LogError> {
         if deliveries.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.log
             .append_batch(delivery_messages(deliveries).into_iter().map(append_of).collect())
             .await
-            .map(|_| ())
+            .map(|_| Vec::new())
     }
 }
 
@@ -172,22 +195,41 @@ impl OrderSink for JetStreamOrderSink {
         format!("{} stream {STREAM_ORDERS}", self.url)
     }
 
-    async fn deliver(&self, deliveries: &[Delivery]) -> Result<(), LogError> {
-        let messages = delivery_messages(deliveries);
+    async fn deliver(&self, deliveries: &[Delivery]) -> Result<Vec<Refused>, LogError> {
+        let max = self.context.client().max_payload();
+        let joined_max = DELIVERY_MESSAGE_BYTES_MAX.min(max.saturating_sub(MESSAGE_OVERHEAD_BYTES));
+        let messages = delivery_messages_within(deliveries, joined_max);
         let window = DELIVERY_WINDOW_MAX.min(messages.len().max(1));
-        let mut in_flight: VecDeque<(PublishAckFuture, &str)> = VecDeque::with_capacity(window);
+        let mut in_flight: VecDeque<(PublishAckFuture, &DeliveryMessage)> = VecDeque::with_capacity(window);
+        let mut refused = Vec::new();
+        let refusal = |message: &DeliveryMessage, detail: String| Refused {
+            message_id: message.id.clone(),
+            bytes: message.payload.len() as u64,
+            max: max as u64,
+            detail,
+        };
         let mut first_error: Option<LogError> = None;
         for message in &messages {
             if in_flight.len() == window {
-                let (ack, id) = in_flight.pop_front().expect("the window is full");
-                if let Err(err) = self.complete(ack, id).await {
-                    first_error = Some(err);
-                    break;
+                let (ack, message) = in_flight.pop_front().expect("the window is full");
+                match self.complete(ack, &message.id).await {
+                    Ok(()) => {}
+                    Err(LogError::Rejected { detail }) => refused.push(refusal(message, detail)),
+                    Err(err) => {
+                        first_error = Some(err);
+                        break;
+                    }
                 }
+            }
+            if message.payload.len() + MESSAGE_OVERHEAD_BYTES > max {
+                let detail = format!("{} bytes, more than the broker's max_payload of {max}", message.payload.len());
+                refused.push(refusal(message, detail));
+                continue;
             }
             let publish = PublishMessage::build().payload(message.payload.clone().into()).message_id(&message.id);
             match self.context.send_publish(message.subject.clone(), publish).await {
-                Ok(ack) => in_flight.push_back((ack, &message.id)),
+                Ok(ack) => in_flight.push_back((ack, message)),
+                Err(err) if err.kind() == PublishErrorKind::MaxPayloadExceeded => refused.push(refusal(message, err.to_string())),
                 Err(err) => {
                     first_error = Some(self.unavailable(format!("delivery {}: {err}", message.id)));
                     break;
@@ -195,14 +237,18 @@ impl OrderSink for JetStreamOrderSink {
             }
         }
         // Await every ack still in flight: a dropped one would lose its error unseen.
-        for (ack, id) in in_flight {
-            if let Err(err) = self.complete(ack, id).await {
-                first_error.get_or_insert(err);
+        for (ack, message) in in_flight {
+            match self.complete(ack, &message.id).await {
+                Ok(()) => {}
+                Err(LogError::Rejected { detail }) => refused.push(refusal(message, detail)),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
             }
         }
         match first_error {
             Some(err) => Err(err),
-            None => Ok(()),
+            None => Ok(refused),
         }
     }
 }

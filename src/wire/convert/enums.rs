@@ -32,6 +32,7 @@ enum_both_ways!(failure_kind_to_proto, failure_kind: FailureKind <=> FailureKind
     LaunchFailed,
     EngineShutdown,
     Preempted,
+    Undeliverable,
 });
 enum_both_ways!(cancel_reason_to_proto, cancel_reason: CancelReason <=> CancelReason {
     JobCancelled,

@@ -326,7 +326,7 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         Ok(tier)
     })?;
     let redundancy = m.redundancy.unwrap_or_default();
-    Ok(Policy {
+    let policy = Policy {
         algorithm,
         engine_timeout_ms: m.engine_timeout_ms,
         dispatch_timeout_ms: m.dispatch_timeout_ms,
@@ -364,7 +364,11 @@ fn policy(m: proto::PolicySet) -> Result<Policy, WireError> {
         fbsng: super::fbsng::fbsng(m.fbsng).map_err(|e| e.within("fbsng"))?,
         cigri: super::cigri::cigri(m.cigri).map_err(|e| e.within("cigri"))?,
         flood: super::flood::flood(m.flood).map_err(|e| e.within("flood"))?,
-    })
+        caps: super::caps::caps(m.caps),
+    };
+    crate::core::policy_limits::check_policy(&policy)
+        .map_err(|limit| WireError::at(&limit.field, FieldProblem::Inconsistent(limit.problem)))?;
+    Ok(policy)
 }
 
 fn tasks_added(m: proto::TasksAdded) -> Result<Event, WireError> {

@@ -7,7 +7,10 @@
 //! `property=value`) and nothing more: what an event *means* (an attempt of 0,
 //! a result over 64 KiB, a batch over 8192 orders, a bad discriminator, a
 //! condition on a task the job does not have) is for the fold to judge and
-//! record as a rejection.
+//! record as a rejection. A policy is the exception: its limits
+//! (`core::policy_limits::check_policy`: durations, the share tree, the caps,
+//! the families' sections) are one check the decoder, the policy file reader
+//! and the fold all run, so a policy past one does not decode.
 //! For every core envelope `e`, `from_proto(to_proto(&e)) == Ok(e)`.
 //!
 //! Messages added after the first version whose every field is zero
@@ -41,6 +44,7 @@ macro_rules! redundancy_fields {
     }};
 }
 
+mod caps;
 mod cigri;
 mod flood;
 mod enums;
@@ -177,7 +181,7 @@ const EVENT_KINDS: &str = "job_submitted, job_cancelled, job_priority_changed, t
     reschedule_requested, job_override_tickets_set, job_hold_changed, task_cancelled, engine_drain_changed, project_priority_changed, engine_reports";
 const ORDER_KINDS: &str = "dispatch, cancel, engine_lost, requeue, mark_unschedulable, \
     sync_library, blacklist, reschedule, fail_dependent, suspend, resume, preempt, dispatch_parallel, \
-    end_test_campaign, flood_ratio, flag_sink";
+    end_test_campaign, flood_ratio, flag_sink, undeliverable";
 const TASK_SET_KINDS: &str = "count, list";
 
 /// Every algorithm, for error messages. The match below fails to compile when

@@ -10,6 +10,13 @@ use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 pub(in crate::wire) fn order_to_proto(order: &Order) -> proto::Order {
     use proto::order::Kind as P;
     let kind = match order {
+        Order::Undeliverable { task, attempt, engine, bytes, max } => P::Undeliverable(proto::Undeliverable {
+            task: task_ref_to_proto(task),
+            attempt: *attempt,
+            engine: engine.to_string(),
+            bytes: *bytes,
+            max: *max,
+        }),
         Order::Dispatch {
             task,
             attempt,
@@ -182,8 +189,19 @@ pub(in crate::wire) fn order_from_proto(order: proto::Order) -> Result<Order, Wi
         ),
         P::FloodRatio(m) => ("flood_ratio", super::flood::flood_ratio(m)),
         P::FlagSink(m) => ("flag_sink", flag_sink(m)),
+        P::Undeliverable(m) => ("undeliverable", undeliverable(m)),
     };
     order.map_err(|e| e.within(name))
+}
+
+fn undeliverable(m: proto::Undeliverable) -> Result<Order, WireError> {
+    Ok(Order::Undeliverable {
+        task: task_ref(m.task)?,
+        attempt: m.attempt,
+        engine: engine_id("engine", &m.engine)?,
+        bytes: m.bytes,
+        max: m.max,
+    })
 }
 
 /// A CiGri `FlagSink`: an engine id when one is named, a cluster name of at most 64 bytes.

@@ -1,7 +1,7 @@
 //! Resource reservation (`ReservationPolicy`, issue 10 item 4) to and from the
 //! wire, with its limit: a `max_reservation` above [`MAX_RESERVATION_MAX`]
-//! does not decode. Any `default_duration_ms` decodes (the schedule's
-//! arithmetic on it saturates); 0 is read as the default.
+//! does not decode. 0 as `default_duration_ms` is read as the default; the
+//! policy's own check holds it to a year (`core::policy_limits`).
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{ReservationPolicy, DEFAULT_DURATION_MS_DEFAULT, MAX_RESERVATION_MAX};

@@ -8,8 +8,7 @@ use super::{proto, FieldProblem, WireError};
 use crate::core::event::{SgePolicy, ShareTreeLeaf, ShareTreeNode};
 use crate::core::schedule::sgeee::share_tree::SHARES_MAX;
 
-/// Most nodes a share tree may have (Grid Engine's trees have tens to hundreds).
-pub const SHARE_TREE_NODES_MAX: usize = 10_000;
+pub use crate::core::policy_limits::SHARE_TREE_NODES_MAX;
 /// Most entries in each table of shares or tickets, and most users over all departments.
 pub const NAMED_AMOUNTS_MAX: usize = 10_000;
 /// Longest user, project, department or node name, in bytes.

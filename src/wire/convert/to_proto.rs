@@ -259,6 +259,7 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             fbsng: super::fbsng::fbsng_to_proto(&policy.fbsng),
             cigri: super::cigri::cigri_to_proto(&policy.cigri),
             flood: super::flood::flood_to_proto(&policy.flood),
+            caps: super::caps::caps_to_proto(&policy.caps),
         }),
         Event::EngineReports { engine, reports } => P::EngineReports(proto::EngineReports {
             engine: engine.to_string(),

@@ -171,6 +171,27 @@ impl Cluster {
         Cluster::start_on(Broker::One(super::nats::start()), dir, policy)
     }
 
+    /// A fresh nats-server configured by `config` (a configuration file's text,
+    /// say `max_payload: 65536`; JetStream is added, with a store of its own),
+    /// with `policy` applied.
+    pub fn start_configured(config: &str, policy: &str) -> Cluster {
+        let dir = test_dir();
+        let server_dir = dir.path().join("broker");
+        std::fs::create_dir_all(&server_dir).expect("the broker's directory");
+        let file = dir.path().join("nats-server.conf");
+        let store = server_dir.join("store");
+        std::fs::write(&file, format!("{config}\njetstream {{ store_dir: {:?} }}\n", store.display().to_string()))
+            .expect("the broker's configuration");
+        let config = gridfold::log::nats_server::NatsServerConfig {
+            config_file: Some(file),
+            dir: Some(server_dir),
+            ..gridfold::log::nats_server::NatsServerConfig::default()
+        };
+        let server = gridfold::log::nats_server::NatsServer::start_with(config)
+            .unwrap_or_else(|err| panic!("this test needs a nats-server started with its own configuration: {err}"));
+        Cluster::start_on(Broker::One(server), dir, policy)
+    }
+
     /// A fresh cluster of three nats-servers (the log stream made R3 before anything
     /// else touches it) with `policy` applied.
     pub fn start_three(policy: &str) -> Cluster {
