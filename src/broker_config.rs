@@ -8,7 +8,7 @@
 //! | role | publishes | reads |
 //! |---|---|---|
 //! | projector | `gridfold.ev.orders`, `gridfold.ev.tick`, `gridfold.order.>`, its lease (`$KV.GRIDFOLD_LEADER.>`); answers `gridfold.q.>` | the log, the orders and lease streams |
-//! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.drain.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.keys.>`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
+//! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.drain.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.op.keys`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
 //! | submitter | `gridfold.ev.job.>`; queries | query answers |
 //! | auditor | queries | the log |
 //! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
@@ -42,7 +42,7 @@ use crate::log::SUBJECT_PREFIX;
 use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
 use crate::projector::service::lease::LEASE_BUCKET;
 use crate::wire::delivery::order_subject;
-use crate::wire::{ORDERS_SUBJECT, POLICY_SUBJECT, TICK_SUBJECT, engine_login_subject};
+use crate::wire::{KEYS_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, TICK_SUBJECT, engine_login_subject};
 
 /// The account every gridfold user is in.
 pub const ACCOUNT: &str = "GRIDFOLD";
@@ -199,7 +199,7 @@ pub fn permissions(principal: &Principal) -> Permissions {
                 format!("{SUBJECT_PREFIX}drain.>"),
                 format!("{SUBJECT_PREFIX}override.>"),
                 format!("{SUBJECT_PREFIX}library.>"),
-                format!("{SUBJECT_PREFIX}keys.>"),
+                KEYS_SUBJECT.to_string(),
                 QUERY_SUBJECTS.to_string(),
                 format!("$O.{LIBRARY_BUCKET}.>"),
                 api("INFO"),
@@ -476,7 +476,7 @@ mod tests {
             ("gridfold.ev.policy", &[&operator]),
             ("gridfold.ev.blacklists.cleared", &[&operator]),
             ("gridfold.ev.library.published", &[&operator]),
-            ("gridfold.ev.keys.registered", &[&operator]),
+            (KEYS_SUBJECT, &[&operator]),
             ("gridfold.ev.job.submitted", &[&submitter]),
             ("gridfold.ev.job.cancelled", &[&submitter]),
             ("gridfold.ev.engine.e1.heartbeat", &[&e1]),
@@ -502,6 +502,9 @@ mod tests {
                 "$JS.API.STREAM.MSG.DELETE.GRIDFOLD_EVENTS",
                 "gridfold.ev.engine.e3.login",
                 "gridfold.ev.other",
+                // Keys' subjects before `gridfold.ev.op.keys`: nobody's now.
+                "gridfold.ev.keys.registered",
+                "gridfold.ev.keys.revoked",
             ] {
                 assert!(!may_publish(who, subject), "{} on {subject}", who.name);
             }

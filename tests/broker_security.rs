@@ -184,18 +184,15 @@ async fn a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_n
 
     // Only an operator's registration makes a key's batches count.
     let own = projector
-        .append(Append::new("gridfold.ev.keys.registered", "its own key").with_msg_id("own-key"))
+        .append(Append::new(wire::KEYS_SUBJECT, "its own key").with_msg_id("own-key"))
         .await;
     operator
-        .append(Append::new("gridfold.ev.keys.registered", "a key").with_msg_id("operator-key"))
+        .append(Append::new(wire::KEYS_SUBJECT, "a key").with_msg_id("operator-key"))
         .await
         .expect("an operator registers keys");
 
-    assert_refused_publish(own, "gridfold.ev.keys.registered");
-    assert_eq!(
-        subjects(&whole_log(&broker).await),
-        ["gridfold.ev.keys.registered"]
-    );
+    assert_refused_publish(own, wire::KEYS_SUBJECT);
+    assert_eq!(subjects(&whole_log(&broker).await), [wire::KEYS_SUBJECT]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -662,7 +662,7 @@ async fn a_new_leader_delivers_what_the_old_one_published_but_did_not_deliver() 
         source: "operator".into(),
         event: Event::ProjectorKeyRegistered { key: key.public(), name: "old leader".into() },
     };
-    log.append(Append::new(wire::KEYS_REGISTERED_SUBJECT, wire::encode(&registration))).await.unwrap();
+    log.append(Append::new(wire::KEYS_SUBJECT, wire::encode(&registration))).await.unwrap();
     let mut machine = Machine::new();
     for raw in read_to_end(&log, 1).await.unwrap().collect().await.unwrap() {
         machine.handle_entry(&wire::entry_from_log(

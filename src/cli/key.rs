@@ -3,7 +3,7 @@
 //! - `key show --state DIR` prints the public key of a projector's state
 //!   directory (making the key on first use, as the projector would).
 //! - `key register KEY --name NAME` publishes `ProjectorKeyRegistered`: an
-//!   operator's act, on `gridfold.ev.keys.registered`, which the shipped broker
+//!   operator's act, on `gridfold.ev.op.keys`, which the shipped broker
 //!   configuration lets only operators publish. From then on the fold accepts the
 //!   batches that key seals.
 //! - `key revoke KEY` publishes `ProjectorKeyRevoked`.

@@ -99,7 +99,7 @@ pub enum Origin {
     Projector,
     /// `gridfold.ev.tick`: the tickers.
     Ticker,
-    /// `gridfold.ev.keys.>`: operators registering projector keys.
+    /// `gridfold.ev.op.keys` (and, in logs written before it, `gridfold.ev.keys.>`): operators registering projector keys.
     Operator,
     /// Any other subject under `gridfold.ev.>`: submitters and operators.
     Client,

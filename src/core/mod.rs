@@ -23,6 +23,7 @@ pub mod rng;
 pub mod schedule;
 pub mod state;
 pub mod testkit;
+pub mod trust;
 pub mod window;
 #[cfg(test)]
 mod ops_tests;

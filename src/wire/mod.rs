@@ -37,7 +37,7 @@ pub use convert::{
     check_engine_tier, envelope_from_proto, envelope_to_proto,
 };
 pub use subject::{
-    KEYS_REGISTERED_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT,
+    KEYS_SUBJECT, ORDERS_SUBJECT, POLICY_SUBJECT, STREAM_SUBJECTS, SUBJECT_PREFIX, TICK_SUBJECT,
     engine_login_subject, origin_of, subject_for,
 };
 

@@ -17,9 +17,13 @@ pub const TICK_SUBJECT: &str = "gridfold.ev.tick";
 pub const DRAIN_SUBJECT: &str = "gridfold.ev.drain.changed";
 /// Operators' `PolicySet`s.
 pub const POLICY_SUBJECT: &str = "gridfold.ev.policy";
-/// Where operators register projector keys; `gridfold.ev.keys.>` is the operators' alone.
-pub const KEYS_REGISTERED_SUBJECT: &str = "gridfold.ev.keys.registered";
-const KEYS_SUBJECT_PREFIX: &str = "gridfold.ev.keys.";
+/// Where operators register and revoke projector keys (`ProjectorKeyRegistered`,
+/// `ProjectorKeyRevoked`): only operators may publish here, and engines read
+/// it to learn which keys seal deliveries (see `core::trust::KeyRing`).
+pub const KEYS_SUBJECT: &str = "gridfold.ev.op.keys";
+/// Where keys were registered before [`KEYS_SUBJECT`]: still an operator's, so
+/// that logs written then fold alike; no principal may publish there any more.
+const LEGACY_KEYS_SUBJECT_PREFIX: &str = "gridfold.ev.keys.";
 /// `gridfold.ev.engine.<engine>.<kind>`: only that engine may publish there.
 const ENGINE_SUBJECT_PREFIX: &str = "gridfold.ev.engine.";
 
@@ -52,8 +56,7 @@ pub fn subject_for(event: &Event) -> String {
         Event::LibrarySynced { engine: id, .. } => engine(id, "library_synced"),
         Event::LibrarySyncFailed { engine: id, .. } => engine(id, "library_sync_failed"),
         Event::BlacklistsCleared { .. } => "gridfold.ev.blacklists.cleared".to_string(),
-        Event::ProjectorKeyRegistered { .. } => KEYS_REGISTERED_SUBJECT.to_string(),
-        Event::ProjectorKeyRevoked { .. } => "gridfold.ev.keys.revoked".to_string(),
+        Event::ProjectorKeyRegistered { .. } | Event::ProjectorKeyRevoked { .. } => KEYS_SUBJECT.to_string(),
         Event::SuspendRequested(_) => "gridfold.ev.job.suspend".to_string(),
         Event::ResumeRequested(_) => "gridfold.ev.job.resume".to_string(),
         Event::RescheduleRequested(_) => "gridfold.ev.job.reschedule".to_string(),
@@ -73,7 +76,8 @@ pub fn origin_of(subject: &str) -> Origin {
     match subject {
         ORDERS_SUBJECT => Origin::Projector,
         TICK_SUBJECT => Origin::Ticker,
-        _ if subject.starts_with(KEYS_SUBJECT_PREFIX) => Origin::Operator,
+        KEYS_SUBJECT => Origin::Operator,
+        _ if subject.starts_with(LEGACY_KEYS_SUBJECT_PREFIX) => Origin::Operator,
         _ => engine_token(subject)
             .and_then(|engine| EngineId::new(engine).ok())
             .map_or(Origin::Client, Origin::Engine),
@@ -102,6 +106,9 @@ mod tests {
     fn subjects_imply_their_publishers() {
         assert_eq!(origin_of("gridfold.ev.orders"), Origin::Projector);
         assert_eq!(origin_of("gridfold.ev.tick"), Origin::Ticker);
+        assert_eq!(origin_of(KEYS_SUBJECT), Origin::Operator);
+        assert_eq!(origin_of("gridfold.ev.keys.registered"), Origin::Operator, "as logs written before hold them");
+        assert_eq!(origin_of("gridfold.ev.op.keys.more"), Origin::Client);
         assert_eq!(origin_of("gridfold.ev.engine.e1.completed"), engine("e1"));
         assert_eq!(
             origin_of("gridfold.ev.engine.e1.anything.else"),

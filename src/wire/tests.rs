@@ -474,8 +474,8 @@ fn every_event_has_its_subject_and_engine_events_their_engine() {
         LibrarySyncFailed    gridfold.ev.engine.e1.library_sync_failed Engine(EngineId("e1"))
         BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
         BlacklistsCleared    gridfold.ev.blacklists.cleared       Client
-        ProjectorKeyRegistered gridfold.ev.keys.registered          Operator
-        ProjectorKeyRevoked  gridfold.ev.keys.revoked             Operator
+        ProjectorKeyRegistered gridfold.ev.op.keys                  Operator
+        ProjectorKeyRevoked  gridfold.ev.op.keys                  Operator
         SuspendRequested     gridfold.ev.job.suspend              Client
         ResumeRequested      gridfold.ev.job.resume               Client
         RescheduleRequested  gridfold.ev.job.reschedule           Client
