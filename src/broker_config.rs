@@ -11,7 +11,7 @@
 //! | operator | `gridfold.ev.policy`, `gridfold.ev.blacklists.>`, `gridfold.ev.drain.>`, `gridfold.ev.override.>`, `gridfold.ev.library.>`, `gridfold.ev.op.keys`, libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
 //! | submitter | `gridfold.ev.job.>`; queries | query answers |
 //! | auditor | queries | the log |
-//! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries |
+//! | engine `<id>` | `gridfold.ev.engine.<id>.>` | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the keys' subject `gridfold.ev.op.keys` through its own consumer `gridfold-keys-<id>` on `GRIDFOLD_EVENTS`; the libraries |
 //!
 //! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS` and
 //! the lease bucket; so may the operator (`gridfold setup`, before the first
@@ -24,7 +24,9 @@
 //! to take it over from an older process under its name). An engine's consumer create subject carries
 //! its name and filter (`$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-<id>.gridfold.order.<id>`),
 //! and the server refuses a request whose configuration names another filter, so an
-//! engine can read nothing but its own orders. Replies (API answers, publish acks,
+//! engine can read nothing but its own orders; the same holds of the consumer it
+//! reads the projector keys with (`$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-<id>.gridfold.ev.op.keys`):
+//! of the log it reads only the keys' subject and its own logins. Replies (API answers, publish acks,
 //! pulled messages) go to each principal's private inbox prefix,
 //! `_INBOX_<principal>` ([`Principal::inbox_prefix`]), the only one it may subscribe
 //! to: no principal can read another's replies.
@@ -35,7 +37,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::core::ids::EngineId;
-use crate::engine::feed::consumer_name;
+use crate::engine::feed::{consumer_name, keys_reader_name};
 use crate::library_store::BUCKET as LIBRARY_BUCKET;
 use crate::output_store::BUCKET as OUTPUT_BUCKET;
 use crate::log::SUBJECT_PREFIX;
@@ -231,6 +233,16 @@ pub fn permissions(principal: &Principal) -> Permissions {
                 "DIRECT.GET.{STREAM_EVENTS}.{}",
                 engine_login_subject(engine)
             )));
+            // The projector keys registered on the log, to check deliveries' seals:
+            // a consumer of its own name filtered to the keys' subject, made,
+            // read and deleted (`EventLog::read_subject`), no other.
+            let keys_reader = keys_reader_name(engine);
+            publish.extend([
+                api(&format!("CONSUMER.CREATE.{STREAM_EVENTS}.{keys_reader}.{KEYS_SUBJECT}")),
+                api(&format!("CONSUMER.INFO.{STREAM_EVENTS}.{keys_reader}")),
+                api(&format!("CONSUMER.MSG.NEXT.{STREAM_EVENTS}.{keys_reader}")),
+                api(&format!("CONSUMER.DELETE.{STREAM_EVENTS}.{keys_reader}")),
+            ]);
             publish.extend(bind(STREAM_ORDERS));
             publish.extend([
                 api(&format!(
@@ -512,7 +524,7 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_reads_only_its_own_orders_its_own_logins_and_replies() {
+    fn an_engine_reads_only_its_own_orders_its_own_logins_the_keys_and_replies() {
         let e1 = engine("e1");
         let own = "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e1";
         assert!(may_publish(&e1, own));
@@ -535,6 +547,32 @@ mod tests {
             "$JS.API.STREAM.MSG.GET.GRIDFOLD_ORDERS",
             "$JS.API.DIRECT.GET.GRIDFOLD_ORDERS.gridfold.order.e2",
             "$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS",
+        ] {
+            assert!(!may_publish(&e1, other), "{other}");
+        }
+        // The keys' subject of the log through its own reader, made, read and deleted.
+        for keys in [
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.INFO.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.MSG.NEXT.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+        ] {
+            assert!(may_publish(&e1, keys), "{keys}");
+        }
+        for other in [
+            // Another filter under its reader's name: the jobs, another engine's reports.
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.job.submitted",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.engine.e2.completed",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.>",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            // The keys' filter under another name, another engine's reader, none.
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e2.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.sneaky.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.DURABLE.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.MSG.NEXT.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.CONSUMER.INFO.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.op.keys",
         ] {
             assert!(!may_publish(&e1, other), "{other}");
         }

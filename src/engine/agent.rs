@@ -27,9 +27,10 @@ use crate::core::event::{
     Order,
 };
 use crate::library_store::LibraryStore;
-use crate::core::ids::{Attempt, EngineId, TaskRef};
-use crate::log::EventLog;
-use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_deliveries};
+use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
+use crate::core::trust::KeyRing;
+use crate::log::{EventLog, LogError, RawEntry};
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_sealed_deliveries, delivery_signed_message};
 
 /// Beyond the kill grace, how long stopped processes get to be reaped before the
 /// engine gives up waiting for them.
@@ -45,6 +46,13 @@ const FEED_TAKEN_LOGIN_POLL: Duration = Duration::from_millis(100);
 
 /// A sync that ended: the delivery that asked for it, the library, and the error if it failed.
 type SyncDone = (String, LibraryRef, Result<(), String>);
+
+/// A question to the key reader: the entries on the keys' subject after this sequence.
+type KeysAsked = (u64, oneshot::Sender<Result<Vec<RawEntry>, LogError>>);
+/// Most entries the keys' subject may hold for an engine to read them.
+pub const KEY_ENTRIES_MAX: usize = 100_000;
+/// How long one reading of the keys' subject may take.
+const KEYS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one engine until `shutdown` completes (then drains, logs out and returns
 /// what it did) or until it cannot go on (the log unreachable past the retry
@@ -92,11 +100,8 @@ where
                 })?
         };
         let props = probe::apply_given(measured, &config.given_props)?;
-        let (login_ask, login_newest) = spawn_login_watch(
-            log.clone(),
-            crate::wire::engine_login_subject(&config.engine),
-            config.heartbeat_interval,
-        );
+        let (login_ask, login_newest) = spawn_login_watch(log.clone(), config.engine.clone(), config.heartbeat_interval);
+        let keys_ask = spawn_key_reader(log.clone(), super::feed::keys_reader_name(&config.engine));
         let (outbox, mut publisher_failed, publisher) =
             report::spawn_publisher(log, config.publish_retry.clone(), config.report_window, config.engine.clone());
         let (run_news_tx, run_news_rx) = mpsc::unbounded_channel();
@@ -126,6 +131,10 @@ where
             catch_up_due: None,
             login_ask,
             login_newest,
+            keys: KeyRing::new(),
+            keys_read_to: 0,
+            keys_read_at: None,
+            keys_ask,
             running: BTreeMap::new(),
             runs_after_preemption: BTreeMap::new(),
             slots_used: 0,
@@ -215,30 +224,79 @@ struct Session {
 }
 
 /// Asks the log, each time it is asked (at most one question waiting), for the
-/// newest entry on this engine's login subject, and answers its sequence. Ends
-/// when the agent drops its side. A question the log cannot answer within
-/// `timeout` goes unanswered (said at debug level: the publisher says more).
+/// newest entry on this engine's login subject, and answers its sequence when
+/// it is a login the fold accepts (`core::trust::check_login_entry`), else 0:
+/// an entry the fold rejected (an undecodable one, a login with no slots) is
+/// no newer login, and is said once. Ends when the agent drops its side. A
+/// question the log cannot answer within `timeout` goes unanswered (said at
+/// debug level: the publisher says more).
 fn spawn_login_watch<L: EventLog + 'static>(
     log: L,
-    subject: String,
+    engine: EngineId,
     timeout: Duration,
 ) -> (mpsc::Sender<()>, mpsc::Receiver<u64>) {
     let (ask_tx, mut ask_rx) = mpsc::channel::<()>(1);
     let (newest_tx, newest_rx) = mpsc::channel(1);
+    let subject = crate::wire::engine_login_subject(&engine);
     tokio::spawn(async move {
+        let mut said = 0;
         while ask_rx.recv().await.is_some() {
-            match tokio::time::timeout(timeout, log.last_seq_for_subject(&subject)).await {
-                Ok(Ok(seq)) => {
-                    if newest_tx.send(seq).await.is_err() {
-                        break;
+            let newest = match tokio::time::timeout(timeout, log.last_entry_for_subject(&subject)).await {
+                Ok(Ok(None)) => 0,
+                Ok(Ok(Some(raw))) => {
+                    let entry = crate::wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+                    match crate::core::trust::check_login_entry(&entry, &engine) {
+                        Ok(()) => raw.seq,
+                        Err(rejection) => {
+                            if said != raw.seq {
+                                said = raw.seq;
+                                tracing::warn!(seq = raw.seq, "the newest entry on this engine's login subject is no login the fold accepts ({rejection}): not a newer login of its name");
+                            }
+                            0
+                        }
                     }
                 }
-                Ok(Err(err)) => tracing::debug!(subject, "cannot read the newest login: {err}"),
-                Err(_) => tracing::debug!(subject, "the newest login was not read within {}", crate::human::duration(timeout)),
+                Ok(Err(err)) => {
+                    tracing::debug!(subject, "cannot read the newest login: {err}");
+                    continue;
+                }
+                Err(_) => {
+                    tracing::debug!(subject, "the newest login was not read within {}", crate::human::duration(timeout));
+                    continue;
+                }
+            };
+            if newest_tx.send(newest).await.is_err() {
+                break;
             }
         }
     });
     (ask_tx, newest_rx)
+}
+
+/// Reads the keys' subject for the agent, one question at a time, through a
+/// reader named `reader` (see `EventLog::read_subject`). Ends when the agent
+/// drops its side.
+fn spawn_key_reader<L: EventLog + 'static>(log: L, reader: String) -> mpsc::Sender<KeysAsked> {
+    let (ask_tx, mut ask_rx) = mpsc::channel::<KeysAsked>(1);
+    tokio::spawn(async move {
+        while let Some((after, answer)) = ask_rx.recv().await {
+            let read = log.read_subject(crate::wire::KEYS_SUBJECT, after, &reader, KEY_ENTRIES_MAX).await;
+            let _ = answer.send(read);
+        }
+    });
+    ask_tx
+}
+
+/// What the engine makes of one message on its order subject.
+enum Authenticated {
+    /// Sealed by a registered key, for this engine: to act on.
+    Deliveries(Vec<Delivery>),
+    /// Not deliveries for this engine (it does not decode, or names another engine).
+    Undecodable(String),
+    /// Deliveries, but not sealed by a key registered on the log.
+    Refused(String),
+    /// The keys could not be read to tell: the message is left to come again.
+    KeysUnread(String),
 }
 
 /// Why the engine stopped an attempt it runs.
@@ -294,6 +352,14 @@ struct Agent {
     /// Asks the login watch for the newest login of this engine's name.
     login_ask: mpsc::Sender<()>,
     login_newest: mpsc::Receiver<u64>,
+    /// The projector keys registered on the log, as far as read: a delivery
+    /// runs only when one of them sealed it.
+    keys: KeyRing,
+    /// The log sequence the keys' subject was read to.
+    keys_read_to: u64,
+    /// When the keys' subject was last read (its start).
+    keys_read_at: Option<Instant>,
+    keys_ask: mpsc::Sender<KeysAsked>,
     running: BTreeMap<AttemptKey, Running>,
     /// Runs of an attempt number whose preempted run is still being stopped:
     /// started when it has stopped.
@@ -341,6 +407,9 @@ impl Agent {
         publisher_failed: &mut oneshot::Receiver<EngineError>,
         in_hand: &mut Option<F::Ack>,
     ) -> Result<(), EngineError> {
+        if let Err(err) = self.read_keys().await {
+            tracing::warn!("cannot read the projector keys registered on the log yet: {err}; trying again when a delivery comes");
+        }
         self.log_in().await?;
         tokio::pin!(shutdown);
         let period = self.config.heartbeat_interval;
@@ -376,11 +445,13 @@ impl Agent {
                         None => self.handle(&subject, &payload).await,
                     };
                     match handled {
-                        Ok(()) => {
+                        Ok(true) => {
                             if let Err(err) = ack.ack().await {
                                 tracing::warn!("{err}; the delivery will come again and be ignored");
                             }
                         }
+                        // Left unacknowledged: the broker gives it again after its ack wait.
+                        Ok(false) => drop(ack),
                         Err(err) => {
                             // Not handled: the caller hands it back.
                             *in_hand = Some(ack);
@@ -475,7 +546,8 @@ impl Agent {
         }
         let mut lost = None;
         for payload in in_hand.into_iter().chain(held.iter().map(|bytes| &bytes[..])) {
-            let Ok(deliveries) = decode_deliveries(self.engine(), payload) else {
+            // What is not authentic is refused when it is handled: here it says nothing.
+            let Authenticated::Deliveries(deliveries) = self.authenticate(payload, Instant::now()).await else {
                 continue;
             };
             for delivery in deliveries {
@@ -605,18 +677,85 @@ impl Agent {
         }
     }
 
-    /// Acts on one message of the order feed: one delivery, or several joined.
-    async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<(), EngineError> {
-        let deliveries = match decode_deliveries(self.engine(), payload) {
-            Ok(deliveries) => deliveries,
-            Err(err) => {
+    /// Acts on one message of the order feed: one delivery, or several joined,
+    /// when a key registered on the log sealed it for this engine; refuses
+    /// anything else (said, acknowledged, not acted on). False: it could not be
+    /// told (the keys could not be read), and is to come again.
+    async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<bool, EngineError> {
+        let deliveries = match self.authenticate(payload, Instant::now()).await {
+            Authenticated::Deliveries(deliveries) => deliveries,
+            Authenticated::Undecodable(err) => {
                 self.report.undecodable += 1;
-                tracing::warn!(subject, "ignoring a message that is not a delivery: {err}");
-                return Ok(());
+                tracing::warn!(subject, "ignoring a message that is not a delivery for this engine: {err}");
+                return Ok(true);
+            }
+            Authenticated::Refused(why) => {
+                self.report.refused += 1;
+                tracing::warn!(subject, "refusing a message on this engine's order subject: {why}");
+                return Ok(true);
+            }
+            Authenticated::KeysUnread(err) => {
+                tracing::warn!(subject, "cannot tell whether a registered key sealed a message ({err}): it comes again after the ack wait");
+                return Ok(false);
             }
         };
         for delivery in deliveries {
             self.handle_delivery(delivery).await?;
+        }
+        Ok(true)
+    }
+
+    /// The deliveries of one message if a key registered on the log sealed it
+    /// for this engine (see [`Authenticated`]). A seal by a key the engine does
+    /// not know makes it read the keys' subject again, unless it did since the
+    /// message was `received` (the projector seals only with a key the log
+    /// registered before the batch it delivers).
+    async fn authenticate(&mut self, payload: &[u8], received: Instant) -> Authenticated {
+        let (deliveries, seal) = match decode_sealed_deliveries(self.engine(), payload) {
+            Ok(decoded) => decoded,
+            Err(err) => return Authenticated::Undecodable(err.to_string()),
+        };
+        let Some(seal) = seal else {
+            return Authenticated::Refused("it is not sealed".into());
+        };
+        let Some(message) = delivery_signed_message(payload, &seal) else {
+            return Authenticated::Refused("its seal is not its last field".into());
+        };
+        if !self.keys.is_registered(&seal.signer)
+            && self.keys_read_at.is_none_or(|read| read < received)
+            && let Err(err) = self.read_keys().await
+        {
+            return Authenticated::KeysUnread(err);
+        }
+        match self.keys.check(&seal, &message) {
+            Ok(()) => Authenticated::Deliveries(deliveries),
+            Err(problem) => Authenticated::Refused(format!(
+                "its seal by key {}: {} (on the log: {} key(s) registered)",
+                hex::encode(seal.signer),
+                problem.as_str(),
+                self.keys.len()
+            )),
+        }
+    }
+
+    /// Reads what is new on the keys' subject and applies it with the fold's rules.
+    async fn read_keys(&mut self) -> Result<(), String> {
+        self.keys_read_at = Some(Instant::now());
+        let (answer, answered) = oneshot::channel();
+        self.keys_ask.send((self.keys_read_to, answer)).await.map_err(|_| "the key reader stopped".to_string())?;
+        let entries = match tokio::time::timeout(KEYS_READ_TIMEOUT, answered).await {
+            Ok(Ok(Ok(entries))) => entries,
+            Ok(Ok(Err(err))) => return Err(err.to_string()),
+            Ok(Err(_)) => return Err("the key reader stopped".to_string()),
+            Err(_) => return Err(format!("no answer within {}", crate::human::duration(KEYS_READ_TIMEOUT))),
+        };
+        for raw in entries {
+            let entry = crate::wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+            match self.keys.apply(&entry) {
+                Ok(()) => tracing::info!(seq = raw.seq, keys = self.keys.len(), "{} on the log", entry.payload_event().map_or("", Event::kind_name)),
+                Err(rejection) => tracing::debug!(seq = raw.seq, "an entry on the keys' subject the fold rejects: {rejection}"),
+            }
+            self.keys_read_to = self.keys_read_to.max(raw.seq);
         }
         Ok(())
     }
