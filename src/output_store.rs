@@ -6,8 +6,11 @@
 //!   retention ([`RETENTION_DEFAULT`], or the engine's `--output-retention-secs`
 //!   when it creates the bucket) after which the broker deletes an object whatever
 //!   else happens, and a limit on the bucket's whole size ([`BUCKET_BYTES_MAX`]).
-//! - One object per attempt and stream, named
-//!   `out/<job>/<index>/<attempt>/<stdout|stderr>` ([`object_name`]), holding at
+//! - One object per run and stream, named
+//!   `out/<job>/<index>/<attempt>/<dispatch>/<stdout|stderr>` ([`object_name`]),
+//!   where `<dispatch>` is the log sequence of the batch whose order the run
+//!   answered (an attempt's record says it: `AttemptRecord::dispatch_seq`), so a
+//!   run of the same attempt number again after a preemption stores apart; holding at
 //!   most the attempt's bound (its share of the policy's `[output]` bounds, decided
 //!   by the fold at dispatch: see [`crate::core::event::OutputPolicy`] and
 //!   [`crate::core::state::attempts`]), and at most the engine's own
@@ -25,7 +28,7 @@ use async_nats::jetstream::{self as js, object_store};
 use base64::Engine as _;
 use tokio::io::AsyncReadExt as _;
 
-use crate::core::ids::{Attempt, TaskRef};
+use crate::core::ids::{Attempt, Seq, TaskRef};
 use crate::projector::results::{OutputReply, OutputRequest, TaskReply, OUTPUT_PAGE_BYTES_MAX};
 use crate::projector::service::{ProjectorGone, ProjectorHandle};
 
@@ -63,9 +66,25 @@ impl Stream {
     }
 }
 
-/// The object holding one stream of one attempt.
-pub fn object_name(task: &TaskRef, attempt: Attempt, stream: Stream) -> String {
-    format!("out/{}/{}/{attempt}/{}", task.job, task.index, stream.as_str())
+/// One run of a task: its attempt's number and the log sequence of the batch
+/// whose dispatch it answered (a preempted attempt's number runs again,
+/// answering a later dispatch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run<'a> {
+    pub task: &'a TaskRef,
+    pub attempt: Attempt,
+    pub dispatch: Seq,
+}
+
+impl std::fmt::Display for Run<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} attempt {}", self.task, self.attempt)
+    }
+}
+
+/// The object holding one stream of one run.
+pub fn object_name(run: Run<'_>, stream: Stream) -> String {
+    format!("out/{}/{}/{}/{}/{}", run.task.job, run.task.index, run.attempt, run.dispatch.0, stream.as_str())
 }
 
 /// What the store holds of one stream.
@@ -133,14 +152,13 @@ impl OutputStore {
     /// stream of an attempt. An empty file stores nothing.
     pub async fn put(
         &self,
-        task: &TaskRef,
-        attempt: Attempt,
+        run: Run<'_>,
         stream: Stream,
         path: &Path,
         truncated: bool,
         retention: Duration,
     ) -> Result<Option<StoredStream>, OutputError> {
-        let object = object_name(task, attempt, stream);
+        let object = object_name(run, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
         let mut file = match tokio::fs::File::open(path).await {
             Ok(file) => file,
@@ -155,7 +173,7 @@ impl OutputStore {
         let metadata: HashMap<String, String> = [(META_TRUNCATED.to_string(), truncated.to_string())].into_iter().collect();
         let meta = object_store::ObjectMetadata {
             name: object.clone(),
-            description: Some(format!("{} of {task} attempt {attempt}", stream.as_str())),
+            description: Some(format!("{} of {run}", stream.as_str())),
             metadata,
             ..Default::default()
         };
@@ -167,8 +185,8 @@ impl OutputStore {
     }
 
     /// What is stored of one stream, if anything.
-    pub async fn stat(&self, task: &TaskRef, attempt: Attempt, stream: Stream) -> Result<Option<StoredStream>, OutputError> {
-        let object = object_name(task, attempt, stream);
+    pub async fn stat(&self, run: Run<'_>, stream: Stream) -> Result<Option<StoredStream>, OutputError> {
+        let object = object_name(run, stream);
         let Ok(store) = self.bucket(None).await else { return Ok(None) };
         match store.info(&object).await {
             Ok(info) if !info.deleted => Ok(Some(StoredStream { bytes: info.size as u64, truncated: truncated_of(&info) })),
@@ -181,15 +199,14 @@ impl OutputStore {
     /// At most `max_bytes` of one stream from `offset`, with what is stored of it.
     pub async fn read(
         &self,
-        task: &TaskRef,
-        attempt: Attempt,
+        run: Run<'_>,
         stream: Stream,
         offset: u64,
         max_bytes: u64,
     ) -> Result<(StoredStream, Vec<u8>), OutputError> {
-        let object = object_name(task, attempt, stream);
+        let object = object_name(run, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
-        let not_found = || OutputError::NotFound { task: task.to_string(), attempt, stream: stream.as_str() };
+        let not_found = || OutputError::NotFound { task: run.task.to_string(), attempt: run.attempt, stream: stream.as_str() };
         let store = self.bucket(None).await.map_err(|_| not_found())?;
         let mut reader = store.get(&object).await.map_err(|err| match err.kind() {
             object_store::GetErrorKind::NotFound => not_found(),
@@ -235,8 +252,9 @@ pub async fn with_stored_output(store: &OutputStore, mut reply: TaskReply) -> Ta
         if matches!(attempt.outcome.as_str(), "dispatched" | "running") {
             continue;
         }
-        let stdout = store.stat(&task, attempt.attempt, Stream::Stdout).await.ok().flatten();
-        let stderr = store.stat(&task, attempt.attempt, Stream::Stderr).await.ok().flatten();
+        let run = Run { task: &task, attempt: attempt.attempt, dispatch: Seq(attempt.dispatch_seq) };
+        let stdout = store.stat(run, Stream::Stdout).await.ok().flatten();
+        let stderr = store.stat(run, Stream::Stderr).await.ok().flatten();
         attempt.stdout_stored_bytes = stdout.map(|s| s.bytes);
         attempt.stderr_stored_bytes = stderr.map(|s| s.bytes);
         attempt.output_truncated = stdout.is_some_and(|s| s.truncated) || stderr.is_some_and(|s| s.truncated);
@@ -263,19 +281,23 @@ pub async fn answer_output(
         return Ok(reply);
     }
     let task: TaskRef = request.task.parse().expect("the projector parsed it");
-    let attempt = match request.attempt {
-        Some(n) => n,
-        None => match task_reply.attempts.iter().rev().find(|a| !matches!(a.outcome.as_str(), "dispatched" | "running")) {
-            Some(a) => a.attempt,
-            None => {
-                reply.error = Some(format!("{task} has no ended attempt yet"));
-                return Ok(reply);
-            }
-        },
+    // The newest run of the attempt asked for (a preempted one may have run
+    // before it under the same number), or the newest ended run.
+    let chosen = match request.attempt {
+        Some(n) => task_reply.attempts.iter().rev().find(|a| a.attempt == n),
+        None => task_reply.attempts.iter().rev().find(|a| !matches!(a.outcome.as_str(), "dispatched" | "running")),
     };
-    reply.attempt = attempt;
+    let Some(chosen) = chosen else {
+        reply.error = Some(match request.attempt {
+            Some(n) => format!("{task} has no attempt {n} kept"),
+            None => format!("{task} has no ended attempt yet"),
+        });
+        return Ok(reply);
+    };
+    let run = Run { task: &task, attempt: chosen.attempt, dispatch: Seq(chosen.dispatch_seq) };
+    reply.attempt = run.attempt;
     let max = u64::from(request.max_bytes.unwrap_or(OUTPUT_PAGE_BYTES_MAX).clamp(1, OUTPUT_PAGE_BYTES_MAX));
-    match store.read(&task, attempt, stream, request.offset, max).await {
+    match store.read(run, stream, request.offset, max).await {
         Ok((stored, data)) => {
             reply.total_bytes = stored.bytes;
             reply.truncated = stored.truncated;

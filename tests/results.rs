@@ -6,6 +6,7 @@
 //!
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
 //! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
+//! - [`a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_completes_once`]
 
 mod support;
 
@@ -182,6 +183,58 @@ fn every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_te
     assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
     assert!(waited.text().contains("job fine done: 4 of 4 tasks done"), "{}", waited.text());
     assert_eq!(run(&cluster, &["output", "fine/3"]).text(), "fine-3\n");
+}
+
+/// `gridfold reschedule` of a running task whose re-run lands on the same
+/// engine (the only one): the re-run answers another dispatch, so the broker
+/// takes its reports for new messages (its start is not dropped as the first
+/// run's), the task completes once, with no dispatch timeout (4 s here; the
+/// re-run lasts 6) and no attempt spent, and its stored output is the re-run's.
+#[test]
+fn a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_completes_once() {
+    let mut cluster = Cluster::start("engine_timeout_secs = 10\ndispatch_timeout_secs = 4\n");
+    cluster.projector();
+    let work = cluster.path("w1");
+    cluster.engine("engine-1", "e1", 1, &work);
+    cluster.wait_logged_in(&["e1"]);
+    let runs = cluster.path("runs");
+    let runs = runs.display();
+    let script = format!(
+        "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; echo run-$n; echo err-$n >&2; \
+         if [ $n -eq 1 ]; then exec sleep 60; fi; sleep 6"
+    );
+    // One attempt only: one spent on a dispatch timeout would fail the job.
+    submit(&cluster, "again", 1, 1, &script);
+    cluster.wait_for("the first run to run", Duration::from_secs(30), |cluster| {
+        let reply: TaskReply = serde_json::from_slice(&run(cluster, &["task", "again/0", "--json"]).stdout).map_err(|e| e.to_string())?;
+        if reply.state == "running" { Ok(()) } else { Err(reply.state) }
+    });
+    cluster.command(&["reschedule".as_ref(), "again/0".as_ref()]);
+
+    let waited = run(&cluster, &["wait", "again", "--timeout-secs", "60"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "again/0", "--json"]).stdout).unwrap();
+    let outcomes: Vec<(u32, &str)> = reply.attempts.iter().map(|a| (a.attempt, a.outcome.as_str())).collect();
+    assert_eq!(outcomes, [(1, "ended"), (1, "completed")], "the preempted run, then its re-run: {reply:?}");
+    assert_eq!((reply.state.as_str(), reply.attempts_total), ("done", 1), "{reply:?}");
+    assert!(reply.attempts[1].dispatch_seq > reply.attempts[0].dispatch_seq);
+    let stat: serde_json::Value = serde_json::from_str(cluster.command(&["stat".as_ref(), "--json".as_ref()]).trim()).unwrap();
+    assert_eq!(stat["requeues"], 0, "no dispatch timeout: {stat}");
+    use gridfold::core::event::Event;
+    let is_ours = |entry: &gridfold::core::event::Entry, kind: &str| match support::procs::event(entry) {
+        Some(event @ (Event::TaskStarted { task, .. } | Event::TaskCompleted { task, .. } | Event::TaskFailed { task, .. })) => {
+            event.kind_name() == kind && task.to_string() == "again/0"
+        }
+        _ => false,
+    };
+    let entries = cluster.entries();
+    let count = |kind: &str| entries.iter().filter(|entry| is_ours(entry, kind)).count();
+    assert_eq!((count("TaskStarted"), count("TaskCompleted"), count("TaskFailed")), (2, 1, 0), "both runs' starts stored, one end");
+    // The stored output is the re-run's, apart from the first run's.
+    let stdout = run(&cluster, &["output", "again/0"]);
+    assert_eq!((stdout.code, stdout.text().as_str()), (Some(0), "run-2\n"), "{}", stdout.stderr);
+    let stderr = run(&cluster, &["output", "again/0", "--attempt", "1", "--stderr"]);
+    assert_eq!((stderr.code, stderr.text().as_str()), (Some(0), "err-2\n"), "{}", stderr.stderr);
 }
 
 /// The policy's `[output]` bounds: a third of a 3,000-byte job budget per task

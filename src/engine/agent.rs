@@ -322,6 +322,11 @@ struct Running {
     /// own count (the projector's booking holds them), reports nothing, and
     /// stops when the master's part ends.
     companion: bool,
+    /// The log sequence of the batch that dispatched this run: with the engine
+    /// and the attempt, the run's identity. A run of the same attempt number
+    /// again (after a preemption) answers another dispatch, so its reports are
+    /// new messages to the broker and its output another object.
+    dispatch: Seq,
 }
 
 struct Agent {
@@ -361,9 +366,9 @@ struct Agent {
     keys_read_at: Option<Instant>,
     keys_ask: mpsc::Sender<KeysAsked>,
     running: BTreeMap<AttemptKey, Running>,
-    /// Runs of an attempt number whose preempted run is still being stopped:
-    /// started when it has stopped.
-    runs_after_preemption: BTreeMap<AttemptKey, RunTask>,
+    /// Runs of an attempt number whose preempted run is still being stopped
+    /// (with the dispatch each answers): started when it has stopped.
+    runs_after_preemption: BTreeMap<AttemptKey, (RunTask, Seq)>,
     slots_used: u32,
     seen_deliveries: Seen<String>,
     seen_attempts: Seen<AttemptKey>,
@@ -782,7 +787,7 @@ impl Agent {
             return Ok(());
         }
         match delivery.kind {
-            DeliveryKind::Run(run) => self.start(run).await,
+            DeliveryKind::Run(run) => self.start(run, delivery.batch_seq).await,
             DeliveryKind::Cancel(Order::Cancel {
                 task,
                 attempt,
@@ -857,8 +862,8 @@ impl Agent {
         }
     }
 
-    /// Starts a `Run`, or reports why it cannot.
-    async fn start(&mut self, run: RunTask) -> Result<(), EngineError> {
+    /// Starts a `Run` dispatched by the batch at `dispatch`, or reports why it cannot.
+    async fn start(&mut self, run: RunTask, dispatch: Seq) -> Result<(), EngineError> {
         let key = (run.task.clone(), run.attempt);
         if self.running.get(&key).is_some_and(|running| {
             running.stop == Some(StopReason::Preempt) || (running.companion && running.stop.is_some())
@@ -866,7 +871,7 @@ impl Agent {
             // The attempt's number runs again after a preemption, while the
             // preempted run is still stopping: it starts once that has stopped.
             tracing::info!(task = %run.task, attempt = run.attempt, "waiting for the preempted run to stop");
-            self.runs_after_preemption.insert(key, run);
+            self.runs_after_preemption.insert(key, (run, dispatch));
             return Ok(());
         }
         if !self.seen_attempts.insert(key.clone()) {
@@ -890,7 +895,7 @@ impl Agent {
                 run.attempt,
                 self.config.slots
             );
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         if let Some(root) = &run.root_library
             && !library::is_held(&self.library_dir, root)
@@ -903,23 +908,23 @@ impl Agent {
                 library::SYNCED_MARKER,
                 library::library_path(&self.library_dir, root).display()
             );
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         // The policy in force when the projector dispatched this rules the sweeps from now on.
         self.config.work_dir_retention = Duration::from_millis(run.work_dir_retention_ms.max(1));
         let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
             Ok(dir) => dir,
-            Err(message) => return self.cannot_start(&run, message).await,
+            Err(message) => return self.cannot_start(&run, dispatch, message).await,
         };
         if let Err(err) = self.fresh_dirs.make(&work_dir) {
             let message = format!("engine {} cannot make the work directory {}: {err}", self.engine(), work_dir.display());
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
         match super::nodefile::write(&work_dir, &run) {
             Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),
             Ok(None) => {}
-            Err(e) => return self.cannot_start(&run, format!("cannot write the node file: {e}")).await,
+            Err(e) => return self.cannot_start(&run, dispatch, format!("cannot write the node file: {e}")).await,
         }
         let spec = LaunchSpec {
             argv: if run.companion { run.companion_argv.clone() } else { run.argv.clone() },
@@ -936,7 +941,7 @@ impl Agent {
             }),
         };
         if self.gateway.is_some() && !run.companion {
-            return self.submit_remote(run, key, spec, slots).await;
+            return self.submit_remote(run, dispatch, key, spec, slots).await;
         }
         // Started by the spawner thread while this loop goes on: its start is
         // reported when it runs (`started`), a program that cannot run as its end.
@@ -949,10 +954,10 @@ impl Agent {
                 }
                 self.slots_used += slots;
                 assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion });
+                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion, dispatch });
                 Ok(())
             }
-            Err(err) => self.cannot_start(&run, err.to_string()).await,
+            Err(err) => self.cannot_start(&run, dispatch, err.to_string()).await,
         }
     }
 
@@ -981,18 +986,19 @@ impl Agent {
     /// the projector that ended it expects no news of it, and a stop of the
     /// engine's own reports how it ended.
     async fn report_started(&mut self, (task, attempt): AttemptKey, remote_job: String) -> Result<(), EngineError> {
-        if self.running.get(&(task.clone(), attempt)).is_none_or(|running| running.stop.is_some()) {
+        let Some(dispatch) = self.running.get(&(task.clone(), attempt)).filter(|running| running.stop.is_none()).map(|running| running.dispatch)
+        else {
             tracing::debug!(%task, attempt, "started after it was stopped: not reported");
             return Ok(());
-        }
+        };
         self.report.started += 1;
         let event = Event::TaskStarted { task, attempt, engine: self.engine().clone(), remote_job };
-        self.publish_task_event(event).await
+        self.publish_task_event(event, dispatch).await
     }
 
     /// A gateway's run: submitted as a remote batch job (off the loop, as the
     /// command blocks); `TaskStarted` comes when the resource manager starts it.
-    async fn submit_remote(&mut self, run: RunTask, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
+    async fn submit_remote(&mut self, run: RunTask, dispatch: Seq, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
         let gateway = self.gateway.as_ref().expect("a gateway engine").clone();
         let submitted = {
             let key = key.clone();
@@ -1005,12 +1011,12 @@ impl Agent {
                 tracing::info!(task = %run.task, attempt = run.attempt, remote_job, argv = %run.argv.join(" "), "submitted");
                 self.slots_used += slots;
                 assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: false });
+                self.running.insert(key, Running { slots, killer, stop: None, companion: false, dispatch });
                 Ok(())
             }
             Err(message) => {
                 let message = format!("engine {} cannot submit {} #{}: {message}", self.engine(), run.task, run.attempt);
-                self.cannot_start(&run, message).await
+                self.cannot_start(&run, dispatch, message).await
             }
         }
     }
@@ -1026,15 +1032,15 @@ impl Agent {
 
     /// A run that cannot start: a master or plain run reports it failed; a
     /// companion's command only says so (its task is its master's to end).
-    async fn cannot_start(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+    async fn cannot_start(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
         if run.companion {
             tracing::warn!(task = %run.task, attempt = run.attempt, "the companion command cannot start: {message}");
             return Ok(());
         }
-        self.launch_failed(run, message).await
+        self.launch_failed(run, dispatch, message).await
     }
 
-    async fn launch_failed(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+    async fn launch_failed(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
         tracing::warn!(task = %run.task, attempt = run.attempt, "{message}");
         self.report.failed += 1;
         let event = Event::TaskFailed {
@@ -1045,7 +1051,7 @@ impl Agent {
             kind: FailureKind::LaunchFailed,
             error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
         };
-        self.publish_task_event(event).await
+        self.publish_task_event(event, dispatch).await
     }
 
     /// Answers a `SyncLibrary`: `LibrarySynced` at once when the library directory
@@ -1136,7 +1142,7 @@ impl Agent {
             super::nodefile::companion_ended(&key.0, key.1, running.stop.is_some(), &outcome);
             // A run of the same number that came while this one stopped starts now.
             return match self.runs_after_preemption.remove(&key) {
-                Some(run) => Box::pin(self.start(run)).await,
+                Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
                 None => Ok(()),
             };
         }
@@ -1158,7 +1164,7 @@ impl Agent {
                 let key = (task, attempt);
                 self.seen_attempts.forget(&key);
                 return match self.runs_after_preemption.remove(&key) {
-                    Some(run) => Box::pin(self.start(run)).await,
+                    Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
                     None => Ok(()),
                 };
             }
@@ -1201,9 +1207,9 @@ impl Agent {
             Event::TaskCompleted { .. } => self.report.completed += 1,
             _ => self.report.failed += 1,
         }
-        self.store_output(&task, attempt, &outcome).await;
+        self.store_output(&task, attempt, running.dispatch, &outcome).await;
         tracing::info!(%task, attempt, end = %outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
-        self.publish_task_event(event).await
+        self.publish_task_event(event, running.dispatch).await
     }
 
     /// This engine was declared lost: stop everything, wait for it, log in again.
@@ -1291,14 +1297,15 @@ impl Agent {
         self.slots_used = 0;
     }
 
-    async fn publish_task_event(&self, event: Event) -> Result<(), EngineError> {
+    /// Publishes a report of the run that answers the dispatch at `dispatch`.
+    async fn publish_task_event(&self, event: Event, dispatch: Seq) -> Result<(), EngineError> {
         let (task, attempt) = match &event {
             Event::TaskStarted { task, attempt, .. }
             | Event::TaskCompleted { task, attempt, .. }
             | Event::TaskFailed { task, attempt, .. } => (task, *attempt),
             _ => unreachable!("only task events are published here"),
         };
-        let id = report::task_report_id(self.engine(), task, attempt, event.kind_name());
+        let id = report::task_report_id(self.engine(), task, attempt, dispatch, event.kind_name());
         let envelope = Envelope {
             id,
             source: report::source(self.engine()),
@@ -1386,7 +1393,7 @@ impl Agent {
     /// Puts an ended attempt's kept stdout and stderr in the object store. A
     /// failure to store is logged and the report goes on: the log's head of stdout
     /// and tail of stderr remain.
-    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, outcome: &RunOutcome) {
+    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &RunOutcome) {
         let Some(store) = self.config.output_store.clone() else { return };
         let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return };
         let streams = [
@@ -1396,7 +1403,8 @@ impl Agent {
         // A stream that kept nothing has no file: nothing to open or store.
         for (stream, truncated, _) in streams.into_iter().filter(|(_, _, kept)| *kept > 0) {
             let path = dir.join(stream.as_str());
-            match store.put(task, attempt, stream, &path, truncated, self.config.output_retention).await {
+            let run = crate::output_store::Run { task, attempt, dispatch };
+            match store.put(run, stream, &path, truncated, self.config.output_retention).await {
                 Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),
                 Ok(None) => {}
                 Err(err) => tracing::warn!(%task, attempt, "{err}"),
