@@ -259,6 +259,7 @@ fn completed(task: TaskRef, attempt: u32, engine: EngineId, wall_ms: u64) -> Eve
         cpu_ms: wall_ms * 9 / 10,
         wall_ms,
         result: Vec::new(),
+        stored: Default::default(),
     }
 }
 
@@ -337,6 +338,7 @@ fn build_history() -> Vec<Entry> {
                     exit_code: Some(1),
                     kind: FailureKind::NonZeroExit,
                     error_tail: "Traceback (most recent call last): ValueError: bad input".into(),
+                    stored: Default::default(),
                 }
             } else {
                 completed(run.task, run.attempt, run.engine, run.wall_ms)

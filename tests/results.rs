@@ -7,6 +7,7 @@
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
 //! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
 //! - [`a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_completes_once`]
+//! - [`output_overwritten_in_the_store_is_said_altered_and_not_printed_and_the_untouched_prints`]
 
 mod support;
 
@@ -235,6 +236,61 @@ fn a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_co
     assert_eq!((stdout.code, stdout.text().as_str()), (Some(0), "run-2\n"), "{}", stdout.stderr);
     let stderr = run(&cluster, &["output", "again/0", "--attempt", "1", "--stderr"]);
     assert_eq!((stderr.code, stderr.text().as_str()), (Some(0), "err-2\n"), "{}", stderr.stderr);
+}
+
+/// An engine's stored output overwritten in the object store by someone else:
+/// `gridfold output` prints none of it and says "altered" (exit 1), whether the
+/// forgery's length differs from what the engine stored or only its bytes; the
+/// untouched output of another task prints as ever; `gridfold task` says which
+/// streams were altered.
+#[test]
+fn output_overwritten_in_the_store_is_said_altered_and_not_printed_and_the_untouched_prints() {
+    use gridfold::output_store::{BUCKET, Run, Stream, object_name};
+    let mut cluster = Cluster::start(POLICY);
+    cluster.projector();
+    let work = cluster.path("w1");
+    cluster.engine("engine-1", "e1", 1, &work);
+    cluster.wait_logged_in(&["e1"]);
+    submit(&cluster, "kept", 2, 1, "echo out-{index}; echo err-{index} >&2");
+    let waited = run(&cluster, &["wait", "kept", "--timeout-secs", "60"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/0", "--json"]).stdout).unwrap();
+    let attempt = &reply.attempts[0];
+    let reported = attempt.stdout_reported.as_ref().expect("the end report says what was stored");
+    assert_eq!((reported.bytes, reported.blake3.as_str()), (6, blake3::hash(b"out-0\n").to_hex().as_str()));
+    assert!(attempt.output_altered.is_empty(), "{attempt:?}");
+
+    // Another principal writes over both streams: stdout with another length, stderr with as many bytes.
+    let task: gridfold::core::ids::TaskRef = "kept/0".parse().unwrap();
+    let run_of = Run { task: &task, attempt: 1, dispatch: gridfold::core::ids::Seq(attempt.dispatch_seq) };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(cluster.url()).await.unwrap();
+        let store = async_nats::jetstream::new(client).get_object_store(BUCKET).await.unwrap();
+        for (stream, forged) in [(Stream::Stdout, &b"forged output\n"[..]), (Stream::Stderr, &b"ERR-0\n"[..])] {
+            store.put(object_name(run_of, stream).as_str(), &mut &forged[..]).await.unwrap();
+        }
+    });
+
+    let stdout = run(&cluster, &["output", "kept/0"]);
+    assert_eq!(stdout.code, Some(1), "{}", stdout.stderr);
+    assert!(stdout.stdout.is_empty(), "nothing of the forgery printed: {:?}", stdout.text());
+    assert!(stdout.stderr.starts_with("altered: the stdout of kept/0 attempt 1 was altered"), "{}", stdout.stderr);
+    assert!(stdout.stderr.contains("its engine stored 6 bytes") && stdout.stderr.contains("the store holds 14 bytes"), "{}", stdout.stderr);
+    let stderr = run(&cluster, &["output", "kept/0", "--stderr"]);
+    assert_eq!(stderr.code, Some(1), "{}", stderr.stderr);
+    assert!(stderr.stdout.is_empty(), "{:?}", stderr.text());
+    assert!(stderr.stderr.contains("the stderr of kept/0 attempt 1 was altered"), "{}", stderr.stderr);
+    assert!(stderr.stderr.contains(&blake3::hash(b"ERR-0\n").to_hex().to_string()), "the forgery's hash: {}", stderr.stderr);
+
+    let untouched = run(&cluster, &["output", "kept/1"]);
+    assert_eq!((untouched.code, untouched.text().as_str()), (Some(0), "out-1\n"), "{}", untouched.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/0", "--json"]).stdout).unwrap();
+    assert_eq!(reply.attempts[0].output_altered.len(), 2, "{reply:?}");
+    let text = run(&cluster, &["task", "kept/0"]).text();
+    assert!(text.contains("ALTERED: the stdout of kept/0 attempt 1 was altered"), "{text}");
+    let fine: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/1", "--json"]).stdout).unwrap();
+    assert!(fine.attempts[0].output_altered.is_empty(), "{fine:?}");
 }
 
 /// The policy's `[output]` bounds: a third of a 3,000-byte job budget per task

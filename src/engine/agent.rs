@@ -24,7 +24,7 @@ use super::runner::{self, Killer, LaunchSpec, RunEnd, RunNews, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, FenceEvidence, library, probe};
 use crate::core::event::{
     ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
-    Order,
+    Order, StoredStreams,
 };
 use crate::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
@@ -1050,6 +1050,7 @@ impl Agent {
             exit_code: None,
             kind: FailureKind::LaunchFailed,
             error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
+            stored: StoredStreams::default(),
         };
         self.publish_task_event(event, dispatch).await
     }
@@ -1148,6 +1149,7 @@ impl Agent {
         }
         let (task, attempt) = key;
         let engine = self.engine().clone();
+        // What it stored goes in the end report, filled in once stored.
         let failed = |kind, exit_code| Event::TaskFailed {
             task: task.clone(),
             attempt,
@@ -1155,8 +1157,9 @@ impl Agent {
             exit_code,
             kind,
             error_tail: outcome.stderr_tail.clone(),
+            stored: StoredStreams::default(),
         };
-        let event = match (running.stop, outcome.end) {
+        let mut event = match (running.stop, outcome.end) {
             (Some(StopReason::Preempt), end) => {
                 tracing::info!(%task, attempt, %end, "preempted on the projector's order");
                 self.report.stopped_on_order += 1;
@@ -1189,6 +1192,7 @@ impl Agent {
                     cpu_ms: outcome.cpu_ms,
                     wall_ms: outcome.wall_ms,
                     result: outcome.stdout_head.clone(),
+                    stored: StoredStreams::default(),
                 }
             }
             (_, RunEnd::Exited(code)) => failed(FailureKind::NonZeroExit, Some(code)),
@@ -1207,7 +1211,10 @@ impl Agent {
             Event::TaskCompleted { .. } => self.report.completed += 1,
             _ => self.report.failed += 1,
         }
-        self.store_output(&task, attempt, running.dispatch, &outcome).await;
+        let output = self.store_output(&task, attempt, running.dispatch, &outcome).await;
+        if let Event::TaskCompleted { stored, .. } | Event::TaskFailed { stored, .. } = &mut event {
+            *stored = output;
+        }
         tracing::info!(%task, attempt, end = %outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
         self.publish_task_event(event, running.dispatch).await
     }
@@ -1390,12 +1397,14 @@ fn output_dir(attempt_dir: &Path) -> PathBuf {
 }
 
 impl Agent {
-    /// Puts an ended attempt's kept stdout and stderr in the object store. A
-    /// failure to store is logged and the report goes on: the log's head of stdout
-    /// and tail of stderr remain.
-    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &RunOutcome) {
-        let Some(store) = self.config.output_store.clone() else { return };
-        let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return };
+    /// Puts an ended attempt's kept stdout and stderr in the object store: what
+    /// was stored of each (length, blake3), for its end report. A failure to
+    /// store is logged and the report goes on, saying that stream was not
+    /// stored: the log's head of stdout and tail of stderr remain.
+    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &RunOutcome) -> StoredStreams {
+        let mut stored = StoredStreams::default();
+        let Some(store) = self.config.output_store.clone() else { return stored };
+        let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return stored };
         let streams = [
             (crate::output_store::Stream::Stdout, outcome.stdout_truncated, outcome.stdout_kept_bytes),
             (crate::output_store::Stream::Stderr, outcome.stderr_truncated, outcome.stderr_kept_bytes),
@@ -1405,11 +1414,18 @@ impl Agent {
             let path = dir.join(stream.as_str());
             let run = crate::output_store::Run { task, attempt, dispatch };
             match store.put(run, stream, &path, truncated, self.config.output_retention).await {
-                Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),
+                Ok(Some(put)) => {
+                    tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = put.bytes, "output stored");
+                    match stream {
+                        crate::output_store::Stream::Stdout => stored.stdout = Some(put),
+                        crate::output_store::Stream::Stderr => stored.stderr = Some(put),
+                    }
+                }
                 Ok(None) => {}
                 Err(err) => tracing::warn!(%task, attempt, "{err}"),
             }
         }
+        stored
     }
 
     /// Removes the directories of attempts not running here whose last change is

@@ -472,6 +472,7 @@ mod tests {
                 cpu_ms: 0,
                 wall_ms: 0,
                 result: vec![b'x'; 100_000],
+                stored: Default::default(),
             },
         };
         let id = task_report_id(engine, &task, 1, Seq(1), kind);

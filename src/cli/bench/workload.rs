@@ -95,6 +95,7 @@ pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32, dispatch:
         cpu_ms: 0,
         wall_ms: 0,
         result: Vec::new(),
+        stored: Default::default(),
     };
     [started, completed].map(|event| Envelope {
         id: task_report_id(engine, task, attempt, dispatch, event.kind_name()),
