@@ -78,6 +78,12 @@ const JSON_OMITTED_WHEN_ZERO: &[&str] = &[
     ".gridfold.v1.PolicySet.flood",
     ".gridfold.v1.PolicySet.caps",
     ".gridfold.v1.JobOptions.campaign",
+    ".gridfold.v1.TaskCompleted.stdout_stored",
+    ".gridfold.v1.TaskCompleted.stderr_stored",
+    ".gridfold.v1.TaskFailed.stdout_stored",
+    ".gridfold.v1.TaskFailed.stderr_stored",
+    ".gridfold.v1.Delivery.engine",
+    ".gridfold.v1.Delivery.seal",
 ];
 
 fn main() {

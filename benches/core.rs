@@ -34,6 +34,11 @@
 //!   reserving jobs that cannot start, backfilling around them. Its decisions
 //!   (tasks started, one per parallel task) are printed, not asserted to 5,000.
 //!
+//! - `delivery/seal_1`, `delivery/check_1`, `delivery/seal_64`, `delivery/check_64`:
+//!   sealing the message of one run order (the projector) and checking it (the
+//!   engine: decode, find the seal, verify it under a registered key), alone
+//!   and for 64 joined in one message; per delivery (throughput in elements).
+//!
 //! Every input is built before the timed section from fixed seeds
 //! (`SplitMix64`), so two runs measure the same work; the builders print progress
 //! and a fingerprint of what they built (digests of the history and of the orders
@@ -260,6 +265,7 @@ fn completed(task: TaskRef, attempt: u32, engine: EngineId, wall_ms: u64) -> Eve
         cpu_ms: wall_ms * 9 / 10,
         wall_ms,
         result: Vec::new(),
+        stored: Default::default(),
     }
 }
 
@@ -338,6 +344,7 @@ fn build_history() -> Vec<Entry> {
                     exit_code: Some(1),
                     kind: FailureKind::NonZeroExit,
                     error_tail: "Traceback (most recent call last): ValueError: bad input".into(),
+                    stored: Default::default(),
                 }
             } else {
                 completed(run.task, run.attempt, run.engine, run.wall_ms)
@@ -1175,5 +1182,65 @@ fn bench_state(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_fold, bench_schedule, bench_state);
+/// One run order as the projector delivers it: a task of `render` with a
+/// realistic command line and parameters.
+fn run_delivery(engine: &EngineId, n: usize) -> gridfold::wire::delivery::Delivery {
+    use gridfold::core::ids::{JobId, Seq};
+    use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask};
+    Delivery {
+        id: Delivery::id_for(Seq(1_000_000), n),
+        batch_seq: Seq(1_000_000),
+        engine: engine.clone(),
+        epoch: 999_000,
+        kind: DeliveryKind::Run(RunTask {
+            task: TaskRef::new(JobId::new("render-2024-q3").unwrap(), n as u32),
+            attempt: 1,
+            argv: vec!["render".into(), format!("--frame={n}"), "--scene=intro".into()],
+            params: [("scene".to_string(), "intro".to_string()), ("quality".to_string(), "high".to_string())].into(),
+            wall_time_limit_ms: 3_600_000,
+            slots: 1,
+            root_library: None,
+            output_bytes_max: 16 << 20,
+            work_dir_retention_ms: 86_400_000,
+            nodes: Vec::new(),
+            companion: false,
+            companion_argv: Vec::new(),
+        }),
+    }
+}
+
+/// Sealing deliveries (the projector, per message) and checking them (the
+/// engine: decode, find the seal, verify it under a registered key), for one
+/// delivery alone and for 64 joined in one message, per delivery: the cost
+/// sealed deliveries add to each task.
+fn bench_delivery_seal(c: &mut Criterion) {
+    use gridfold::core::trust::KeyRing;
+    use gridfold::projector::key::ProjectorKey;
+    use gridfold::wire::delivery::{decode_sealed_deliveries, delivery_signed_message};
+    let key = ProjectorKey::from_seed([0x5e; 32]);
+    let mut ring = KeyRing::new();
+    ring.register(&key.public(), "bench").unwrap();
+    let engine = engine_id("node-0001");
+    let check = |ring: &KeyRing, bytes: &[u8]| {
+        let (deliveries, seal) = decode_sealed_deliveries(&engine, bytes).unwrap();
+        let seal = seal.expect("sealed");
+        let message = delivery_signed_message(bytes, &seal).expect("the seal is last");
+        ring.check(&seal, &message).unwrap();
+        deliveries.len()
+    };
+    let mut group = c.benchmark_group("delivery");
+    for n in [1usize, 64] {
+        let deliveries: Vec<_> = (0..n).map(|i| run_delivery(&engine, i)).collect();
+        let messages = key.delivery_messages(&deliveries);
+        assert_eq!(messages.len(), 1);
+        let bytes = messages[0].payload.clone();
+        assert_eq!(check(&ring, &bytes), n);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("seal_{n}"), |b| b.iter(|| black_box(key.delivery_messages(black_box(&deliveries)))));
+        group.bench_function(format!("check_{n}"), |b| b.iter(|| black_box(check(&ring, black_box(&bytes)))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_fold, bench_schedule, bench_state, bench_delivery_seal);
 criterion_main!(benches);

@@ -11,7 +11,7 @@
 //! | operator | `gridfold.ev.op.>` (policy, drain, blacklists, libraries, override tickets, keys, and any job), libraries (`$O.GRIDFOLD_LIBRARIES.>`); queries | every gridfold stream |
 //! | submitter `<name>` | `gridfold.ev.user.<name>.>`: its own jobs; queries | query answers |
 //! | auditor | queries | the log |
-//! | engine `<id>` | `gridfold.ev.engine.<id>.>`; its tasks' output objects (`$O.GRIDFOLD_OUTPUT.>`) | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the newest entry on its own login subject (direct get); the libraries; output objects' metadata, never their contents |
+//! | engine `<id>` | `gridfold.ev.engine.<id>.>`; its tasks' output objects (`$O.GRIDFOLD_OUTPUT.>`) | its own consumer `gridfold-engine-<id>` on `GRIDFOLD_ORDERS`, filtered to `gridfold.order.<id>`; the keys' subject `gridfold.ev.op.keys` through its own consumer `gridfold-keys-<id>` on `GRIDFOLD_EVENTS`; the newest entry on its own login subject (direct get); the libraries; output objects' metadata, never their contents |
 //!
 //! Stream creation: the projector creates `GRIDFOLD_EVENTS`, `GRIDFOLD_ORDERS`,
 //! the lease bucket and the output bucket; so may the operator (`gridfold
@@ -30,7 +30,9 @@
 //! to take it over from an older process under its name). An engine's consumer create subject carries
 //! its name and filter (`$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-<id>.gridfold.order.<id>`),
 //! and the server refuses a request whose configuration names another filter, so an
-//! engine can read nothing but its own orders. Replies (API answers, publish acks,
+//! engine can read nothing but its own orders; the same holds of the consumer it
+//! reads the projector keys with (`$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-<id>.gridfold.ev.op.keys`):
+//! of the log it reads only the keys' subject and its own logins. Replies (API answers, publish acks,
 //! pulled messages) go to each principal's private inbox prefix,
 //! `_INBOX_<principal>` ([`Principal::inbox_prefix`]), the only one it may subscribe
 //! to: no principal can read another's replies.
@@ -42,13 +44,13 @@ use std::path::PathBuf;
 
 use crate::core::ids::{EngineId, UserName};
 use crate::core::subject::{ENGINE_SUBJECT_PREFIX, OPERATOR_SUBJECT_PREFIX, user_subject_prefix};
-use crate::engine::feed::consumer_name;
+use crate::engine::feed::{consumer_name, keys_reader_name};
 use crate::library_store::BUCKET as LIBRARY_BUCKET;
 use crate::output_store::BUCKET as OUTPUT_BUCKET;
 use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
 use crate::projector::service::lease::LEASE_BUCKET;
 use crate::wire::delivery::order_subject;
-use crate::wire::{ORDERS_SUBJECT, TICK_SUBJECT, engine_login_subject};
+use crate::wire::{KEYS_SUBJECT, ORDERS_SUBJECT, TICK_SUBJECT, engine_login_subject};
 
 /// The account every gridfold user is in.
 pub const ACCOUNT: &str = "GRIDFOLD";
@@ -236,6 +238,16 @@ pub fn permissions(principal: &Principal) -> Permissions {
                 "DIRECT.GET.{STREAM_EVENTS}.{}",
                 engine_login_subject(engine)
             )));
+            // The projector keys registered on the log, to check deliveries' seals:
+            // a consumer of its own name filtered to the keys' subject, made,
+            // read and deleted (`EventLog::read_subject`), no other.
+            let keys_reader = keys_reader_name(engine);
+            publish.extend([
+                api(&format!("CONSUMER.CREATE.{STREAM_EVENTS}.{keys_reader}.{KEYS_SUBJECT}")),
+                api(&format!("CONSUMER.INFO.{STREAM_EVENTS}.{keys_reader}")),
+                api(&format!("CONSUMER.MSG.NEXT.{STREAM_EVENTS}.{keys_reader}")),
+                api(&format!("CONSUMER.DELETE.{STREAM_EVENTS}.{keys_reader}")),
+            ]);
             publish.extend(bind(STREAM_ORDERS));
             publish.extend([
                 api(&format!(
@@ -542,7 +554,7 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_reads_only_its_own_orders_its_own_logins_and_replies() {
+    fn an_engine_reads_only_its_own_orders_its_own_logins_the_keys_and_replies() {
         let e1 = engine("e1");
         let own = "$JS.API.CONSUMER.CREATE.GRIDFOLD_ORDERS.gridfold-engine-e1.gridfold.order.e1";
         assert!(may_publish(&e1, own));
@@ -565,6 +577,32 @@ mod tests {
             "$JS.API.STREAM.MSG.GET.GRIDFOLD_ORDERS",
             "$JS.API.DIRECT.GET.GRIDFOLD_ORDERS.gridfold.order.e2",
             "$JS.API.STREAM.CREATE.GRIDFOLD_ORDERS",
+        ] {
+            assert!(!may_publish(&e1, other), "{other}");
+        }
+        // The keys' subject of the log through its own reader, made, read and deleted.
+        for keys in [
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.INFO.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.MSG.NEXT.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+        ] {
+            assert!(may_publish(&e1, keys), "{keys}");
+        }
+        for other in [
+            // Another filter under its reader's name: the jobs, another engine's reports.
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.job.submitted",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.engine.e2.completed",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.>",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            // The keys' filter under another name, another engine's reader, none.
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e2.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.CREATE.GRIDFOLD_EVENTS.sneaky.gridfold.ev.op.keys",
+            "$JS.API.CONSUMER.DURABLE.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1",
+            "$JS.API.CONSUMER.MSG.NEXT.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.CONSUMER.DELETE.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.CONSUMER.INFO.GRIDFOLD_EVENTS.gridfold-keys-e2",
+            "$JS.API.DIRECT.GET.GRIDFOLD_EVENTS.gridfold.ev.op.keys",
         ] {
             assert!(!may_publish(&e1, other), "{other}");
         }

@@ -9,8 +9,11 @@
 //!   bucket's whole size ([`BUCKET_BYTES_MAX`]). Every user of the bucket checks
 //!   its stream is of gridfold's making ([`crate::log::stream_check`]) before
 //!   it stores or reads anything.
-//! - One object per attempt and stream, named
-//!   `out/<job>/<index>/<attempt>/<stdout|stderr>` ([`object_name`]), holding at
+//! - One object per run and stream, named
+//!   `out/<job>/<index>/<attempt>/<dispatch>/<stdout|stderr>` ([`object_name`]),
+//!   where `<dispatch>` is the log sequence of the batch whose order the run
+//!   answered (an attempt's record says it: `AttemptRecord::dispatch_seq`), so a
+//!   run of the same attempt number again after a preemption stores apart; holding at
 //!   most the attempt's bound (its share of the policy's `[output]` bounds, decided
 //!   by the fold at dispatch: see [`crate::core::event::OutputPolicy`] and
 //!   [`crate::core::state::attempts`]), and at most the engine's own
@@ -28,8 +31,9 @@ use async_nats::jetstream::{self as js, object_store};
 use base64::Engine as _;
 use tokio::io::AsyncReadExt as _;
 
-use crate::core::ids::{Attempt, TaskRef};
-use crate::projector::results::{OutputReply, OutputRequest, TaskReply, OUTPUT_PAGE_BYTES_MAX};
+use crate::core::event::StoredOutput;
+use crate::core::ids::{Attempt, Seq, TaskRef};
+use crate::projector::results::{OutputReply, OutputRequest, ReportedOutput, TaskReply, OUTPUT_PAGE_BYTES_MAX};
 use crate::projector::service::{ProjectorGone, ProjectorHandle};
 
 /// The object-store bucket of tasks' output.
@@ -66,9 +70,25 @@ impl Stream {
     }
 }
 
-/// The object holding one stream of one attempt.
-pub fn object_name(task: &TaskRef, attempt: Attempt, stream: Stream) -> String {
-    format!("out/{}/{}/{attempt}/{}", task.job, task.index, stream.as_str())
+/// One run of a task: its attempt's number and the log sequence of the batch
+/// whose dispatch it answered (a preempted attempt's number runs again,
+/// answering a later dispatch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run<'a> {
+    pub task: &'a TaskRef,
+    pub attempt: Attempt,
+    pub dispatch: Seq,
+}
+
+impl std::fmt::Display for Run<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} attempt {}", self.task, self.attempt)
+    }
+}
+
+/// The object holding one stream of one run.
+pub fn object_name(run: Run<'_>, stream: Stream) -> String {
+    format!("out/{}/{}/{}/{}/{}", run.task.job, run.task.index, run.attempt, run.dispatch.0, stream.as_str())
 }
 
 /// What the store holds of one stream.
@@ -137,7 +157,7 @@ impl OutputStore {
         }
         let config = object_store::Config {
             bucket: BUCKET.to_string(),
-            description: Some("gridfold tasks' stdout and stderr, one object per out/<job>/<index>/<attempt>/<stream>".into()),
+            description: Some("gridfold tasks' stdout and stderr, one object per out/<job>/<index>/<attempt>/<dispatch>/<stream>".into()),
             max_age: retention,
             max_bytes: BUCKET_BYTES_MAX,
             ..Default::default()
@@ -153,18 +173,18 @@ impl OutputStore {
     }
 
     /// Stores the file at `path` (already cut to its bound by the engine) as one
-    /// stream of an attempt. An empty file stores nothing.
+    /// stream of a run: its length and blake3 as sent (for the run's end report).
+    /// An empty file stores nothing.
     pub async fn put(
         &self,
-        task: &TaskRef,
-        attempt: Attempt,
+        run: Run<'_>,
         stream: Stream,
         path: &Path,
         truncated: bool,
-    ) -> Result<Option<StoredStream>, OutputError> {
-        let object = object_name(task, attempt, stream);
+    ) -> Result<Option<StoredOutput>, OutputError> {
+        let object = object_name(run, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
-        let mut file = match tokio::fs::File::open(path).await {
+        let file = match tokio::fs::File::open(path).await {
             Ok(file) => file,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(transfer(format!("{}: {err}", path.display()))),
@@ -177,20 +197,25 @@ impl OutputStore {
         let metadata: HashMap<String, String> = [(META_TRUNCATED.to_string(), truncated.to_string())].into_iter().collect();
         let meta = object_store::ObjectMetadata {
             name: object.clone(),
-            description: Some(format!("{} of {task} attempt {attempt}", stream.as_str())),
+            description: Some(format!("{} of {run}", stream.as_str())),
             metadata,
             ..Default::default()
         };
-        let info = tokio::time::timeout(TRANSFER_TIMEOUT, store.put(meta, &mut file))
+        let mut hashing = Hashing::new(file);
+        let info = tokio::time::timeout(TRANSFER_TIMEOUT, store.put(meta, &mut hashing))
             .await
             .map_err(|_| transfer("timed out".into()))?
             .map_err(|err| transfer(format!("storing: {err}")))?;
-        Ok(Some(StoredStream { bytes: info.size as u64, truncated }))
+        let sent = hashing.finish();
+        if info.size as u64 != sent.bytes {
+            return Err(transfer(format!("{} bytes sent, the store says it holds {}", sent.bytes, info.size)));
+        }
+        Ok(Some(sent))
     }
 
     /// What is stored of one stream, if anything.
-    pub async fn stat(&self, task: &TaskRef, attempt: Attempt, stream: Stream) -> Result<Option<StoredStream>, OutputError> {
-        let object = object_name(task, attempt, stream);
+    pub async fn stat(&self, run: Run<'_>, stream: Stream) -> Result<Option<StoredStream>, OutputError> {
+        let object = object_name(run, stream);
         let Ok(store) = self.bucket().await else { return Ok(None) };
         match store.info(&object).await {
             Ok(info) if !info.deleted => Ok(Some(StoredStream { bytes: info.size as u64, truncated: truncated_of(&info) })),
@@ -200,24 +225,26 @@ impl OutputStore {
         }
     }
 
-    /// At most `max_bytes` of one stream from `offset`, with what is stored of it.
+    /// At most `max_bytes` of one stream from `offset`, with what is stored of
+    /// it; and when the read reached its end, the whole object's length and
+    /// blake3 (it reads from the start: what comes before `offset` too).
     pub async fn read(
         &self,
-        task: &TaskRef,
-        attempt: Attempt,
+        run: Run<'_>,
         stream: Stream,
         offset: u64,
         max_bytes: u64,
-    ) -> Result<(StoredStream, Vec<u8>), OutputError> {
-        let object = object_name(task, attempt, stream);
+    ) -> Result<Page, OutputError> {
+        let object = object_name(run, stream);
         let transfer = |detail: String| OutputError::Transfer { object: object.clone(), detail };
-        let not_found = || OutputError::NotFound { task: task.to_string(), attempt, stream: stream.as_str() };
+        let not_found = || OutputError::NotFound { task: run.task.to_string(), attempt: run.attempt, stream: stream.as_str() };
         let store = self.bucket().await.map_err(|_| not_found())?;
-        let mut reader = store.get(&object).await.map_err(|err| match err.kind() {
+        let reader = store.get(&object).await.map_err(|err| match err.kind() {
             object_store::GetErrorKind::NotFound => not_found(),
             _ => transfer(format!("fetching: {err}")),
         })?;
         let stored = StoredStream { bytes: reader.info().size as u64, truncated: truncated_of(reader.info()) };
+        let mut reader = Hashing::new(reader);
         let read = async {
             // Skip to `offset`: the object is bounded, so this is bounded too.
             let mut skipped = 0u64;
@@ -232,13 +259,106 @@ impl OutputStore {
             }
             let mut data = Vec::new();
             (&mut reader).take(max_bytes).read_to_end(&mut data).await?;
-            Ok::<_, std::io::Error>(data)
+            // At the end? Then the hash covers the whole object.
+            let at_end = reader.read(&mut sink[..1]).await? == 0;
+            Ok::<_, std::io::Error>((data, at_end))
         };
-        let data = tokio::time::timeout(TRANSFER_TIMEOUT, read)
+        let (data, at_end) = tokio::time::timeout(TRANSFER_TIMEOUT, read)
             .await
             .map_err(|_| transfer("timed out".into()))?
             .map_err(|err| transfer(format!("reading: {err}")))?;
-        Ok((stored, data))
+        Ok(Page { stored, data, whole: at_end.then(|| reader.finish()) })
+    }
+
+    /// Reads one stream of a run whole, if the store holds it: what it holds
+    /// (length, blake3) and whether the output was cut. Its length alone when it
+    /// differs from `expected`'s (no need to read it then).
+    pub async fn check(&self, run: Run<'_>, stream: Stream, expected: Option<StoredOutput>) -> Result<Option<Found>, OutputError> {
+        let Some(stored) = self.stat(run, stream).await? else { return Ok(None) };
+        if expected.is_none_or(|expected| expected.bytes != stored.bytes) {
+            return Ok(Some(Found { stored, blake3: None }));
+        }
+        match self.read(run, stream, stored.bytes, 0).await {
+            Ok(page) => Ok(Some(Found { stored: page.stored, blake3: page.whole.map(|whole| whole.blake3) })),
+            Err(OutputError::NotFound { .. }) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// One read of a stream (see [`OutputStore::read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub stored: StoredStream,
+    pub data: Vec<u8>,
+    /// The whole object's length and blake3, when the read reached its end.
+    pub whole: Option<StoredOutput>,
+}
+
+/// What the store holds of a stream (see [`OutputStore::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub stored: StoredStream,
+    /// Its blake3, when it was read whole.
+    pub blake3: Option<[u8; 32]>,
+}
+
+/// Why what the store holds of one stream of a run is not what its engine
+/// reported storing (its end report's length and blake3, `reported`), or
+/// `None` when it is (or when the store holds nothing: a missing object is
+/// said as such). `found_blake3` is `None` when the object was not read whole:
+/// then its length alone is compared.
+pub fn altered(run: Run<'_>, stream: Stream, reported: Option<StoredOutput>, found_bytes: u64, found_blake3: Option<[u8; 32]>) -> Option<String> {
+    let what = format!("the {} of {run}", stream.as_str());
+    let found = || match found_blake3 {
+        Some(hash) => format!("{found_bytes} bytes (blake3 {})", hex::encode(hash)),
+        None => format!("{found_bytes} bytes"),
+    };
+    match reported {
+        None => Some(format!("{what} was altered: its engine reported storing none, the store holds {}", found())),
+        Some(reported) if reported.bytes != found_bytes || found_blake3.is_some_and(|hash| hash != reported.blake3) => Some(format!(
+            "{what} was altered: its engine stored {} bytes (blake3 {}), the store holds {}",
+            reported.bytes,
+            hex::encode(reported.blake3),
+            found()
+        )),
+        Some(_) => None,
+    }
+}
+
+/// A reader that hashes (blake3) and counts what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl<R> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Hashing { inner, hasher: blake3::Hasher::new(), bytes: 0 }
+    }
+
+    /// The length and blake3 of what was read.
+    fn finish(&self) -> StoredOutput {
+        StoredOutput { bytes: self.bytes, blake3: *self.hasher.finalize().as_bytes() }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Hashing<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let new = &buf.filled()[before..];
+            this.hasher.update(new);
+            this.bytes += new.len() as u64;
+        }
+        polled
     }
 }
 
@@ -247,7 +367,9 @@ fn truncated_of(info: &object_store::ObjectInfo) -> bool {
 }
 
 /// A task reply with what the store holds of each attempt's output (at most
-/// `ATTEMPTS_KEPT_PER_TASK` attempts, two lookups each).
+/// `ATTEMPTS_KEPT_PER_TASK` attempts, each stream read whole when its length
+/// is the one its engine reported), and how any of it is not what the engine
+/// stored ([`altered`]).
 pub async fn with_stored_output(store: &OutputStore, mut reply: TaskReply) -> TaskReply {
     let Ok(task) = reply.task.parse::<TaskRef>() else { return reply };
     if reply.error.is_some() {
@@ -257,17 +379,32 @@ pub async fn with_stored_output(store: &OutputStore, mut reply: TaskReply) -> Ta
         if matches!(attempt.outcome.as_str(), "dispatched" | "running") {
             continue;
         }
-        let stdout = store.stat(&task, attempt.attempt, Stream::Stdout).await.ok().flatten();
-        let stderr = store.stat(&task, attempt.attempt, Stream::Stderr).await.ok().flatten();
-        attempt.stdout_stored_bytes = stdout.map(|s| s.bytes);
-        attempt.stderr_stored_bytes = stderr.map(|s| s.bytes);
-        attempt.output_truncated = stdout.is_some_and(|s| s.truncated) || stderr.is_some_and(|s| s.truncated);
+        let run = Run { task: &task, attempt: attempt.attempt, dispatch: Seq(attempt.dispatch_seq) };
+        let mut truncated = false;
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let reported = match stream {
+                Stream::Stdout => attempt.stdout_reported.as_ref(),
+                Stream::Stderr => attempt.stderr_reported.as_ref(),
+            }
+            .and_then(ReportedOutput::stored);
+            let Ok(Some(found)) = store.check(run, stream, reported).await else { continue };
+            truncated |= found.stored.truncated;
+            match stream {
+                Stream::Stdout => attempt.stdout_stored_bytes = Some(found.stored.bytes),
+                Stream::Stderr => attempt.stderr_stored_bytes = Some(found.stored.bytes),
+            }
+            attempt.output_altered.extend(altered(run, stream, reported, found.stored.bytes, found.blake3));
+        }
+        attempt.output_truncated = truncated;
     }
     reply
 }
 
 /// Answers `gridfold.q.output`: the attempt asked for (by default the task's
-/// newest kept attempt that ended), one page of its stream.
+/// newest kept attempt that ended), one page of its stream, with what its
+/// engine reported storing; none of it when the object is not that
+/// ([`altered`]: its length differs, or, on a page that reaches its end, its
+/// blake3).
 pub async fn answer_output(
     store: &OutputStore,
     handle: &ProjectorHandle,
@@ -285,26 +422,62 @@ pub async fn answer_output(
         return Ok(reply);
     }
     let task: TaskRef = request.task.parse().expect("the projector parsed it");
-    let attempt = match request.attempt {
-        Some(n) => n,
-        None => match task_reply.attempts.iter().rev().find(|a| !matches!(a.outcome.as_str(), "dispatched" | "running")) {
-            Some(a) => a.attempt,
-            None => {
-                reply.error = Some(format!("{task} has no ended attempt yet"));
-                return Ok(reply);
-            }
-        },
+    // The newest run of the attempt asked for (a preempted one may have run
+    // before it under the same number), or the newest ended run.
+    let chosen = match request.attempt {
+        Some(n) => task_reply.attempts.iter().rev().find(|a| a.attempt == n),
+        None => task_reply.attempts.iter().rev().find(|a| !matches!(a.outcome.as_str(), "dispatched" | "running")),
     };
-    reply.attempt = attempt;
+    let Some(chosen) = chosen else {
+        reply.error = Some(match request.attempt {
+            Some(n) => format!("{task} has no attempt {n} kept"),
+            None => format!("{task} has no ended attempt yet"),
+        });
+        return Ok(reply);
+    };
+    let run = Run { task: &task, attempt: chosen.attempt, dispatch: Seq(chosen.dispatch_seq) };
+    reply.attempt = run.attempt;
+    reply.reported = match stream {
+        Stream::Stdout => chosen.stdout_reported.clone(),
+        Stream::Stderr => chosen.stderr_reported.clone(),
+    };
+    let reported = reply.reported.as_ref().and_then(ReportedOutput::stored);
     let max = u64::from(request.max_bytes.unwrap_or(OUTPUT_PAGE_BYTES_MAX).clamp(1, OUTPUT_PAGE_BYTES_MAX));
-    match store.read(&task, attempt, stream, request.offset, max).await {
-        Ok((stored, data)) => {
-            reply.total_bytes = stored.bytes;
-            reply.truncated = stored.truncated;
-            reply.eof = request.offset + data.len() as u64 >= stored.bytes;
-            reply.data_base64 = base64::engine::general_purpose::STANDARD.encode(&data);
+    match store.read(run, stream, request.offset, max).await {
+        Ok(page) => {
+            reply.total_bytes = page.stored.bytes;
+            reply.truncated = page.stored.truncated;
+            let whole = page.whole.map(|whole| whole.blake3);
+            reply.altered = altered(run, stream, reported, page.stored.bytes, whole);
+            reply.eof = reply.altered.is_some() || request.offset + page.data.len() as u64 >= page.stored.bytes;
+            if reply.altered.is_none() {
+                reply.data_base64 = base64::engine::general_purpose::STANDARD.encode(&page.data);
+            }
         }
         Err(error) => reply.error = Some(error.to_string()),
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_altered_when_its_length_or_hash_is_not_what_its_engine_reported() {
+        let task: TaskRef = "j/0".parse().unwrap();
+        let run = Run { task: &task, attempt: 2, dispatch: Seq(40) };
+        let reported = StoredOutput { bytes: 6, blake3: *blake3::hash(b"out-0\n").as_bytes() };
+        let same = Some(reported.blake3);
+        assert_eq!(altered(run, Stream::Stdout, Some(reported), 6, same), None);
+        assert_eq!(altered(run, Stream::Stdout, Some(reported), 6, None), None, "not read whole: its length is all there is");
+        let longer = altered(run, Stream::Stdout, Some(reported), 9, None).unwrap();
+        assert!(longer.starts_with("the stdout of j/0 attempt 2 was altered: its engine stored 6 bytes") && longer.ends_with("the store holds 9 bytes"), "{longer}");
+        let other = *blake3::hash(b"OUT-0\n").as_bytes();
+        let swapped = altered(run, Stream::Stderr, Some(reported), 6, Some(other)).unwrap();
+        assert!(swapped.contains(&hex::encode(other)) && swapped.contains(&hex::encode(reported.blake3)), "{swapped}");
+        let planted = altered(run, Stream::Stdout, None, 3, Some(other)).unwrap();
+        assert!(planted.contains("its engine reported storing none, the store holds 3 bytes"), "{planted}");
+        assert_eq!(object_name(run, Stream::Stderr), "out/j/0/2/40/stderr");
+    }
 }

@@ -3,8 +3,9 @@
 //! `-o`/`-e` and `qsub -sync y`), all through the projector's queries
 //! ([`crate::projector::results`]).
 //!
-//! Exit codes: 0 success; 1 an unknown job or task, no such output, or (for `wait`)
-//! a job that did not complete every task; 2 bad input.
+//! Exit codes: 0 success; 1 an unknown job or task, no such output, output the
+//! store holds altered (not what its engine stored: said on stderr, not
+//! printed), or (for `wait`) a job that did not complete every task; 2 bad input.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -204,6 +205,9 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
         text += &format!("  wall {}, cpu {}\n", seconds(wall), seconds(cpu));
     }
     text += &format!("  output bound: {} of stdout and as much of stderr\n", byte_size(a.output_bytes_max));
+    for altered in &a.output_altered {
+        text += &format!("  ALTERED: {altered}\n");
+    }
     for (stream, bytes) in [("stdout", a.stdout_stored_bytes), ("stderr", a.stderr_stored_bytes)] {
         if let Some(bytes) = bytes {
             let cut = if a.output_truncated { " (cut at its bound)" } else { "" };
@@ -230,17 +234,20 @@ fn attempt_text(task: &str, a: &AttemptView) -> String {
     text
 }
 
+/// Reads every page before it writes any: what it prints is checked whole
+/// against the attempt's end report (length and blake3). When the store holds
+/// something else (the projector says so, or the pages read do not match), it
+/// prints none of it and says "altered" on stderr: exit 1.
 pub fn output(args: OutputArgs) -> anyhow::Result<ExitCode> {
     let stream = if args.stderr { "stderr" } else { "stdout" };
     block_on(async {
-        let mut out = std::io::stdout().lock();
-        let mut offset = 0u64;
+        let mut read: Vec<u8> = Vec::new();
         for _ in 0..OUTPUT_PAGES_MAX {
             let request = OutputRequest {
                 task: args.task.clone(),
                 attempt: args.attempt,
                 stream: Some(stream.to_string()),
-                offset,
+                offset: read.len() as u64,
                 max_bytes: None,
             };
             let reply: OutputReply = ask(&args.nats, OUTPUT_SUBJECT, &request).await?;
@@ -248,12 +255,21 @@ pub fn output(args: OutputArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("{}", printable(error));
                 return Ok(ExitCode::FAILURE);
             }
+            if let Some(altered) = &reply.altered {
+                eprintln!("altered: {altered}; not printed");
+                return Ok(ExitCode::FAILURE);
+            }
             let data = base64::engine::general_purpose::STANDARD
                 .decode(&reply.data_base64)
                 .map_err(|e| anyhow::anyhow!("the projector's output page does not decode: {e}"))?;
-            out.write_all(&data)?;
-            offset += data.len() as u64;
+            read.extend_from_slice(&data);
             if reply.eof || data.is_empty() {
+                if let Some(altered) = altered_read(&reply, &read) {
+                    eprintln!("altered: {altered}; not printed");
+                    return Ok(ExitCode::FAILURE);
+                }
+                let mut out = std::io::stdout().lock();
+                out.write_all(&read)?;
                 out.flush()?;
                 if reply.truncated {
                     eprintln!("(the {stream} of {} attempt {} was cut at its bound: {} bytes stored)", reply.task, reply.attempt, reply.total_bytes);
@@ -263,6 +279,27 @@ pub fn output(args: OutputArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::bail!("more than {OUTPUT_PAGES_MAX} pages of output: stopped")
     })
+}
+
+/// Why the whole of what was read (`read`, every page to the last, `reply`) is
+/// not what the attempt's engine reported storing; `None` when it is.
+fn altered_read(reply: &OutputReply, read: &[u8]) -> Option<String> {
+    let found = blake3::hash(read);
+    let (task, attempt, stream) = (&reply.task, reply.attempt, &reply.stream);
+    let reported = reply.reported.as_ref().and_then(crate::projector::results::ReportedOutput::stored);
+    match reported {
+        Some(reported) if reported.bytes == read.len() as u64 && reported.blake3 == *found.as_bytes() => None,
+        Some(reported) => Some(format!(
+            "the {stream} of {task} attempt {attempt} read is not what its engine stored: it stored {} bytes (blake3 {}), {} bytes (blake3 {found}) were read",
+            reported.bytes,
+            hex::encode(reported.blake3),
+            read.len()
+        )),
+        None => Some(format!(
+            "the {stream} of {task} attempt {attempt} read is not what its engine stored: it reported storing none, {} bytes (blake3 {found}) were read",
+            read.len()
+        )),
+    }
 }
 
 pub fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
@@ -430,6 +467,27 @@ mod tests {
         assert!(text.contains(r"remote job 42\x1b[H"), "{text}");
         // The tail keeps its lines, each one marked as the tail's.
         assert!(text.contains("    | boom\\x1b[2J\n    | fake line\n"), "{text}");
+    }
+
+    #[test]
+    fn what_output_read_is_printed_only_when_it_is_what_the_engine_reported() {
+        use crate::core::event::StoredOutput;
+        use crate::projector::results::{OutputReply, ReportedOutput};
+        let stored = |bytes: &[u8]| StoredOutput { bytes: bytes.len() as u64, blake3: *blake3::hash(bytes).as_bytes() };
+        let reply = |reported: Option<StoredOutput>| OutputReply {
+            task: "j/0".into(),
+            attempt: 1,
+            stream: "stdout".into(),
+            reported: reported.map(ReportedOutput::from),
+            ..Default::default()
+        };
+        let reported = reply(Some(stored(b"out-0\n")));
+        assert_eq!(super::altered_read(&reported, b"out-0\n"), None);
+        let swapped = super::altered_read(&reported, b"OUT-0\n").unwrap();
+        assert!(swapped.starts_with("the stdout of j/0 attempt 1 read is not what its engine stored: it stored 6 bytes"), "{swapped}");
+        assert!(swapped.contains(&blake3::hash(b"OUT-0\n").to_hex().to_string()), "{swapped}");
+        assert!(super::altered_read(&reported, b"out-0\nmore").is_some());
+        assert!(super::altered_read(&reply(None), b"planted").unwrap().contains("it reported storing none"));
     }
 }
 

@@ -90,6 +90,23 @@ impl Entry {
     }
 }
 
+/// One stream of an attempt's output as its engine stored it in the object
+/// store: its length and blake3, for readers to tell whether what the store
+/// holds now is what the engine stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredOutput {
+    pub bytes: u64,
+    pub blake3: [u8; 32],
+}
+
+/// What an attempt's end report says its engine stored of each stream; `None`:
+/// nothing (an empty stream, or one the store did not take).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredStreams {
+    pub stdout: Option<StoredOutput>,
+    pub stderr: Option<StoredOutput>,
+}
+
 /// Who published an entry, as its subject says (see [`super::subject`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Origin {
@@ -156,6 +173,7 @@ pub enum Event {
     /// submitted the attempt to (a Slurm job id); empty for an ordinary engine.
     /// At most [`REMOTE_JOB_BYTES_MAX`] bytes (refused at decode).
     TaskStarted { task: TaskRef, attempt: Attempt, engine: EngineId, remote_job: String },
+    /// `stored`: what the engine stored of the attempt's output (see [`StoredStreams`]).
     TaskCompleted {
         task: TaskRef,
         attempt: Attempt,
@@ -164,6 +182,7 @@ pub enum Event {
         cpu_ms: u64,
         wall_ms: u64,
         result: Vec<u8>,
+        stored: StoredStreams,
     },
     TaskFailed {
         task: TaskRef,
@@ -172,6 +191,7 @@ pub enum Event {
         exit_code: Option<i32>,
         kind: FailureKind,
         error_tail: String,
+        stored: StoredStreams,
     },
     PolicySet(Policy),
     /// Time passes: lets timers fire when nothing else happens. Carries nothing;

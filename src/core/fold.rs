@@ -131,17 +131,12 @@ fn apply_event(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut 
         Event::JobPriorityChanged { job, priority } => change_priority(state, job, *priority),
         Event::ProjectPriorityChanged { job, priority } => change_project_priority(state, job, *priority),
         Event::JobOverrideTicketsSet { job, tickets } => set_override_tickets(state, job, *tickets),
-        Event::EngineLoggedIn { engine, slots, props } => {
-            if *slots == 0 {
-                Err(Rejection::InvalidEngine { engine: engine.clone(), problem: "an engine needs at least one slot".into() })
-            } else {
-                // A login opens a new epoch, named by its sequence. Attempts an
-                // earlier epoch still holds are requeued by explicit orders
-                // (`EngineRestarted`), so the log says why each runs again.
-                state.log_in_engine(engine, *slots, props.clone(), seq.0);
-                Ok(())
-            }
-        }
+        Event::EngineLoggedIn { engine, slots, props } => super::trust::check_login(engine, *slots).map(|()| {
+            // A login opens a new epoch, named by its sequence. Attempts an
+            // earlier epoch still holds are requeued by explicit orders
+            // (`EngineRestarted`), so the log says why each runs again.
+            state.log_in_engine(engine, *slots, props.clone(), seq.0);
+        }),
         Event::EngineLoggedOut { engine } => logged_in_engine(state, engine).map(|e| {
             state.set_engine_logged_out(e);
             state.requeue_engine_attempts(e);
@@ -386,28 +381,14 @@ pub fn check_seal(state: &State, entry: &Entry) -> Result<(), Rejection> {
     if seal.sealed_here {
         return Ok(());
     }
-    let signature = ed25519_dalek::Signature::from_bytes(&seal.signature);
-    key.verify_strict(signed, &signature).map_err(|_| refused(SealProblem::BadSignature))
+    super::trust::verify_seal(key, seal, signed).map_err(refused)
 }
 
-/// Most projector keys registered at once (a leader and its standbys, with
-/// room for rotation).
-pub const PROJECTOR_KEYS_MAX: usize = 64;
+pub use super::trust::PROJECTOR_KEYS_MAX;
 
+/// By the rule an engine's key ring applies too ([`super::trust::admit_key`]).
 fn register_key(state: &mut State, key: &[u8; 32], name: &str) -> Result<(), Rejection> {
-    let refuse = |problem: &str| Rejection::InvalidKey { key: hex::encode(key), problem: problem.to_string() };
-    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
-        return Err(refuse("a key's name is 1 to 64 printable characters"));
-    }
-    let Ok(verifying) = ed25519_dalek::VerifyingKey::from_bytes(key) else {
-        return Err(refuse("not an ed25519 public key"));
-    };
-    if state.projector_keys.contains_key(key) {
-        return Err(refuse("already registered"));
-    }
-    if state.projector_keys.len() == PROJECTOR_KEYS_MAX {
-        return Err(refuse(&format!("{PROJECTOR_KEYS_MAX} keys are registered already; revoke one first")));
-    }
+    let verifying = super::trust::admit_key(&state.projector_keys, key, name)?;
     state.register_projector_key(*key, verifying, name.to_string());
     Ok(())
 }

@@ -26,6 +26,7 @@ pub mod schedule;
 pub mod state;
 pub mod subject;
 pub mod testkit;
+pub mod trust;
 pub mod window;
 #[cfg(test)]
 mod ops_tests;

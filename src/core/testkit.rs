@@ -219,6 +219,7 @@ pub fn completed_event(job: &str, index: u32, attempt: u32, engine: &str) -> Eve
         cpu_ms: 10,
         wall_ms: 10,
         result: Vec::new(),
+        stored: Default::default(),
     }
 }
 
@@ -230,5 +231,6 @@ pub fn failed_event(job: &str, index: u32, attempt: u32, engine: &str) -> Event 
         exit_code: Some(1),
         kind: FailureKind::NonZeroExit,
         error_tail: "boom".into(),
+        stored: Default::default(),
     }
 }

@@ -24,12 +24,13 @@ use super::runner::{self, Killer, LaunchSpec, RunEnd, RunNews, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, FenceEvidence, library, probe};
 use crate::core::event::{
     ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
-    Order,
+    Order, StoredStreams,
 };
 use crate::library_store::LibraryStore;
-use crate::core::ids::{Attempt, EngineId, TaskRef};
-use crate::log::EventLog;
-use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_deliveries};
+use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
+use crate::core::trust::KeyRing;
+use crate::log::{EventLog, LogError, RawEntry};
+use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_sealed_deliveries, delivery_signed_message};
 
 /// Beyond the kill grace, how long stopped processes get to be reaped before the
 /// engine gives up waiting for them.
@@ -45,6 +46,13 @@ const FEED_TAKEN_LOGIN_POLL: Duration = Duration::from_millis(100);
 
 /// A sync that ended: the delivery that asked for it, the library, and the error if it failed.
 type SyncDone = (String, LibraryRef, Result<(), String>);
+
+/// A question to the key reader: the entries on the keys' subject after this sequence.
+type KeysAsked = (u64, oneshot::Sender<Result<Vec<RawEntry>, LogError>>);
+/// Most entries the keys' subject may hold for an engine to read them.
+pub const KEY_ENTRIES_MAX: usize = 100_000;
+/// How long one reading of the keys' subject may take.
+const KEYS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs one engine until `shutdown` completes (then drains, logs out and returns
 /// what it did) or until it cannot go on (the log unreachable past the retry
@@ -92,11 +100,8 @@ where
                 })?
         };
         let props = probe::apply_given(measured, &config.given_props)?;
-        let (login_ask, login_newest) = spawn_login_watch(
-            log.clone(),
-            crate::wire::engine_login_subject(&config.engine),
-            config.heartbeat_interval,
-        );
+        let (login_ask, login_newest) = spawn_login_watch(log.clone(), config.engine.clone(), config.heartbeat_interval);
+        let keys_ask = spawn_key_reader(log.clone(), super::feed::keys_reader_name(&config.engine));
         let (outbox, mut publisher_failed, publisher) =
             report::spawn_publisher(log, config.publish_retry.clone(), config.report_window, config.engine.clone());
         let (run_news_tx, run_news_rx) = mpsc::unbounded_channel();
@@ -126,6 +131,10 @@ where
             catch_up_due: None,
             login_ask,
             login_newest,
+            keys: KeyRing::new(),
+            keys_read_to: 0,
+            keys_read_at: None,
+            keys_ask,
             running: BTreeMap::new(),
             runs_after_preemption: BTreeMap::new(),
             slots_used: 0,
@@ -215,30 +224,79 @@ struct Session {
 }
 
 /// Asks the log, each time it is asked (at most one question waiting), for the
-/// newest entry on this engine's login subject, and answers its sequence. Ends
-/// when the agent drops its side. A question the log cannot answer within
-/// `timeout` goes unanswered (said at debug level: the publisher says more).
+/// newest entry on this engine's login subject, and answers its sequence when
+/// it is a login the fold accepts (`core::trust::check_login_entry`), else 0:
+/// an entry the fold rejected (an undecodable one, a login with no slots) is
+/// no newer login, and is said once. Ends when the agent drops its side. A
+/// question the log cannot answer within `timeout` goes unanswered (said at
+/// debug level: the publisher says more).
 fn spawn_login_watch<L: EventLog + 'static>(
     log: L,
-    subject: String,
+    engine: EngineId,
     timeout: Duration,
 ) -> (mpsc::Sender<()>, mpsc::Receiver<u64>) {
     let (ask_tx, mut ask_rx) = mpsc::channel::<()>(1);
     let (newest_tx, newest_rx) = mpsc::channel(1);
+    let subject = crate::wire::engine_login_subject(&engine);
     tokio::spawn(async move {
+        let mut said = 0;
         while ask_rx.recv().await.is_some() {
-            match tokio::time::timeout(timeout, log.last_seq_for_subject(&subject)).await {
-                Ok(Ok(seq)) => {
-                    if newest_tx.send(seq).await.is_err() {
-                        break;
+            let newest = match tokio::time::timeout(timeout, log.last_entry_for_subject(&subject)).await {
+                Ok(Ok(None)) => 0,
+                Ok(Ok(Some(raw))) => {
+                    let entry = crate::wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+                    match crate::core::trust::check_login_entry(&entry, &engine) {
+                        Ok(()) => raw.seq,
+                        Err(rejection) => {
+                            if said != raw.seq {
+                                said = raw.seq;
+                                tracing::warn!(seq = raw.seq, "the newest entry on this engine's login subject is no login the fold accepts ({rejection}): not a newer login of its name");
+                            }
+                            0
+                        }
                     }
                 }
-                Ok(Err(err)) => tracing::debug!(subject, "cannot read the newest login: {err}"),
-                Err(_) => tracing::debug!(subject, "the newest login was not read within {}", crate::human::duration(timeout)),
+                Ok(Err(err)) => {
+                    tracing::debug!(subject, "cannot read the newest login: {err}");
+                    continue;
+                }
+                Err(_) => {
+                    tracing::debug!(subject, "the newest login was not read within {}", crate::human::duration(timeout));
+                    continue;
+                }
+            };
+            if newest_tx.send(newest).await.is_err() {
+                break;
             }
         }
     });
     (ask_tx, newest_rx)
+}
+
+/// Reads the keys' subject for the agent, one question at a time, through a
+/// reader named `reader` (see `EventLog::read_subject`). Ends when the agent
+/// drops its side.
+fn spawn_key_reader<L: EventLog + 'static>(log: L, reader: String) -> mpsc::Sender<KeysAsked> {
+    let (ask_tx, mut ask_rx) = mpsc::channel::<KeysAsked>(1);
+    tokio::spawn(async move {
+        while let Some((after, answer)) = ask_rx.recv().await {
+            let read = log.read_subject(crate::wire::KEYS_SUBJECT, after, &reader, KEY_ENTRIES_MAX).await;
+            let _ = answer.send(read);
+        }
+    });
+    ask_tx
+}
+
+/// What the engine makes of one message on its order subject.
+enum Authenticated {
+    /// Sealed by a registered key, for this engine: to act on.
+    Deliveries(Vec<Delivery>),
+    /// Not deliveries for this engine (it does not decode, or names another engine).
+    Undecodable(String),
+    /// Deliveries, but not sealed by a key registered on the log.
+    Refused(String),
+    /// The keys could not be read to tell: the message is left to come again.
+    KeysUnread(String),
 }
 
 /// Why the engine stopped an attempt it runs.
@@ -264,6 +322,11 @@ struct Running {
     /// own count (the projector's booking holds them), reports nothing, and
     /// stops when the master's part ends.
     companion: bool,
+    /// The log sequence of the batch that dispatched this run: with the engine
+    /// and the attempt, the run's identity. A run of the same attempt number
+    /// again (after a preemption) answers another dispatch, so its reports are
+    /// new messages to the broker and its output another object.
+    dispatch: Seq,
 }
 
 struct Agent {
@@ -294,10 +357,18 @@ struct Agent {
     /// Asks the login watch for the newest login of this engine's name.
     login_ask: mpsc::Sender<()>,
     login_newest: mpsc::Receiver<u64>,
+    /// The projector keys registered on the log, as far as read: a delivery
+    /// runs only when one of them sealed it.
+    keys: KeyRing,
+    /// The log sequence the keys' subject was read to.
+    keys_read_to: u64,
+    /// When the keys' subject was last read (its start).
+    keys_read_at: Option<Instant>,
+    keys_ask: mpsc::Sender<KeysAsked>,
     running: BTreeMap<AttemptKey, Running>,
-    /// Runs of an attempt number whose preempted run is still being stopped:
-    /// started when it has stopped.
-    runs_after_preemption: BTreeMap<AttemptKey, RunTask>,
+    /// Runs of an attempt number whose preempted run is still being stopped
+    /// (with the dispatch each answers): started when it has stopped.
+    runs_after_preemption: BTreeMap<AttemptKey, (RunTask, Seq)>,
     slots_used: u32,
     seen_deliveries: Seen<String>,
     seen_attempts: Seen<AttemptKey>,
@@ -341,6 +412,9 @@ impl Agent {
         publisher_failed: &mut oneshot::Receiver<EngineError>,
         in_hand: &mut Option<F::Ack>,
     ) -> Result<(), EngineError> {
+        if let Err(err) = self.read_keys().await {
+            tracing::warn!("cannot read the projector keys registered on the log yet: {err}; trying again when a delivery comes");
+        }
         self.log_in().await?;
         tokio::pin!(shutdown);
         let period = self.config.heartbeat_interval;
@@ -376,11 +450,13 @@ impl Agent {
                         None => self.handle(&subject, &payload).await,
                     };
                     match handled {
-                        Ok(()) => {
+                        Ok(true) => {
                             if let Err(err) = ack.ack().await {
                                 tracing::warn!("{err}; the delivery will come again and be ignored");
                             }
                         }
+                        // Left unacknowledged: the broker gives it again after its ack wait.
+                        Ok(false) => drop(ack),
                         Err(err) => {
                             // Not handled: the caller hands it back.
                             *in_hand = Some(ack);
@@ -475,7 +551,8 @@ impl Agent {
         }
         let mut lost = None;
         for payload in in_hand.into_iter().chain(held.iter().map(|bytes| &bytes[..])) {
-            let Ok(deliveries) = decode_deliveries(self.engine(), payload) else {
+            // What is not authentic is refused when it is handled: here it says nothing.
+            let Authenticated::Deliveries(deliveries) = self.authenticate(payload, Instant::now()).await else {
                 continue;
             };
             for delivery in deliveries {
@@ -605,18 +682,85 @@ impl Agent {
         }
     }
 
-    /// Acts on one message of the order feed: one delivery, or several joined.
-    async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<(), EngineError> {
-        let deliveries = match decode_deliveries(self.engine(), payload) {
-            Ok(deliveries) => deliveries,
-            Err(err) => {
+    /// Acts on one message of the order feed: one delivery, or several joined,
+    /// when a key registered on the log sealed it for this engine; refuses
+    /// anything else (said, acknowledged, not acted on). False: it could not be
+    /// told (the keys could not be read), and is to come again.
+    async fn handle(&mut self, subject: &str, payload: &[u8]) -> Result<bool, EngineError> {
+        let deliveries = match self.authenticate(payload, Instant::now()).await {
+            Authenticated::Deliveries(deliveries) => deliveries,
+            Authenticated::Undecodable(err) => {
                 self.report.undecodable += 1;
-                tracing::warn!(subject, "ignoring a message that is not a delivery: {err}");
-                return Ok(());
+                tracing::warn!(subject, "ignoring a message that is not a delivery for this engine: {err}");
+                return Ok(true);
+            }
+            Authenticated::Refused(why) => {
+                self.report.refused += 1;
+                tracing::warn!(subject, "refusing a message on this engine's order subject: {why}");
+                return Ok(true);
+            }
+            Authenticated::KeysUnread(err) => {
+                tracing::warn!(subject, "cannot tell whether a registered key sealed a message ({err}): it comes again after the ack wait");
+                return Ok(false);
             }
         };
         for delivery in deliveries {
             self.handle_delivery(delivery).await?;
+        }
+        Ok(true)
+    }
+
+    /// The deliveries of one message if a key registered on the log sealed it
+    /// for this engine (see [`Authenticated`]). A seal by a key the engine does
+    /// not know makes it read the keys' subject again, unless it did since the
+    /// message was `received` (the projector seals only with a key the log
+    /// registered before the batch it delivers).
+    async fn authenticate(&mut self, payload: &[u8], received: Instant) -> Authenticated {
+        let (deliveries, seal) = match decode_sealed_deliveries(self.engine(), payload) {
+            Ok(decoded) => decoded,
+            Err(err) => return Authenticated::Undecodable(err.to_string()),
+        };
+        let Some(seal) = seal else {
+            return Authenticated::Refused("it is not sealed".into());
+        };
+        let Some(message) = delivery_signed_message(payload, &seal) else {
+            return Authenticated::Refused("its seal is not its last field".into());
+        };
+        if !self.keys.is_registered(&seal.signer)
+            && self.keys_read_at.is_none_or(|read| read < received)
+            && let Err(err) = self.read_keys().await
+        {
+            return Authenticated::KeysUnread(err);
+        }
+        match self.keys.check(&seal, &message) {
+            Ok(()) => Authenticated::Deliveries(deliveries),
+            Err(problem) => Authenticated::Refused(format!(
+                "its seal by key {}: {} (on the log: {} key(s) registered)",
+                hex::encode(seal.signer),
+                problem.as_str(),
+                self.keys.len()
+            )),
+        }
+    }
+
+    /// Reads what is new on the keys' subject and applies it with the fold's rules.
+    async fn read_keys(&mut self) -> Result<(), String> {
+        self.keys_read_at = Some(Instant::now());
+        let (answer, answered) = oneshot::channel();
+        self.keys_ask.send((self.keys_read_to, answer)).await.map_err(|_| "the key reader stopped".to_string())?;
+        let entries = match tokio::time::timeout(KEYS_READ_TIMEOUT, answered).await {
+            Ok(Ok(Ok(entries))) => entries,
+            Ok(Ok(Err(err))) => return Err(err.to_string()),
+            Ok(Err(_)) => return Err("the key reader stopped".to_string()),
+            Err(_) => return Err(format!("no answer within {}", crate::human::duration(KEYS_READ_TIMEOUT))),
+        };
+        for raw in entries {
+            let entry = crate::wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload);
+            match self.keys.apply(&entry) {
+                Ok(()) => tracing::info!(seq = raw.seq, keys = self.keys.len(), "{} on the log", entry.payload_event().map_or("", Event::kind_name)),
+                Err(rejection) => tracing::debug!(seq = raw.seq, "an entry on the keys' subject the fold rejects: {rejection}"),
+            }
+            self.keys_read_to = self.keys_read_to.max(raw.seq);
         }
         Ok(())
     }
@@ -643,7 +787,7 @@ impl Agent {
             return Ok(());
         }
         match delivery.kind {
-            DeliveryKind::Run(run) => self.start(run).await,
+            DeliveryKind::Run(run) => self.start(run, delivery.batch_seq).await,
             DeliveryKind::Cancel(Order::Cancel {
                 task,
                 attempt,
@@ -718,8 +862,8 @@ impl Agent {
         }
     }
 
-    /// Starts a `Run`, or reports why it cannot.
-    async fn start(&mut self, run: RunTask) -> Result<(), EngineError> {
+    /// Starts a `Run` dispatched by the batch at `dispatch`, or reports why it cannot.
+    async fn start(&mut self, run: RunTask, dispatch: Seq) -> Result<(), EngineError> {
         let key = (run.task.clone(), run.attempt);
         if self.running.get(&key).is_some_and(|running| {
             running.stop == Some(StopReason::Preempt) || (running.companion && running.stop.is_some())
@@ -727,7 +871,7 @@ impl Agent {
             // The attempt's number runs again after a preemption, while the
             // preempted run is still stopping: it starts once that has stopped.
             tracing::info!(task = %run.task, attempt = run.attempt, "waiting for the preempted run to stop");
-            self.runs_after_preemption.insert(key, run);
+            self.runs_after_preemption.insert(key, (run, dispatch));
             return Ok(());
         }
         if !self.seen_attempts.insert(key.clone()) {
@@ -751,7 +895,7 @@ impl Agent {
                 run.attempt,
                 self.config.slots
             );
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         if let Some(root) = &run.root_library
             && !library::is_held(&self.library_dir, root)
@@ -764,23 +908,23 @@ impl Agent {
                 library::SYNCED_MARKER,
                 library::library_path(&self.library_dir, root).display()
             );
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         // The policy in force when the projector dispatched this rules the sweeps from now on.
         self.config.work_dir_retention = Duration::from_millis(run.work_dir_retention_ms.max(1));
         let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
             Ok(dir) => dir,
-            Err(message) => return self.cannot_start(&run, message).await,
+            Err(message) => return self.cannot_start(&run, dispatch, message).await,
         };
         if let Err(err) = self.fresh_dirs.make(&work_dir) {
             let message = format!("engine {} cannot make the work directory {}: {err}", self.engine(), work_dir.display());
-            return self.cannot_start(&run, message).await;
+            return self.cannot_start(&run, dispatch, message).await;
         }
         let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
         match super::nodefile::write(&work_dir, &run) {
             Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),
             Ok(None) => {}
-            Err(e) => return self.cannot_start(&run, format!("cannot write the node file: {e}")).await,
+            Err(e) => return self.cannot_start(&run, dispatch, format!("cannot write the node file: {e}")).await,
         }
         let spec = LaunchSpec {
             argv: if run.companion { run.companion_argv.clone() } else { run.argv.clone() },
@@ -797,7 +941,7 @@ impl Agent {
             }),
         };
         if self.gateway.is_some() && !run.companion {
-            return self.submit_remote(run, key, spec, slots).await;
+            return self.submit_remote(run, dispatch, key, spec, slots).await;
         }
         // Started by the spawner thread while this loop goes on: its start is
         // reported when it runs (`started`), a program that cannot run as its end.
@@ -810,10 +954,10 @@ impl Agent {
                 }
                 self.slots_used += slots;
                 assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion });
+                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion, dispatch });
                 Ok(())
             }
-            Err(err) => self.cannot_start(&run, err.to_string()).await,
+            Err(err) => self.cannot_start(&run, dispatch, err.to_string()).await,
         }
     }
 
@@ -842,18 +986,19 @@ impl Agent {
     /// the projector that ended it expects no news of it, and a stop of the
     /// engine's own reports how it ended.
     async fn report_started(&mut self, (task, attempt): AttemptKey, remote_job: String) -> Result<(), EngineError> {
-        if self.running.get(&(task.clone(), attempt)).is_none_or(|running| running.stop.is_some()) {
+        let Some(dispatch) = self.running.get(&(task.clone(), attempt)).filter(|running| running.stop.is_none()).map(|running| running.dispatch)
+        else {
             tracing::debug!(%task, attempt, "started after it was stopped: not reported");
             return Ok(());
-        }
+        };
         self.report.started += 1;
         let event = Event::TaskStarted { task, attempt, engine: self.engine().clone(), remote_job };
-        self.publish_task_event(event).await
+        self.publish_task_event(event, dispatch).await
     }
 
     /// A gateway's run: submitted as a remote batch job (off the loop, as the
     /// command blocks); `TaskStarted` comes when the resource manager starts it.
-    async fn submit_remote(&mut self, run: RunTask, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
+    async fn submit_remote(&mut self, run: RunTask, dispatch: Seq, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
         let gateway = self.gateway.as_ref().expect("a gateway engine").clone();
         let submitted = {
             let key = key.clone();
@@ -866,12 +1011,12 @@ impl Agent {
                 tracing::info!(task = %run.task, attempt = run.attempt, remote_job, argv = %run.argv.join(" "), "submitted");
                 self.slots_used += slots;
                 assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: false });
+                self.running.insert(key, Running { slots, killer, stop: None, companion: false, dispatch });
                 Ok(())
             }
             Err(message) => {
                 let message = format!("engine {} cannot submit {} #{}: {message}", self.engine(), run.task, run.attempt);
-                self.cannot_start(&run, message).await
+                self.cannot_start(&run, dispatch, message).await
             }
         }
     }
@@ -887,15 +1032,15 @@ impl Agent {
 
     /// A run that cannot start: a master or plain run reports it failed; a
     /// companion's command only says so (its task is its master's to end).
-    async fn cannot_start(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+    async fn cannot_start(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
         if run.companion {
             tracing::warn!(task = %run.task, attempt = run.attempt, "the companion command cannot start: {message}");
             return Ok(());
         }
-        self.launch_failed(run, message).await
+        self.launch_failed(run, dispatch, message).await
     }
 
-    async fn launch_failed(&mut self, run: &RunTask, message: String) -> Result<(), EngineError> {
+    async fn launch_failed(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
         tracing::warn!(task = %run.task, attempt = run.attempt, "{message}");
         self.report.failed += 1;
         let event = Event::TaskFailed {
@@ -905,8 +1050,9 @@ impl Agent {
             exit_code: None,
             kind: FailureKind::LaunchFailed,
             error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
+            stored: StoredStreams::default(),
         };
-        self.publish_task_event(event).await
+        self.publish_task_event(event, dispatch).await
     }
 
     /// Answers a `SyncLibrary`: `LibrarySynced` at once when the library directory
@@ -997,12 +1143,13 @@ impl Agent {
             super::nodefile::companion_ended(&key.0, key.1, running.stop.is_some(), &outcome);
             // A run of the same number that came while this one stopped starts now.
             return match self.runs_after_preemption.remove(&key) {
-                Some(run) => Box::pin(self.start(run)).await,
+                Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
                 None => Ok(()),
             };
         }
         let (task, attempt) = key;
         let engine = self.engine().clone();
+        // What it stored goes in the end report, filled in once stored.
         let failed = |kind, exit_code| Event::TaskFailed {
             task: task.clone(),
             attempt,
@@ -1010,8 +1157,9 @@ impl Agent {
             exit_code,
             kind,
             error_tail: outcome.stderr_tail.clone(),
+            stored: StoredStreams::default(),
         };
-        let event = match (running.stop, outcome.end) {
+        let mut event = match (running.stop, outcome.end) {
             (Some(StopReason::Preempt), end) => {
                 tracing::info!(%task, attempt, %end, "preempted on the projector's order");
                 self.report.stopped_on_order += 1;
@@ -1019,7 +1167,7 @@ impl Agent {
                 let key = (task, attempt);
                 self.seen_attempts.forget(&key);
                 return match self.runs_after_preemption.remove(&key) {
-                    Some(run) => Box::pin(self.start(run)).await,
+                    Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
                     None => Ok(()),
                 };
             }
@@ -1044,6 +1192,7 @@ impl Agent {
                     cpu_ms: outcome.cpu_ms,
                     wall_ms: outcome.wall_ms,
                     result: outcome.stdout_head.clone(),
+                    stored: StoredStreams::default(),
                 }
             }
             (_, RunEnd::Exited(code)) => failed(FailureKind::NonZeroExit, Some(code)),
@@ -1062,9 +1211,12 @@ impl Agent {
             Event::TaskCompleted { .. } => self.report.completed += 1,
             _ => self.report.failed += 1,
         }
-        self.store_output(&task, attempt, &outcome).await;
+        let output = self.store_output(&task, attempt, running.dispatch, &outcome).await;
+        if let Event::TaskCompleted { stored, .. } | Event::TaskFailed { stored, .. } = &mut event {
+            *stored = output;
+        }
         tracing::info!(%task, attempt, end = %outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
-        self.publish_task_event(event).await
+        self.publish_task_event(event, running.dispatch).await
     }
 
     /// This engine was declared lost: stop everything, wait for it, log in again.
@@ -1152,14 +1304,15 @@ impl Agent {
         self.slots_used = 0;
     }
 
-    async fn publish_task_event(&self, event: Event) -> Result<(), EngineError> {
+    /// Publishes a report of the run that answers the dispatch at `dispatch`.
+    async fn publish_task_event(&self, event: Event, dispatch: Seq) -> Result<(), EngineError> {
         let (task, attempt) = match &event {
             Event::TaskStarted { task, attempt, .. }
             | Event::TaskCompleted { task, attempt, .. }
             | Event::TaskFailed { task, attempt, .. } => (task, *attempt),
             _ => unreachable!("only task events are published here"),
         };
-        let id = report::task_report_id(self.engine(), task, attempt, event.kind_name());
+        let id = report::task_report_id(self.engine(), task, attempt, dispatch, event.kind_name());
         let envelope = Envelope {
             id,
             source: report::source(self.engine()),
@@ -1244,12 +1397,14 @@ fn output_dir(attempt_dir: &Path) -> PathBuf {
 }
 
 impl Agent {
-    /// Puts an ended attempt's kept stdout and stderr in the object store. A
-    /// failure to store is logged and the report goes on: the log's head of stdout
-    /// and tail of stderr remain.
-    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, outcome: &RunOutcome) {
-        let Some(store) = self.config.output_store.clone() else { return };
-        let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return };
+    /// Puts an ended attempt's kept stdout and stderr in the object store: what
+    /// was stored of each (length, blake3), for its end report. A failure to
+    /// store is logged and the report goes on, saying that stream was not
+    /// stored: the log's head of stdout and tail of stderr remain.
+    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &RunOutcome) -> StoredStreams {
+        let mut stored = StoredStreams::default();
+        let Some(store) = self.config.output_store.clone() else { return stored };
+        let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return stored };
         let streams = [
             (crate::output_store::Stream::Stdout, outcome.stdout_truncated, outcome.stdout_kept_bytes),
             (crate::output_store::Stream::Stderr, outcome.stderr_truncated, outcome.stderr_kept_bytes),
@@ -1257,12 +1412,20 @@ impl Agent {
         // A stream that kept nothing has no file: nothing to open or store.
         for (stream, truncated, _) in streams.into_iter().filter(|(_, _, kept)| *kept > 0) {
             let path = dir.join(stream.as_str());
-            match store.put(task, attempt, stream, &path, truncated).await {
-                Ok(Some(stored)) => tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = stored.bytes, "output stored"),
+            let run = crate::output_store::Run { task, attempt, dispatch };
+            match store.put(run, stream, &path, truncated).await {
+                Ok(Some(put)) => {
+                    tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = put.bytes, "output stored");
+                    match stream {
+                        crate::output_store::Stream::Stdout => stored.stdout = Some(put),
+                        crate::output_store::Stream::Stderr => stored.stderr = Some(put),
+                    }
+                }
                 Ok(None) => {}
                 Err(err) => tracing::warn!(%task, attempt, "{err}"),
             }
         }
+        stored
     }
 
     /// Removes the directories of attempts not running here whose last change is

@@ -188,6 +188,12 @@ pub fn consumer_name(engine: &EngineId) -> String {
     format!("gridfold-engine-{engine}")
 }
 
+/// The name of the consumer an engine reads the keys' subject with
+/// (`wire::KEYS_SUBJECT` on `GRIDFOLD_EVENTS`, made and deleted per reading).
+pub fn keys_reader_name(engine: &EngineId) -> String {
+    format!("gridfold-keys-{engine}")
+}
+
 // ---- JetStream ----
 
 /// An engine's durable pull consumer on `GRIDFOLD_ORDERS`.

@@ -15,6 +15,18 @@
 //!
 //! # Invariants
 //!
+//! - **Only sealed deliveries run.** A message on the engine's order subject is
+//!   acted on only when it names this engine and ends with a seal, made by a
+//!   projector key registered on the log, over the rest of its bytes (see
+//!   `wire::delivery`). The engine learns the keys from the log itself: the
+//!   entries on `gridfold.ev.op.keys`, applied with the fold's rules
+//!   (`core::trust::KeyRing`), read at start and again when a message is
+//!   sealed by a key it does not know. Anything else (unsealed, badly sealed,
+//!   sealed by a key never registered or revoked, or for another engine) is
+//!   said (`warn!`), acknowledged and not acted on (counted in
+//!   [`EngineReport::refused`] or [`EngineReport::undecodable`]); a message
+//!   that cannot be told because the keys cannot be read is left
+//!   unacknowledged, to come again after the consumer's ack wait.
 //! - **Slots.** The slots of the running attempts (each counts its delivery's
 //!   `slots`, at least 1) never exceed the engine's `slots`. A `Run` that would
 //!   exceed them (the projector never sends one) is not started and is reported
@@ -50,7 +62,9 @@
 //!   it then starts; the `Lost` stops them.)
 //! - **One name, one process: the newer login fences out the older.** With every
 //!   heartbeat the engine reads the newest entry on its login subject
-//!   (`gridfold.ev.engine.<id>.login`); one newer than its own login, a delivery of
+//!   (`gridfold.ev.engine.<id>.login`); one newer than its own login that the
+//!   fold accepts as a login (`core::trust::check_login_entry`: an entry the fold
+//!   rejects, undecodable or a login with no slots, is no login), a delivery of
 //!   a newer epoch, or the projector's `LoggedIn` news of a newer login means
 //!   another process took its name. It says so (`error!`, both sequences), hands
 //!   back unhandled what its feed holds, kills its tasks and stops with
@@ -287,8 +301,10 @@ pub struct EngineReport {
     /// than two heartbeat intervals) and read its order feed to the end before
     /// acting on it.
     pub stalls: u64,
-    /// Messages on the order subject that were not deliveries.
+    /// Messages on the order subject that were not deliveries for this engine.
     pub undecodable: u64,
+    /// Messages of deliveries refused: not sealed, or not by a key registered on the log.
+    pub refused: u64,
     pub started: u64,
     pub completed: u64,
     /// `TaskFailed` reports, every kind (launch failures included).

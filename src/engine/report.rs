@@ -6,8 +6,11 @@
 //! about, and its `Nats-Msg-Id` is that UUID: a retry of the same report is
 //! stored once.
 //!
-//! - A task report's id hashes (engine, job, index, attempt, kind): the same
-//!   report is the same message, whoever sends it and however often.
+//! - A task report's id hashes (engine, job, index, attempt, dispatch, kind):
+//!   the same report of one run is the same message, whoever sends it and
+//!   however often; the dispatch (the log sequence of the batch whose order
+//!   the run answers) tells a run from another of the same attempt number on
+//!   the same engine, after a preemption.
 //! - A session event's id (login, heartbeat, logout) hashes (engine, session,
 //!   kind, number), the session being a random id drawn at each login, because
 //!   two logins are two facts.
@@ -29,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use super::EngineError;
 use crate::core::event::{Envelope, Event, REPORTS_PER_BATCH_MAX};
-use crate::core::ids::{Attempt, EngineId, TaskRef};
+use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::log::{Append, Appended, EventLog, LogError};
 use crate::wire;
 
@@ -58,13 +61,17 @@ impl Default for RetryPolicy {
     }
 }
 
-/// The id of a task report: the same (engine, task, attempt, kind), the same id.
-pub fn task_report_id(engine: &EngineId, task: &TaskRef, attempt: Attempt, kind: &str) -> [u8; 16] {
+/// The id of a task report: the same (engine, task, attempt, dispatch, kind),
+/// the same id. `dispatch` is the log sequence of the batch whose order the
+/// run answers: a run of the same attempt number again on the same engine
+/// (after a preemption) is another run, whose reports are other messages.
+pub fn task_report_id(engine: &EngineId, task: &TaskRef, attempt: Attempt, dispatch: Seq, kind: &str) -> [u8; 16] {
     hashed_uuid(&[
         engine.as_str().as_bytes(),
         task.job.as_str().as_bytes(),
         &task.index.to_be_bytes(),
         &attempt.to_be_bytes(),
+        &dispatch.0.to_be_bytes(),
         kind.as_bytes(),
     ])
 }
@@ -415,24 +422,32 @@ mod tests {
     fn ids_depend_on_what_the_event_is_about_and_nothing_else() {
         let e1 = EngineId::new("e1").unwrap();
         let task = TaskRef::new(JobId::new("j").unwrap(), 3);
-        let id = task_report_id(&e1, &task, 1, "TaskCompleted");
+        let dispatch = Seq(40);
+        let id = task_report_id(&e1, &task, 1, dispatch, "TaskCompleted");
         assert_eq!(
             id,
-            task_report_id(&e1, &task, 1, "TaskCompleted"),
+            task_report_id(&e1, &task, 1, dispatch, "TaskCompleted"),
             "a retry has the same id"
         );
-        assert_ne!(id, task_report_id(&e1, &task, 2, "TaskCompleted"));
-        assert_ne!(id, task_report_id(&e1, &task, 1, "TaskFailed"));
+        assert_ne!(id, task_report_id(&e1, &task, 2, dispatch, "TaskCompleted"));
+        assert_ne!(id, task_report_id(&e1, &task, 1, dispatch, "TaskFailed"));
         assert_ne!(
             id,
-            task_report_id(&EngineId::new("e2").unwrap(), &task, 1, "TaskCompleted")
+            task_report_id(&EngineId::new("e2").unwrap(), &task, 1, dispatch, "TaskCompleted")
+        );
+        // The same attempt number run again, answering a later dispatch: another run.
+        assert_ne!(id, task_report_id(&e1, &task, 1, Seq(52), "TaskCompleted"));
+        assert_ne!(
+            task_report_id(&e1, &task, 1, dispatch, "TaskStarted"),
+            task_report_id(&e1, &task, 1, Seq(52), "TaskStarted"),
+            "a re-run's start is not taken for the first run's"
         );
         let uuid = uuid::Uuid::from_bytes(id);
         assert_eq!(uuid.get_version_num(), 8);
         assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
         // Length prefixes keep ("j1", 0) and ("j", 10) apart even though they concatenate alike.
-        let a = task_report_id(&e1, &TaskRef::new(JobId::new("j1").unwrap(), 0), 1, "x");
-        let b = task_report_id(&e1, &TaskRef::new(JobId::new("j").unwrap(), 10), 1, "x");
+        let a = task_report_id(&e1, &TaskRef::new(JobId::new("j1").unwrap(), 0), 1, dispatch, "x");
+        let b = task_report_id(&e1, &TaskRef::new(JobId::new("j").unwrap(), 10), 1, dispatch, "x");
         assert_ne!(a, b);
         let session = [7u8; 16];
         assert_ne!(
@@ -457,9 +472,10 @@ mod tests {
                 cpu_ms: 0,
                 wall_ms: 0,
                 result: vec![b'x'; 100_000],
+                stored: Default::default(),
             },
         };
-        let id = task_report_id(engine, &task, 1, kind);
+        let id = task_report_id(engine, &task, 1, Seq(1), kind);
         Outgoing { envelope: Envelope { id, source: source(engine), event }, best_effort: false, stored: None }
     }
 

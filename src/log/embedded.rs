@@ -473,6 +473,35 @@ impl EventLog for EmbeddedLog {
         self.inner.last_seq_for_subject(subject)
     }
 
+    async fn last_entry_for_subject(&self, subject: &str) -> Result<Option<RawEntry>, LogError> {
+        self.inner.validate_subject(subject)?;
+        let seq = self.inner.last_seq_for_subject(subject)?;
+        let committed = *self.inner.committed.borrow();
+        if seq == 0 || seq > committed {
+            return Ok(None);
+        }
+        Ok(self.inner.read(seq, 1, committed)?.pop())
+    }
+
+    /// Scans the entries after `after` up to the subject's last (none when the
+    /// subject's index says nothing is new); `reader` names nothing here.
+    async fn read_subject(&self, subject: &str, after: u64, _reader: &str, max: usize) -> Result<Vec<RawEntry>, LogError> {
+        self.inner.validate_subject(subject)?;
+        let last = self.inner.last_seq_for_subject(subject)?.min(*self.inner.committed.borrow());
+        let mut found = Vec::new();
+        let mut position = after + 1;
+        while position <= last {
+            let entries = self.inner.read(position, READ_BATCH_MAX, last)?;
+            let Some(end) = entries.last().map(|entry| entry.seq) else { break };
+            found.extend(entries.into_iter().filter(|entry| entry.subject == subject));
+            if found.len() > max {
+                return Err(LogError::Rejected { detail: format!("more than {max} entries on {subject}") });
+            }
+            position = end + 1;
+        }
+        Ok(found)
+    }
+
     async fn reader(&self, from_seq: u64) -> Result<EmbeddedReader, LogError> {
         Ok(EmbeddedReader {
             inner: self.inner.clone(),

@@ -579,6 +579,93 @@ impl EventLog for JetStreamLog {
         }
     }
 
+    async fn last_entry_for_subject(&self, subject: &str) -> Result<Option<RawEntry>, LogError> {
+        super::validate_subject(subject)?;
+        match self.stream.direct_get_last_for_subject(subject).await {
+            Ok(message) => Ok(Some(RawEntry {
+                seq: message.sequence,
+                time_ms: u64::try_from(message.time.unix_timestamp_nanos() / 1_000_000).unwrap_or_default(),
+                subject: message.subject.to_string(),
+                payload: message.payload,
+            })),
+            Err(err) if err.kind() == DirectGetErrorKind::NotFound => Ok(None),
+            Err(err) => Err(self.unavailable(format!("cannot read the last entry on {subject}: {err}"))),
+        }
+    }
+
+    /// A pull consumer named `reader`, filtered to `subject` from `after + 1`
+    /// without acks, made with the name and filter in the request's subject
+    /// (`$JS.API.CONSUMER.CREATE.<stream>.<reader>.<subject>`), read for as many
+    /// messages as it had pending when made, then deleted. One left behind by
+    /// a process that died (it lives a minute unread) is deleted and made again.
+    async fn read_subject(&self, subject: &str, after: u64, reader: &str, max: usize) -> Result<Vec<RawEntry>, LogError> {
+        super::validate_subject(subject)?;
+        let config = pull::Config {
+            name: Some(reader.to_string()),
+            filter_subject: subject.to_string(),
+            deliver_policy: match after {
+                0 => DeliverPolicy::All,
+                after => DeliverPolicy::ByStartSequence { start_sequence: after + 1 },
+            },
+            ack_policy: AckPolicy::None,
+            replay_policy: ReplayPolicy::Instant,
+            inactive_threshold: READER_INACTIVE_THRESHOLD,
+            memory_storage: true,
+            num_replicas: 1,
+            description: Some(format!("gridfold reader of {subject}")),
+            ..Default::default()
+        };
+        let consumer = match self.stream.create_consumer(config.clone()).await {
+            Ok(consumer) => consumer,
+            Err(first) => {
+                // One of that name with another start (a process that died reading).
+                let _ = self.stream.delete_consumer(reader).await;
+                self.stream.create_consumer(config).await.map_err(|err| {
+                    self.unavailable(format!("cannot make the reader {reader} of {subject}: {err} (first: {first})"))
+                })?
+            }
+        };
+        let pending = consumer.cached_info().num_pending;
+        let read = async {
+            if pending > max as u64 {
+                return Err(LogError::Rejected { detail: format!("{pending} entries on {subject}, more than {max}") });
+            }
+            let mut found: Vec<RawEntry> = Vec::with_capacity(pending as usize);
+            while (found.len() as u64) < pending {
+                let want = (pending as usize - found.len()).min(READ_PULL_BATCH);
+                let mut batch = consumer
+                    .batch()
+                    .max_messages(want)
+                    .expires(READER_EXPIRES)
+                    .messages()
+                    .await
+                    .map_err(|err| self.unavailable(format!("cannot read {subject}: {err}")))?;
+                let before = found.len();
+                while let Some(message) = batch.next().await {
+                    let message = message.map_err(|err| self.unavailable(format!("reading {subject}: {err}")))?;
+                    let info = message.info().map_err(|err| LogError::Corrupt {
+                        location: self.url.clone(),
+                        detail: format!("bad message metadata: {err}"),
+                    })?;
+                    let (seq, time_ms) = (
+                        info.stream_sequence,
+                        u64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).unwrap_or_default(),
+                    );
+                    found.push(RawEntry { seq, time_ms, subject: message.subject.to_string(), payload: message.payload.clone() });
+                }
+                if found.len() == before {
+                    return Err(self.unavailable(format!("no entry of {subject} came within {}", crate::human::duration(READER_EXPIRES))));
+                }
+            }
+            Ok(found)
+        }
+        .await;
+        if let Err(err) = self.stream.delete_consumer(reader).await {
+            tracing::debug!(reader, "deleting the reader of {subject}: {err} (the broker drops it after a minute)");
+        }
+        read
+    }
+
     async fn reader(&self, from_seq: u64) -> Result<JetStreamReader, LogError> {
         let mut reader = JetStreamReader {
             url: self.url.clone(),

@@ -229,6 +229,29 @@ pub trait EventLog: Send + Sync {
         subject: &str,
     ) -> impl Future<Output = Result<u64, LogError>> + Send;
 
+    /// The newest entry on `subject`, if the subject was ever written. JetStream
+    /// asks with the subject in the request's own subject, as
+    /// [`EventLog::last_seq_for_subject`] does.
+    fn last_entry_for_subject(
+        &self,
+        subject: &str,
+    ) -> impl Future<Output = Result<Option<RawEntry>, LogError>> + Send;
+
+    /// The entries on exactly `subject` after sequence `after`, in order, up to
+    /// the end of the log as it is when called: at most `max` (more is an error,
+    /// [`LogError::Rejected`]). `reader` names what reads them, so that a broker's
+    /// permissions can allow this one read: on JetStream a pull consumer of that
+    /// name filtered to `subject`, made for the call and deleted after it (a
+    /// consumer left by a process that died is replaced). Cheap when nothing is
+    /// new: one question to the log.
+    fn read_subject(
+        &self,
+        subject: &str,
+        after: u64,
+        reader: &str,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<RawEntry>, LogError>> + Send;
+
     /// A reader positioned at `from_seq` (0 and 1 both mean the first entry). It does not
     /// borrow the log, so it can move into a task. Reading past the end waits for new
     /// entries; [`read_to_end`] stops at the end instead.

@@ -7,6 +7,10 @@
 //! subject anyway (a broker left open, a leaked projector password) still cannot
 //! make the grid act: replay from the log alone tells a forged batch from a real one.
 //!
+//! Every message of deliveries to an engine is sealed with the same key
+//! (`wire::delivery::delivery_messages`), and an engine runs only what a key
+//! registered on the log sealed: it reads the registrations itself.
+//!
 //! The key's 32-byte seed is kept in the state directory ([`KEY_FILE`], hex,
 //! readable by its owner only), made on first start, or given by the operator
 //! (`--key-file`). A standby has its own directory, so its own key: register each.
@@ -16,6 +20,7 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::SigningKey;
 
 use crate::core::event::Envelope;
+use crate::wire::delivery::{Delivery, DeliveryMessage};
 use crate::replace_file::{Durability, replace_file_with};
 
 /// The file in a state directory that holds the projector's key seed.
@@ -86,6 +91,17 @@ impl ProjectorKey {
     /// The envelope's bytes, sealed: what the projector publishes.
     pub fn seal(&self, envelope: &Envelope) -> Vec<u8> {
         crate::wire::encode_sealed(envelope, &self.signing)
+    }
+
+    /// The messages that carry `deliveries` to their engines, each sealed.
+    pub fn delivery_messages(&self, deliveries: &[Delivery]) -> Vec<DeliveryMessage> {
+        crate::wire::delivery::delivery_messages(deliveries, &self.signing)
+    }
+
+    /// [`ProjectorKey::delivery_messages`], joining at most `joined_bytes_max`
+    /// bytes of deliveries into one message (a broker that takes less).
+    pub fn delivery_messages_within(&self, deliveries: &[Delivery], joined_bytes_max: usize) -> Vec<DeliveryMessage> {
+        crate::wire::delivery::delivery_messages_within(deliveries, joined_bytes_max, &self.signing)
     }
 }
 

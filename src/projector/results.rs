@@ -171,6 +171,39 @@ pub struct AttemptView {
     /// A gateway engine's job id in its resource manager (a Slurm job id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_job: Option<String>,
+    /// What its end report says its engine stored of stdout, and of stderr
+    /// (absent: nothing, or no end report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_reported: Option<ReportedOutput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_reported: Option<ReportedOutput>,
+    /// The streams whose object in the store is not what its engine stored,
+    /// one line each saying how: its output is not to be shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_altered: Vec<String>,
+}
+
+/// One stream of an attempt's output as its end report says its engine stored
+/// it: what a reader checks the object it reads against.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedOutput {
+    pub bytes: u64,
+    /// Its blake3, 64 hex digits.
+    pub blake3: String,
+}
+
+impl From<StoredOutput> for ReportedOutput {
+    fn from(stored: StoredOutput) -> Self {
+        ReportedOutput { bytes: stored.bytes, blake3: hex::encode(stored.blake3) }
+    }
+}
+
+impl ReportedOutput {
+    /// Back to its length and hash; `None` when the hash is not 64 hex digits.
+    pub fn stored(&self) -> Option<StoredOutput> {
+        let blake3 = hex::decode(&self.blake3).ok()?.try_into().ok()?;
+        Some(StoredOutput { bytes: self.bytes, blake3 })
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -208,8 +241,17 @@ pub struct OutputReply {
     pub truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the attempt's end report says its engine stored of this stream:
+    /// a reader checks the whole of what it read against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<ReportedOutput>,
+    /// The object the store holds is not what the engine stored: how (then the
+    /// reply carries none of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altered: Option<String>,
 }
 
+use crate::core::event::StoredOutput;
 use crate::core::ids::{JobId, TaskRef};
 use crate::core::state::attempts::{AttemptEnd, AttemptRecord};
 use crate::core::state::{Job, JobIdx, State, TaskKey, TaskStatus};
@@ -426,6 +468,9 @@ fn attempt_view(state: &State, key: TaskKey, record: &AttemptRecord) -> AttemptV
         output_bytes_max: record.output_bytes_max,
         suspended_by_threshold: state.suspended_by_threshold(key, record.attempt).cloned(),
         remote_job: remote_job(record),
+        stdout_reported: record.stored.stdout.map(ReportedOutput::from),
+        stderr_reported: record.stored.stderr.map(ReportedOutput::from),
+        output_altered: Vec::new(),
     }
 }
 
@@ -453,6 +498,33 @@ mod tests {
         assert_eq!(lines.tasks[0].remote_job.as_deref(), Some("4211"));
         let json = serde_json::to_value(&lines.tasks[0]).unwrap();
         assert_eq!(json["remote_job"], "4211");
+    }
+
+    #[test]
+    fn what_an_end_report_says_was_stored_is_kept_with_its_attempt() {
+        use crate::core::event::{Event, StoredStreams};
+        let mut log = LogBuilder::new();
+        let mut state = State::new();
+        log.login("e1", 1, linux_props("lyon", 8192));
+        log.submit(job_spec("j", 1, ""));
+        let seen = run(&mut log, &mut state, 0);
+        log.started("j", 0, 1, "e1");
+        let stdout = StoredOutput { bytes: 70_000, blake3: [0xb3; 32] };
+        let mut completed = completed_event("j", 0, 1, "e1");
+        if let Event::TaskCompleted { stored, .. } = &mut completed {
+            *stored = StoredStreams { stdout: Some(stdout), stderr: None };
+        }
+        log.push(completed);
+        run(&mut log, &mut state, seen);
+        let reply = answer_task(&state, &TaskRequest { task: "j/0".into() });
+        let attempt = &reply.attempts[0];
+        assert_eq!(attempt.outcome, "completed");
+        assert_eq!(attempt.stdout_reported, Some(ReportedOutput { bytes: 70_000, blake3: "b3".repeat(32) }));
+        assert_eq!(attempt.stdout_reported.as_ref().and_then(ReportedOutput::stored), Some(stdout));
+        assert_eq!(attempt.stderr_reported, None);
+        // Survives a snapshot, as every part of the state.
+        let again = State::from_snapshot(&state.to_snapshot()).unwrap();
+        assert_eq!(answer_task(&again, &TaskRequest { task: "j/0".into() }).attempts[0].stdout_reported, attempt.stdout_reported);
     }
 
     #[test]

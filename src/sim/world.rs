@@ -632,6 +632,7 @@ impl<'a> World<'a> {
                     cpu_ms: run.duration_ms,
                     wall_ms: run.duration_ms,
                     result: Vec::new(),
+                    stored: Default::default(),
                 };
                 self.report(engine, event, true);
             }
@@ -649,6 +650,7 @@ impl<'a> World<'a> {
                     exit_code: Some(1),
                     kind: FailureKind::NonZeroExit,
                     error_tail: "simulated failure".into(),
+                    stored: Default::default(),
                 };
                 self.report(engine, event, true);
             }

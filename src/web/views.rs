@@ -404,6 +404,15 @@ pub fn task_attempts(reply: &TaskReply) -> Html {
             or_dash(attempt.failure_kind.as_ref()),
         ));
         html.raw("</p>");
+        if !attempt.output_altered.is_empty() {
+            // Not the engine's output: none of it is shown.
+            html.raw("<div class=\"altered\"><h4>altered</h4>");
+            for altered in &attempt.output_altered {
+                html.raw("<p>").text(altered).raw("</p>");
+            }
+            html.raw("</div></section>");
+            continue;
+        }
         if let Some(result) = &attempt.result {
             html.raw("<h4>output</h4><pre class=\"output\">").text_lines(result).raw("</pre>");
             if attempt.output_truncated || u64::from(attempt.result_bytes) < attempt.stdout_stored_bytes.unwrap_or(0) {
@@ -648,6 +657,25 @@ mod tests {
         let attempt = crate::projector::results::AttemptView { error_tail: Some(format!("{CODES}\nnext")), ..Default::default() };
         let task = task_attempts(&TaskReply { attempts: vec![attempt], ..Default::default() }).into_string();
         assert!(!task.contains('\x1b') && task.contains("eve\\x1b[2J\nfake row\nnext"), "output keeps its lines: {task}");
+    }
+
+    #[test]
+    fn an_attempt_whose_stored_output_was_altered_shows_the_warning_instead_of_its_output() {
+        let attempt = |altered: Vec<String>| crate::projector::results::AttemptView {
+            attempt: 1,
+            outcome: "completed".into(),
+            result: Some("the output".into()),
+            error_tail: Some("the error tail".into()),
+            output_altered: altered,
+            ..Default::default()
+        };
+        let said = "the stdout of j/0 attempt 1 was altered: its engine stored 6 bytes, the store holds 9 bytes";
+        let task = TaskReply { attempts: vec![attempt(vec![said.into()]), attempt(Vec::new())], ..Default::default() };
+        let html = task_attempts(&task);
+        let (altered, untouched) = html.as_str().split_once("</section>").unwrap();
+        assert!(altered.contains("<div class=\"altered\"><h4>altered</h4>") && altered.contains(said), "{altered}");
+        assert!(!altered.contains("the output") && !altered.contains("the error tail"), "{altered}");
+        assert!(untouched.contains("the output") && !untouched.contains("altered"), "{untouched}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::convert::{
     order_to_proto, sync_library, task_ref, task_ref_to_proto,
 };
 use super::{proto, WireError};
-use crate::core::event::{LibraryInfo, LibraryRef, Order};
+use crate::core::event::{EntrySeal, LibraryInfo, LibraryRef, Order};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 
 /// Subjects of the order-delivery stream.
@@ -118,20 +118,29 @@ pub struct DeliveryMessage {
     pub payload: Vec<u8>,
 }
 
-/// The messages that carry `deliveries`: each engine's, in their order, joined
+/// What a message's seal signs before the message's own bytes: a delivery's
+/// seal can never pass for an order batch's, nor one's for the other's.
+pub const DELIVERY_SEAL_CONTEXT: &[u8] = b"gridfold.v1.Delivery\0";
+
+/// The messages that carry `deliveries`, each sealed with `key` (see
+/// [`DELIVERY_SEAL_CONTEXT`]): each engine's, in their order, joined
 /// into as few messages as the limits allow ([`DELIVERIES_PER_MESSAGE_MAX`],
 /// [`DELIVERY_MESSAGE_BYTES_MAX`]; a delivery larger than that alone goes
 /// alone). Engines come in the order of their first delivery; the order
 /// between engines does not matter, each reads its own subject.
-pub fn delivery_messages(deliveries: &[Delivery]) -> Vec<DeliveryMessage> {
-    delivery_messages_within(deliveries, DELIVERY_MESSAGE_BYTES_MAX)
+pub fn delivery_messages(deliveries: &[Delivery], key: &ed25519_dalek::SigningKey) -> Vec<DeliveryMessage> {
+    delivery_messages_within(deliveries, DELIVERY_MESSAGE_BYTES_MAX, key)
 }
 
 /// [`delivery_messages`], joining at most `joined_bytes_max` bytes of
 /// deliveries into one message (a broker that takes less than
 /// [`DELIVERY_MESSAGE_BYTES_MAX`] per message gets smaller ones): only a
 /// delivery larger than that alone makes a larger message.
-pub fn delivery_messages_within(deliveries: &[Delivery], joined_bytes_max: usize) -> Vec<DeliveryMessage> {
+pub fn delivery_messages_within(
+    deliveries: &[Delivery],
+    joined_bytes_max: usize,
+    key: &ed25519_dalek::SigningKey,
+) -> Vec<DeliveryMessage> {
     let mut by_engine: Vec<(&EngineId, Vec<&Delivery>)> = Vec::new();
     for delivery in deliveries {
         match by_engine.iter_mut().find(|(engine, _)| **engine == delivery.engine) {
@@ -148,34 +157,63 @@ pub fn delivery_messages_within(deliveries: &[Delivery], joined_bytes_max: usize
             let message = delivery_to_proto(delivery);
             let bytes = message.encoded_len();
             if !group.is_empty() && (group.len() == DELIVERIES_PER_MESSAGE_MAX || group_bytes + bytes > joined_bytes_max) {
-                messages.push(joined(&subject, std::mem::take(&mut group)));
+                messages.push(joined(&subject, engine, std::mem::take(&mut group), key));
                 group_bytes = 0;
             }
             group_bytes += bytes;
             group.push((delivery, message));
         }
         if !group.is_empty() {
-            messages.push(joined(&subject, group));
+            messages.push(joined(&subject, engine, group, key));
         }
     }
     messages
 }
 
-/// One message of a group of one engine's deliveries (not empty).
-fn joined(subject: &str, mut group: Vec<(&Delivery, proto::Delivery)>) -> DeliveryMessage {
-    if group.len() == 1 {
+/// One sealed message of a group of one engine's deliveries (not empty).
+fn joined(
+    subject: &str,
+    engine: &EngineId,
+    mut group: Vec<(&Delivery, proto::Delivery)>,
+    key: &ed25519_dalek::SigningKey,
+) -> DeliveryMessage {
+    let (id, message) = if group.len() == 1 {
         let (delivery, message) = group.pop().expect("one delivery");
-        return DeliveryMessage { subject: subject.to_string(), id: delivery.id.clone(), payload: message.encode_to_vec() };
-    }
-    let id = format!("{}+{}", group[0].0.id, group.len());
-    let batch = proto::Delivery {
-        id: id.clone(),
-        kind: Some(proto::delivery::Kind::Batch(proto::DeliveryBatch {
-            deliveries: group.into_iter().map(|(_, message)| message).collect(),
-        })),
-        ..Default::default()
+        (delivery.id.clone(), message)
+    } else {
+        let id = format!("{}+{}", group[0].0.id, group.len());
+        let batch = proto::Delivery {
+            id: id.clone(),
+            engine: engine.to_string(),
+            kind: Some(proto::delivery::Kind::Batch(proto::DeliveryBatch {
+                deliveries: group.into_iter().map(|(_, message)| message).collect(),
+            })),
+            ..Default::default()
+        };
+        (id, batch)
     };
-    DeliveryMessage { subject: subject.to_string(), id, payload: batch.encode_to_vec() }
+    DeliveryMessage { subject: subject.to_string(), id, payload: sealed(&message, key) }
+}
+
+/// A message's bytes and its seal after them (see [`DELIVERY_SEAL_CONTEXT`]).
+fn sealed(message: &proto::Delivery, key: &ed25519_dalek::SigningKey) -> Vec<u8> {
+    use ed25519_dalek::Signer as _;
+    let context = DELIVERY_SEAL_CONTEXT.len();
+    let mut bytes = Vec::with_capacity(context + message.encoded_len() + 110);
+    bytes.extend_from_slice(DELIVERY_SEAL_CONTEXT);
+    message.encode(&mut bytes).expect("a Vec grows as needed");
+    let signature = key.sign(&bytes);
+    bytes.drain(..context);
+    let seal = super::seal_of(key, signature);
+    proto::Delivery { seal: Some(seal), ..Default::default() }.encode(&mut bytes).expect("a Vec grows as needed");
+    bytes
+}
+
+/// What a seal found at the end of a message's `bytes` signs; `None` when it
+/// is not the last field (it signs nothing then).
+pub fn delivery_signed_message(bytes: &[u8], seal: &EntrySeal) -> Option<Vec<u8>> {
+    let signed = bytes.get(..seal.signed_len?)?;
+    Some([DELIVERY_SEAL_CONTEXT, signed].concat())
 }
 
 fn delivery_to_proto(delivery: &Delivery) -> proto::Delivery {
@@ -220,31 +258,52 @@ fn delivery_to_proto(delivery: &Delivery) -> proto::Delivery {
         batch_seq: delivery.batch_seq.0,
         published_library,
         epoch: delivery.epoch,
+        engine: delivery.engine.to_string(),
+        seal: None,
         kind: Some(kind),
     }
 }
 
-/// Decodes a delivery addressed to `engine` (the subject's engine); several
-/// joined in one message are refused here (see [`decode_deliveries`]).
+/// Decodes a delivery addressed to `engine` (the subject's engine), whatever
+/// its seal; several joined in one message are refused here (see
+/// [`decode_deliveries`]).
 pub fn decode_delivery(engine: &EngineId, bytes: &[u8]) -> Result<Delivery, WireError> {
-    let message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    let mut message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    // Not looked at here (see `decode_sealed_deliveries`).
+    message.seal = None;
     delivery_from_proto(engine, message)
 }
 
 /// Decodes the deliveries of one message addressed to `engine`: one alone, or
 /// several joined ([`delivery_messages`]), at most
 /// [`DELIVERIES_PER_MESSAGE_MAX`], none of them joined again. One bad delivery
-/// makes the whole message undecodable: the projector never sends one.
+/// makes the whole message undecodable: the projector never sends one. Its
+/// seal is not looked at (see [`decode_sealed_deliveries`]).
 pub fn decode_deliveries(engine: &EngineId, bytes: &[u8]) -> Result<Vec<Delivery>, WireError> {
-    let message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    decode_sealed_deliveries(engine, bytes).map(|(deliveries, _)| deliveries)
+}
+
+/// [`decode_deliveries`], with the seal the message ends with, if any:
+/// whether it holds is for its reader to check, over
+/// [`delivery_signed_message`].
+pub fn decode_sealed_deliveries(engine: &EngineId, bytes: &[u8]) -> Result<(Vec<Delivery>, Option<EntrySeal>), WireError> {
+    let mut message = proto::Delivery::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
+    let seal = match message.seal.take() {
+        Some(seal) => {
+            let trailer = proto::Delivery { seal: Some(seal.clone()), ..Default::default() }.encode_to_vec();
+            Some(super::found_seal(bytes, &seal, &trailer)?)
+        }
+        None => None,
+    };
+    check_addressee(engine, &message.engine)?;
     let Some(proto::delivery::Kind::Batch(batch)) = message.kind else {
-        return Ok(vec![delivery_from_proto(engine, message)?]);
+        return Ok((vec![delivery_from_proto(engine, message)?], seal));
     };
     if batch.deliveries.len() > DELIVERIES_PER_MESSAGE_MAX {
         let problem = format!("{} deliveries, more than {DELIVERIES_PER_MESSAGE_MAX}", batch.deliveries.len());
         return Err(WireError::Field { field: "batch.deliveries".into(), problem: super::FieldProblem::Inconsistent(problem) });
     }
-    batch
+    let deliveries = batch
         .deliveries
         .into_iter()
         .enumerate()
@@ -254,11 +313,31 @@ pub fn decode_deliveries(engine: &EngineId, bytes: &[u8]) -> Result<Vec<Delivery
                 other => other,
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((deliveries, seal))
+}
+
+/// A delivery names the engine it is for, which must be the one reading it.
+fn check_addressee(engine: &EngineId, named: &str) -> Result<(), WireError> {
+    if named == engine.as_str() {
+        return Ok(());
+    }
+    let problem = match named {
+        "" => super::FieldProblem::Inconsistent("missing: a delivery names the engine it is for".into()),
+        other => super::FieldProblem::Inconsistent(format!("the delivery is for engine {other:?}, read by engine {engine}")),
+    };
+    Err(WireError::Field { field: "engine".into(), problem })
 }
 
 fn delivery_from_proto(engine: &EngineId, message: proto::Delivery) -> Result<Delivery, WireError> {
     use proto::delivery::Kind;
+    check_addressee(engine, &message.engine)?;
+    if message.seal.is_some() {
+        return Err(WireError::Field {
+            field: "seal".into(),
+            problem: super::FieldProblem::Inconsistent("a seal ends a message, not a delivery inside a batch".into()),
+        });
+    }
     let kind = match message.kind {
         Some(Kind::Run(run)) if run.nodes.len() > crate::core::event::PARALLEL_PARTS_MAX => {
             let problem = format!("{} nodes, more than {}", run.nodes.len(), crate::core::event::PARALLEL_PARTS_MAX);
@@ -398,6 +477,8 @@ mod tests {
             batch_seq: 7,
             published_library: None,
             epoch: 4,
+            engine: "e1".into(),
+            seal: None,
             kind: Some(proto::delivery::Kind::SyncLibrary(proto::SyncLibrary {
                 engine: "e1".into(),
                 library: Some(proto::LibraryRef { name: "lib".into(), version: "1/2".into() }),
@@ -437,7 +518,7 @@ mod tests {
         let mut deliveries: Vec<Delivery> = (0..300).map(|n| run_delivery(if n % 3 == 0 { &e2 } else { &e1 }, n, 8)).collect();
         // Three large ones for e2 at the end: 100 kB each, two fit the byte budget together.
         deliveries.extend((300..303).map(|n| run_delivery(&e2, n, 100_000)));
-        let messages = delivery_messages(&deliveries);
+        let messages = delivery_messages(&deliveries, &test_key());
         let subjects: Vec<&str> = messages.iter().map(|m| m.subject.as_str()).collect();
         assert_eq!(subjects, ["gridfold.order.e2", "gridfold.order.e2", "gridfold.order.e1"]);
         let decoded: Vec<Vec<Delivery>> = messages
@@ -457,7 +538,7 @@ mod tests {
         // The 256 cap: 300 small deliveries to one engine make two messages.
         let many: Vec<Delivery> = (0..300).map(|n| run_delivery(&e1, n, 8)).collect();
         let counts: Vec<usize> =
-            delivery_messages(&many).iter().map(|m| decode_deliveries(&e1, &m.payload).unwrap().len()).collect();
+            delivery_messages(&many, &test_key()).iter().map(|m| decode_deliveries(&e1, &m.payload).unwrap().len()).collect();
         assert_eq!(counts, [DELIVERIES_PER_MESSAGE_MAX, 300 - DELIVERIES_PER_MESSAGE_MAX]);
     }
 
@@ -467,6 +548,7 @@ mod tests {
         let joined = |deliveries: Vec<proto::Delivery>| {
             proto::Delivery {
                 id: "1-0+2".into(),
+                engine: "e1".into(),
                 kind: Some(proto::delivery::Kind::Batch(proto::DeliveryBatch { deliveries })),
                 ..Default::default()
             }
@@ -484,6 +566,72 @@ mod tests {
         let with_bad = joined(vec![one(), bad]).encode_to_vec();
         assert!(decode_deliveries(&e1, &with_bad).unwrap_err().to_string().starts_with("batch.deliveries[1].kind: missing"));
         assert!(decode_delivery(&e1, &joined(vec![one(), one()]).encode_to_vec()).is_err(), "one delivery expected, several found");
+        let mut sealed_inside = one();
+        sealed_inside.seal = Some(proto::Seal { signer: vec![0; 32], signature: vec![0; 64] });
+        assert_eq!(
+            decode_deliveries(&e1, &joined(vec![one(), sealed_inside]).encode_to_vec()).unwrap_err().to_string(),
+            "batch.deliveries[1].seal: a seal ends a message, not a delivery inside a batch"
+        );
+    }
+
+    fn test_key() -> ed25519_dalek::SigningKey {
+        ed25519_dalek::SigningKey::from_bytes(&[7; 32])
+    }
+
+    /// The ring of keys an engine would learn with `key` registered.
+    fn ring_of(key: &ed25519_dalek::SigningKey) -> crate::core::trust::KeyRing {
+        let mut ring = crate::core::trust::KeyRing::new();
+        ring.register(&key.verifying_key().to_bytes(), "test").unwrap();
+        ring
+    }
+
+    /// Whether a key of `ring` sealed `bytes`, as read by `engine`.
+    fn check(ring: &crate::core::trust::KeyRing, engine: &EngineId, bytes: &[u8]) -> Result<Vec<Delivery>, String> {
+        let (deliveries, seal) = decode_sealed_deliveries(engine, bytes).map_err(|e| e.to_string())?;
+        let seal = seal.ok_or("unsealed")?;
+        let message = delivery_signed_message(bytes, &seal).ok_or("the seal is not last")?;
+        ring.check(&seal, &message).map_err(|problem| problem.as_str().to_string())?;
+        Ok(deliveries)
+    }
+
+    #[test]
+    fn a_message_is_sealed_for_its_engine_and_the_seal_signs_every_byte_before_it() {
+        let (e1, e2) = (engine("e1"), engine("e2"));
+        let key = test_key();
+        let ring = ring_of(&key);
+        let deliveries: Vec<Delivery> = (0..3).map(|n| run_delivery(&e1, n, 8)).chain([run_delivery(&e2, 3, 8)]).collect();
+        let messages = delivery_messages(&deliveries, &key);
+        assert_eq!(messages.len(), 2);
+        let (joined, alone) = (&messages[0].payload, &messages[1].payload);
+        assert_eq!(check(&ring, &e1, joined).unwrap(), deliveries[..3]);
+        assert_eq!(check(&ring, &e2, alone).unwrap(), deliveries[3..]);
+        // Copied onto another engine's subject: refused there, before any seal is looked at.
+        assert_eq!(
+            check(&ring, &e2, joined).unwrap_err(),
+            "engine: the delivery is for engine \"e1\", read by engine e2"
+        );
+        // One byte changed anywhere before the seal: the seal does not hold.
+        for at in [0, joined.len() / 2, joined.len() - 100] {
+            let mut changed = joined.clone();
+            changed[at] ^= 1;
+            assert!(check(&ring, &e1, &changed).is_err(), "byte {at} changed");
+        }
+        // Another key's seal, and none.
+        let other = ed25519_dalek::SigningKey::from_bytes(&[8; 32]);
+        let forged = delivery_messages(&deliveries[..1], &other);
+        assert_eq!(check(&ring, &e1, &forged[0].payload).unwrap_err(), "the key is not registered");
+        assert_eq!(check(&ring, &e1, &encode_delivery(&deliveries[0])).unwrap_err(), "unsealed");
+        // The seal signs the context too: the same key's signature of the bare bytes is no seal.
+        use ed25519_dalek::Signer as _;
+        let bare = delivery_to_proto(&deliveries[0]).encode_to_vec();
+        let mut resealed = bare.clone();
+        let seal = super::super::seal_of(&key, key.sign(&bare));
+        proto::Delivery { seal: Some(seal), ..Default::default() }.encode(&mut resealed).unwrap();
+        assert_eq!(check(&ring, &e1, &resealed).unwrap_err(), "the signature does not verify");
+        // A seal that is not last signs nothing.
+        let mut trailing = alone.clone();
+        trailing.extend(proto::Delivery { id: "x".into(), ..Default::default() }.encode_to_vec());
+        assert!(check(&ring, &e2, &trailing).is_err());
     }
 
 }

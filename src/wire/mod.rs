@@ -108,22 +108,28 @@ pub fn entry_from_log(seq: Seq, time_ms: u64, subject: &str, bytes: &[u8]) -> En
 /// then it signs every byte before it, exactly as stored.
 pub fn decode_sealed(bytes: &[u8]) -> Result<(Envelope, Option<EntrySeal>), WireError> {
     let mut message = proto::Envelope::decode(bytes).map_err(|e| WireError::NotProtobuf(e.to_string()))?;
-    let seal = match message.seal.take() {
-        None => None,
-        Some(seal) => {
-            let trailer = seal_field(&seal);
-            let signer: [u8; 32] = seal.signer.as_slice().try_into().map_err(|_| {
-                WireError::Field { field: "seal.signer".into(), problem: FieldProblem::Inconsistent(format!("a key is 32 bytes, not {}", seal.signer.len())) }
-            })?;
-            let signature: [u8; 64] = seal.signature.as_slice().try_into().map_err(|_| WireError::Field {
-                field: "seal.signature".into(),
-                problem: FieldProblem::Inconsistent(format!("a signature is 64 bytes, not {}", seal.signature.len())),
-            })?;
-            let signed_len = bytes.ends_with(&trailer).then(|| bytes.len() - trailer.len());
-            Some(EntrySeal { signer, signature, signed_len, sealed_here: false })
-        }
-    };
+    let seal = message.seal.take().map(|seal| found_seal(bytes, &seal, &seal_field(&seal))).transpose()?;
     Ok((envelope_from_proto(message)?, seal))
+}
+
+/// The seal a message's `bytes` hold, whose field alone encodes as `trailer`:
+/// signing every byte before it when it ends them (`signed_len`).
+fn found_seal(bytes: &[u8], seal: &proto::Seal, trailer: &[u8]) -> Result<EntrySeal, WireError> {
+    let signer: [u8; 32] = seal.signer.as_slice().try_into().map_err(|_| WireError::Field {
+        field: "seal.signer".into(),
+        problem: FieldProblem::Inconsistent(format!("a key is 32 bytes, not {}", seal.signer.len())),
+    })?;
+    let signature: [u8; 64] = seal.signature.as_slice().try_into().map_err(|_| WireError::Field {
+        field: "seal.signature".into(),
+        problem: FieldProblem::Inconsistent(format!("a signature is 64 bytes, not {}", seal.signature.len())),
+    })?;
+    let signed_len = bytes.ends_with(trailer).then(|| bytes.len() - trailer.len());
+    Ok(EntrySeal { signer, signature, signed_len, sealed_here: false })
+}
+
+/// The seal of `signature` by `key`, as the field that ends a sealed message.
+fn seal_of(key: &ed25519_dalek::SigningKey, signature: ed25519_dalek::Signature) -> proto::Seal {
+    proto::Seal { signer: key.verifying_key().to_bytes().to_vec(), signature: signature.to_bytes().to_vec() }
 }
 
 /// The bytes of an envelope's seal field alone, as it ends a sealed envelope.
@@ -138,8 +144,7 @@ pub fn encode_sealed(envelope: &Envelope, key: &ed25519_dalek::SigningKey) -> Ve
     use ed25519_dalek::Signer as _;
     let mut bytes = encode(envelope);
     let signature = key.sign(&bytes);
-    let seal = proto::Seal { signer: key.verifying_key().to_bytes().to_vec(), signature: signature.to_bytes().to_vec() };
-    bytes.extend_from_slice(&seal_field(&seal));
+    bytes.extend_from_slice(&seal_field(&seal_of(key, signature)));
     bytes
 }
 

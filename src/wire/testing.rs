@@ -227,6 +227,7 @@ pub fn every_event() -> Vec<Event> {
             cpu_ms: 5_000,
             wall_ms: 6_000,
             result: b"frame 7 done\n".to_vec(),
+            stored: Default::default(),
         },
         Event::TaskCompleted {
             task: task("render-1", 8),
@@ -236,6 +237,10 @@ pub fn every_event() -> Vec<Event> {
             cpu_ms: 1,
             wall_ms: 2,
             result: vec![0xff, 0xfe, 0x00],
+            stored: crate::core::event::StoredStreams {
+                stdout: Some(crate::core::event::StoredOutput { bytes: 70_000, blake3: [0xb3; 32] }),
+                stderr: None,
+            },
         },
         Event::TaskFailed {
             task: task("render-1", 9),
@@ -244,6 +249,10 @@ pub fn every_event() -> Vec<Event> {
             exit_code: Some(139),
             kind: FailureKind::Signalled,
             error_tail: "segmentation fault".to_string(),
+            stored: crate::core::event::StoredStreams {
+                stdout: Some(crate::core::event::StoredOutput { bytes: 1, blake3: [1; 32] }),
+                stderr: Some(crate::core::event::StoredOutput { bytes: 18, blake3: [2; 32] }),
+            },
         },
         Event::TaskFailed {
             task: task("render-1", 9),
@@ -252,6 +261,7 @@ pub fn every_event() -> Vec<Event> {
             exit_code: None,
             kind: FailureKind::LaunchFailed,
             error_tail: String::new(),
+            stored: Default::default(),
         },
         Event::PolicySet(Policy {
             reservation: crate::core::event::ReservationPolicy::default(),
@@ -472,6 +482,7 @@ pub fn every_event() -> Vec<Event> {
                         cpu_ms: 3,
                         wall_ms: 4,
                         result: b"ok".to_vec(),
+                        stored: Default::default(),
                     },
                 },
             ],
@@ -1080,6 +1091,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                         cpu_ms,
                         wall_ms,
                         result,
+                        stored: Default::default(),
                     }
                 }
             ),
@@ -1095,6 +1107,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     exit_code,
                     kind,
                     error_tail,
+                    stored: Default::default(),
                 }
             }),
         arb_policy().prop_map(Event::PolicySet),

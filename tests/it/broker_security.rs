@@ -9,6 +9,7 @@
 //! - [`a_connection_without_tls_or_with_wrong_credentials_is_refused`]
 //! - [`a_projector_two_engines_and_a_submitter_with_their_own_credentials_run_a_job_and_readers_replay_it`]
 //! - [`a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_the_fold`]
+//! - [`deliveries_not_sealed_for_the_engine_by_a_registered_key_are_refused_and_nothing_of_them_runs`]
 //! - [`the_shipped_example_is_what_broker_config_writes_but_for_its_keys`]
 
 use crate::support;
@@ -184,18 +185,15 @@ async fn a_projectors_registration_of_its_own_key_is_refused_by_the_broker_and_n
 
     // Only an operator's registration makes a key's batches count.
     let own = projector
-        .append(Append::new("gridfold.ev.op.keys", "its own key").with_msg_id("own-key"))
+        .append(Append::new(wire::KEYS_SUBJECT, "its own key").with_msg_id("own-key"))
         .await;
     operator
-        .append(Append::new("gridfold.ev.op.keys", "a key").with_msg_id("operator-key"))
+        .append(Append::new(wire::KEYS_SUBJECT, "a key").with_msg_id("operator-key"))
         .await
         .expect("an operator registers keys");
 
-    assert_refused_publish(own, "gridfold.ev.op.keys");
-    assert_eq!(
-        subjects(&whole_log(&broker).await),
-        ["gridfold.ev.op.keys"]
-    );
+    assert_refused_publish(own, wire::KEYS_SUBJECT);
+    assert_eq!(subjects(&whole_log(&broker).await), [wire::KEYS_SUBJECT]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,6 +290,23 @@ async fn an_engine_may_open_no_consumer_but_its_own_so_it_reads_no_other_engines
     );
     let still = reader_of(orders.consumer_info(consumer_name(&e1_id)).await.unwrap());
     assert_eq!(still, second_reader, "e1's consumer is as its newer process made it");
+
+    // Of the log, the keys' subject through its own reader, and nothing else that way.
+    let operator = log_as(&broker, "operator", StreamSetup::Bind).await;
+    operator.append(Append::new(wire::KEYS_SUBJECT, "a key").with_msg_id("key")).await.unwrap();
+    operator.append(Append::new(wire::POLICY_SUBJECT, "a policy").with_msg_id("policy")).await.unwrap();
+    let keys_reader = gridfold::engine::feed::keys_reader_name(&e1_id);
+    let keys = e1.read_subject(wire::KEYS_SUBJECT, 0, &keys_reader, 10).await.expect("e1 reads the keys' subject");
+    assert_eq!(subjects(&keys), [wire::KEYS_SUBJECT]);
+    assert!(e1.read_subject("gridfold.ev.policy", 0, &keys_reader, 10).await.is_err(), "e1 read the policy with its keys' reader");
+    let e2_reader = gridfold::engine::feed::keys_reader_name(&e2_id);
+    assert!(e1.read_subject(wire::KEYS_SUBJECT, 0, &e2_reader, 10).await.is_err(), "e1 read the keys as e2's reader");
+    for subject in [
+        "CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e1.gridfold.ev.policy",
+        "CONSUMER.CREATE.GRIDFOLD_EVENTS.gridfold-keys-e2.gridfold.ev.op.keys",
+    ] {
+        assert_broker_logged(&broker, "Publish Violation", &format!("\"$JS.API.{subject}"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -711,6 +726,116 @@ fn a_batch_forged_with_the_projectors_credentials_but_not_its_key_is_refused_by_
     let said = std::fs::read_to_string(&e1.stderr).unwrap_or_default();
     assert!(!said.contains("lost"), "e1 never heard it was lost:\n{said}");
     drop((e1, projector));
+}
+
+/// Reads the log as the auditor until an entry satisfies `pred` (for at most 25 s): it.
+async fn until_on_log(broker: &SecureBroker, running: &[&Running], what: &str, pred: impl Fn(&gridfold::core::event::Entry) -> bool) -> gridfold::core::event::Entry {
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        let entries = whole_log(broker).await;
+        let found = entries
+            .iter()
+            .map(|raw| wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload))
+            .flat_map(support::folded_log::split_reports)
+            .find(|entry| pred(entry));
+        if let Some(entry) = found {
+            return entry;
+        }
+        assert!(Instant::now() < deadline, "no {what} on the log within 25 s:\n{}", tails(running));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An engine runs only deliveries a key registered on the log sealed for it: a
+/// principal that may publish on its order subject (here with the projector's
+/// credentials) and has no registered key makes it run nothing.
+#[test]
+fn deliveries_not_sealed_for_the_engine_by_a_registered_key_are_refused_and_nothing_of_them_runs() {
+    use gridfold::core::event::Payload;
+    use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask, encode_delivery};
+    let broker = secure_nats::start(&["e1", "e2"]);
+    let dir = broker.dir.path().to_path_buf();
+    let genuine = support::sealing::projector_key();
+    let revoked = ProjectorKey::from_seed([9; 32]);
+    let foreign = ProjectorKey::from_seed([8; 32]);
+    run_as(&broker, "operator", &["setup"]);
+    run_as(&broker, "operator", &["key", "register", &genuine.public_hex(), "--name", "the projector"]);
+    run_as(&broker, "operator", &["key", "register", &revoked.public_hex(), "--name", "an old projector"]);
+    run_as(&broker, "operator", &["key", "revoke", &revoked.public_hex()]);
+    let work = dir.join("work-e1").display().to_string();
+    let e1 = spawn_as(
+        &broker,
+        "engine-e1",
+        "e1",
+        &["engine", "--name", "e1", "--slots", "1", "--work-dir", &work, "--heartbeat-secs", "1"],
+    );
+    let marker = |name: &str| dir.join(format!("ran-{name}"));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let entries = runtime.block_on(async {
+        let login = until_on_log(&broker, &[&e1], "login of e1", |entry| entry.subject == "gridfold.ev.engine.e1.login").await.seq.0;
+        let run = |engine: &str, n: usize, name: &str| Delivery {
+            id: Delivery::id_for(Seq(login + 1), n),
+            batch_seq: Seq(login + 1),
+            engine: EngineId::new(engine).unwrap(),
+            epoch: login,
+            kind: DeliveryKind::Run(RunTask {
+                task: gridfold::core::ids::TaskRef::new(gridfold::core::ids::JobId::new(name).unwrap(), 0),
+                attempt: 1,
+                argv: vec!["touch".into(), marker(name).display().to_string()],
+                params: Default::default(),
+                wall_time_limit_ms: 0,
+                slots: 1,
+                root_library: None,
+                output_bytes_max: 0,
+                work_dir_retention_ms: 60_000,
+                nodes: Vec::new(),
+                companion: false,
+                companion_argv: Vec::new(),
+            }),
+        };
+        let forger = log_as(&broker, "projector", StreamSetup::Bind).await;
+        let messages = [
+            ("unsealed", encode_delivery(&run("e1", 0, "unsealed"))),
+            ("foreign", support::sealing::sealed_with(&foreign, &run("e1", 1, "foreign"))),
+            ("revoked", support::sealing::sealed_with(&revoked, &run("e1", 2, "revoked"))),
+            // A genuine message for e2, copied onto e1's subject.
+            ("copied", support::sealing::sealed(&run("e2", 3, "copied"))),
+            ("genuine", support::sealing::sealed(&run("e1", 4, "genuine"))),
+        ];
+        for (name, payload) in messages {
+            let ack = forger.context().publish("gridfold.order.e1", payload.into()).await.unwrap();
+            ack.await.unwrap_or_else(|err| panic!("the {name} message was not stored: {err}"));
+        }
+        let is_genuine = |task: &gridfold::core::ids::TaskRef| task.job.as_str() == "genuine";
+        until_on_log(&broker, &[&e1], "the genuine run's end", |entry| {
+            matches!(entry.payload_event(), Some(Event::TaskCompleted { task, .. }) if is_genuine(task))
+        })
+        .await;
+        whole_log(&broker).await
+    });
+    let started: Vec<String> = entries
+        .iter()
+        .map(|raw| wire::entry_from_log(Seq(raw.seq), raw.time_ms, &raw.subject, &raw.payload))
+        .flat_map(support::folded_log::split_reports)
+        .filter_map(|entry| match &entry.payload {
+            Payload::Event(envelope) => match &envelope.event {
+                Event::TaskStarted { task, .. } => Some(task.job.to_string()),
+                _ => None,
+            },
+            Payload::Undecodable { .. } => None,
+        })
+        .collect();
+    assert_eq!(started, ["genuine"], "only the genuine run started");
+    for name in ["unsealed", "foreign", "revoked", "copied"] {
+        assert!(!marker(name).exists(), "the {name} run ran:\n{}", tails(&[&e1]));
+    }
+    assert!(marker("genuine").exists());
+    let said = std::fs::read_to_string(&e1.stderr).unwrap_or_default();
+    assert_eq!(said.matches("refusing a message on this engine's order subject").count(), 3, "{said}");
+    assert!(said.contains("it is not sealed") && said.contains("the key is not registered"), "{said}");
+    assert!(said.contains(&format!("key {}", revoked.public_hex())) && said.contains(&format!("key {}", foreign.public_hex())), "{said}");
+    assert!(said.contains("the delivery is for engine \"e2\", read by engine e1"), "{said}");
+    drop(e1);
 }
 
 /// `deploy/nats/` is what `gridfold broker-config` writes today, keys aside: a change to

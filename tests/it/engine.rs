@@ -30,7 +30,7 @@ use gridfold::log::jetstream::{JetStreamLog, JetStreamReader, LogConfig, STREAM_
 use gridfold::log::nats_server::NatsServer;
 use gridfold::log::{Append, EventLog, LogReader};
 use gridfold::wire;
-use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask, encode_delivery, order_subject};
+use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask, order_subject};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -101,6 +101,8 @@ impl Grid {
             .await
             .unwrap();
         log.ensure_order_stream().await.unwrap();
+        // As an operator registers the projector's key: deliveries are sealed with it.
+        support::sealing::register(&log).await;
         let events = Events::new(log.reader(1).await.unwrap());
         Grid {
             server,
@@ -158,7 +160,7 @@ impl Grid {
 
     async fn deliver_with_msg_id(&self, delivery: &Delivery, msg_id: &str) {
         let message = PublishMessage::build()
-            .payload(encode_delivery(delivery).into())
+            .payload(support::sealing::sealed(delivery).into())
             .message_id(msg_id);
         let ack = self
             .log
@@ -457,9 +459,10 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 // ---- engines over the embedded logs, without a broker ----
 
 /// The order log and the event log of an embedded grid under `dir`.
-fn open_embedded_logs(dir: &Path) -> (EmbeddedLog, EmbeddedLog) {
+async fn open_embedded_logs(dir: &Path) -> (EmbeddedLog, EmbeddedLog) {
     let orders = gridfold::projector::service::sink::open_order_log(&dir.join("orders")).unwrap();
     let events = EmbeddedLog::open(dir.join("events"), EmbeddedConfig::default()).unwrap();
+    support::sealing::register(&events).await;
     (orders, events)
 }
 
@@ -507,7 +510,7 @@ async fn stop_embedded(
 async fn append_delivery(orders: &EmbeddedLog, delivery: &Delivery) {
     let subject = order_subject(&delivery.engine);
     orders
-        .append(Append::new(subject, encode_delivery(delivery)))
+        .append(Append::new(subject, support::sealing::sealed(delivery)))
         .await
         .unwrap();
 }
@@ -1033,7 +1036,7 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
     );
     loop {
         let message = PublishMessage::build()
-            .payload(encode_delivery(&delivery).into())
+            .payload(support::sealing::sealed(&delivery).into())
             .message_id(&delivery.id);
         let published = match grid
             .log
@@ -1114,6 +1117,42 @@ async fn a_newer_login_under_its_name_fences_the_engine_out_within_a_heartbeat()
     }
     assert!(sent.elapsed() < Duration::from_secs(3), "within about a heartbeat (1 s): {:?}", sent.elapsed());
     eventually("the fenced engine's task dies", || live_group_members(pgid).is_empty()).await;
+}
+
+/// The newest entry on the engine's login subject is a newer login only when
+/// the fold accepts it as one: bytes that do not decode, and a login with no
+/// slots, leave the engine running (and working); a real login still fences it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_the_fold_rejects_on_its_login_subject_does_not_fence_the_engine_out() {
+    let (mut grid, engine, login) = Grid::with_engine("e-bad", 1).await;
+    let subject = wire::engine_login_subject(&engine_id("e-bad"));
+    let no_slots = Envelope {
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        source: "engine:e-bad".into(),
+        event: Event::EngineLoggedIn { engine: engine_id("e-bad"), slots: 0, props: EngineProps::default() },
+    };
+    for (n, payload) in [b"not an envelope".to_vec(), wire::encode(&no_slots)].into_iter().enumerate() {
+        let bad = grid.log.append(Append::new(subject.clone(), payload)).await.unwrap().seq;
+        // Three heartbeats after it: the newest login was asked for and answered since.
+        let mut after = bad;
+        for _ in 0..3 {
+            after = grid.events.until("a heartbeat after the bad entry", |e| e.seq.0 > after && is_heartbeat(e, "e-bad")).await.seq.0;
+        }
+        let t = task("after-bad", n as u32);
+        grid.start_script("e-bad", login, after + 1, &t, "true").await;
+        grid.events.until("the task's end", ended(&t, 1)).await;
+    }
+    let newer = append_login_of(&grid.log, "e-bad").await;
+    match engine.failure(Duration::from_secs(5)).await {
+        EngineError::Fenced { newer_login, evidence, .. } => {
+            assert_eq!((newer_login, evidence), (newer, FenceEvidence::NewestLogin));
+        }
+        other => panic!("expected Fenced, got {other}"),
+    }
+}
+
+fn is_heartbeat(entry: &Entry, engine: &str) -> bool {
+    matches!(event(entry), Some(Event::EngineHeartbeat { engine: e, .. }) if e.as_str() == engine)
 }
 
 /// A newer process takes the engine's order feed over before it logs in: the
@@ -1308,7 +1347,7 @@ async fn both_feeds_catch_up_to_the_end_of_the_engines_subject_and_give_what_the
 
     // A log: to its last entry, this engine's entries only.
     let dir = tempfile::tempdir().unwrap();
-    let (orders, _events) = open_embedded_logs(dir.path());
+    let (orders, _events) = open_embedded_logs(dir.path()).await;
     let mut feed: EmbeddedOrderFeed = LogOrderFeed::open(&orders, &e1).await.unwrap();
     let other = run("e-other", 1, 2, 9, &task("catch", 9), 1, &["true"]);
     for delivery in [&deliveries[0], &other, &deliveries[1]] {
@@ -1324,7 +1363,7 @@ async fn both_feeds_catch_up_to_the_end_of_the_engines_subject_and_give_what_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_without_a_broker() {
     let dir = tempfile::tempdir().unwrap();
-    let (orders, events) = open_embedded_logs(dir.path());
+    let (orders, events) = open_embedded_logs(dir.path()).await;
     let e1 = engine_id("e1");
 
     // The feed alone: only e1's deliveries, in order, following new ones.
@@ -1378,7 +1417,7 @@ async fn the_embedded_feed_follows_one_engines_deliveries_and_drives_an_engine_w
 #[tokio::test]
 async fn an_engine_reports_its_libraries_answers_syncs_and_gives_tasks_their_library_dir() {
     let dir = tempfile::tempdir().unwrap();
-    let (orders, events) = open_embedded_logs(dir.path());
+    let (orders, events) = open_embedded_logs(dir.path()).await;
     let library_dir = dir.path().join("work").join("libraries");
     let held = LibraryRef::new("render-lib", "2.1.0");
     let missing = LibraryRef::new("ffmpeg", "7");

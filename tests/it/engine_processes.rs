@@ -23,7 +23,7 @@ use gridfold::log::jetstream::{JetStreamLog, JetStreamReader, LogConfig};
 use gridfold::log::nats_server::NatsServer;
 use gridfold::log::{EventLog, LogReader};
 use gridfold::wire;
-use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask, encode_delivery, order_subject};
+use gridfold::wire::delivery::{Delivery, DeliveryKind, RunTask, order_subject};
 
 /// How long to wait for something that should happen within a second or two.
 const WAIT: Duration = Duration::from_secs(10);
@@ -48,6 +48,7 @@ impl Broker {
             .await
             .unwrap();
         log.ensure_order_stream().await.unwrap();
+        support::sealing::register(&log).await;
         let reader = log.reader(1).await.unwrap();
         Broker {
             server,
@@ -127,7 +128,7 @@ impl Broker {
             }),
         };
         let message = PublishMessage::build()
-            .payload(encode_delivery(&delivery).into())
+            .payload(support::sealing::sealed(&delivery).into())
             .message_id(&delivery.id);
         let ack = self
             .log

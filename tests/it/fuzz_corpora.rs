@@ -362,6 +362,7 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
                 cpu_ms: 900,
                 wall_ms: 1_000,
                 result: b"ok".to_vec(),
+                stored: Default::default(),
             },
         ),
         (
@@ -374,6 +375,7 @@ fn base_messages() -> Vec<(&'static str, usize, Event)> {
                 exit_code: None,
                 kind: FailureKind::Signalled,
                 error_tail: "killed".into(),
+                stored: Default::default(),
             },
         ),
         (

@@ -577,6 +577,30 @@ async fn survives_a_restart<B: Backend>() {
     assert_times_sane(&entries, started_ms);
 }
 
+async fn one_subject_is_read_alone_from_any_point_and_its_newest_entry_whole<B: Backend>() {
+    let (_backend, log) = B::start(Options::default()).await;
+    let keys = "gridfold.ev.op.keys";
+    assert_eq!(log.last_entry_for_subject(keys).await.unwrap(), None);
+    assert_eq!(log.read_subject(keys, 0, "reader-1", 10).await.unwrap(), []);
+    for (subject, payload) in [(keys, "k1"), ("gridfold.ev.a", "a1"), ("gridfold.ev.op.keys.more", "no"), (keys, "k2"), ("gridfold.ev.a", "a2")] {
+        log.append(msg(subject, payload)).await.unwrap();
+    }
+    let read = log.read_subject(keys, 0, "reader-1", 10).await.unwrap();
+    assert_eq!(seqs(&read), [1, 4]);
+    assert_eq!(payloads(&read), ["k1", "k2"]);
+    assert!(read.iter().all(|entry| entry.subject == keys && entry.time_ms > 0));
+    // Again from a point, under the same name (the reader of a call does not outlive it).
+    let after = log.read_subject(keys, 1, "reader-1", 10).await.unwrap();
+    assert_eq!(seqs(&after), [4]);
+    assert_eq!(log.read_subject(keys, 4, "reader-1", 10).await.unwrap(), []);
+    let too_many = log.read_subject(keys, 0, "reader-1", 1).await.unwrap_err();
+    assert!(matches!(too_many, LogError::Rejected { .. }), "{too_many:?}");
+    let newest = log.last_entry_for_subject(keys).await.unwrap().expect("the newest entry on the subject");
+    assert_eq!(payloads(std::slice::from_ref(&newest)), ["k2"]);
+    assert_eq!(newest, all(&log, 1).await[3], "as a reader reads it");
+    assert_eq!(log.last_entry_for_subject("gridfold.ev.never").await.unwrap(), None);
+}
+
 /// Instantiates every case for one backend, as `#[tokio::test]`s in a module.
 macro_rules! conformance {
     ($module:ident, $backend:ty) => {
@@ -595,6 +619,7 @@ macro_rules! conformance {
                 a_stale_fence_stops_a_batch,
                 refuses_what_is_not_a_log_message,
                 survives_a_restart,
+                one_subject_is_read_alone_from_any_point_and_its_newest_entry_whole,
             );
         }
     };

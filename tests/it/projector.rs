@@ -149,6 +149,7 @@ async fn spawn_engine(
                     cpu_ms: 1,
                     wall_ms: 1,
                     result: Vec::new(),
+                    stored: Default::default(),
                 };
                 publish(&log, completed).await;
             }

@@ -7,6 +7,8 @@
 //! - [`every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_tells_failure_from_success`]
 //! - [`output_is_cut_at_the_policys_share_a_spent_job_budget_stores_nothing_and_work_dirs_go_after_the_policys_retention`]
 //! - [`stat_at_20000_jobs_answers_a_page_says_how_many_more_and_its_pages_cover_every_job_and_a_usage_too_large_is_an_error`]
+//! - [`a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_completes_once`]
+//! - [`output_overwritten_in_the_store_is_said_altered_and_not_printed_and_the_untouched_prints`]
 
 use crate::support;
 
@@ -188,6 +190,113 @@ fn every_attempt_its_exit_code_error_tail_and_whole_output_are_shown_and_wait_te
     assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
     assert!(waited.text().contains("job fine done: 4 of 4 tasks done"), "{}", waited.text());
     assert_eq!(run(&cluster, &["output", "fine/3"]).text(), "fine-3\n");
+}
+
+/// `gridfold reschedule` of a running task whose re-run lands on the same
+/// engine (the only one): the re-run answers another dispatch, so the broker
+/// takes its reports for new messages (its start is not dropped as the first
+/// run's), the task completes once, with no dispatch timeout (4 s here; the
+/// re-run lasts 6) and no attempt spent, and its stored output is the re-run's.
+#[test]
+fn a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_completes_once() {
+    let mut cluster = Cluster::start("engine_timeout_secs = 10\ndispatch_timeout_secs = 4\n");
+    cluster.projector();
+    let work = cluster.path("w1");
+    cluster.engine("engine-1", "e1", 1, &work);
+    cluster.wait_logged_in(&["e1"]);
+    let runs = cluster.path("runs");
+    let runs = runs.display();
+    let script = format!(
+        "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; echo run-$n; echo err-$n >&2; \
+         if [ $n -eq 1 ]; then exec sleep 60; fi; sleep 6"
+    );
+    // One attempt only: one spent on a dispatch timeout would fail the job.
+    submit(&cluster, "again", 1, 1, &script);
+    cluster.wait_for("the first run to run", Duration::from_secs(30), |cluster| {
+        let reply: TaskReply = serde_json::from_slice(&run(cluster, &["task", "again/0", "--json"]).stdout).map_err(|e| e.to_string())?;
+        if reply.state == "running" { Ok(()) } else { Err(reply.state) }
+    });
+    cluster.command(&["reschedule".as_ref(), "again/0".as_ref()]);
+
+    let waited = run(&cluster, &["wait", "again", "--timeout-secs", "60"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "again/0", "--json"]).stdout).unwrap();
+    let outcomes: Vec<(u32, &str)> = reply.attempts.iter().map(|a| (a.attempt, a.outcome.as_str())).collect();
+    assert_eq!(outcomes, [(1, "ended"), (1, "completed")], "the preempted run, then its re-run: {reply:?}");
+    assert_eq!((reply.state.as_str(), reply.attempts_total), ("done", 1), "{reply:?}");
+    assert!(reply.attempts[1].dispatch_seq > reply.attempts[0].dispatch_seq);
+    let stat: serde_json::Value = serde_json::from_str(cluster.command(&["stat".as_ref(), "--json".as_ref()]).trim()).unwrap();
+    assert_eq!(stat["requeues"], 0, "no dispatch timeout: {stat}");
+    use gridfold::core::event::Event;
+    let is_ours = |entry: &gridfold::core::event::Entry, kind: &str| match support::procs::event(entry) {
+        Some(event @ (Event::TaskStarted { task, .. } | Event::TaskCompleted { task, .. } | Event::TaskFailed { task, .. })) => {
+            event.kind_name() == kind && task.to_string() == "again/0"
+        }
+        _ => false,
+    };
+    let entries = cluster.entries();
+    let count = |kind: &str| entries.iter().filter(|entry| is_ours(entry, kind)).count();
+    assert_eq!((count("TaskStarted"), count("TaskCompleted"), count("TaskFailed")), (2, 1, 0), "both runs' starts stored, one end");
+    // The stored output is the re-run's, apart from the first run's.
+    let stdout = run(&cluster, &["output", "again/0"]);
+    assert_eq!((stdout.code, stdout.text().as_str()), (Some(0), "run-2\n"), "{}", stdout.stderr);
+    let stderr = run(&cluster, &["output", "again/0", "--attempt", "1", "--stderr"]);
+    assert_eq!((stderr.code, stderr.text().as_str()), (Some(0), "err-2\n"), "{}", stderr.stderr);
+}
+
+/// An engine's stored output overwritten in the object store by someone else:
+/// `gridfold output` prints none of it and says "altered" (exit 1), whether the
+/// forgery's length differs from what the engine stored or only its bytes; the
+/// untouched output of another task prints as ever; `gridfold task` says which
+/// streams were altered.
+#[test]
+fn output_overwritten_in_the_store_is_said_altered_and_not_printed_and_the_untouched_prints() {
+    use gridfold::output_store::{BUCKET, Run, Stream, object_name};
+    let mut cluster = Cluster::start(POLICY);
+    cluster.projector();
+    let work = cluster.path("w1");
+    cluster.engine("engine-1", "e1", 1, &work);
+    cluster.wait_logged_in(&["e1"]);
+    submit(&cluster, "kept", 2, 1, "echo out-{index}; echo err-{index} >&2");
+    let waited = run(&cluster, &["wait", "kept", "--timeout-secs", "60"]);
+    assert_eq!(waited.code, Some(0), "{}\n{}", waited.text(), waited.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/0", "--json"]).stdout).unwrap();
+    let attempt = &reply.attempts[0];
+    let reported = attempt.stdout_reported.as_ref().expect("the end report says what was stored");
+    assert_eq!((reported.bytes, reported.blake3.as_str()), (6, blake3::hash(b"out-0\n").to_hex().as_str()));
+    assert!(attempt.output_altered.is_empty(), "{attempt:?}");
+
+    // Another principal writes over both streams: stdout with another length, stderr with as many bytes.
+    let task: gridfold::core::ids::TaskRef = "kept/0".parse().unwrap();
+    let run_of = Run { task: &task, attempt: 1, dispatch: gridfold::core::ids::Seq(attempt.dispatch_seq) };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(cluster.url()).await.unwrap();
+        let store = async_nats::jetstream::new(client).get_object_store(BUCKET).await.unwrap();
+        for (stream, forged) in [(Stream::Stdout, &b"forged output\n"[..]), (Stream::Stderr, &b"ERR-0\n"[..])] {
+            store.put(object_name(run_of, stream).as_str(), &mut &forged[..]).await.unwrap();
+        }
+    });
+
+    let stdout = run(&cluster, &["output", "kept/0"]);
+    assert_eq!(stdout.code, Some(1), "{}", stdout.stderr);
+    assert!(stdout.stdout.is_empty(), "nothing of the forgery printed: {:?}", stdout.text());
+    assert!(stdout.stderr.starts_with("altered: the stdout of kept/0 attempt 1 was altered"), "{}", stdout.stderr);
+    assert!(stdout.stderr.contains("its engine stored 6 bytes") && stdout.stderr.contains("the store holds 14 bytes"), "{}", stdout.stderr);
+    let stderr = run(&cluster, &["output", "kept/0", "--stderr"]);
+    assert_eq!(stderr.code, Some(1), "{}", stderr.stderr);
+    assert!(stderr.stdout.is_empty(), "{:?}", stderr.text());
+    assert!(stderr.stderr.contains("the stderr of kept/0 attempt 1 was altered"), "{}", stderr.stderr);
+    assert!(stderr.stderr.contains(&blake3::hash(b"ERR-0\n").to_hex().to_string()), "the forgery's hash: {}", stderr.stderr);
+
+    let untouched = run(&cluster, &["output", "kept/1"]);
+    assert_eq!((untouched.code, untouched.text().as_str()), (Some(0), "out-1\n"), "{}", untouched.stderr);
+    let reply: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/0", "--json"]).stdout).unwrap();
+    assert_eq!(reply.attempts[0].output_altered.len(), 2, "{reply:?}");
+    let text = run(&cluster, &["task", "kept/0"]).text();
+    assert!(text.contains("ALTERED: the stdout of kept/0 attempt 1 was altered"), "{text}");
+    let fine: TaskReply = serde_json::from_slice(&run(&cluster, &["task", "kept/1", "--json"]).stdout).unwrap();
+    assert!(fine.attempts[0].output_altered.is_empty(), "{fine:?}");
 }
 
 /// The policy's `[output]` bounds: a third of a 3,000-byte job budget per task

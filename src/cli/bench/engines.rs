@@ -251,7 +251,7 @@ impl Simulator {
                 if batch.len() + 2 > REPORTS_PER_BATCH_MAX {
                     self.publish_reports(engine, std::mem::take(&mut batch), &mut report).await?;
                 }
-                batch.extend(reports(engine, &run.task, run.attempt));
+                batch.extend(reports(engine, &run.task, run.attempt, delivery.batch_seq));
             }
             self.publish_reports(engine, batch, &mut report).await?;
         }

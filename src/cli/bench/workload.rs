@@ -74,13 +74,13 @@ pub(super) fn sample_message_bytes(job: &JobSpec, engine: &EngineId) -> usize {
             companion_argv: Vec::new(),
         }),
     };
-    let [started, completed] = reports(engine, &task, 1);
+    let [started, completed] = reports(engine, &task, 1, delivery.batch_seq);
     (encode_delivery(&delivery).len() + wire::encode(&started).len() + wire::encode(&completed).len()).div_ceil(3)
 }
 
 /// The two reports of an attempt done at once, as its engine sends them: the
 /// start, then the completion, each with the agent's id.
-pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> [Envelope; 2] {
+pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32, dispatch: Seq) -> [Envelope; 2] {
     let started = Event::TaskStarted {
         task: task.clone(),
         attempt,
@@ -95,9 +95,10 @@ pub(super) fn reports(engine: &EngineId, task: &TaskRef, attempt: u32) -> [Envel
         cpu_ms: 0,
         wall_ms: 0,
         result: Vec::new(),
+        stored: Default::default(),
     };
     [started, completed].map(|event| Envelope {
-        id: task_report_id(engine, task, attempt, event.kind_name()),
+        id: task_report_id(engine, task, attempt, dispatch, event.kind_name()),
         source: source(engine),
         event,
     })

@@ -295,9 +295,9 @@ fn bad_input_is_rejected_and_changes_nothing_else() {
         log.completed("j", 0, 9, "e1"),
         log.push_from(
             crate::core::event::Origin::Engine(engine_id("e2")),
-            Event::TaskCompleted { task: task("j", 0), attempt: 1, engine: engine_id("e1"), exit_code: 0, cpu_ms: 0, wall_ms: 0, result: vec![] },
+            Event::TaskCompleted { task: task("j", 0), attempt: 1, engine: engine_id("e1"), exit_code: 0, cpu_ms: 0, wall_ms: 0, result: vec![], stored: Default::default() },
         ),
-        log.push(Event::TaskCompleted { task: task("j", 0), attempt: 1, engine: engine_id("e1"), exit_code: 0, cpu_ms: 0, wall_ms: 0, result: vec![0; 70_000] }),
+        log.push(Event::TaskCompleted { task: task("j", 0), attempt: 1, engine: engine_id("e1"), exit_code: 0, cpu_ms: 0, wall_ms: 0, result: vec![0; 70_000], stored: Default::default() }),
     ];
     let mut reasons = String::new();
     for entry in &cases {

@@ -41,7 +41,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::{EngineIdx, JobIdx, TaskKey};
-use crate::core::event::{Entry, Event, FailureKind, Order, OutputPolicy};
+use crate::core::event::{Entry, Event, FailureKind, Order, OutputPolicy, StoredStreams};
 use crate::core::reject::Rejection;
 use crate::core::ids::Attempt;
 
@@ -85,6 +85,10 @@ pub struct AttemptRecord {
     /// at most `REMOTE_JOB_BYTES_MAX` bytes); empty for a local process.
     #[serde(default)]
     pub remote_job: String,
+    /// What its end report says its engine stored of stdout and stderr
+    /// (length and blake3 of each; fixed size).
+    #[serde(default)]
+    pub stored: StoredStreams,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -127,6 +131,7 @@ pub struct Reported<'a> {
     pub cpu_ms: Option<u64>,
     pub wall_ms: Option<u64>,
     pub text: &'a [u8],
+    pub stored: StoredStreams,
 }
 
 impl AttemptLog {
@@ -187,6 +192,7 @@ impl AttemptLog {
             text_bytes: 0,
             output_bytes_max: dispatched.output_bytes_max,
             remote_job: String::new(),
+            stored: StoredStreams::default(),
         });
         assert!(task.records.len() <= ATTEMPTS_KEPT_PER_TASK, "a task keeps at most {ATTEMPTS_KEPT_PER_TASK} attempts");
     }
@@ -217,6 +223,7 @@ impl AttemptLog {
         record.wall_ms = report.wall_ms;
         record.text_bytes = report.text.len() as u32;
         record.text = keep.then(|| report.text.to_vec());
+        record.stored = report.stored;
         self.bytes_kept = self.bytes_kept - freed + if keep { report.text.len() as u64 } else { 0 };
         assert!(self.bytes_kept <= JOB_ATTEMPT_BYTES_KEPT_MAX, "a job keeps at most {JOB_ATTEMPT_BYTES_KEPT_MAX} bytes of text");
     }
@@ -297,6 +304,7 @@ impl super::State {
                         cpu_ms: None,
                         wall_ms: None,
                         text: reason.as_bytes(),
+                        stored: StoredStreams::default(),
                     };
                     self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
                 }
@@ -306,7 +314,7 @@ impl super::State {
                     self.job_mut(key.job).attempt_log.started(key.index, *attempt, entry.time_ms, remote_job);
                 }
             }
-            Event::TaskCompleted { task, attempt, exit_code, cpu_ms, wall_ms, result, .. } => {
+            Event::TaskCompleted { task, attempt, exit_code, cpu_ms, wall_ms, result, stored, .. } => {
                 let report = Reported {
                     seq: entry.seq.0,
                     time_ms: entry.time_ms,
@@ -316,12 +324,13 @@ impl super::State {
                     cpu_ms: Some(*cpu_ms),
                     wall_ms: Some(*wall_ms),
                     text: result,
+                    stored: *stored,
                 };
                 if let Some(key) = self.task_key(task) {
                     self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
                 }
             }
-            Event::TaskFailed { task, attempt, exit_code, kind, error_tail, .. } => {
+            Event::TaskFailed { task, attempt, exit_code, kind, error_tail, stored, .. } => {
                 let report = Reported {
                     seq: entry.seq.0,
                     time_ms: entry.time_ms,
@@ -331,6 +340,7 @@ impl super::State {
                     cpu_ms: None,
                     wall_ms: None,
                     text: error_tail.as_bytes(),
+                    stored: *stored,
                 };
                 if let Some(key) = self.task_key(task) {
                     self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
@@ -359,6 +369,7 @@ mod tests {
             cpu_ms: None,
             wall_ms: None,
             text,
+            stored: StoredStreams::default(),
         }
     }
 

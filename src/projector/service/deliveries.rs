@@ -114,8 +114,9 @@ where
         }
         let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
         let sink = Arc::clone(&self.sink);
+        let key = self.key.clone();
         self.sending = Some(tokio::spawn(async move {
-            let result = sink.deliver(&deliveries).await;
+            let result = sink.deliver(&deliveries, &key).await;
             (deliveries, result)
         }));
     }
@@ -226,7 +227,7 @@ where
         }
         let deliveries: Vec<Delivery> = self.outbox.drain(..).collect();
         let result =
-            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.sink.deliver(&deliveries)).await
+            match tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.sink.deliver(&deliveries, &self.key)).await
             {
                 Ok(result) => result,
                 Err(_) => Err(LogError::Unavailable {

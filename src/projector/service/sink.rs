@@ -15,7 +15,8 @@
 //!   ([`open_order_log`]); the same messages and ids. An engine in the same process
 //!   reads it with a reader from its own position, keeping the entries on its subject.
 //!
-//! Either way a delivery may arrive more than once (a restarted or new leader delivers
+//! Either way every message is sealed with the projector's key (see
+//! `projector::key`), and a delivery may arrive more than once (a restarted or new leader delivers
 //! the recent batches again): an engine ignores a delivery id it has seen.
 //!
 //! A sink sends many deliveries at once with their acks pipelined, never one round
@@ -38,7 +39,8 @@ use async_nats::jetstream::{self as js};
 use crate::log::embedded::{EmbeddedConfig, EmbeddedLog};
 use crate::log::jetstream::{JetStreamLog, STREAM_ORDERS};
 use crate::log::{Append, EventLog, LogError};
-use crate::wire::delivery::{DELIVERY_MESSAGE_BYTES_MAX, Delivery, DeliveryMessage, delivery_messages, delivery_messages_within};
+use crate::projector::key::ProjectorKey;
+use crate::wire::delivery::{DELIVERY_MESSAGE_BYTES_MAX, Delivery, DeliveryMessage};
 
 /// Every delivery subject starts with this; the engine id follows.
 pub const ORDER_SUBJECT_PREFIX: &str = "gridfold.order.";
@@ -52,10 +54,11 @@ pub trait OrderSink: Send + Sync + 'static {
     /// Where the deliveries go, for messages.
     fn location(&self) -> String;
 
-    /// Stores every delivery, in order, each under its id, but for the messages
-    /// the broker refuses as they are, which it returns. On error some may have
-    /// been stored; sending them all again is safe (the ids deduplicate).
-    fn deliver(&self, deliveries: &[Delivery])
+    /// Stores every delivery, in order, each under its id, in messages sealed
+    /// with `key`, but for the messages the broker refuses as they are, which
+    /// it returns. On error some may have been stored; sending them all again
+    /// is safe (the ids deduplicate).
+    fn deliver(&self, deliveries: &[Delivery], key: &ProjectorKey)
     -> impl Future<Output = Result<Vec<Refused>, LogError>> + Send;
 }
 
@@ -123,12 +126,12 @@ impl OrderSink for EmbeddedOrderSink {
         self.log.location()
     }
 
-    async fn deliver(&self, deliveries: &[Delivery]) -> Result<Vec<Refused>, LogError> {
+    async fn deliver(&self, deliveries: &[Delivery], key: &ProjectorKey) -> Result<Vec<Refused>, LogError> {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
         self.log
-            .append_batch(delivery_messages(deliveries).into_iter().map(append_of).collect())
+            .append_batch(key.delivery_messages(deliveries).into_iter().map(append_of).collect())
             .await
             .map(|_| Vec::new())
     }
@@ -195,10 +198,10 @@ impl OrderSink for JetStreamOrderSink {
         format!("{} stream {STREAM_ORDERS}", self.url)
     }
 
-    async fn deliver(&self, deliveries: &[Delivery]) -> Result<Vec<Refused>, LogError> {
+    async fn deliver(&self, deliveries: &[Delivery], key: &ProjectorKey) -> Result<Vec<Refused>, LogError> {
         let max = self.context.client().max_payload();
         let joined_max = DELIVERY_MESSAGE_BYTES_MAX.min(max.saturating_sub(MESSAGE_OVERHEAD_BYTES));
-        let messages = delivery_messages_within(deliveries, joined_max);
+        let messages = key.delivery_messages_within(deliveries, joined_max);
         let window = DELIVERY_WINDOW_MAX.min(messages.len().max(1));
         let mut in_flight: VecDeque<(PublishAckFuture, &DeliveryMessage)> = VecDeque::with_capacity(window);
         let mut refused = Vec::new();

@@ -86,7 +86,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// durations and sink suspects and flags.
 /// 16: both of 15's.
 /// 17: an attempt's record its gateway job id (`remote_job`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 17;
+/// 18: an attempt's record what its end report says was stored of its output
+/// (`stored`: length and blake3 per stream); a kept delivery names its engine
+/// (`Delivery.engine`).
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 18;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

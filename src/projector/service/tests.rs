@@ -93,6 +93,7 @@ fn spawn_engines(
                                 cpu_ms: 1,
                                 wall_ms: 1,
                                 result: Vec::new(),
+                                stored: Default::default(),
                             },
                         )
                         .await;

@@ -289,6 +289,7 @@ fn task_completed(m: proto::TaskCompleted) -> Result<Event, WireError> {
         cpu_ms: m.cpu_ms,
         wall_ms: m.wall_ms,
         result: m.result,
+        stored: super::output::stored(m.stdout_stored, m.stderr_stored)?,
     })
 }
 
@@ -303,6 +304,7 @@ fn task_failed(m: proto::TaskFailed) -> Result<Event, WireError> {
         exit_code: m.exit_code,
         kind,
         error_tail: m.error_tail,
+        stored: super::output::stored(m.stdout_stored, m.stderr_stored)?,
     })
 }
 

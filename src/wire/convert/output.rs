@@ -4,7 +4,8 @@
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{
-    OutputPolicy, OUTPUT_JOB_BYTES_MAX_LIMIT, OUTPUT_TASK_BYTES_MAX_LIMIT, WORK_DIR_RETENTION_MS_LIMIT,
+    OutputPolicy, StoredOutput, StoredStreams, OUTPUT_JOB_BYTES_MAX_LIMIT, OUTPUT_TASK_BYTES_MAX_LIMIT,
+    WORK_DIR_RETENTION_MS_LIMIT,
 };
 
 /// Nothing for the defaults, so a policy that does not touch them encodes as before.
@@ -38,4 +39,25 @@ pub(super) fn output(m: Option<proto::OutputPolicy>) -> Result<OutputPolicy, Wir
             defaults.work_dir_retention_ms,
         )?,
     })
+}
+
+/// An end report's stored streams: (stdout, stderr).
+pub(super) fn stored_to_proto(stored: &StoredStreams) -> (Option<proto::StoredOutput>, Option<proto::StoredOutput>) {
+    let one = |stream: &Option<StoredOutput>| {
+        stream.map(|stream| proto::StoredOutput { bytes: stream.bytes, blake3: stream.blake3.to_vec() })
+    };
+    (one(&stored.stdout), one(&stored.stderr))
+}
+
+pub(super) fn stored(stdout: Option<proto::StoredOutput>, stderr: Option<proto::StoredOutput>) -> Result<StoredStreams, WireError> {
+    let one = |field: &'static str, m: Option<proto::StoredOutput>| {
+        m.map(|m| {
+            let blake3: [u8; 32] = m.blake3.as_slice().try_into().map_err(|_| {
+                WireError::at(field, FieldProblem::Inconsistent(format!("a blake3 hash is 32 bytes, not {}", m.blake3.len())))
+            })?;
+            Ok(StoredOutput { bytes: m.bytes, blake3 })
+        })
+        .transpose()
+    };
+    Ok(StoredStreams { stdout: one("stdout_stored.blake3", stdout)?, stderr: one("stderr_stored.blake3", stderr)? })
 }

@@ -206,15 +206,21 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             cpu_ms,
             wall_ms,
             result,
-        } => P::TaskCompleted(proto::TaskCompleted {
-            task: task_ref_to_proto(task),
-            attempt: *attempt,
-            engine: engine.to_string(),
-            exit_code: *exit_code,
-            cpu_ms: *cpu_ms,
-            wall_ms: *wall_ms,
-            result: result.clone(),
-        }),
+            stored,
+        } => {
+            let (stdout_stored, stderr_stored) = super::output::stored_to_proto(stored);
+            P::TaskCompleted(proto::TaskCompleted {
+                task: task_ref_to_proto(task),
+                attempt: *attempt,
+                engine: engine.to_string(),
+                exit_code: *exit_code,
+                cpu_ms: *cpu_ms,
+                wall_ms: *wall_ms,
+                result: result.clone(),
+                stdout_stored,
+                stderr_stored,
+            })
+        }
         Event::TaskFailed {
             task,
             attempt,
@@ -222,14 +228,20 @@ fn event_to_proto(event: &Event) -> proto::envelope::Event {
             exit_code,
             kind,
             error_tail,
-        } => P::TaskFailed(proto::TaskFailed {
-            task: task_ref_to_proto(task),
-            attempt: *attempt,
-            engine: engine.to_string(),
-            exit_code: *exit_code,
-            kind: failure_kind_to_proto(*kind) as i32,
-            error_tail: error_tail.clone(),
-        }),
+            stored,
+        } => {
+            let (stdout_stored, stderr_stored) = super::output::stored_to_proto(stored);
+            P::TaskFailed(proto::TaskFailed {
+                task: task_ref_to_proto(task),
+                attempt: *attempt,
+                engine: engine.to_string(),
+                exit_code: *exit_code,
+                kind: failure_kind_to_proto(*kind) as i32,
+                error_tail: error_tail.clone(),
+                stdout_stored,
+                stderr_stored,
+            })
+        }
         Event::PolicySet(policy) => P::PolicySet(proto::PolicySet {
             algorithm: policy.algorithm.name().to_string(),
             engine_timeout_ms: policy.engine_timeout_ms,

@@ -5,5 +5,6 @@ pub mod cluster3;
 pub mod folded_log;
 pub mod nats;
 pub mod procs;
+pub mod sealing;
 pub mod secure_nats;
 pub mod slurm;

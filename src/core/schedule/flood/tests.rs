@@ -194,6 +194,7 @@ fn preempted_on(engine: &str, props: crate::core::event::EngineProps) -> (LogBui
         exit_code: None,
         kind: FailureKind::Preempted,
         error_tail: String::new(),
+        stored: Default::default(),
     });
     let orders = step(&mut log, &mut state);
     (log, state, orders)
