@@ -1,5 +1,8 @@
 //! A requirements expression: parsed, printed, parsed again.
-//! The body, and what it checks, is `gridfold::fuzzing::requirements`.
+//! The body, and what it checks, is `fuzz/bodies.rs`, `requirements`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| gridfold::fuzzing::requirements(data));
+#[path = "../bodies.rs"]
+mod bodies;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::requirements(data));

@@ -1,5 +1,5 @@
 //! `gridfold broker-config`: writes a nats-server configuration that enforces who
-//! may write what ([`crate::broker_config`]), an nkey per principal, and an
+//! may write what ([`crate::log::broker_config`]), an nkey per principal, and an
 //! environment file per principal for its `gridfold` commands.
 //!
 //! Into `--out DIR` it writes `nats-server.conf`, and for each principal
@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use super::BadInput;
-use crate::broker_config::{
+use crate::log::broker_config::{
     ClientSettings, Principal, Role, ServerSettings, check_principal_name, render_env_file,
     render_server_config,
 };

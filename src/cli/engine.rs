@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::core::ids::EngineId;
 use crate::engine::{EngineConfig, JetStreamOrderFeed, probe, run_engine};
-use crate::library_store::LibraryStore;
+use crate::log::library_store::LibraryStore;
 use crate::log::jetstream::{JetStreamLog, LogConfig, StreamSetup};
 
 #[derive(Debug, Args)]
@@ -210,7 +210,7 @@ async fn run_async(args: EngineArgs) -> anyhow::Result<ExitCode> {
     };
     let config = EngineConfig {
         library_store: Some(LibraryStore::new(log.context().clone())),
-        output_store: Some(crate::output_store::OutputStore::new(log.context().clone())),
+        output_store: Some(crate::log::output_store::OutputStore::new(log.context().clone())),
         ..config
     };
     if let Some(gateway) = &config.gateway {

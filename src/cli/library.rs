@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use super::client::{ask, await_verdict, block_on, connect_log, publish, report_verdict, NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::{Event, LibraryRef, Origin};
-use crate::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
+use crate::log::library_store::{self, Layout, LibraryFormat, LibraryStore, BUCKET};
 use crate::projector::query::{LibrariesReply, LibrariesRequest, LIBRARIES_SUBJECT};
 
 #[derive(Debug, Args)]

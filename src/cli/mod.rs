@@ -4,7 +4,6 @@
 //! Exit codes: 0 success; 1 a failed check (a replay divergence, a digest that
 //! does not match) or an operational error; 2 bad input (a malformed file).
 
-pub mod bench;
 pub mod blacklist;
 pub mod broker_config;
 pub mod client;
@@ -46,7 +45,7 @@ pub enum Command {
     /// A projector, four engines and a sample job in one process, ending with a verified replay.
     Demo(demo::DemoArgs),
     /// End-to-end benchmark: the real projector on JetStream, simulated engines, task lifecycles per second, a verified replay.
-    Bench(bench::BenchArgs),
+    Bench(crate::bench::BenchArgs),
     /// Submit the job in a job file; prints its id.
     Submit(jobs::SubmitArgs),
     /// Jobs with their task counts, throughput and estimated end; engines with their slots.
@@ -119,7 +118,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     });
     match cli.command {
         Command::Demo(args) => demo::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => crate::bench::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Stat(args) => stat::stat(args),
         Command::Usage(args) => stat::usage(args),

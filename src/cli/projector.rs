@@ -64,7 +64,7 @@ pub struct ProjectorArgs {
     pub key_file: Option<PathBuf>,
     /// How long the broker keeps tasks' stored output, in seconds (applied when
     /// this projector makes the output bucket; engines never make it).
-    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = crate::log::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub output_retention_secs: u64,
 }
 
@@ -112,11 +112,11 @@ async fn serve(args: ProjectorArgs) -> anyhow::Result<ExitCode> {
             .context("opening the orders stream")?;
         // A bucket of another's making stops the projector; one the broker cannot
         // make (a disk too small for its 10 GiB reservation) only stores no output.
-        match crate::output_store::OutputStore::new(log.context().clone())
+        match crate::log::output_store::OutputStore::new(log.context().clone())
             .ensure_bucket(Duration::from_secs(args.output_retention_secs))
             .await
         {
-            Err(unfit @ crate::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
+            Err(unfit @ crate::log::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
             Err(error) => tracing::warn!("tasks' output will not be stored: {error}"),
             Ok(()) => {}
         }

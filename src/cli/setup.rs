@@ -34,7 +34,7 @@ pub struct SetupArgs {
     pub wait_broker_secs: u64,
     /// How long the broker keeps tasks' stored output, in seconds (applied when
     /// this makes the output bucket).
-    #[arg(long, default_value_t = crate::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = crate::log::output_store::RETENTION_DEFAULT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub output_retention_secs: u64,
     /// Print what was made as JSON.
     #[arg(long)]
@@ -69,22 +69,22 @@ pub fn run(args: SetupArgs) -> anyhow::Result<ExitCode> {
             // The buckets too, so that no engine ever needs to make one. One of
             // another's making stops setup; an output bucket the broker cannot
             // make (a disk too small for its reservation) only stores no output.
-            match crate::output_store::OutputStore::new(log.context().clone())
+            match crate::log::output_store::OutputStore::new(log.context().clone())
                 .ensure_bucket(Duration::from_secs(args.output_retention_secs))
                 .await
             {
-                Err(unfit @ crate::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
+                Err(unfit @ crate::log::output_store::OutputError::Unfit(_)) => return Err(anyhow::Error::new(unfit)),
                 Err(error) => tracing::warn!("tasks' output will not be stored: {error}"),
                 Ok(()) => {}
             }
-            crate::library_store::LibraryStore::new(log.context().clone()).ensure_bucket().await?;
+            crate::log::library_store::LibraryStore::new(log.context().clone()).ensure_bucket().await?;
             anyhow::Ok(log)
         })
         .await
         .context("setting up the streams and the lease bucket")?;
         let mut made = Vec::new();
-        let output = format!("OBJ_{}", crate::output_store::BUCKET);
-        let buckets = [format!("KV_{LEASE_BUCKET}"), output.clone(), format!("OBJ_{}", crate::library_store::BUCKET)];
+        let output = format!("OBJ_{}", crate::log::output_store::BUCKET);
+        let buckets = [format!("KV_{LEASE_BUCKET}"), output.clone(), format!("OBJ_{}", crate::log::library_store::BUCKET)];
         for stream in [STREAM_EVENTS.to_string(), STREAM_ORDERS.to_string()].into_iter().chain(buckets) {
             let handle = log.context().get_stream(&stream).await;
             // The output bucket may not have been made (said above).

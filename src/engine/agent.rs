@@ -26,7 +26,7 @@ use crate::core::event::{
     ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
     Order, StoredStreams,
 };
-use crate::library_store::LibraryStore;
+use crate::log::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::trust::KeyRing;
 use crate::log::{EventLog, LogError, RawEntry};
@@ -1406,19 +1406,19 @@ impl Agent {
         let Some(store) = self.config.output_store.clone() else { return stored };
         let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return stored };
         let streams = [
-            (crate::output_store::Stream::Stdout, outcome.stdout_truncated, outcome.stdout_kept_bytes),
-            (crate::output_store::Stream::Stderr, outcome.stderr_truncated, outcome.stderr_kept_bytes),
+            (crate::log::output_store::Stream::Stdout, outcome.stdout_truncated, outcome.stdout_kept_bytes),
+            (crate::log::output_store::Stream::Stderr, outcome.stderr_truncated, outcome.stderr_kept_bytes),
         ];
         // A stream that kept nothing has no file: nothing to open or store.
         for (stream, truncated, _) in streams.into_iter().filter(|(_, _, kept)| *kept > 0) {
             let path = dir.join(stream.as_str());
-            let run = crate::output_store::Run { task, attempt, dispatch };
+            let run = crate::log::output_store::Run { task, attempt, dispatch };
             match store.put(run, stream, &path, truncated).await {
                 Ok(Some(put)) => {
                     tracing::debug!(%task, attempt, stream = stream.as_str(), bytes = put.bytes, "output stored");
                     match stream {
-                        crate::output_store::Stream::Stdout => stored.stdout = Some(put),
-                        crate::output_store::Stream::Stderr => stored.stderr = Some(put),
+                        crate::log::output_store::Stream::Stdout => stored.stdout = Some(put),
+                        crate::log::output_store::Stream::Stderr => stored.stderr = Some(put),
                     }
                 }
                 Ok(None) => {}

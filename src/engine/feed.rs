@@ -183,16 +183,9 @@ enum ForeignMark {
     Yield,
 }
 
-/// The name of an engine's durable consumer on `GRIDFOLD_ORDERS`.
-pub fn consumer_name(engine: &EngineId) -> String {
-    format!("gridfold-engine-{engine}")
-}
-
-/// The name of the consumer an engine reads the keys' subject with
-/// (`wire::KEYS_SUBJECT` on `GRIDFOLD_EVENTS`, made and deleted per reading).
-pub fn keys_reader_name(engine: &EngineId) -> String {
-    format!("gridfold-keys-{engine}")
-}
+/// The names of an engine's consumers: the log's (the broker holds each
+/// engine to its own).
+pub use crate::log::jetstream::{consumer_name, keys_reader_name};
 
 // ---- JetStream ----
 

@@ -277,6 +277,9 @@ mod tests {
         assert_eq!(fresh.make(&job.join("1-1")).unwrap(), Made::Renamed);
         assert_eq!(entries(&job), vec!["1-1"]);
         // And with no ready one left, a start after another sweep makes its own.
+        // First the thread at rest: two handed over and a third made, its
+        // hand-over blocked, so that nothing is being made while `@fresh` goes.
+        wait_for_ready(work.path(), 3);
         std::fs::remove_dir_all(&job).unwrap();
         std::fs::remove_dir_all(work.path().join(FRESH_DIR_NAME)).unwrap();
         assert_eq!(fresh.make(&job.join("2-1")).unwrap(), Made::Made);

@@ -14,13 +14,13 @@
 //! last, so an interrupted sync never counts as held. Directories whose names
 //! start with `.` are never libraries (the staging directory is one).
 //!
-//! Not here: talking to the object store (`crate::library_store`).
+//! Not here: talking to the object store (`crate::log::library_store`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::core::event::LibraryRef;
-use crate::library_store::{Layout, LibraryFormat};
+use crate::log::library_store::{Layout, LibraryFormat};
 
 /// The file whose presence says a library version directory is complete.
 pub const SYNCED_MARKER: &str = ".synced";

@@ -140,7 +140,7 @@ pub use report::{RetryPolicy, library_report_id, msg_id, report_batch, session_e
 
 use crate::core::event::EngineProps;
 use crate::core::ids::EngineId;
-use crate::library_store::LibraryStore;
+use crate::log::library_store::LibraryStore;
 use crate::log::LogError;
 
 pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
@@ -213,8 +213,8 @@ pub struct EngineConfig {
     /// Delivery ids and attempts remembered to ignore repeats, each.
     pub seen_max: usize,
     /// Where an attempt's whole stdout and stderr go when it ends: the broker's
-    /// object store (see [`crate::output_store`]). `None`: kept nowhere.
-    pub output_store: Option<crate::output_store::OutputStore>,
+    /// object store (see [`crate::log::output_store`]). `None`: kept nowhere.
+    pub output_store: Option<crate::log::output_store::OutputStore>,
     /// This engine's own ceiling on what it stores of each stream of an attempt
     /// (1..=[`OUTPUT_BYTES_MAX_MAX`]): each attempt keeps the smaller of this and
     /// the bound its order carries (the policy's `[output]` share, decided by

@@ -22,7 +22,7 @@
 //! Secrets never appear in `Debug` output.
 //!
 //! Not here: which subjects a principal may use (that is the broker's
-//! configuration, written by `crate::broker_config`).
+//! configuration, written by `crate::log::broker_config`).
 
 use std::collections::VecDeque;
 use std::fmt;

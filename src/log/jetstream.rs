@@ -47,6 +47,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::Semaphore;
 
 use super::connect::{BrokerAccess, ConnectFailure, Refusals};
+use crate::core::ids::EngineId;
+
 use super::{
     Append, Appended, DUPLICATE_WINDOW_DEFAULT, EventLog, LogError, LogReader,
     PAYLOAD_BYTES_MAX_DEFAULT, READ_BATCH_MAX, RawEntry, ReadBatch, SUBJECTS_ALL,
@@ -57,6 +59,20 @@ pub const STREAM_EVENTS: &str = "GRIDFOLD_EVENTS";
 /// The stream that delivers orders to engines, and its subjects.
 pub const STREAM_ORDERS: &str = "GRIDFOLD_ORDERS";
 pub const SUBJECTS_ORDERS: &str = "gridfold.order.>";
+/// The key-value bucket of the projector's leader lease.
+pub const LEASE_BUCKET: &str = "GRIDFOLD_LEADER";
+
+/// The name of an engine's durable consumer on `GRIDFOLD_ORDERS`: the broker
+/// lets each engine make and read this one only.
+pub fn consumer_name(engine: &EngineId) -> String {
+    format!("gridfold-engine-{engine}")
+}
+
+/// The name of the consumer an engine reads the keys' subject with
+/// (`wire::KEYS_SUBJECT` on `GRIDFOLD_EVENTS`, made and deleted per reading).
+pub fn keys_reader_name(engine: &EngineId) -> String {
+    format!("gridfold-keys-{engine}")
+}
 /// Messages asked for per pull request when reading.
 pub const READ_PULL_BATCH: usize = 10_000;
 /// Bytes asked for per pull request when reading, so that a batch of large payloads

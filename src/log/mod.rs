@@ -43,9 +43,12 @@
 //! (entries with a `msg_id` are safe to send again). It keeps no consumer state on
 //! the broker beyond a reader's lifetime: where to resume is the caller's to remember.
 
+pub mod broker_config;
 pub mod connect;
 pub mod embedded;
 pub mod jetstream;
+pub mod library_store;
+pub mod output_store;
 pub mod nats_server;
 pub mod stream_check;
 

@@ -10,7 +10,7 @@
 //!
 //! `gridfold.q.output` is answered by the projector's query responder from the
 //! JetStream object store where engines put a task's whole stdout and stderr
-//! ([`crate::output_store`]): a page of at most [`OUTPUT_PAGE_BYTES_MAX`] bytes
+//! ([`crate::log::output_store`]): a page of at most [`OUTPUT_PAGE_BYTES_MAX`] bytes
 //! per reply, so a reply stays under the broker's 1 MiB payload.
 //!
 //! These types are a contract other tools (the web view) build on: fields are

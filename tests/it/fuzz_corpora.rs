@@ -1,6 +1,6 @@
 //! The fuzz corpora under `fuzz/corpus/<target>/`, replayed as ordinary tests:
 //! every file of a target's corpus goes through that target's body in
-//! `gridfold::fuzzing`, the very code the fuzzer runs, so CI replays every seed
+//! `crate::fuzzing`, the very code the fuzzer runs, so CI replays every seed
 //! and every crash minimised into a corpus. A test fails naming each input that
 //! panicked, with the panic's message and location. See `docs/fuzzing.md`.
 //!
@@ -21,7 +21,7 @@ use gridfold::core::event::{Envelope, Event, Order, OrderBatch, Origin, Payload,
 use gridfold::core::expr;
 use gridfold::core::ids::{EngineId, JobId, Seq, TaskRef};
 use gridfold::core::testkit::job_spec;
-use gridfold::fuzzing::{self, BASE_HISTORY, envelope_input};
+use crate::fuzzing::{self, BASE_HISTORY, envelope_input};
 use gridfold::projector::record::recorder_key;
 use gridfold::wire;
 use gridfold::wire::history::{parse_history, write_history_line};

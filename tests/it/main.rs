@@ -8,6 +8,9 @@
 //! they cannot; none is skipped.
 
 mod support;
+/// The fuzz targets' bodies, replayed over their corpora by [`fuzz_corpora`].
+#[path = "../../fuzz/bodies.rs"]
+mod fuzzing;
 
 mod audit;
 mod bench;

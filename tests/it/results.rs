@@ -251,7 +251,7 @@ fn a_task_rescheduled_onto_the_same_engine_runs_again_as_a_run_of_its_own_and_co
 /// streams were altered.
 #[test]
 fn output_overwritten_in_the_store_is_said_altered_and_not_printed_and_the_untouched_prints() {
-    use gridfold::output_store::{BUCKET, Run, Stream, object_name};
+    use gridfold::log::output_store::{BUCKET, Run, Stream, object_name};
     let mut cluster = Cluster::start(POLICY);
     cluster.projector();
     let work = cluster.path("w1");

@@ -250,7 +250,7 @@ pub async fn spawn_query_responder(
     // The subscriptions are registered with the server once the client has flushed.
     let _ = tokio::time::timeout(Duration::from_secs(5), client.flush()).await;
     let mut requests = futures::stream::select_all(subscriptions);
-    let store = crate::output_store::OutputStore::new(async_nats::jetstream::new(client.clone()));
+    let store = crate::log::output_store::OutputStore::new(async_nats::jetstream::new(client.clone()));
     Ok(tokio::spawn(async move {
         while let Some(message) = requests.next().await {
             let Some(reply_to) = message.reply.clone() else {
@@ -275,7 +275,7 @@ pub async fn spawn_query_responder(
 
 async fn answer(
     handle: &ProjectorHandle,
-    store: &crate::output_store::OutputStore,
+    store: &crate::log::output_store::OutputStore,
     subject: &str,
     payload: &[u8],
     bytes_max: usize,
@@ -333,11 +333,11 @@ async fn answer(
             Err(error) => json(&QueryError { error }),
         },
         TASK_SUBJECT => match parse::<TaskRequest>(payload) {
-            Ok(request) => json(&crate::output_store::with_stored_output(store, handle.task(request).await?).await),
+            Ok(request) => json(&crate::projector::service::output::with_stored_output(store, handle.task(request).await?).await),
             Err(error) => json(&QueryError { error }),
         },
         OUTPUT_SUBJECT => match parse::<crate::projector::results::OutputRequest>(payload) {
-            Ok(request) => json(&crate::output_store::answer_output(store, handle, request).await?),
+            Ok(request) => json(&crate::projector::service::output::answer_output(store, handle, request).await?),
             Err(error) => json(&QueryError { error }),
         },
         POLICY_SUBJECT => match parse::<PolicyRequest>(payload) {

@@ -66,7 +66,7 @@ use async_nats::jetstream::stream::StorageType;
 use async_nats::jetstream::{self as js};
 
 /// The bucket of the leader lease.
-pub const LEASE_BUCKET: &str = "GRIDFOLD_LEADER";
+pub use crate::log::jetstream::LEASE_BUCKET;
 /// The key of the projector's lease in it.
 pub const LEASE_KEY: &str = "projector";
 

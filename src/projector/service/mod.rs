@@ -99,6 +99,7 @@
 mod deliveries;
 mod handle;
 mod leadership;
+pub mod output;
 pub mod lease;
 mod publishing;
 pub mod sink;

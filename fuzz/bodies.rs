@@ -1,6 +1,8 @@
-//! The bodies of the fuzz targets under `fuzz/` (run with cargo-fuzz), kept in
-//! the library so that `tests/it/fuzz_corpora.rs` replays every corpus file through
-//! the very code the fuzzer ran. `docs/fuzzing.md` says how to run them.
+//! The bodies of the fuzz targets under `fuzz/` (run with cargo-fuzz): each
+//! target includes this file, and so does the integration test that replays
+//! every corpus file (`tests/it/fuzz_corpora.rs`), so CI runs the very code
+//! the fuzzer ran, and the library ships none of it. `docs/fuzzing.md` says
+//! how to run them.
 //!
 //! Each body takes arbitrary bytes and returns normally on every input; a panic
 //! is a finding. What each one holds the code to:
@@ -33,18 +35,21 @@
 //! clock and no randomness of its own (a job file without an `id` gets a
 //! generated one, as on the command line).
 
+// Each fuzz target calls one body; the corpora's test calls them all.
+#![allow(dead_code)]
+
 use std::sync::OnceLock;
 
-use crate::core::event::{EngineProps, Entry, Envelope, Event, Origin, Payload};
-use crate::core::expr;
-use crate::core::fold::fold;
-use crate::core::ids::Seq;
-use crate::core::schedule::{InFlight, decide};
-use crate::core::reject::{Rejection, SealProblem};
-use crate::core::state::State;
-use crate::projector::record::recorder_key;
-use crate::wire;
-use crate::wire::history::{parse_history, write_history_line};
+use gridfold::core::event::{EngineProps, Entry, Envelope, Event, Origin, Payload};
+use gridfold::core::expr;
+use gridfold::core::fold::fold;
+use gridfold::core::ids::Seq;
+use gridfold::core::schedule::{InFlight, decide};
+use gridfold::core::reject::{Rejection, SealProblem};
+use gridfold::core::state::State;
+use gridfold::projector::record::recorder_key;
+use gridfold::wire;
+use gridfold::wire::history::{parse_history, write_history_line};
 
 /// The publishers [`envelope_then_fold`] publishes as, picked by the first
 /// input byte modulo their number: each publisher class (a user, an operator,
@@ -136,7 +141,7 @@ pub fn subject_of(selector: u8, message: &[u8]) -> String {
     if !publisher.ends_with('.') {
         return publisher.to_string();
     }
-    let kind = wire::decode_sealed(message).map_or("undecodable", |(envelope, _)| crate::core::subject::kind_of(&envelope.event));
+    let kind = wire::decode_sealed(message).map_or("undecodable", |(envelope, _)| gridfold::core::subject::kind_of(&envelope.event));
     format!("{publisher}{kind}")
 }
 
@@ -242,7 +247,7 @@ pub fn job_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match crate::files::jobfile::parse_job(text, "job.toml", "fuzz") {
+    match gridfold::files::jobfile::parse_job(text, "job.toml", "fuzz") {
         Err(error) => {
             let n_lines = text.split('\n').count();
             assert_eq!(error.path, "job.toml");

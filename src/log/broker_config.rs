@@ -44,11 +44,9 @@ use std::path::PathBuf;
 
 use crate::core::ids::{EngineId, UserName};
 use crate::core::subject::{ENGINE_SUBJECT_PREFIX, OPERATOR_SUBJECT_PREFIX, user_subject_prefix};
-use crate::engine::feed::{consumer_name, keys_reader_name};
-use crate::library_store::BUCKET as LIBRARY_BUCKET;
-use crate::output_store::BUCKET as OUTPUT_BUCKET;
-use crate::log::jetstream::{STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS};
-use crate::projector::service::lease::LEASE_BUCKET;
+use crate::log::library_store::BUCKET as LIBRARY_BUCKET;
+use crate::log::output_store::BUCKET as OUTPUT_BUCKET;
+use crate::log::jetstream::{LEASE_BUCKET, STREAM_EVENTS, STREAM_ORDERS, SUBJECTS_ORDERS, consumer_name, keys_reader_name};
 use crate::wire::delivery::order_subject;
 use crate::wire::{KEYS_SUBJECT, ORDERS_SUBJECT, TICK_SUBJECT, engine_login_subject};
 

@@ -66,7 +66,7 @@ mod report;
 mod soak;
 mod workload;
 
-use super::client::{block_on, publish};
+use crate::cli::client::{block_on, publish};
 use crate::core::event::{Entry, Event, Origin};
 use crate::core::ids::{EngineId, Seq};
 use crate::core::replay::{ReplayOptions, replay};
@@ -102,7 +102,7 @@ pub struct BenchArgs {
     /// projector and every engine at once: on a broker with gridfold's permissions it
     /// needs a user without restrictions (or a broker of its own).
     #[command(flatten)]
-    pub auth: super::client::AuthArgs,
+    pub auth: crate::cli::client::AuthArgs,
     /// Start the private nats-server with `jetstream { sync_interval: always }`:
     /// every message is written to disk (fsync) before the broker acknowledges it,
     /// instead of every 2 minutes. What it costs is what this measures.
