@@ -78,9 +78,9 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
                     Event::OrderBatch(_) => !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })),
                     _ => rejections.is_empty(),
                 };
-                super::schedule::techila::cycle::note_event(state, entry.seq, event, took);
+                super::family::techila::cycle::note_event(state, entry.seq, event, took);
                 // FBSNG notes only policies and order batches, never in an engine's batch.
-                super::state::fbsng::note_entry(state, entry, took);
+                super::family::fbsng::state::note_entry(state, entry, took);
                 applied = vec![rejections.is_empty()];
             }
         },
@@ -245,7 +245,7 @@ fn apply_event(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut 
 /// Returns, per report, whether it applied.
 fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) -> Vec<bool> {
     use super::reject::ReportBatchProblem;
-    use super::schedule::techila::cycle::note_event;
+    use super::family::techila::cycle::note_event;
     if let Err(rejection) = check_entry_publisher(entry, &batch.event) {
         out.push(rejection);
         note_event(state, entry.seq, &batch.event, false);
@@ -326,7 +326,7 @@ fn check_entry_publisher(entry: &Entry, event: &Event) -> Result<(), Rejection> 
 /// is not held (unknown, retired) is left to the event's own check.
 fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<(), Rejection> {
     use super::reject::PrioritySetting;
-    use super::schedule::techila::PRIORITY_NORMAL;
+    use super::family::techila::PRIORITY_NORMAL;
     let Origin::User(user) = origin else { return Ok(()) };
     let not_owner = |job: &JobId, owner: &str| Rejection::NotOwner { job: job.clone(), owner: owner.to_string(), user: user.to_string() };
     let owned = |job: &JobId| match state.job_idx(job) {
@@ -446,7 +446,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec, owner: &str) -> Resul
     let expr = super::expr::parse(&spec.requirements).map_err(|e| {
         invalid(JobProblem::BadRequirements { position: e.position, message: e.message.clone() })
     })?;
-    let expr = super::schedule::fbsng::admit_job(&state.policy, spec, expr).map_err(invalid)?;
+    let expr = super::family::fbsng::admit_job(&state.policy, spec, expr).map_err(invalid)?;
     let library = spec.options.root_library.clone();
     if let Some(library) = &library {
         library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
@@ -837,7 +837,7 @@ fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> 
 
 /// A Techila project priority, 1 to 7, of an active job.
 fn change_project_priority(state: &mut State, id: &super::ids::JobId, priority: u32) -> Result<(), Rejection> {
-    use super::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    use super::family::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
     let job = active_job(state, id)?;
     if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
         return Err(Rejection::OpsRefused { target: id.to_string(), problem: OpsProblem::ProjectPriorityOutOfRange { priority } });
@@ -1030,8 +1030,8 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::EngineRunsTask);
             }
             state.dispatch(key, *attempt, e);
-            super::state::fbsng::section_started(state, key);
-            super::state::cigri::dispatched(state, key, e);
+            super::family::fbsng::state::section_started(state, key);
+            super::family::cigri::state::dispatched(state, key, e);
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1068,17 +1068,17 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         }
         Order::Reschedule { task, reason: super::event::RescheduleReason::Expired, elapsed_ms, limit_ms } => {
             let key = order_task(state, task, last_job)?;
-            if !super::schedule::techila::expiry::copy_wanted(state, key) {
+            if !super::family::techila::expiry::copy_wanted(state, key) {
                 return Err(OrderProblem::NoCopyWanted);
             }
-            super::schedule::techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
+            super::family::techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
         }
         Order::Reschedule { task, reason: super::event::RescheduleReason::Finalize, .. } => {
             let key = order_task(state, task, last_job)?;
-            if !super::schedule::cigri::finalize_wanted(state, key) {
+            if !super::family::cigri::finalize_wanted(state, key) {
                 return Err(OrderProblem::NoCopyWanted);
             }
-            super::schedule::cigri::mark_finalized(state, key);
+            super::family::cigri::mark_finalized(state, key);
         }
         Order::FloodRatio { engine, ratio_milli, .. } => {
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
@@ -1093,18 +1093,18 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         }
         Order::EndTestCampaign { job, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            if !super::schedule::cigri::test_campaign_done(state, j) {
+            if !super::family::cigri::test_campaign_done(state, j) {
                 return Err(OrderProblem::TestCampaignNotDone);
             }
-            super::schedule::cigri::end_test_campaign(state, j);
+            super::family::cigri::end_test_campaign(state, j);
         }
         Order::FlagSink { job, engine, cluster, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            let target = super::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster)
+            let target = super::family::cigri::sink::target_of(state, engine.as_ref(), cluster)
                 .ok_or(OrderProblem::UnknownEngine)?;
             let medians =
-                super::schedule::cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
-            super::schedule::cigri::sink::flag(state, j, target, medians);
+                super::family::cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
+            super::family::cigri::sink::flag(state, j, target, medians);
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1161,7 +1161,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let on_engine = state.live_attempt_numbered(key, *attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
             let requested = state.control_requested(key, *attempt) == Some(action);
             // Techila preempts a Lowest project's task on its own rule.
-            let techila = !requested && action == Control::Preempt && super::schedule::techila::may_preempt(state, key);
+            let techila = !requested && action == Control::Preempt && super::family::techila::may_preempt(state, key);
             // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
             let threshold = match state.live_attempt_numbered(key, *attempt) {
                 Some(live) if !requested && !techila && on_engine => {
@@ -1177,7 +1177,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::NotRequested);
             }
             if techila {
-                let by = super::schedule::techila::preemptor(state).map(|p| state.job(p).id.clone());
+                let by = super::family::techila::preemptor(state).map(|p| state.job(p).id.clone());
                 state.job_mut(key.job).techila_preempted_by = by;
             }
             match action {
@@ -1190,7 +1190,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let key = order_task(state, task, last_job)?;
             super::schedule::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
             if parts.first().is_some_and(|master| master.engine == *engine) {
-                super::state::fbsng::section_started(state, key);
+                super::family::fbsng::state::section_started(state, key);
             }
         }
         Order::MarkUnschedulable { job, reason } => {

@@ -13,6 +13,7 @@
 pub mod digest;
 pub mod event;
 pub mod explain;
+pub mod family;
 pub mod expr;
 pub mod fold;
 pub mod ids;

@@ -251,11 +251,11 @@ pub struct Job {
     pub priority: i32,
     pub submit_seq: Seq,
     /// FBSNG's section priority of the job's waiting tasks: how many sections
-    /// of its queue submitted after it started before it (`state::fbsng`).
+    /// of its queue submitted after it started before it (`family::fbsng::state`).
     pub fbsng_section_priority: u32,
-    /// CiGri's campaign state (`state::cigri`).
+    /// CiGri's campaign state (`family::cigri::state`).
     #[serde(default)]
-    pub cigri: super::cigri::Campaign,
+    pub cigri: crate::core::family::cigri::state::Campaign,
     pub submitted_ms: u64,
     pub ended_ms: Option<u64>,
     pub category: CategoryIdx,
@@ -318,7 +318,7 @@ pub struct Job {
     /// Under `techila`: the project the job's latest preempted task gave way to.
     pub techila_preempted_by: Option<crate::core::ids::JobId>,
     /// Under `techila`: the tasks that ran past `expected_task_time_ms` and were
-    /// given their one copy, by index (see `schedule::techila::expiry`).
+    /// given their one copy, by index (see `family::techila::expiry`).
     pub techila_expired: BTreeMap<u32, ExpiredTask>,
     /// Grid Engine's soft requests (`qsub -soft -l`), compiled from
     /// `options.soft` (weight unused); `None` without any. See `schedule::soft`.

@@ -29,8 +29,6 @@ mod suspension;
 pub mod thresholds;
 mod ops;
 pub mod parallel;
-pub mod fbsng;
-pub mod cigri;
 pub mod flood;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -241,7 +239,7 @@ pub struct State {
     /// CiGri's affinity lookup, derived from the rest (`cigri::affinity_index`);
     /// every fold clears it, so it is never older than the state it serves.
     #[serde(skip)]
-    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::AffinityIndex>,
+    pub(crate) cigri_affinity: std::sync::OnceLock<crate::core::family::cigri::state::AffinityIndex>,
     pub last_seq: Seq,
     /// Log time of the newest entry folded: the core's only clock.
     pub now_ms: u64,
@@ -327,12 +325,12 @@ pub struct State {
     /// and only when not empty (see `suspension.rs`).
     #[serde(skip)]
     pub(crate) suspension: Suspensions,
-    /// Techila's scheduling cycles: when one is due (see `schedule::techila::cycle`).
-    pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
+    /// Techila's scheduling cycles: when one is due (see `family::techila::cycle`).
+    pub techila_cycle: crate::core::family::techila::cycle::CycleState,
     /// Parallel tasks' companion bookings on other engines (see `parallel.rs`).
     pub(crate) parallel: ParallelBookings,
     /// FBSNG's queue priorities and last run (see `fbsng.rs`).
-    pub fbsng: fbsng::FbsngState,
+    pub fbsng: crate::core::family::fbsng::state::FbsngState,
     /// Flood control's job ratio per gateway engine (see `flood.rs`).
     pub flood: flood::FloodState,
 }
@@ -1172,13 +1170,13 @@ impl State {
         job.mark_done(key.index);
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
         let cancels = job.options.cancel_redundant_on_first_result
-            || crate::core::schedule::techila::expiry::cancels_loser(job, key.index)
+            || crate::core::family::techila::expiry::cancels_loser(job, key.index)
             || job.cigri.finalized.contains(&key.index);
         if others_live && cancels {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }
-        cigri::completed(self, key, live.engine, live.started_ms.unwrap_or(live.dispatched_ms));
+        crate::core::family::cigri::state::completed(self, key, live.engine, live.started_ms.unwrap_or(live.dispatched_ms));
         self.refresh_runnable(key.job, was_runnable);
         self.finish_job_if_ended(key.job);
     }

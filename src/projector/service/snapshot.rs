@@ -76,10 +76,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// 13: the policy its reservation settings (`max_reservation`,
 /// `default_duration`), a job's options its `reserve` (ge-reserve); FBSNG's
 /// queues and process types in the policy, a job its process type and section
-/// priority, the state its queue priorities (`state::fbsng`).
+/// priority, the state its queue priorities (`family::fbsng::state`).
 /// 14: a job's options its companion command (`companion_argv`); CiGri's
 /// settings in the policy, a job's options its campaign type, a job its
-/// campaign state (`state::cigri`).
+/// campaign state (`family::cigri::state`).
 /// 15: flood control's settings in the policy (`flood`), its ratios per
 /// gateway in the state (`state::flood`); or (a sibling branch) CiGri's
 /// campaign state its predictor figures (whole and per cluster), per-engine

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{SgePolicy, ShareTreeLeaf, ShareTreeNode};
-use crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+use crate::core::family::sgeee::share_tree::SHARES_MAX;
 
 /// Most nodes a share tree may have (Grid Engine's trees have tens to hundreds).
 pub const SHARE_TREE_NODES_MAX: usize = 10_000;

@@ -22,7 +22,7 @@
 //! Not done here: the GridServer strategies (mean, standard deviation): a
 //! Techila project states its expected time itself.
 
-use super::super::{InFlight, Orders};
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order, RescheduleReason};
 use crate::core::state::{EngineIdx, ExpiredTask, Job, JobIdx, State, TaskKey};
 

@@ -2,8 +2,8 @@
 //! `algorithm` (Grid Engine's sched_conf(5) `algorithm`) selects a family; each
 //! function here matches on it once, so adding a family is a new module beside
 //! this one and one arm in each match below. Nothing else branches on the
-//! algorithm: the dispatch loop ([`super::dispatch`]), the category bitsets,
-//! the shared filters ([`super::filters`]) and `why` stay as they are.
+//! algorithm: the dispatch loop ([`crate::core::schedule::dispatch`]), the category bitsets,
+//! the shared filters ([`crate::core::schedule::filters`]) and `why` stay as they are.
 //!
 //! What a family supplies:
 //! - its **ordering** ([`ordering`]): *job-first* ([`JobOrder`]: which job
@@ -13,7 +13,7 @@
 //!   for `user_sort`, its re-sort of pending jobs after each dispatch in
 //!   ticket mode), and then the loop asks it again after every booking;
 //! - its **filters** ([`filter`]), each an [`Unfit`] with its reason, asked by
-//!   the dispatch loop and by `why` through [`super::filters::TaskRules`];
+//!   the dispatch loop and by `why` through [`crate::core::schedule::filters::TaskRules`];
 //! - its **lifecycle stages** ([`lifecycle`]), each capped, drawing from the
 //!   run's one order budget;
 //! - the **state it folds**: the figures it reads are folded for every family
@@ -22,18 +22,26 @@
 //!
 //! | family | module | shape |
 //! |---|---|---|
-//! | `sge-plain` | [`super::sge`] | job-first: `-p`, then FCFS or `user_sort` |
-//! | `sgeee` | [`super::sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
-//! | `techila` | [`super::techila`] | resource-first: fastest free core, one project per user in a seeded ticket draw, license cap |
-//! | `fbsng` | [`super::fbsng`] | job-first: queues of dynamic priorities with gaps, sections of dynamic priorities, process-type quotas |
-//! | `cigri` | [`super::cigri`] | job-first: test campaigns, then FIFO; a filter keeps each cluster for its affinity campaigns first; finalize copies |
+//! | `sge-plain` | [`sge_plain`] | job-first: `-p`, then FCFS or `user_sort` |
+//! | `sgeee` | [`sgeee`] | job-first: dispatch priority from `-p`, urgency and tickets |
+//! | `techila` | [`techila`] | resource-first: fastest free core, one project per user in a seeded ticket draw, license cap |
+//! | `fbsng` | [`fbsng`] | job-first: queues of dynamic priorities with gaps, sections of dynamic priorities, process-type quotas |
+//! | `cigri` | [`cigri`] | job-first: test campaigns, then FIFO; a filter keeps each cluster for its affinity campaigns first; finalize copies |
+
+pub mod cigri;
+pub mod fbsng;
+pub mod sge_plain;
+pub mod sgeee;
+pub mod techila;
+#[cfg(test)]
+mod sge_tests;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::dispatch::Candidate;
-use super::filters::Unfit;
-use super::{InFlight, Orders};
+use crate::core::schedule::dispatch::Candidate;
+use crate::core::schedule::filters::Unfit;
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::Algorithm;
 use crate::core::ids::Seq;
 use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
@@ -47,13 +55,13 @@ pub enum Ordering<'s> {
 /// The ordering of the policy's family for one run.
 pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
     match state.policy.algorithm {
-        Algorithm::SgePlain => Ordering::JobFirst(super::sge::job_order(state, in_flight)),
-        Algorithm::Sgeee => Ordering::JobFirst(super::sgeee::job_order(state, in_flight)),
+        Algorithm::SgePlain => Ordering::JobFirst(sge_plain::job_order(state, in_flight)),
+        Algorithm::Sgeee => Ordering::JobFirst(sgeee::job_order(state, in_flight)),
         Algorithm::Techila => {
-            Ordering::ResourceFirst(EngineOrder::Techila(Box::new(super::techila::TechilaOrder::new(state, in_flight))))
+            Ordering::ResourceFirst(EngineOrder::Techila(Box::new(techila::TechilaOrder::new(state, in_flight))))
         }
-        Algorithm::Fbsng => Ordering::JobFirst(JobOrder::Fbsng(Box::new(super::fbsng::FbsngOrder::new(state, in_flight)))),
-        Algorithm::Cigri => Ordering::JobFirst(JobOrder::Cigri(super::cigri::CigriOrder::new(state, in_flight))),
+        Algorithm::Fbsng => Ordering::JobFirst(JobOrder::Fbsng(Box::new(fbsng::FbsngOrder::new(state, in_flight)))),
+        Algorithm::Cigri => Ordering::JobFirst(JobOrder::Cigri(cigri::CigriOrder::new(state, in_flight))),
     }
 }
 
@@ -61,7 +69,7 @@ pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
 pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => Ok(()),
-        Algorithm::Cigri => super::cigri::filter(state, key, e),
+        Algorithm::Cigri => cigri::filter(state, key, e),
     }
 }
 
@@ -84,7 +92,7 @@ pub enum FilterScope {
 pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => FilterScope::Category,
-        Algorithm::Cigri => super::cigri::filter_scope(state, key),
+        Algorithm::Cigri => cigri::filter_scope(state, key),
     }
 }
 
@@ -94,7 +102,7 @@ pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
 pub fn refused_engines(state: &State, key: TaskKey) -> Vec<bool> {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => vec![false; state.engines().len()],
-        Algorithm::Cigri => super::cigri::refused_engines(state, key),
+        Algorithm::Cigri => cigri::refused_engines(state, key),
     }
 }
 
@@ -103,13 +111,13 @@ pub fn lifecycle(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     match state.policy.algorithm {
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng => {}
         Algorithm::Techila => {
-            super::techila::expiry::copy_expired_tasks(state, in_flight, orders);
-            super::techila::preempt_lowest(state, in_flight, orders);
+            techila::expiry::copy_expired_tasks(state, in_flight, orders);
+            techila::preempt_lowest(state, in_flight, orders);
         }
         Algorithm::Cigri => {
-            super::cigri::end_test_campaigns(state, in_flight, orders);
-            super::cigri::finalize(state, in_flight, orders);
-            super::cigri::sink::flag_sinks(state, in_flight, orders);
+            cigri::end_test_campaigns(state, in_flight, orders);
+            cigri::finalize(state, in_flight, orders);
+            cigri::sink::flag_sinks(state, in_flight, orders);
         }
     }
 }
@@ -161,10 +169,10 @@ pub enum JobOrder<'s> {
     Fcfs(std::collections::btree_set::Iter<'s, JobRank>),
     /// An order that moves as the run books tasks.
     Moving(MovingOrder),
-    /// FBSNG's queues and sections ([`super::fbsng`]), moving as the run books.
-    Fbsng(Box<super::fbsng::FbsngOrder>),
-    /// CiGri's metascheduler ([`super::cigri`]): test campaigns, then the rest.
-    Cigri(super::cigri::CigriOrder),
+    /// FBSNG's queues and sections ([`fbsng`]), moving as the run books.
+    Fbsng(Box<fbsng::FbsngOrder>),
+    /// CiGri's metascheduler ([`cigri`]): test campaigns, then the rest.
+    Cigri(cigri::CigriOrder),
 }
 
 impl JobOrder<'_> {
@@ -208,7 +216,7 @@ impl JobOrder<'_> {
             }
             JobOrder::Moving(order) => order.figures(state, j),
             JobOrder::Fbsng(order) => order.figures(state, j),
-            JobOrder::Cigri(_) => super::cigri::figures(state, j),
+            JobOrder::Cigri(_) => cigri::figures(state, j),
         }
     }
 }
@@ -218,7 +226,7 @@ pub enum MovingRule {
     /// `sge-plain` with `user_sort`.
     UserSort,
     /// `sgeee`: dispatch priorities.
-    Tickets(Box<super::sgeee::Tickets>),
+    Tickets(Box<sgeee::Tickets>),
 }
 
 impl MovingRule {
@@ -279,7 +287,7 @@ impl MovingOrder {
 
     fn key(&self, state: &State, j: JobIdx, owner_booked: u32) -> OrderKey {
         match &self.rule {
-            MovingRule::UserSort => super::sge::user_sort_key(state, j, owner_booked),
+            MovingRule::UserSort => sge_plain::user_sort_key(state, j, owner_booked),
             MovingRule::Tickets(tickets) => tickets.key(state, j, owner_booked),
         }
     }
@@ -306,7 +314,7 @@ impl MovingOrder {
         let owner_booked = self.booked_by_owner[state.job(j).user_account.0 as usize];
         match &self.rule {
             MovingRule::UserSort => {
-                let key = super::sge::user_sort_key(state, j, owner_booked);
+                let key = sge_plain::user_sort_key(state, j, owner_booked);
                 vec![("priority", key.primary), ("running_tasks", -key.secondary)]
             }
             MovingRule::Tickets(tickets) => tickets.figures(state, j, owner_booked),
@@ -315,9 +323,9 @@ impl MovingOrder {
 }
 
 /// A resource-first ordering: which free engine next, and the jobs it would
-/// take, best first (Techila's, [`super::techila`]).
+/// take, best first (Techila's, [`techila`]).
 pub enum EngineOrder {
-    Techila(Box<super::techila::TechilaOrder>),
+    Techila(Box<techila::TechilaOrder>),
 }
 
 impl EngineOrder {

@@ -3,8 +3,8 @@
 //! engine's duration (log time).
 
 use super::*;
-use crate::core::schedule::cigri::predictor::predict;
-use crate::core::schedule::cigri::sink::{SinkTarget, SINK_TASKS_MIN};
+use crate::core::family::cigri::predictor::predict;
+use crate::core::family::cigri::sink::{SinkTarget, SINK_TASKS_MIN};
 
 /// A live attempt in the little simulation: when it ends, and where.
 struct Running {

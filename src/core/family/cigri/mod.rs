@@ -25,7 +25,7 @@
 //! - **Test campaigns** (filter rule `cigri-test-cluster-done`): a test task
 //!   goes only to a cluster no other task of its campaign went to (and a
 //!   retried test task back to its own cluster). The fold records each
-//!   cluster with its task (`state::cigri`). Once every cluster whose
+//!   cluster with its task (`family::cigri::state`). Once every cluster whose
 //!   logged-in engines the campaign's requirements allow has had its test
 //!   task and each of those tasks has ended, the stage
 //!   [`end_test_campaigns`] orders `EndTestCampaign`: the job ends (done, or
@@ -54,7 +54,7 @@
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
 //! affinity filter is free when the policy has no affinity, and otherwise
-//! asks a lookup built once per folded state (`state::cigri::AffinityIndex`):
+//! asks a lookup built once per folded state (`family::cigri::state::AffinityIndex`):
 //! one category bitset per category of the cluster's affinity campaigns. The
 //! dispatch loop asks the filter once per engine per run and class
 //! ([`filter_scope`]: a default campaign's class is its owner's affinities, or
@@ -64,9 +64,9 @@
 
 use std::collections::BTreeSet;
 
-use super::families::FilterScope;
-use super::filters::Unfit;
-use super::{InFlight, Orders};
+use super::FilterScope;
+use crate::core::schedule::filters::Unfit;
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
 
@@ -220,7 +220,7 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     if state.policy.cigri.affinity.is_empty() {
         return Ok(());
     }
-    let first = crate::core::state::cigri::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
+    let first = crate::core::family::cigri::state::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
     if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
 }
 
@@ -244,7 +244,7 @@ pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
     if state.policy.cigri.affinity.is_empty() {
         return FilterScope::Class(0);
     }
-    FilterScope::Class(crate::core::state::cigri::affinity_index(state).owner_class(&job.owner))
+    FilterScope::Class(crate::core::family::cigri::state::affinity_index(state).owner_class(&job.owner))
 }
 
 /// Per engine index, whether [`filter`] refuses task `key` there (asked once
@@ -381,6 +381,7 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
 
 pub mod predictor;
 pub mod sink;
+pub mod state;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
-//! FBSNG's folded state (see [`crate::core::schedule::fbsng`]): each queue's
+//! FBSNG's folded state (see [`crate::core::family::fbsng`]): each queue's
 //! current priority and when the family last dispatched. A section's priority
-//! is its job's [`Job::fbsng_section_priority`](super::Job).
+//! is its job's [`Job::fbsng_section_priority`](crate::core::state::Job).
 //!
 //! Changed only here, by the fold, from entries it reads: a `PolicySet` aligns
 //! the priorities with the policy's queues (a queue kept by name keeps its
@@ -14,9 +14,9 @@
 //! Only under `algorithm = "fbsng"`: under another family nothing here changes.
 
 use crate::core::event::{Algorithm, Entry, Event, Order, Payload};
-use crate::core::schedule::fbsng as family;
+use super as family;
 
-use super::{State, TaskKey};
+use crate::core::state::{State, TaskKey};
 
 /// Where FBSNG's figures stand, as folded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

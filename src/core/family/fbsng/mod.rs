@@ -7,7 +7,7 @@
 //! section is one task, parallel or not (`slots`, `span`). Every job names a
 //! queue of the policy (`queue`), and may name a process type (`process_type`).
 //!
-//! # Queue priorities (folded, [`crate::core::state::fbsng`])
+//! # Queue priorities (folded, [`crate::core::family::fbsng::state`])
 //! Each queue has a priority within `qp_min..=qp_max`, starting at `qp_min`.
 //! At every section start, read back by the fold, every queue's priority gains
 //! its `qpi` and the queue the section came from loses its `qpd`; then all are
@@ -63,12 +63,14 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::InFlight;
+use crate::core::schedule::InFlight;
 use crate::core::event::{FbsngPolicy, FbsngQueue, JobSpec, Policy};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
 use crate::core::reject::JobProblem;
 use crate::core::state::{JobIdx, State};
+
+pub mod state;
 
 #[cfg(test)]
 mod tests;

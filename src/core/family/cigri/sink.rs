@@ -35,9 +35,9 @@
 //! Bounded: at most [`ENGINES_MAX`] engines tracked per campaign (a later one
 //! is not judged), [`SUSPECTS_MAX`] suspects and as many flags.
 
-use super::super::{InFlight, Orders};
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{CigriPolicy, Order};
-use crate::core::state::cigri::Campaign;
+use crate::core::family::cigri::state::Campaign;
 use crate::core::state::{EngineIdx, Job, JobIdx, JobStatus, State};
 
 /// Successes an engine (or a cluster) needs of a campaign before it is judged.
@@ -219,7 +219,7 @@ pub struct SinkWarning {
 
 impl std::fmt::Display for SinkWarning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::core::schedule::techila::expiry::secs;
+        use crate::core::family::techila::expiry::secs;
         match &self.engine {
             Some(engine) => write!(f, "cigri-sink: engine {engine} (cluster {})", display_cluster(&self.cluster))?,
             None => write!(f, "cigri-sink: cluster {}", display_cluster(&self.cluster))?,

@@ -90,8 +90,8 @@
 
 use std::collections::BTreeSet;
 
-use super::dispatch::Candidate;
-use super::{InFlight, Orders};
+use crate::core::schedule::dispatch::Candidate;
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
 use crate::core::rng::SplitMix64;
