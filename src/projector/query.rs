@@ -720,7 +720,7 @@ struct CampaignText<'a> {
 impl std::fmt::Display for CampaignText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use crate::core::family::cigri::predictor::milli_text;
-        use crate::core::family::techila::expiry::secs;
+        use crate::core::window::secs;
         let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
         let summary = self.summary;
         for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {

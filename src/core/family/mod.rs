@@ -1,9 +1,13 @@
 //! **The one place a scheduling family is plugged in.** The policy's
 //! `algorithm` (Grid Engine's sched_conf(5) `algorithm`) selects a family; each
-//! function here matches on it once, so adding a family is a new module beside
-//! this one and one arm in each match below. Nothing else branches on the
-//! algorithm: the dispatch loop ([`crate::core::schedule::dispatch`]), the category bitsets,
-//! the shared filters ([`crate::core::schedule::filters`]) and `why` stay as they are.
+//! function here matches on it once (an order read back, on its kind), so
+//! adding a family is a folder beside the others and one arm in each match
+//! below. A family is a folder: `family/<name>/` holds everything that is its
+//! own, and this file is the only one outside the folders that names one
+//! (`core::tidy_tests` checks it). Nothing else branches on the algorithm: the
+//! fold, `State` and `Job`, the dispatch loop
+//! ([`crate::core::schedule::dispatch`]), the category bitsets, the shared
+//! filters ([`crate::core::schedule::filters`]) and `why` ask the hooks here.
 //!
 //! What a family supplies:
 //! - its **ordering** ([`ordering`]): *job-first* ([`JobOrder`]: which job
@@ -16,9 +20,21 @@
 //!   the dispatch loop and by `why` through [`crate::core::schedule::filters::TaskRules`];
 //! - its **lifecycle stages** ([`lifecycle`]), each capped, drawing from the
 //!   run's one order budget;
-//! - the **state it folds**: the figures it reads are folded for every family
-//!   (usage per user and project in [`crate::core::state::accounts`]), so a
-//!   switch of `algorithm` is one policy event and replay reproduces it.
+//! - the **state it folds**: its own figures, grid-wide in one field of the
+//!   state ([`FamilyStates`]) and per job in one field of each job
+//!   ([`JobFamilies`]), each part defined in its folder; the shared figures it
+//!   reads are folded for every family (usage per user and project in
+//!   [`crate::core::state::accounts`]), so a switch of `algorithm` is one
+//!   policy event and replay reproduces it;
+//! - its **fold hooks** ([`on_event`], [`on_submit`], [`on_dispatch`],
+//!   [`on_complete`], [`may_preempt`] and [`on_preempt`], and its own orders
+//!   read back: [`read_back_copy`], [`read_back_job_order`]): the fold calls
+//!   them and names no family. A copy a family orders that races its task
+//!   (Techila's expired task, CiGri's finalize copy) is one verb of the state,
+//!   `State::add_racing_copy`: queued first, its task's first result cancels
+//!   the other attempts;
+//! - its pieces of **`why`** ([`why_resource_first`], [`why_held`],
+//!   [`why_copied`], [`why_excluded`]).
 //!
 //! | family | module | shape |
 //! |---|---|---|
@@ -42,9 +58,195 @@ use std::collections::BinaryHeap;
 use crate::core::schedule::dispatch::Candidate;
 use crate::core::schedule::filters::Unfit;
 use crate::core::schedule::{InFlight, Orders};
-use crate::core::event::Algorithm;
+use crate::core::event::{Algorithm, Event, JobSpec, Order, Policy, RescheduleReason};
+use crate::core::expr::Expr;
 use crate::core::ids::Seq;
+use crate::core::reject::{JobProblem, OrderProblem};
 use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
+
+/// What the families fold grid-wide: one field of the state
+/// (`State::families`), each family's part defined in its folder. Only the
+/// fold changes it; `schedule` only reads it.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct FamilyStates {
+    /// Techila's scheduling cycles: when one is due (see [`techila::cycle`]).
+    pub techila: techila::cycle::CycleState,
+    /// FBSNG's queue priorities and last run (see [`fbsng::state`]).
+    pub fbsng: fbsng::state::FbsngState,
+    /// CiGri's affinity lookup, derived from the rest (`cigri::state::affinity_index`);
+    /// every fold clears it, so it is never older than the state it serves.
+    #[serde(skip)]
+    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::state::AffinityIndex>,
+}
+
+/// What the families fold per job: one field of each job (`Job::families`),
+/// each family's part defined in its folder.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct JobFamilies {
+    /// FBSNG's section priority (see [`fbsng::state`]).
+    pub fbsng: fbsng::state::FbsngJob,
+    /// CiGri's campaign state (see [`cigri::state`]).
+    pub cigri: cigri::state::Campaign,
+    /// Techila's preemption and expired tasks (see [`techila::state`]).
+    pub techila: techila::state::TechilaJob,
+}
+
+impl FamilyStates {
+    /// Forgets what is derived from the rest of the state (CiGri's affinity
+    /// lookup): every fold calls it first, so a lookup is never older than the
+    /// state it serves.
+    pub(crate) fn clear_derived(&mut self) {
+        self.cigri_affinity.take();
+    }
+}
+
+// ---- fold hooks: what the fold asks of the family in force ---------------
+//
+// Each is one `match` on the algorithm (or, for an order, on its kind), and
+// each family's arm calls into its folder; the fold names no family.
+
+/// The project priorities of a job's `project_priority` option (Techila's,
+/// counting down: 1 is Highest, 7 Lowest, 0 the default, Normal).
+pub use techila::{PRIORITY_HIGHEST as PROJECT_PRIORITY_HIGHEST, PRIORITY_LOWEST as PROJECT_PRIORITY_LOWEST,
+    PRIORITY_NORMAL as PROJECT_PRIORITY_NORMAL};
+
+/// The event just applied at `seq` (log time `time_ms`; `applied`: not
+/// rejected, a batch counts when its seal held; each report of an engine's
+/// batch counts as an event of its own): the family notes what it folds.
+pub(crate) fn on_event(state: &mut State, seq: Seq, time_ms: u64, event: &Event, applied: bool) {
+    match state.policy.algorithm {
+        Algorithm::Techila => techila::cycle::note_event(state, seq, event, applied),
+        // FBSNG notes only policies and order batches, never in an engine's batch.
+        Algorithm::Fbsng => fbsng::state::note_event(state, time_ms, event, applied),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Cigri => {}
+    }
+}
+
+/// A submitted job, its requirements parsed: the family admits it (or says
+/// why not) and may join its own requirements to the job's.
+pub(crate) fn on_submit(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, JobProblem> {
+    match policy.algorithm {
+        Algorithm::Fbsng => fbsng::admit_job(policy, spec, expr),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Cigri => Ok(expr),
+    }
+}
+
+/// A dispatch of `key` was read back: on engine `e`, or (`None`) as the
+/// master part of a parallel booking.
+pub(crate) fn on_dispatch(state: &mut State, key: TaskKey, e: Option<EngineIdx>) {
+    match state.policy.algorithm {
+        Algorithm::Fbsng => fbsng::state::section_started(state, key),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Cigri => {}
+    }
+    // A test campaign is a job's own option (`campaign = "test"`): its
+    // cluster is recorded under every algorithm, as it always was.
+    if let Some(e) = e {
+        cigri::state::dispatched(state, key, e);
+    }
+}
+
+/// The first result of task `key` was folded: a success of its attempt on
+/// engine `e`, started (or, with no start report, dispatched) at `started_ms`.
+pub(crate) fn on_complete(state: &mut State, key: TaskKey, e: EngineIdx, started_ms: u64) {
+    match state.policy.algorithm {
+        Algorithm::Cigri => cigri::state::completed(state, key, e, started_ms),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => {}
+    }
+}
+
+/// Whether the family's own rule preempts live task `key` (with no
+/// operator's request): a `Preempt` order of it is the family's.
+pub(crate) fn may_preempt(state: &State, key: TaskKey) -> bool {
+    match state.policy.algorithm {
+        Algorithm::Techila => techila::may_preempt(state, key),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng | Algorithm::Cigri => false,
+    }
+}
+
+/// A `Preempt` of task `key` under the family's own rule was read back
+/// (before the attempt is preempted): the family records why.
+pub(crate) fn on_preempt(state: &mut State, key: TaskKey) {
+    match state.policy.algorithm {
+        Algorithm::Techila => techila::preempted(state, key),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng | Algorithm::Cigri => {}
+    }
+}
+
+/// A family's copy of live task `key` read back (a `Reschedule` of reason
+/// `Expired` or `Finalize`): taken when the family wants it, refused otherwise.
+pub(crate) fn read_back_copy(state: &mut State, key: TaskKey, order: &Order) -> Result<(), OrderProblem> {
+    match order {
+        Order::Reschedule { reason: RescheduleReason::Expired, elapsed_ms, limit_ms, .. } => {
+            if !techila::expiry::copy_wanted(state, key) {
+                return Err(OrderProblem::NoCopyWanted);
+            }
+            techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
+        }
+        Order::Reschedule { reason: RescheduleReason::Finalize, .. } => {
+            if !cigri::finalize_wanted(state, key) {
+                return Err(OrderProblem::NoCopyWanted);
+            }
+            cigri::mark_finalized(state, key);
+        }
+        _ => return Err(OrderProblem::NoCopyWanted),
+    }
+    Ok(())
+}
+
+/// A family's own order about job `j` read back (`EndTestCampaign`,
+/// `FlagSink`): applied when it holds, refused with its problem otherwise.
+pub(crate) fn read_back_job_order(state: &mut State, j: JobIdx, order: &Order) -> Result<(), OrderProblem> {
+    match order {
+        Order::EndTestCampaign { .. } => {
+            if !cigri::test_campaign_done(state, j) {
+                return Err(OrderProblem::TestCampaignNotDone);
+            }
+            cigri::end_test_campaign(state, j);
+        }
+        Order::FlagSink { engine, cluster, .. } => {
+            let target = cigri::sink::target_of(state, engine.as_ref(), cluster).ok_or(OrderProblem::UnknownEngine)?;
+            let medians = cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
+            cigri::sink::flag(state, j, target, medians);
+        }
+        _ => return Err(OrderProblem::UnknownJob),
+    }
+    Ok(())
+}
+
+// ---- why: the families' pieces of an explanation -------------------------
+
+pub use cigri::sink::{target_of as sink_target_of, SinkTarget, SinkWarning};
+pub use fbsng::FbsngHold;
+pub use techila::expiry::ExpiredWhy;
+pub use techila::TechilaWhy;
+
+/// Why waiting task `key` waits under a resource-first family's own rule.
+pub fn why_resource_first(state: &State, key: TaskKey) -> Option<Box<TechilaWhy>> {
+    match state.policy.algorithm {
+        Algorithm::Techila => Some(Box::new(techila::why(state, key))),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng | Algorithm::Cigri => None,
+    }
+}
+
+/// The rule of the family's ordering that holds runnable job `j`, if one does.
+pub fn why_held(state: &State, j: JobIdx) -> Option<Box<FbsngHold>> {
+    match state.policy.algorithm {
+        Algorithm::Fbsng => fbsng::hold_of(state, j).map(Box::new),
+        Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Cigri => None,
+    }
+}
+
+/// Why live task `key` was copied under a family's rule (an expired task),
+/// whatever family is in force now.
+pub fn why_copied(state: &State, key: TaskKey) -> Option<ExpiredWhy> {
+    techila::expiry::why(state, key)
+}
+
+/// The engines and clusters job `j` excludes under a family's rule (the
+/// sinks its campaign flagged), whatever family is in force now.
+pub fn why_excluded(state: &State, j: JobIdx) -> Vec<SinkWarning> {
+    cigri::sink::warnings(state, j)
+}
 
 /// How the run's dispatch loop is driven.
 pub enum Ordering<'s> {

@@ -86,7 +86,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// durations and sink suspects and flags.
 /// 16: both of 15's.
 /// 17: an attempt's record its gateway job id (`remote_job`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 17;
+/// 18: the families' figures in one field of the state and one of each job
+/// (`family::FamilyStates`, `family::JobFamilies`), at their ends.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 18;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

@@ -196,7 +196,7 @@ pub fn predict(state: &State, j: JobIdx) -> (Prediction, Vec<Prediction>) {
     let counts = &job.counts;
     let remaining = u64::from(counts.waiting) + u64::from(counts.dispatched) + u64::from(counts.running);
     let active = job.is_active();
-    let campaign = &job.cigri;
+    let campaign = &job.families.cigri;
     let whole = prediction(&campaign.predictor, "", now_ms, lived_ms, remaining, active);
     let clusters =
         campaign.clusters.iter().map(|(name, figures)| prediction(figures, name, now_ms, lived_ms, remaining, active)).collect();

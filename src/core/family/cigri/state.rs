@@ -4,9 +4,10 @@
 //!
 //! Bounded: a test campaign records at most
 //! [`crate::core::family::cigri::TESTED_CLUSTERS_MAX`] clusters (the filter
-//! refuses a new one past that), and the finalized tasks are a subset of the
-//! job's tasks. The predictor's and the sink rule's figures are bounded as
-//! their modules say (`family::cigri::predictor`, `family::cigri::sink`).
+//! refuses a new one past that). The predictor's and the sink rule's figures
+//! are bounded as their modules say (`family::cigri::predictor`,
+//! `family::cigri::sink`). A finalized task is the state's racing copy
+//! (`State::add_racing_copy`), not a figure of the campaign's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,8 +22,6 @@ pub struct Campaign {
     /// A test campaign: each cluster a task of it was dispatched to, with that
     /// task's index (its retries stay on that cluster).
     pub tested: BTreeMap<String, u32>,
-    /// Tasks given a finalize copy: their first result cancels the other attempts.
-    pub finalized: BTreeSet<u32>,
     /// The predictor's figures of the whole campaign (`family::cigri::predictor`).
     #[serde(default)]
     pub predictor: Figures,
@@ -112,7 +111,7 @@ impl AffinityIndex {
 
 /// The state's affinity index, built at the first call after a fold.
 pub fn affinity_index(state: &State) -> &AffinityIndex {
-    state.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
+    state.families.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
 }
 
 /// A dispatch of `key` to engine `e` was folded: a test campaign records the cluster.
@@ -121,7 +120,7 @@ pub(crate) fn dispatched(state: &mut State, key: TaskKey, e: EngineIdx) {
         return;
     }
     let cluster = crate::core::family::cigri::cluster_of(state.engine(e)).to_string();
-    let campaign = &mut state.job_mut(key.job).cigri;
+    let campaign = &mut state.job_mut(key.job).families.cigri;
     if campaign.tested.contains_key(&cluster)
         || campaign.cluster_of_task(key.index).is_some()
         || campaign.tested.len() >= crate::core::family::cigri::TESTED_CLUSTERS_MAX
@@ -144,7 +143,7 @@ pub(crate) fn completed(state: &mut State, key: TaskKey, e: EngineIdx, started_m
     let cluster = crate::core::family::cigri::cluster_of(state.engine(e)).to_string();
     let keys = crate::core::family::cigri::sink::SinkKeys::of(&state.policy.cigri);
     let window_ms = state.policy.cigri.predictor_window_ms;
-    let campaign = &mut state.job_mut(key.job).cigri;
+    let campaign = &mut state.job_mut(key.job).families.cigri;
     crate::core::family::cigri::predictor::add(campaign, &cluster, now_ms, duration_ms, window_ms);
     crate::core::family::cigri::sink::note_success(campaign, keys, e, &cluster, duration_ms);
 }
