@@ -865,7 +865,7 @@ fn build_fbsng() -> SgeeeGrid {
             qpd: 1 + q,
             qpg: 1_000_000,
             spg: 1_000_000,
-            ..gridfold::core::schedule::fbsng::default_queue(&format!("q{q}"))
+            ..gridfold::core::family::fbsng::default_queue(&format!("q{q}"))
         })
         .collect();
     let process_types = vec![

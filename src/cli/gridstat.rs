@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::client::{ask, NatsArgs};
 use super::results::seconds;
-use crate::core::schedule::cigri::predictor::{milli_text, Prediction};
+use crate::core::family::cigri::predictor::{milli_text, Prediction};
 use crate::human::printable;
 use crate::projector::query::{CampaignSummary, JobSummary, StateSummary};
 use crate::projector::results::{TaskReply, TaskRequest, TasksReply, TasksRequest, TASKS_SUBJECT, TASK_SUBJECT, TASKS_PER_PAGE_MAX};

@@ -16,7 +16,7 @@ use crate::core::event::{Event, JobSpec, Origin};
 use crate::core::expr::Expr;
 use crate::core::ids::JobId;
 use crate::core::reject::JobProblem;
-use crate::core::schedule::fbsng;
+use crate::core::family::fbsng;
 use crate::files::jobfile::fbsng_key_lines;
 use crate::projector::query::{PolicyReply, PolicyRequest, POLICY_SUBJECT};
 

@@ -341,7 +341,7 @@ fn write_stat(out: &mut impl Write, summary: &StateSummary, long: bool) -> std::
     }
     writeln!(out)?;
     if !summary.fbsng_queues.is_empty() {
-        writeln!(out, "{}", crate::core::schedule::fbsng::QueueTable(&summary.fbsng_queues))?;
+        writeln!(out, "{}", crate::core::family::fbsng::QueueTable(&summary.fbsng_queues))?;
     }
     if summary.jobs_retired > 0 {
         writeln!(out, "{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired)?;

@@ -8,7 +8,7 @@ use clap::Args;
 use super::client::{NatsArgs, VerdictArgs};
 use super::{bad_input, BadInput};
 use crate::core::event::Event;
-use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+use crate::core::family::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
 
 #[derive(Debug, Args)]
 pub struct ProjectPriorityArgs {

@@ -432,7 +432,7 @@ pub struct JobOptions {
     pub companion_argv: Vec<String>,
     /// CiGri's campaign type (`cigri`): a test campaign runs one task on each
     /// cluster its requirements allow, ahead of every default campaign, and
-    /// drops the rest (see [`crate::core::schedule::cigri`]).
+    /// drops the rest (see [`crate::core::family::cigri`]).
     #[serde(default)]
     pub campaign: CampaignType,
 }
@@ -749,10 +749,10 @@ pub struct Policy {
     /// see `schedule::reservation`.
     #[serde(default)]
     pub reservation: ReservationPolicy,
-    /// FBSNG's queues, process types and run interval (`fbsng`, see `schedule::fbsng`).
+    /// FBSNG's queues, process types and run interval (`fbsng`, see `family::fbsng`).
     pub fbsng: FbsngPolicy,
     /// CiGri's cluster affinities, finalize and sink-effect settings (`cigri`,
-    /// see `schedule::cigri`).
+    /// see `family::cigri`).
     #[serde(default)]
     pub cigri: CigriPolicy,
     /// Flood control of gateway engines (`[flood]`, see `schedule::flood`);
@@ -892,7 +892,7 @@ impl FloodReason {
 }
 
 /// CiGri's settings, read by the `cigri` family only. Limits:
-/// [`crate::core::schedule::cigri::check_policy`].
+/// [`crate::core::family::cigri::check_policy`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CigriPolicy {
     /// (user, cluster) couples: on that cluster, that user's default campaigns
@@ -955,7 +955,7 @@ impl Default for ReservationPolicy {
 }
 
 /// FBSNG's scheduler settings (the seed's queue parameters and process
-/// types), read by the `fbsng` family only. Limits: [`crate::core::schedule::fbsng`].
+/// types), read by the `fbsng` family only. Limits: [`crate::core::family::fbsng`].
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct FbsngPolicy {
     /// The queues, in the order given (which breaks ties between equal
@@ -1268,14 +1268,14 @@ pub enum Algorithm {
     /// override policies.
     Sgeee,
     /// Techila's scheduler: resource-first, fastest free core, one project per
-    /// user in a seeded ticket draw, under a license cap (`schedule::techila`).
+    /// user in a seeded ticket draw, under a license cap (`family::techila`).
     Techila,
     /// FBSNG's scheduler: job-first over queues of dynamic priorities with
-    /// gaps, sections of dynamic priorities, process-type quotas (`schedule::fbsng`).
+    /// gaps, sections of dynamic priorities, process-type quotas (`family::fbsng`).
     Fbsng,
     /// CiGri's metascheduler: per cluster, test campaigns first, then default
     /// campaigns of users with affinity for the cluster, then the rest, FIFO;
-    /// finalize copies at a campaign's end (`schedule::cigri`).
+    /// finalize copies at a campaign's end (`family::cigri`).
     Cigri,
 }
 

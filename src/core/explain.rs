@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use super::ids::{Attempt, EngineId, TaskRef};
 use super::schedule::dispatch::{job_score, load_index, task_score};
 use super::schedule::queue_sort::{self, LOAD_UNKNOWN, SortKey, sort_key};
-use super::schedule::families::{self, JobAhead};
+use super::family::{self as families, JobAhead};
 use super::schedule::filters::{self, TaskRules, Unfit};
 use super::state::{EngineIdx, EngineStatus, JobStatus, State, TaskKey, TaskStatus};
 
@@ -39,7 +39,7 @@ pub struct Explanation {
     /// CiGri: the engines and clusters its campaign flagged sinks and
     /// excludes (rule `cigri-sink`), each with its median and the campaign's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cigri_sinks: Vec<super::schedule::cigri::sink::SinkWarning>,
+    pub cigri_sinks: Vec<super::family::SinkWarning>,
     /// Writes aimed at the task's job that the fold refused, among the
     /// rejections the state keeps: who sent each (as its subject names them)
     /// and why, so an owner sees who tried what on the job.
@@ -107,7 +107,7 @@ pub enum Detail {
         awaits_parts: Option<(u32, u32)>,
         /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
         #[serde(skip_serializing_if = "Option::is_none")]
-        techila: Option<Box<super::schedule::techila::TechilaWhy>>,
+        techila: Option<Box<super::family::TechilaWhy>>,
         /// A parallel task (`span = "site"`): the slots it needs at once and
         /// the free slots of the engines that may take a part, by site.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,7 +118,7 @@ pub enum Detail {
         reservation: Option<Box<super::schedule::reservation::ReservationWhy>>,
         /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
         #[serde(skip_serializing_if = "Option::is_none")]
-        fbsng: Option<Box<super::schedule::fbsng::FbsngHold>>,
+        fbsng: Option<Box<super::family::FbsngHold>>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
@@ -127,7 +127,7 @@ pub enum Detail {
         copy_waiting: bool,
         /// Under `techila`: the task expired and was copied.
         #[serde(skip_serializing_if = "Option::is_none")]
-        techila_expired: Option<super::schedule::techila::expiry::ExpiredWhy>,
+        techila_expired: Option<super::family::ExpiredWhy>,
         /// The engine of the newest attempt among the engines its rules allow, best first.
         ranking: Vec<EngineRank>,
         /// A parallel task's parts (engine, slots), the master first.
@@ -256,7 +256,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
-                techila_expired: super::schedule::techila::expiry::why(state, key),
+                techila_expired: super::family::why_copied(state, key),
                 ranking: ranking(state, key, Some(newest)),
                 parts: super::schedule::parallel::parts_of_task(state, key),
             }
@@ -287,7 +287,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         failures: task_state.failures,
         detail,
         soft_unmet,
-        cigri_sinks: super::schedule::cigri::sink::warnings(state, key.job),
+        cigri_sinks: super::family::why_excluded(state, key.job),
         refused_writes: refused_writes(state, &task.job),
     })
 }
@@ -355,14 +355,10 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         queue_jump: task_state.is_queue_jump(),
         held: job.held,
         awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
-        techila: (state.policy.algorithm == super::event::Algorithm::Techila)
-            .then(|| Box::new(super::schedule::techila::why(state, key))),
+        techila: super::family::why_resource_first(state, key),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
         reservation: super::schedule::reservation::why(state, key).map(Box::new),
-        fbsng: (state.policy.algorithm == super::event::Algorithm::Fbsng && job.is_runnable())
-            .then(|| super::schedule::fbsng::hold_of(state, key.job))
-            .flatten()
-            .map(Box::new),
+        fbsng: job.is_runnable().then(|| super::family::why_held(state, key.job)).flatten(),
     }
 }
 

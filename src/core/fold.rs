@@ -54,7 +54,7 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
         return Folded { rejections: Vec::new(), applied: Vec::new(), companion_ends: Vec::new() };
     }
     state.last_seq = entry.seq;
-    state.cigri_affinity.take();
+    state.families.clear_derived();
     state.now_ms = state.now_ms.max(entry.time_ms);
     state.first_ms.get_or_insert(entry.time_ms);
     state.chain = state.chain.chain(entry.seq.0, entry.time_ms, &entry.subject, &entry.stored);
@@ -78,9 +78,7 @@ pub fn fold_events(state: &mut State, entry: &Entry) -> Folded {
                     Event::OrderBatch(_) => !rejections.iter().any(|r| !matches!(r, Rejection::OrderNotApplicable { .. })),
                     _ => rejections.is_empty(),
                 };
-                super::schedule::techila::cycle::note_event(state, entry.seq, event, took);
-                // FBSNG notes only policies and order batches, never in an engine's batch.
-                super::state::fbsng::note_entry(state, entry, took);
+                super::family::on_event(state, entry.seq, entry.time_ms, event, took);
                 applied = vec![rejections.is_empty()];
             }
         },
@@ -152,7 +150,9 @@ fn apply_event(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut 
             } else {
                 live_attempt_of(state, task, *attempt, engine).map(|(key, e)| {
                     state.touch_engine(e);
-                    state.complete(key, *attempt, *wall_ms);
+                    if let Some(first) = state.complete(key, *attempt, *wall_ms) {
+                        super::family::on_complete(state, key, first.engine, first.started_ms);
+                    }
                     state.add_completed_cpu(key, *cpu_ms);
                 })
             }
@@ -240,7 +240,9 @@ fn apply_event(state: &mut State, entry: &Entry, envelope: &Envelope, out: &mut 
 /// Returns, per report, whether it applied.
 fn apply_reports(state: &mut State, entry: &Entry, batch: &Envelope, reports: &[Envelope], out: &mut Vec<Rejection>) -> Vec<bool> {
     use super::reject::ReportBatchProblem;
-    use super::schedule::techila::cycle::note_event;
+    let note_event = |state: &mut State, seq: Seq, event: &Event, applied: bool| {
+        super::family::on_event(state, seq, entry.time_ms, event, applied);
+    };
     if let Err(rejection) = check_entry_publisher(entry, &batch.event) {
         out.push(rejection);
         note_event(state, entry.seq, &batch.event, false);
@@ -321,7 +323,7 @@ fn check_entry_publisher(entry: &Entry, event: &Event) -> Result<(), Rejection> 
 /// is not held (unknown, retired) is left to the event's own check.
 fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<(), Rejection> {
     use super::reject::PrioritySetting;
-    use super::schedule::techila::PRIORITY_NORMAL;
+    use super::family::PROJECT_PRIORITY_NORMAL as PRIORITY_NORMAL;
     let Origin::User(user) = origin else { return Ok(()) };
     let not_owner = |job: &JobId, owner: &str| Rejection::NotOwner { job: job.clone(), owner: owner.to_string(), user: user.to_string() };
     let owned = |job: &JobId| match state.job_idx(job) {
@@ -427,7 +429,7 @@ fn submit_job(state: &mut State, seq: Seq, spec: &JobSpec, owner: &str) -> Resul
     let expr = super::expr::parse(&spec.requirements).map_err(|e| {
         invalid(JobProblem::BadRequirements { position: e.position, message: e.message.clone() })
     })?;
-    let expr = super::schedule::fbsng::admit_job(&state.policy, spec, expr).map_err(invalid)?;
+    let expr = super::family::on_submit(&state.policy, spec, expr).map_err(invalid)?;
     let library = spec.options.root_library.clone();
     if let Some(library) = &library {
         library.validate().map_err(|e| invalid(JobProblem::BadLibrary { detail: e.to_string() }))?;
@@ -838,7 +840,7 @@ fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> 
 
 /// A Techila project priority, 1 to 7, of an active job.
 fn change_project_priority(state: &mut State, id: &super::ids::JobId, priority: u32) -> Result<(), Rejection> {
-    use super::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    use super::family::{PROJECT_PRIORITY_HIGHEST as PRIORITY_HIGHEST, PROJECT_PRIORITY_LOWEST as PRIORITY_LOWEST};
     let job = active_job(state, id)?;
     if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
         return Err(Rejection::OpsRefused { target: id.to_string(), problem: OpsProblem::ProjectPriorityOutOfRange { priority } });
@@ -1020,8 +1022,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::EngineRunsTask);
             }
             state.dispatch(key, *attempt, e);
-            super::state::fbsng::section_started(state, key);
-            super::state::cigri::dispatched(state, key, e);
+            super::family::on_dispatch(state, key, Some(e));
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1056,19 +1057,9 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             }
             state.blacklist(j, e);
         }
-        Order::Reschedule { task, reason: super::event::RescheduleReason::Expired, elapsed_ms, limit_ms } => {
+        Order::Reschedule { task, reason: super::event::RescheduleReason::Expired | super::event::RescheduleReason::Finalize, .. } => {
             let key = order_task(state, task, last_job)?;
-            if !super::schedule::techila::expiry::copy_wanted(state, key) {
-                return Err(OrderProblem::NoCopyWanted);
-            }
-            super::schedule::techila::expiry::mark_expired(state, key, *elapsed_ms, *limit_ms);
-        }
-        Order::Reschedule { task, reason: super::event::RescheduleReason::Finalize, .. } => {
-            let key = order_task(state, task, last_job)?;
-            if !super::schedule::cigri::finalize_wanted(state, key) {
-                return Err(OrderProblem::NoCopyWanted);
-            }
-            super::schedule::cigri::mark_finalized(state, key);
+            super::family::read_back_copy(state, key, order)?;
         }
         Order::FloodRatio { engine, ratio_milli, .. } => {
             let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
@@ -1081,12 +1072,9 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let now_ms = state.now_ms;
             state.flood.set(engine, *ratio_milli, now_ms);
         }
-        Order::EndTestCampaign { job, .. } => {
+        Order::EndTestCampaign { job, .. } | Order::FlagSink { job, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            if !super::schedule::cigri::test_campaign_done(state, j) {
-                return Err(OrderProblem::TestCampaignNotDone);
-            }
-            super::schedule::cigri::end_test_campaign(state, j);
+            super::family::read_back_job_order(state, j, order)?;
         }
         Order::Undeliverable { task, attempt, engine, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1095,14 +1083,6 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::AttemptNotLive);
             }
             state.fail(key, *attempt);
-        }
-        Order::FlagSink { job, engine, cluster, .. } => {
-            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            let target = super::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster)
-                .ok_or(OrderProblem::UnknownEngine)?;
-            let medians =
-                super::schedule::cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
-            super::schedule::cigri::sink::flag(state, j, target, medians);
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;
@@ -1158,11 +1138,11 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             };
             let on_engine = state.live_attempt_numbered(key, *attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
             let requested = state.control_requested(key, *attempt) == Some(action);
-            // Techila preempts a Lowest project's task on its own rule.
-            let techila = !requested && action == Control::Preempt && super::schedule::techila::may_preempt(state, key);
+            // A family may preempt on its own rule (Techila: a Lowest project's task).
+            let by_family = !requested && action == Control::Preempt && super::family::may_preempt(state, key);
             // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
             let threshold = match state.live_attempt_numbered(key, *attempt) {
-                Some(live) if !requested && !techila && on_engine => {
+                Some(live) if !requested && !by_family && on_engine => {
                     state.threshold_justifies(key, *attempt, live.engine, action).map(|cause| (live.engine, cause))
                 }
                 _ => None,
@@ -1171,12 +1151,11 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 state.threshold_acted(key, *attempt, e, action, cause);
                 return Ok(());
             }
-            if !(requested || techila) || !on_engine {
+            if !(requested || by_family) || !on_engine {
                 return Err(OrderProblem::NotRequested);
             }
-            if techila {
-                let by = super::schedule::techila::preemptor(state).map(|p| state.job(p).id.clone());
-                state.job_mut(key.job).techila_preempted_by = by;
+            if by_family {
+                super::family::on_preempt(state, key);
             }
             match action {
                 Control::Suspend => state.suspend_attempt(key, *attempt),
@@ -1188,7 +1167,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             let key = order_task(state, task, last_job)?;
             super::schedule::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
             if parts.first().is_some_and(|master| master.engine == *engine) {
-                super::state::fbsng::section_started(state, key);
+                super::family::on_dispatch(state, key, None);
             }
         }
         Order::MarkUnschedulable { job, reason } => {

@@ -100,7 +100,7 @@ fn check_reports_rejected_alone(before: &State, after: &State, entry: &Entry, ap
             apply_event(&mut expected, entry, report, &mut own);
             assert!(own.is_empty(), "report {n} applies alone: {own:?}");
         }
-        crate::core::schedule::techila::cycle::note_event(&mut expected, entry.seq, &report.event, applies);
+        crate::core::family::on_event(&mut expected, entry.seq, entry.time_ms, &report.event, applies);
     }
     expected.rejections = after.rejections.clone();
     assert_eq!(expected.state_digest(), after.state_digest(), "the refused reports of batch {} changed the state", entry.seq);

@@ -14,7 +14,7 @@
 use std::fmt;
 
 use super::event::{Policy, ORDERS_PER_BATCH_MAX, SUSPEND_INTERVAL_MS_MAX, WORK_DIR_RETENTION_MS_LIMIT};
-use super::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX;
+use super::family::TECHILA_CYCLE_INTERVAL_MS_MAX as CYCLE_INTERVAL_MS_MAX;
 
 /// The longest duration a policy may give anything: a year (365 days) of log time.
 pub const POLICY_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
@@ -107,8 +107,7 @@ pub fn check_policy(policy: &Policy) -> Result<(), PolicyProblem> {
         }
     }
     let within = |section: &str, (field, why): (String, String)| problem(format!("{section}.{field}"), why);
-    super::schedule::fbsng::check_policy(&policy.fbsng).map_err(|p| within("fbsng", p))?;
-    super::schedule::cigri::check_policy(&policy.cigri).map_err(|p| within("cigri", p))?;
+    super::family::check_policy_sections(policy).map_err(|(section, p)| within(section, p))?;
     if let Some(flood) = &policy.flood {
         super::schedule::flood::check_policy(flood).map_err(|p| within("flood", p))?;
     }

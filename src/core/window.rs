@@ -86,6 +86,16 @@ impl WindowCounts {
     }
 }
 
+/// Milliseconds as seconds a person reads: `12s`, `12.5s`, `0.25s`.
+pub fn secs(ms: u64) -> String {
+    let (whole, frac) = (ms / 1000, ms % 1000);
+    if frac == 0 {
+        return format!("{whole}s");
+    }
+    let digits = format!("{frac:03}");
+    format!("{whole}.{}s", digits.trim_end_matches('0'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

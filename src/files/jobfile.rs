@@ -437,7 +437,7 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         options.companion_argv = command.get_ref().clone();
     }
     if let Some(kind) = &file.process_type {
-        let most = crate::core::schedule::fbsng::NAME_BYTES_MAX;
+        let most = crate::core::family::fbsng::NAME_BYTES_MAX;
         if kind.get_ref().is_empty() || kind.get_ref().len() > most {
             return Err(file_text.at(kind, format!("process_type must be 1 to {most} bytes")));
         }
@@ -886,7 +886,7 @@ impl OptionKeys<'_> {
             Some(time) => time.get_ref().saturating_mul(expected_unit_ms),
             None => 0,
         };
-        let shares_max = crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+        let shares_max = crate::core::family::sgeee::share_tree::SHARES_MAX;
         let job_share = match self.job_share {
             Some(n) if *n.get_ref() > shares_max => {
                 return Err(problem_at(n, format!("job_share must be within 0..={shares_max}")));
@@ -894,7 +894,7 @@ impl OptionKeys<'_> {
             Some(n) => *n.get_ref(),
             None => 0,
         };
-        use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+        use crate::core::family::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
         let project_priority = match self.project_priority {
             Some(n) if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(n.get_ref()) => {
                 return Err(problem_at(

@@ -200,7 +200,7 @@ pub(crate) struct TechilaSection {
 }
 
 pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>) -> Result<TechilaPolicy, FileError> {
-    use crate::core::schedule::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
+    use crate::core::family::techila::{PRIORITY_HIGHEST, PRIORITY_LOWEST};
     let Some(section) = section else { return Ok(TechilaPolicy::default()) };
     if section.user_priorities.len() > crate::wire::NAMED_AMOUNTS_MAX {
         return Err(FileError {
@@ -219,7 +219,7 @@ pub(crate) fn techila(file_text: FileText<'_>, section: &Option<TechilaSection>)
         }
         user_priorities.insert(user.clone(), *priority.get_ref());
     }
-    let interval_max_secs = crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX / 1000;
+    let interval_max_secs = crate::core::family::techila::cycle::CYCLE_INTERVAL_MS_MAX / 1000;
     let cycle_interval_ms = match &section.cycle_interval_secs {
         Some(secs) if !(1..=interval_max_secs).contains(secs.get_ref()) => {
             return Err(file_text.at(secs, format!("techila.cycle_interval_secs must be within 1..={interval_max_secs}")));
@@ -641,7 +641,7 @@ copies_per_task_max = 3
         check_error("[cigri]\nsink_ratio = 2.0\n", expect!["p.toml:2: cigri.sink_ratio must be within 0..=1"]);
         check_error("[cigri]\nfinalize_copies_max = 9\n", expect!["p.toml:2: cigri.finalize_copies_max: 9, more than 8"]);
         check_error("[cigri]\npredictor_window_secs = 0\n", expect!["p.toml:2: cigri.predictor_window_secs must be within 1..=604800"]);
-        let many: String = (0..=crate::core::schedule::cigri::AFFINITIES_MAX)
+        let many: String = (0..=crate::core::family::cigri::AFFINITIES_MAX)
             .map(|n| format!("[[cigri.affinity]]\nuser = \"u{n}\"\ncluster = \"c\"\n"))
             .collect();
         let error = parse_policy(&format!("[cigri]\n{many}"), "p.toml").expect_err("too many rows");

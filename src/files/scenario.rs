@@ -800,8 +800,8 @@ impl RawScenario {
                 },
             };
             let fbsng_name = |value: &Option<Spanned<String>>, default: &str| match value {
-                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::schedule::fbsng::NAME_BYTES_MAX => {
-                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::schedule::fbsng::NAME_BYTES_MAX)))
+                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::family::fbsng::NAME_BYTES_MAX => {
+                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::family::fbsng::NAME_BYTES_MAX)))
                 }
                 Some(name) => Ok(name.get_ref().clone()),
                 None => Ok(default.to_string()),

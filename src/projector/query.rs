@@ -634,7 +634,7 @@ pub struct StateSummary {
     pub retired: Option<String>,
     /// Under `fbsng`: each queue's priority and waiting sections.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fbsng_queues: Vec<crate::core::schedule::fbsng::QueueStatus>,
+    pub fbsng_queues: Vec<crate::core::family::fbsng::QueueStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -704,11 +704,11 @@ pub struct CampaignSummary {
     /// `default` or `test`.
     pub campaign: String,
     /// The predictor over the whole campaign (`cluster` empty).
-    pub prediction: crate::core::schedule::cigri::predictor::Prediction,
+    pub prediction: crate::core::family::cigri::predictor::Prediction,
     /// The predictor per cluster, by name.
-    pub clusters: Vec<crate::core::schedule::cigri::predictor::Prediction>,
+    pub clusters: Vec<crate::core::family::cigri::predictor::Prediction>,
     /// Engines and clusters flagged sinks and excluded.
-    pub sinks: Vec<crate::core::schedule::cigri::sink::SinkWarning>,
+    pub sinks: Vec<crate::core::family::cigri::sink::SinkWarning>,
 }
 
 /// A campaign's predictor and sink lines under its job in the summary's text.
@@ -719,8 +719,8 @@ struct CampaignText<'a> {
 
 impl std::fmt::Display for CampaignText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::core::schedule::cigri::predictor::milli_text;
-        use crate::core::schedule::techila::expiry::secs;
+        use crate::core::family::cigri::predictor::milli_text;
+        use crate::core::window::secs;
         let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
         let summary = self.summary;
         for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
@@ -752,12 +752,12 @@ impl CampaignSummary {
         if state.policy.algorithm != crate::core::event::Algorithm::Cigri {
             return None;
         }
-        let (prediction, clusters) = crate::core::schedule::cigri::predictor::predict(state, j);
+        let (prediction, clusters) = crate::core::family::cigri::predictor::predict(state, j);
         Some(CampaignSummary {
             campaign: state.job(j).options.campaign.as_str().to_string(),
             prediction,
             clusters,
-            sinks: crate::core::schedule::cigri::sink::warnings(state, j),
+            sinks: crate::core::family::cigri::sink::warnings(state, j),
         })
     }
 }
@@ -831,7 +831,7 @@ impl JobSummary {
             },
             held: job.held,
             awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
-            expired: crate::core::schedule::techila::expiry::n_expired_live(job),
+            expired: crate::core::family::techila::expiry::n_expired_live(job),
             cigri: CampaignSummary::of(state, j),
         }
     }
@@ -908,7 +908,7 @@ impl StateSummary {
             wait_ms_max: totals.wait_ms_max,
             jobs_retired: totals.jobs_retired,
             retired: None,
-            fbsng_queues: crate::core::schedule::fbsng::queue_statuses(state),
+            fbsng_queues: crate::core::family::fbsng::queue_statuses(state),
         }
     }
 
@@ -936,7 +936,7 @@ impl std::fmt::Display for StateSummary {
         if let Some(retired) = &self.retired {
             writeln!(f, "{retired}")?;
         }
-        write!(f, "{}", crate::core::schedule::fbsng::QueueTable(&self.fbsng_queues))?;
+        write!(f, "{}", crate::core::family::fbsng::QueueTable(&self.fbsng_queues))?;
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;
             for job in &self.jobs {

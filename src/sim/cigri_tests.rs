@@ -131,7 +131,7 @@ fn the_predictors_eta_at_a_quarter_half_and_three_quarters_done_is_within_a_tent
             end_ms = entry.time_ms;
         }
         if let Some(&quarter) = [1u32, 2, 3].get(etas.len()).filter(|&&quarter| done * 4 >= n_tasks * quarter) {
-            let eta_ms = crate::core::schedule::cigri::predictor::predict(&state, j).0.eta_ms.expect("an ETA once tasks succeeded");
+            let eta_ms = crate::core::family::cigri::predictor::predict(&state, j).0.eta_ms.expect("an ETA once tasks succeeded");
             etas.push((quarter * 25, entry.time_ms, eta_ms));
         }
     }

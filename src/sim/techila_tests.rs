@@ -23,7 +23,7 @@ use super::*;
 use crate::core::event::{Algorithm, Event, Order, TechilaPolicy};
 use crate::core::fold::fold;
 use crate::core::ids::JobId;
-use crate::core::schedule::techila::{TechilaOrder, PRIORITY_LOWEST};
+use crate::core::family::techila::{TechilaOrder, PRIORITY_LOWEST};
 use crate::core::schedule::InFlight;
 use crate::core::state::State;
 use crate::core::testkit::{job_spec, linux_props, LogBuilder};

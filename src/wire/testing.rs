@@ -809,7 +809,7 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 any::<u32>(),
                 any::<bool>(),
                 prop::collection::btree_map("[a-z]{1,8}", 1..=7u32, 0..4),
-                0..=crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX,
+                0..=crate::core::family::techila::cycle::CYCLE_INTERVAL_MS_MAX,
             ),
             (
                 0..=crate::core::event::OUTPUT_TASK_BYTES_MAX_LIMIT,
@@ -905,7 +905,7 @@ fn sample_fbsng_policy() -> crate::core::event::FbsngPolicy {
     crate::core::event::FbsngPolicy {
         queues: vec![
             crate::core::event::FbsngQueue { name: "high".into(), qp_min: 5, qp_max: 100, qpi: 3, qpd: 1, qpg: 7, spg: 100 },
-            crate::core::schedule::fbsng::default_queue("background"),
+            crate::core::family::fbsng::default_queue("background"),
         ],
         process_types: vec![crate::core::event::FbsngProcessType {
             name: "cms".into(),

@@ -48,7 +48,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use super::families::{self, EngineOrder, FilterScope, JobOrder, Ordering};
+use crate::core::family::{self as families, EngineOrder, FilterScope, JobOrder, Ordering};
 use super::filters::{self, RefusalScope, TaskRules};
 use super::{InFlight, Orders};
 use crate::core::event::Order;
@@ -434,7 +434,7 @@ fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
     sort_key(policy.queue_sort_method, &policy.load_formula, state.engine(candidate.engine), candidate.used)
 }
 
-/// Fills free slots in the order the policy's family gives (see [`super::families`]).
+/// Fills free slots in the order the policy's family gives (see [`crate::core::family`]).
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let mut ordering = families::ordering(state, in_flight);
     if let Ordering::ResourceFirst(EngineOrder::Techila(order)) = &mut ordering {

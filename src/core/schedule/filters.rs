@@ -138,7 +138,7 @@ pub struct TaskRules<'s> {
     /// A retry's last failed engine, avoided while another could run it.
     avoided: Option<EngineIdx>,
     /// How widely the family's filter verdicts on this task are shared.
-    family: super::families::FilterScope,
+    family: crate::core::family::FilterScope,
 }
 
 /// Which other tasks share a task's refusal by every free engine of its
@@ -169,7 +169,7 @@ impl<'s> TaskRules<'s> {
             .get()
             .filter(|_| task.status == TaskStatus::Waiting)
             .filter(|&failed| another_engine_could_run(state, key.job, category, failed));
-        let family = super::families::filter_scope(state, key);
+        let family = crate::core::family::filter_scope(state, key);
         TaskRules { state, key, running_here, avoided, family }
     }
 
@@ -182,12 +182,12 @@ impl<'s> TaskRules<'s> {
         if self.avoided == Some(e) {
             return Err(Unfit::RetryAvoids);
         }
-        super::families::filter(self.state, self.key, e)
+        crate::core::family::filter(self.state, self.key, e)
     }
 
     /// Which other tasks every refusal of this task holds for (see [`RefusalScope`]).
     pub fn refusal_scope(&self) -> RefusalScope {
-        use super::families::FilterScope;
+        use crate::core::family::FilterScope;
         let job = self.state.job(self.key.job);
         if !self.running_here.is_empty()
             || self.avoided.is_some()
@@ -206,7 +206,7 @@ impl<'s> TaskRules<'s> {
     }
 
     /// The scope of the family's filter on this task.
-    pub fn family_scope(&self) -> super::families::FilterScope {
+    pub fn family_scope(&self) -> crate::core::family::FilterScope {
         self.family
     }
 

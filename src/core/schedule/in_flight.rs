@@ -26,7 +26,7 @@ pub struct InFlight {
     /// Gateways a FloodRatio in flight sets the ratio of.
     flood_ratio: BTreeSet<EngineIdx>,
     /// CiGri FlagSink orders: (job, engine or cluster).
-    sinks_flagged: BTreeSet<(JobIdx, crate::core::schedule::cigri::sink::SinkTarget)>,
+    sinks_flagged: BTreeSet<(JobIdx, crate::core::family::SinkTarget)>,
 }
 
 impl InFlight {
@@ -129,7 +129,7 @@ impl InFlight {
                 // booked until the fold fails it.
                 Order::Undeliverable { .. } => {}
                 Order::FlagSink { job, engine, cluster, .. } => {
-                    let target = crate::core::schedule::cigri::sink::target_of(state, engine.as_ref(), cluster);
+                    let target = crate::core::family::sink_target_of(state, engine.as_ref(), cluster);
                     if let (Some(j), Some(target)) = (state.job_idx(job), target) {
                         self.sinks_flagged.insert((j, target));
                     }
@@ -199,7 +199,7 @@ impl InFlight {
     }
 
     /// Whether a `FlagSink` of this campaign and target is in flight.
-    pub fn is_sink_flagged(&self, job: JobIdx, target: &crate::core::schedule::cigri::sink::SinkTarget) -> bool {
+    pub fn is_sink_flagged(&self, job: JobIdx, target: &crate::core::family::SinkTarget) -> bool {
         self.sinks_flagged.contains(&(job, target.clone()))
     }
 }

@@ -43,11 +43,8 @@
 
 pub mod blacklist;
 pub mod budget;
-pub mod cigri;
 pub mod dependencies;
 pub mod dispatch;
-pub mod families;
-pub mod fbsng;
 pub mod flood;
 pub mod filters;
 mod in_flight;
@@ -56,11 +53,8 @@ pub mod parallel;
 pub mod queue_sort;
 pub mod redundancy;
 pub mod reservation;
-pub mod sge;
-pub mod sgeee;
 pub mod soft;
 pub mod suspension;
-pub mod techila;
 pub mod thresholds;
 
 #[cfg(test)]
@@ -76,8 +70,6 @@ mod reservation_tests;
 #[cfg(test)]
 mod retire_tests;
 #[cfg(test)]
-mod sge_tests;
-#[cfg(test)]
 mod soft_tests;
 #[cfg(test)]
 mod thresholds_tests;
@@ -87,6 +79,7 @@ pub use budget::Orders;
 pub use in_flight::InFlight;
 
 use super::event::{Order, OrderBatch};
+use super::family as families;
 use super::state::State;
 
 /// Bumped whenever a change alters decisions; recorded in every batch so an
@@ -136,4 +129,4 @@ pub fn decide(state: &State, in_flight: &InFlight) -> Option<OrderBatch> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -12,7 +12,7 @@ use crate::core::testkit::*;
 
 /// Folds what the builder holds, then lets the projector decide once and folds
 /// its batch back. Returns the orders, rendered one per line.
-pub(super) fn decide_once(log: &mut LogBuilder, state: &mut State) -> String {
+pub(crate) fn decide_once(log: &mut LogBuilder, state: &mut State) -> String {
     for entry in &log.entries[state.last_seq.0 as usize..] {
         fold(state, entry);
         state.check_invariants();

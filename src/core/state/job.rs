@@ -264,12 +264,6 @@ pub struct Job {
     pub queue: String,
     pub priority: i32,
     pub submit_seq: Seq,
-    /// FBSNG's section priority of the job's waiting tasks: how many sections
-    /// of its queue submitted after it started before it (`state::fbsng`).
-    pub fbsng_section_priority: u32,
-    /// CiGri's campaign state (`state::cigri`).
-    #[serde(default)]
-    pub cigri: super::cigri::Campaign,
     pub submitted_ms: u64,
     pub ended_ms: Option<u64>,
     pub category: CategoryIdx,
@@ -300,6 +294,9 @@ pub struct Job {
     pub(crate) back: VecDeque<u32>,
     /// Running tasks with a redundant copy waiting in `front` or `back`.
     pub(crate) copies_waiting: BTreeSet<u32>,
+    /// Tasks given a racing copy ([`super::State::add_racing_copy`]): their
+    /// first result cancels their other attempts.
+    pub(crate) racing: BTreeSet<u32>,
     /// Engines that get no more of this job's tasks.
     pub blacklist: BTreeSet<EngineIdx>,
     /// Task failures per engine, for black- and greylisting; cleared with the blacklists.
@@ -329,23 +326,12 @@ pub struct Job {
     /// CPU time its engines reported for its completed attempts, in ms
     /// (Techila's "CPU time used in completed Jobs of the Project").
     pub cpu_ms_completed: u64,
-    /// Under `techila`: the project the job's latest preempted task gave way to.
-    pub techila_preempted_by: Option<crate::core::ids::JobId>,
-    /// Under `techila`: the tasks that ran past `expected_task_time_ms` and were
-    /// given their one copy, by index (see `schedule::techila::expiry`).
-    pub techila_expired: BTreeMap<u32, ExpiredTask>,
     /// Grid Engine's soft requests (`qsub -soft -l`), compiled from
     /// `options.soft` (weight unused); `None` without any. See `schedule::soft`.
     pub(crate) soft: Option<CompiledPreference>,
-}
-
-/// A Techila task marked expired: how long it had run, against what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ExpiredTask {
-    pub elapsed_ms: u64,
-    pub expected_ms: u64,
-    /// The log time the copy was ordered.
-    pub at_ms: u64,
+    /// What the policy's families fold per job, each its own part (see
+    /// [`crate::core::family::JobFamilies`]).
+    pub families: crate::core::family::JobFamilies,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -404,8 +390,6 @@ impl Job {
             owner: spec.owner.clone(),
             project: spec.project.clone(),
             queue: spec.queue.clone(),
-            fbsng_section_priority: 0,
-            cigri: Default::default(),
             priority: spec.priority,
             submit_seq,
             submitted_ms,
@@ -428,6 +412,7 @@ impl Job {
             front: VecDeque::new(),
             back: VecDeque::new(),
             copies_waiting: BTreeSet::new(),
+            racing: BTreeSet::new(),
             blacklist: BTreeSet::new(),
             failures_by_engine: BTreeMap::new(),
             completion_times: CompletionTimes::default(),
@@ -442,9 +427,8 @@ impl Job {
             attempt_log: super::attempts::AttemptLog::default(),
             held: false,
             cpu_ms_completed: 0,
-            techila_preempted_by: None,
-            techila_expired: BTreeMap::new(),
             soft: None,
+            families: Default::default(),
         }
     }
 

@@ -1,5 +1,8 @@
 //! Layer 1, the data model: engines, jobs, tasks, requirement categories, and the
-//! indexes that make `schedule` cheap.
+//! indexes that make `schedule` cheap. It names neither `schedule` nor `fold`
+//! (`core::tidy_tests` checks it); each family's figures are held in one field
+//! of the state and one of each job (`families`), whose parts the families'
+//! folders define.
 //!
 //! Invariants (checked by [`State::check_invariants`], run after every entry in
 //! tests and the simulator):
@@ -30,8 +33,6 @@ mod suspension;
 pub mod thresholds;
 mod ops;
 pub mod parallel;
-pub mod fbsng;
-pub mod cigri;
 pub mod flood;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -41,7 +42,7 @@ pub use accounts::{Account, AccountIdx, Accounts};
 pub use engine::{Engine, EngineStatus};
 use index::{EngineSet, LiveAttempts, NameMap, SilenceOrder, SortedDeque};
 pub use job::{
-    isqrt, preference_score, CompiledPreference, CompletionTimes, ExpiredTask, Job, JobStatus, MaybeEngine, OwnParams, RotatedCursor,
+    isqrt, preference_score, CompiledPreference, CompletionTimes, Job, JobStatus, MaybeEngine, OwnParams, RotatedCursor,
     TaskCondition, TaskCounts, TaskState, TaskStatus, WaitingCursor,
 };
 pub use retire::{JobSlots, Jobs, RetiredJob, Usage, RETIRED_JOBS_MAX};
@@ -192,6 +193,15 @@ struct Admission {
     eligible: bool,
 }
 
+/// A task's first result, as [`State::complete`] returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstResult {
+    /// The engine whose attempt succeeded.
+    pub engine: EngineIdx,
+    /// When that attempt started (or, with no start report, was dispatched).
+    pub started_ms: u64,
+}
+
 /// A dispatched or running attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LiveAttempt {
@@ -239,10 +249,6 @@ pub struct Totals {
 /// Everything the log has said, folded. See the module docs for its invariants.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct State {
-    /// CiGri's affinity lookup, derived from the rest (`cigri::affinity_index`);
-    /// every fold clears it, so it is never older than the state it serves.
-    #[serde(skip)]
-    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::AffinityIndex>,
     pub last_seq: Seq,
     /// Log time of the newest entry folded: the core's only clock.
     pub now_ms: u64,
@@ -328,18 +334,17 @@ pub struct State {
     /// and only when not empty (see `suspension.rs`).
     #[serde(skip)]
     pub(crate) suspension: Suspensions,
-    /// Techila's scheduling cycles: when one is due (see `schedule::techila::cycle`).
-    pub techila_cycle: crate::core::schedule::techila::cycle::CycleState,
     /// Parallel tasks' companion bookings on other engines (see `parallel.rs`).
     pub(crate) parallel: ParallelBookings,
-    /// FBSNG's queue priorities and last run (see `fbsng.rs`).
-    pub fbsng: fbsng::FbsngState,
     /// Flood control's job ratio per gateway engine (see `flood.rs`).
     pub flood: flood::FloodState,
     /// Active jobs and their tasks per user and over the grid, for the caps;
     /// derived from the jobs (see `holdings.rs`), so not in a snapshot.
     #[serde(skip)]
     pub(crate) holdings: holdings::Holdings,
+    /// What the policy's families fold grid-wide, each its own part (see
+    /// [`crate::core::family::FamilyStates`]).
+    pub families: crate::core::family::FamilyStates,
 }
 
 impl State {
@@ -1156,7 +1161,10 @@ impl State {
         job.cpu_ms_completed = job.cpu_ms_completed.saturating_add(cpu_ms);
     }
 
-    pub(crate) fn complete(&mut self, key: TaskKey, attempt: Attempt, wall_ms: u64) {
+    /// A success reported by the engine. Returns, when it is the task's first
+    /// result, the engine that ran it and when its attempt started (or, with
+    /// no start report, was dispatched); `None` for a redundant copy's result.
+    pub(crate) fn complete(&mut self, key: TaskKey, attempt: Attempt, wall_ms: u64) -> Option<FirstResult> {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         // The task's time is from its oldest live attempt (the first one), not from
         // the copy that won: a task that needed a copy took that long.
@@ -1174,23 +1182,21 @@ impl State {
             // A redundant copy's result after the task already had one: the first wins.
             job.redundant_results += 1;
             self.refresh_runnable(key.job, was_runnable);
-            return;
+            return None;
         }
         self.totals.tasks_done += 1;
         job.completion_times.add(now.saturating_sub(first_dispatched_ms.unwrap_or(live.dispatched_ms)));
         job.drop_copy(key.index);
         job.mark_done(key.index);
         job.tasks[key.index as usize].last_engine = MaybeEngine::some(live.engine);
-        let cancels = job.options.cancel_redundant_on_first_result
-            || crate::core::schedule::techila::expiry::cancels_loser(job, key.index)
-            || job.cigri.finalized.contains(&key.index);
+        let cancels = job.options.cancel_redundant_on_first_result || job.racing.contains(&key.index);
         if others_live && cancels {
             let others: Vec<Attempt> = self.live_attempts_of(key).iter().map(|live| live.attempt).collect();
             self.to_cancel.extend(others.into_iter().map(|attempt| (key, attempt)));
         }
-        cigri::completed(self, key, live.engine, live.started_ms.unwrap_or(live.dispatched_ms));
         self.refresh_runnable(key.job, was_runnable);
         self.finish_job_if_ended(key.job);
+        Some(FirstResult { engine: live.engine, started_ms: live.started_ms.unwrap_or(live.dispatched_ms) })
     }
 
     /// Counts the wait of an attempt starting now (or completing with no start report).
@@ -1322,6 +1328,14 @@ impl State {
         let was_runnable = self.jobs[key.job.0 as usize].is_runnable();
         self.jobs[key.job.0 as usize].add_copy(key.index, first);
         self.refresh_runnable(key.job, was_runnable);
+    }
+
+    /// A copy of the running task that races it: it waits first in its job's
+    /// queue, and the task's first result, from whichever attempt, cancels
+    /// the others (Techila's expired task, CiGri's finalize copy).
+    pub(crate) fn add_racing_copy(&mut self, key: TaskKey) {
+        self.jobs[key.job.0 as usize].racing.insert(key.index);
+        self.add_copy(key, true);
     }
 
     pub(crate) fn blacklist(&mut self, j: JobIdx, e: EngineIdx) {

@@ -1,6 +1,6 @@
 //! `[cigri]` of the policy file: CiGri's cluster affinities, finalize, sink
 //! effect and predictor settings (`algorithm = "cigri"`, see
-//! `core::schedule::cigri`).
+//! `core::family::cigri`).
 //!
 //! ```toml
 //! [cigri]
@@ -18,7 +18,7 @@ use toml::Spanned;
 
 use super::{FileError, FileText};
 use crate::core::event::{CigriAffinity, CigriPolicy};
-use crate::core::schedule::cigri as family;
+use crate::core::family::cigri as family;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

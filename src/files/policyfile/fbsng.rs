@@ -1,5 +1,5 @@
 //! `[fbsng]` of the policy file: FBSNG's queues and process types, by FBSNG's
-//! names (`algorithm = "fbsng"`, see `core::schedule::fbsng`).
+//! names (`algorithm = "fbsng"`, see `core::family::fbsng`).
 //!
 //! ```toml
 //! [fbsng]
@@ -20,7 +20,7 @@ use toml::Spanned;
 
 use super::{FileError, FileText};
 use crate::core::event::{FbsngPolicy, FbsngProcessType, FbsngQueue};
-use crate::core::schedule::fbsng::{self as family, QueueDefaults};
+use crate::core::family::fbsng::{self as family, QueueDefaults};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

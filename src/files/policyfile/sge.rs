@@ -12,7 +12,7 @@ use toml::Spanned;
 
 use super::limit_milli;
 use crate::core::event::{Algorithm, ShareTreeLeaf, ShareTreeNode};
-use crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+use crate::core::family::sgeee::share_tree::SHARES_MAX;
 use crate::files::jobfile::{FileText, JobFileError as FileError};
 use crate::wire::{NAMED_AMOUNTS_MAX, SGE_NAME_BYTES_MAX, SHARE_TREE_NODES_MAX};
 

@@ -76,10 +76,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// 13: the policy its reservation settings (`max_reservation`,
 /// `default_duration`), a job's options its `reserve` (ge-reserve); FBSNG's
 /// queues and process types in the policy, a job its process type and section
-/// priority, the state its queue priorities (`state::fbsng`).
+/// priority, the state its queue priorities (`family::fbsng::state`).
 /// 14: a job's options its companion command (`companion_argv`); CiGri's
 /// settings in the policy, a job's options its campaign type, a job its
-/// campaign state (`state::cigri`).
+/// campaign state (`family::cigri::state`).
 /// 15: flood control's settings in the policy (`flood`), its ratios per
 /// gateway in the state (`state::flood`); or (a sibling branch) CiGri's
 /// campaign state its predictor figures (whole and per cluster), per-engine
@@ -89,7 +89,9 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// 18: an attempt's record what its end report says was stored of its output
 /// (`stored`: length and blake3 per stream); a kept delivery names its engine
 /// (`Delivery.engine`).
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 18;
+/// 19: the families' figures in one field of the state and one of each job
+/// (`family::FamilyStates`, `family::JobFamilies`), at their ends.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 19;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

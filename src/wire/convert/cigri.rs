@@ -1,11 +1,11 @@
 //! CiGri's settings (`CigriPolicy`, a job's `campaign`) to and from the wire,
-//! with their limits ([`crate::core::schedule::cigri::check_policy`]): a value
+//! with their limits ([`crate::core::family::cigri::check_policy`]): a value
 //! outside them does not decode.
 
 use super::fields::known_enum;
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{CampaignType, CigriAffinity, CigriPolicy};
-use crate::core::schedule::cigri as family;
+use crate::core::family::cigri as family;
 
 pub(super) fn cigri_to_proto(cigri: &CigriPolicy) -> Option<proto::CigriPolicy> {
     if *cigri == CigriPolicy::default() {

@@ -1,10 +1,10 @@
 //! FBSNG's settings (`FbsngPolicy`, a job's `process_type`) to and from the
-//! wire, with their limits ([`crate::core::schedule::fbsng::check_policy`]):
+//! wire, with their limits ([`crate::core::family::fbsng::check_policy`]):
 //! a value outside them does not decode.
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{FbsngPolicy, FbsngProcessType, FbsngQueue};
-use crate::core::schedule::fbsng::{self as family, QueueDefaults};
+use crate::core::family::fbsng::{self as family, QueueDefaults};
 
 pub(super) fn fbsng_to_proto(fbsng: &FbsngPolicy) -> Option<proto::FbsngPolicy> {
     let message = proto::FbsngPolicy {

@@ -167,7 +167,7 @@ fn preferences(list: Vec<proto::Preference>) -> Vec<Preference> {
 /// An absent message is every option off.
 fn job_options(m: Option<proto::JobOptions>) -> Result<JobOptions, WireError> {
     let m = m.unwrap_or_default();
-    let shares_max = crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+    let shares_max = crate::core::family::sgeee::share_tree::SHARES_MAX;
     let job_share = m.job_share.unwrap_or(0);
     if job_share > shares_max {
         return Err(WireError::at("job_share", FieldProblem::Inconsistent(format!("{job_share} shares, more than {shares_max}"))));

@@ -208,8 +208,8 @@ fn undeliverable(m: proto::Undeliverable) -> Result<Order, WireError> {
 fn flag_sink(m: proto::FlagSink) -> Result<Order, WireError> {
     let job = job_id("job", &m.job)?;
     let engine = if m.engine.is_empty() { None } else { Some(engine_id("engine", &m.engine)?) };
-    if m.cluster.len() > crate::core::schedule::cigri::NAME_BYTES_MAX {
-        let (bytes, max) = (m.cluster.len(), crate::core::schedule::cigri::NAME_BYTES_MAX);
+    if m.cluster.len() > crate::core::family::cigri::NAME_BYTES_MAX {
+        let (bytes, max) = (m.cluster.len(), crate::core::family::cigri::NAME_BYTES_MAX);
         return Err(WireError::Field { field: "cluster".into(), problem: FieldProblem::TooLong { bytes, max } });
     }
     Ok(Order::FlagSink { job, engine, cluster: m.cluster, median_ms: m.median_ms, campaign_median_ms: m.campaign_median_ms })

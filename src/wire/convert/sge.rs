@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::{SgePolicy, ShareTreeLeaf, ShareTreeNode};
-use crate::core::schedule::sgeee::share_tree::SHARES_MAX;
+use crate::core::family::sgeee::share_tree::SHARES_MAX;
 
 pub use crate::core::policy_limits::SHARE_TREE_NODES_MAX;
 /// Most entries in each table of shares or tickets, and most users over all departments.

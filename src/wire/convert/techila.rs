@@ -3,8 +3,8 @@
 
 use super::{proto, FieldProblem, WireError};
 use crate::core::event::TechilaPolicy;
-use crate::core::schedule::techila::cycle::CYCLE_INTERVAL_MS_MAX;
-use crate::core::schedule::techila::{PRIORITY_LOWEST, PRIORITY_HIGHEST};
+use crate::core::family::techila::cycle::CYCLE_INTERVAL_MS_MAX;
+use crate::core::family::techila::{PRIORITY_LOWEST, PRIORITY_HIGHEST};
 
 pub(super) fn techila_to_proto(techila: &TechilaPolicy) -> Option<proto::TechilaPolicy> {
     let message = proto::TechilaPolicy {

@@ -1,6 +1,6 @@
-//! FBSNG's folded state (see [`crate::core::schedule::fbsng`]): each queue's
+//! FBSNG's folded state (see [`crate::core::family::fbsng`]): each queue's
 //! current priority and when the family last dispatched. A section's priority
-//! is its job's [`Job::fbsng_section_priority`](super::Job).
+//! is its job's [`FbsngJob::section_priority`].
 //!
 //! Changed only here, by the fold, from entries it reads: a `PolicySet` aligns
 //! the priorities with the policy's queues (a queue kept by name keeps its
@@ -13,10 +13,10 @@
 //!
 //! Only under `algorithm = "fbsng"`: under another family nothing here changes.
 
-use crate::core::event::{Algorithm, Entry, Event, Order, Payload};
-use crate::core::schedule::fbsng as family;
+use crate::core::event::{Algorithm, Event, Order};
+use super as family;
 
-use super::{State, TaskKey};
+use crate::core::state::{State, TaskKey};
 
 /// Where FBSNG's figures stand, as folded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,18 +38,26 @@ impl FbsngState {
     }
 }
 
-/// Folds the entry just applied (`applied`: not rejected; a batch counts when its seal held).
-pub fn note_entry(state: &mut State, entry: &Entry, applied: bool) {
+/// FBSNG's figure of one job (`Job::families`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FbsngJob {
+    /// The section priority of the job's waiting tasks: how many sections
+    /// of its queue submitted after it started before it.
+    pub section_priority: u32,
+}
+
+/// Folds the event just applied at log time `time_ms` (`applied`: not
+/// rejected; a batch counts when its seal held).
+pub fn note_event(state: &mut State, time_ms: u64, event: &Event, applied: bool) {
     if state.policy.algorithm != Algorithm::Fbsng || !applied {
         return;
     }
-    let Payload::Event(envelope) = &entry.payload else { return };
-    match &envelope.event {
+    match event {
         Event::PolicySet(_) => align_with_policy(state),
         Event::OrderBatch(batch) => {
             let starts = batch.orders.iter().any(|order| matches!(order, Order::Dispatch { .. } | Order::DispatchParallel { .. }));
             if starts {
-                state.fbsng.last_run_ms = entry.time_ms.max(state.fbsng.last_run_ms);
+                state.families.fbsng.last_run_ms = time_ms.max(state.families.fbsng.last_run_ms);
             }
         }
         _ => {}
@@ -62,11 +70,11 @@ fn align_with_policy(state: &mut State) {
     let aligned: Vec<(String, i64)> = queues
         .iter()
         .map(|queue| {
-            let kept = state.fbsng.queue_priorities.iter().find(|(name, _)| *name == queue.name).map(|(_, p)| *p);
+            let kept = state.families.fbsng.queue_priorities.iter().find(|(name, _)| *name == queue.name).map(|(_, p)| *p);
             (queue.name.clone(), kept.unwrap_or(queue.qp_min).clamp(queue.qp_min, queue.qp_max))
         })
         .collect();
-    state.fbsng.queue_priorities = aligned;
+    state.families.fbsng.queue_priorities = aligned;
 }
 
 /// A section of `key`'s job started (its dispatch was read back).
@@ -74,7 +82,7 @@ pub fn section_started(state: &mut State, key: TaskKey) {
     if state.policy.algorithm != Algorithm::Fbsng {
         return;
     }
-    if state.fbsng.queue_priorities.is_empty() {
+    if state.families.fbsng.queue_priorities.is_empty() {
         align_with_policy(state);
     }
     let queues = family::queues(&state.policy).into_owned();
@@ -82,12 +90,12 @@ pub fn section_started(state: &mut State, key: TaskKey) {
     let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { return };
     let submitted = job.submit_seq;
     let queue = job.queue.clone();
-    let mut priorities: Vec<i64> = state.fbsng.queue_priorities.iter().map(|(_, p)| *p).collect();
+    let mut priorities: Vec<i64> = state.families.fbsng.queue_priorities.iter().map(|(_, p)| *p).collect();
     family::queue_started(&queues, &mut priorities, q);
-    for ((_, priority), new) in state.fbsng.queue_priorities.iter_mut().zip(priorities) {
+    for ((_, priority), new) in state.families.fbsng.queue_priorities.iter_mut().zip(priorities) {
         *priority = new;
     }
-    state.fbsng.n_started += 1;
+    state.families.fbsng.n_started += 1;
     // Every section of the queue submitted before this one and waiting was
     // passed: its priority grows (FBSNG's section priority).
     let passed: Vec<_> = state
@@ -97,9 +105,9 @@ pub fn section_started(state: &mut State, key: TaskKey) {
         .filter(|&j| state.job(j).queue == queue)
         .collect();
     for j in passed {
-        let section = &mut state.job_mut(j).fbsng_section_priority;
+        let section = &mut state.job_mut(j).families.fbsng.section_priority;
         *section = section.saturating_add(1).min(family::SECTION_PRIORITY_MAX);
     }
     // The job's next section becomes ready now: its priority starts afresh.
-    state.job_mut(key.job).fbsng_section_priority = 0;
+    state.job_mut(key.job).families.fbsng.section_priority = 0;
 }

@@ -49,8 +49,8 @@ pub mod urgency;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::families::{JobOrder, MovingOrder, MovingRule, OrderKey};
-use super::InFlight;
+use super::{JobOrder, MovingOrder, MovingRule, OrderKey};
+use crate::core::schedule::InFlight;
 use crate::core::event::SgePolicy;
 use crate::core::ids::Seq;
 use crate::core::state::{AccountIdx, Accounts, JobIdx, State};

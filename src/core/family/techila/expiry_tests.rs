@@ -161,7 +161,7 @@ fn forged_stale_and_duplicated_expiry_orders_are_rejected_and_change_nothing() {
     assert!(matches!(rejections[0], Rejection::OrderNotApplicable { order: 0, problem: OrderProblem::NoCopyWanted }));
     assert!(matches!(rejections[1], Rejection::OrderNotApplicable { order: 2, problem: OrderProblem::NoCopyWanted }));
     let p1 = state.job(state.job_idx(&job_id("p1")).unwrap());
-    assert_eq!(p1.techila_expired.len(), 1, "the projector's one accepted expiry is recorded");
+    assert_eq!(p1.families.techila.expired.len(), 1, "the projector's one accepted expiry is recorded");
     // A job with no expected time takes no expiry.
     let mut log = LogBuilder::new();
     log.push(techila(TechilaPolicy::default()));

@@ -3,8 +3,8 @@
 //! engine's duration (log time).
 
 use super::*;
-use crate::core::schedule::cigri::predictor::predict;
-use crate::core::schedule::cigri::sink::{SinkTarget, SINK_TASKS_MIN};
+use crate::core::family::cigri::predictor::predict;
+use crate::core::family::cigri::sink::{SinkTarget, SINK_TASKS_MIN};
 
 /// A live attempt in the little simulation: when it ends, and where.
 struct Running {
@@ -117,7 +117,7 @@ fn the_predictor_window_forgets_successes_older_than_the_window() {
     log.submit(campaign("bulk", "alice", 30, CampaignType::Default));
     let run = run_to_end(&mut log, |_| 10_000, "bulk", 30);
     let j = run.state.job_idx(&job_id("bulk")).expect("held");
-    let figures = &run.state.job(j).cigri.predictor;
+    let figures = &run.state.job(j).families.cigri.predictor;
     assert_eq!(figures.done, 30);
     assert_eq!(figures.window.count(run.end_ms), 6, "a minute's window holds the last 6 of 10 s each");
     assert_eq!(figures.window.count(run.end_ms + 120_000), 0);
@@ -144,9 +144,9 @@ fn a_sink_engine_is_flagged_by_an_order_and_excluded_with_the_reason_cigri_sink(
     let state = &run.state;
     let j = state.job_idx(&job_id("bulk")).expect("held");
     let b1 = state.engine_idx(&engine_id("b1")).expect("logged in");
-    assert!(state.job(j).cigri.sinks.contains_key(&SinkTarget::Engine(b1)));
+    assert!(state.job(j).families.cigri.sinks.contains_key(&SinkTarget::Engine(b1)));
     // b1 ran tasks only until a's first results made the reference (20 s, 40 of b1's).
-    let on_b1 = state.job(j).cigri.engines[&b1].n;
+    let on_b1 = state.job(j).families.cigri.engines[&b1].n;
     assert!((SINK_TASKS_MIN..=42).contains(&on_b1), "{on_b1} tasks on b1");
     assert_eq!(state.job(j).counts.done, 200);
     // The filter names the rule.
@@ -185,5 +185,5 @@ fn a_flag_sink_order_for_a_sound_engine_an_unknown_one_or_twice_is_refused_as_no
         assert!(matches!(&rejections[0], Rejection::OrderNotApplicable { problem: p, .. } if *p == problem), "{rejections:?}");
     }
     let j = state.job_idx(&job_id("bulk")).expect("held");
-    assert!(state.job(j).cigri.sinks.is_empty() && state.job(j).cigri.sink_suspects.is_empty());
+    assert!(state.job(j).families.cigri.sinks.is_empty() && state.job(j).families.cigri.sink_suspects.is_empty());
 }

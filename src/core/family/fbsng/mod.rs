@@ -7,7 +7,7 @@
 //! section is one task, parallel or not (`slots`, `span`). Every job names a
 //! queue of the policy (`queue`), and may name a process type (`process_type`).
 //!
-//! # Queue priorities (folded, [`crate::core::state::fbsng`])
+//! # Queue priorities (folded, [`crate::core::family::fbsng::state`])
 //! Each queue has a priority within `qp_min..=qp_max`, starting at `qp_min`.
 //! At every section start, read back by the fold, every queue's priority gains
 //! its `qpi` and the queue the section came from loses its `qpd`; then all are
@@ -63,12 +63,14 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::InFlight;
+use crate::core::schedule::InFlight;
 use crate::core::event::{FbsngPolicy, FbsngQueue, JobSpec, Policy};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
 use crate::core::reject::JobProblem;
 use crate::core::state::{JobIdx, State};
+
+pub mod state;
 
 #[cfg(test)]
 mod tests;
@@ -231,7 +233,7 @@ pub fn interval_ms(policy: &Policy) -> u64 {
 /// Whether the family's dispatch loop runs now: `min_run_interval` of log
 /// time since the last run that started a section, and none in flight.
 pub fn due(state: &State, in_flight: &InFlight) -> bool {
-    let last = state.fbsng.last_run_ms;
+    let last = state.families.fbsng.last_run_ms;
     (last == 0 || state.now_ms >= last.saturating_add(interval_ms(&state.policy)))
         && in_flight.dispatched_per_job().next().is_none()
 }
@@ -333,8 +335,8 @@ pub struct FbsngOrder {
 impl FbsngOrder {
     pub fn new(state: &State, in_flight: &InFlight) -> FbsngOrder {
         let queues = queues(&state.policy).into_owned();
-        let mut priorities: Vec<i64> = (0..queues.len()).map(|q| state.fbsng.priority(q)).collect();
-        if state.fbsng.queue_priorities.len() != queues.len() {
+        let mut priorities: Vec<i64> = (0..queues.len()).map(|q| state.families.fbsng.priority(q)).collect();
+        if state.families.fbsng.queue_priorities.len() != queues.len() {
             priorities = queues.iter().map(|queue| queue.qp_min).collect();
         }
         let kinds = &state.policy.fbsng.process_types;
@@ -353,7 +355,7 @@ impl FbsngOrder {
         for rank in state.runnable_jobs() {
             let job = state.job(rank.job);
             let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { continue };
-            let section = Section { seq: job.submit_seq, slots: job.slots_per_task, priority: job.fbsng_section_priority };
+            let section = Section { seq: job.submit_seq, slots: job.slots_per_task, priority: job.families.fbsng.section_priority };
             runs[q].insert(rank.job, section);
             of_job.insert(rank.job, (q, kind_of(&job.options.process_type)));
         }
@@ -466,7 +468,7 @@ impl FbsngOrder {
         let q = self.queues.iter().position(|queue| queue.name == job.queue);
         vec![
             ("queue_priority", q.map_or(0, |q| self.priorities[q])),
-            ("section_priority", i64::from(job.fbsng_section_priority)),
+            ("section_priority", i64::from(job.families.fbsng.section_priority)),
             ("submitted_seq", job.submit_seq.0 as i64),
         ]
     }
@@ -545,7 +547,7 @@ pub fn hold_of(state: &State, j: JobIdx) -> Option<FbsngHold> {
         let ahead = order.runs[q].sections.get(&by).map_or(0, |section| section.priority);
         return Some(FbsngHold::SectionGap {
             waits_for: state.job(by).id.to_string(),
-            gap: i64::from(ahead) - i64::from(job.fbsng_section_priority),
+            gap: i64::from(ahead) - i64::from(job.families.fbsng.section_priority),
             spg: queues[q].spg,
         });
     }
@@ -633,7 +635,7 @@ pub fn queue_statuses(state: &State) -> Vec<QueueStatus> {
         .enumerate()
         .map(|(q, queue)| QueueStatus {
             name: queue.name.clone(),
-            priority: if state.fbsng.queue_priorities.len() == queues.len() { state.fbsng.priority(q) } else { queue.qp_min },
+            priority: if state.families.fbsng.queue_priorities.len() == queues.len() { state.families.fbsng.priority(q) } else { queue.qp_min },
             waiting_sections: 0,
             section_priority_max: 0,
             jobs_held_by_section_gap: 0,
@@ -646,8 +648,8 @@ pub fn queue_statuses(state: &State) -> Vec<QueueStatus> {
         let job = state.job(rank.job);
         let Some(q) = queues.iter().position(|queue| queue.name == job.queue) else { continue };
         statuses[q].waiting_sections += u64::from(job.n_wanting_dispatch());
-        statuses[q].section_priority_max = statuses[q].section_priority_max.max(job.fbsng_section_priority);
-        members[q].push((Reverse(job.fbsng_section_priority), job.submit_seq, rank.job));
+        statuses[q].section_priority_max = statuses[q].section_priority_max.max(job.families.fbsng.section_priority);
+        members[q].push((Reverse(job.families.fbsng.section_priority), job.submit_seq, rank.job));
     }
     for ((status, queue), members) in statuses.iter_mut().zip(queues.iter()).zip(&mut members) {
         let top = i64::from(status.section_priority_max);

@@ -35,9 +35,9 @@
 //! Bounded: at most [`ENGINES_MAX`] engines tracked per campaign (a later one
 //! is not judged), [`SUSPECTS_MAX`] suspects and as many flags.
 
-use super::super::{InFlight, Orders};
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{CigriPolicy, Order};
-use crate::core::state::cigri::Campaign;
+use crate::core::family::cigri::state::Campaign;
 use crate::core::state::{EngineIdx, Job, JobIdx, JobStatus, State};
 
 /// Successes an engine (or a cluster) needs of a campaign before it is judged.
@@ -150,18 +150,18 @@ pub fn flag_wanted(state: &State, j: JobIdx, target: &SinkTarget) -> Option<(u64
     let job = state.job(j);
     if state.policy.algorithm != crate::core::event::Algorithm::Cigri
         || job.status != JobStatus::Active
-        || job.cigri.sinks.contains_key(target)
-        || job.cigri.sinks.len() >= SUSPECTS_MAX
+        || job.families.cigri.sinks.contains_key(target)
+        || job.families.cigri.sinks.len() >= SUSPECTS_MAX
     {
         return None;
     }
-    sink_medians(&job.cigri, SinkKeys::of(&state.policy.cigri), target)
+    sink_medians(&job.families.cigri, SinkKeys::of(&state.policy.cigri), target)
 }
 
 /// Folds an accepted `FlagSink`: the target is excluded for the campaign.
 pub(crate) fn flag(state: &mut State, j: JobIdx, target: SinkTarget, medians: (u64, u64)) {
     let at_ms = state.now_ms;
-    let campaign = &mut state.job_mut(j).cigri;
+    let campaign = &mut state.job_mut(j).families.cigri;
     campaign.sink_suspects.remove(&target);
     campaign.sinks.insert(target, SinkFlag { median_ms: medians.0, campaign_median_ms: medians.1, at_ms });
 }
@@ -170,10 +170,10 @@ pub(crate) fn flag(state: &mut State, j: JobIdx, target: SinkTarget, medians: (u
 pub fn flag_sinks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     let mut n_ordered = 0usize;
     for (j, job) in state.jobs_indexed() {
-        if job.cigri.sink_suspects.is_empty() {
+        if job.families.cigri.sink_suspects.is_empty() {
             continue;
         }
-        for target in job.cigri.sink_suspects.keys() {
+        for target in job.families.cigri.sink_suspects.keys() {
             let Some((median_ms, campaign_median_ms)) = flag_wanted(state, j, target) else { continue };
             if in_flight.is_sink_flagged(j, target) {
                 continue;
@@ -196,7 +196,7 @@ pub fn flag_sinks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
 
 /// Whether the campaign excludes engine `e` of `cluster` as a sink.
 pub fn excluded(job: &Job, e: EngineIdx, cluster: &str) -> bool {
-    let sinks = &job.cigri.sinks;
+    let sinks = &job.families.cigri.sinks;
     !sinks.is_empty()
         && (sinks.contains_key(&SinkTarget::Engine(e))
             // Clusters sort after engines; at most SUSPECTS_MAX flags, and no name copied per engine asked.
@@ -219,7 +219,7 @@ pub struct SinkWarning {
 
 impl std::fmt::Display for SinkWarning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::core::schedule::techila::expiry::secs;
+        use crate::core::window::secs;
         match &self.engine {
             Some(engine) => write!(f, "cigri-sink: engine {engine} (cluster {})", display_cluster(&self.cluster))?,
             None => write!(f, "cigri-sink: cluster {}", display_cluster(&self.cluster))?,
@@ -241,6 +241,7 @@ fn display_cluster(name: &str) -> &str {
 pub fn warnings(state: &State, j: JobIdx) -> Vec<SinkWarning> {
     let mut out: Vec<SinkWarning> = state
         .job(j)
+        .families
         .cigri
         .sinks
         .iter()

@@ -118,7 +118,7 @@ fn a_test_campaign_jumps_a_default_one_and_runs_one_task_per_cluster_then_ends_d
     log.completed("bulk", 3, 1, "c1");
     assert_eq!(dispatches(&decide_and_fold(&mut log, &mut state)), vec!["probe/2->c1"]);
     let probe = state.job_idx(&job_id("probe")).expect("held");
-    assert_eq!(state.job(probe).cigri.tested.len(), 3);
+    assert_eq!(state.job(probe).families.cigri.tested.len(), 3);
     // The three probe tasks finish: the campaign ends, the other seven dropped.
     let live: Vec<(u32, u32, String)> = state
         .live_attempts_of_job_sorted(probe)

@@ -90,8 +90,8 @@
 
 use std::collections::BTreeSet;
 
-use super::dispatch::Candidate;
-use super::{InFlight, Orders};
+use crate::core::schedule::dispatch::Candidate;
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
 use crate::core::rng::SplitMix64;
@@ -100,6 +100,7 @@ use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 pub mod cycle;
 mod draw;
 pub mod expiry;
+pub mod state;
 mod tickets;
 pub mod want;
 
@@ -426,6 +427,13 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
         .min_by_key(|&j| (project_priority(state.job(j)), state.job(j).submit_seq, j))
 }
 
+/// A `Preempt` of `key` under the rule above was read back: its job records
+/// the project it gives way to.
+pub(crate) fn preempted(state: &mut State, key: TaskKey) {
+    let by = preemptor(state).map(|p| state.job(p).id.clone());
+    state.job_mut(key.job).families.techila.preempted_by = by;
+}
+
 /// Preempts tasks of Lowest projects when Normal-or-higher projects want more
 /// capacity than the free cores (within the license) offer: for each such
 /// project, most important first, its unmet want beyond the free slots its
@@ -558,7 +566,7 @@ pub fn why(state: &State, key: TaskKey) -> TechilaWhy {
         return TechilaWhy::LicenseCapReached { running, cap };
     }
     if job.tasks[key.index as usize].is_preempted() {
-        return TechilaWhy::Preempted { by: job.techila_preempted_by.clone() };
+        return TechilaWhy::Preempted { by: job.families.techila.preempted_by.clone() };
     }
     if !state.policy.techila.simultaneous_projects {
         let ahead = state

@@ -12,8 +12,8 @@
 
 use std::cmp::Reverse;
 
-use super::families::{JobOrder, MovingOrder, MovingRule, OrderKey};
-use super::InFlight;
+use super::{JobOrder, MovingOrder, MovingRule, OrderKey};
+use crate::core::schedule::InFlight;
 use crate::core::state::{JobIdx, State};
 
 pub fn job_order<'s>(state: &'s State, in_flight: &InFlight) -> JobOrder<'s> {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::tests::decide_once;
+use crate::core::schedule::tests::decide_once;
 use crate::core::event::{Algorithm, Event, JobSpec, Policy, SgePolicy, ShareTreeLeaf, ShareTreeNode};
 use crate::core::explain::explain;
 use crate::core::ids::TaskRef;
@@ -262,7 +262,7 @@ fn a_huge_job_share_on_a_job_not_runnable_is_capped_at_the_pool_and_why_answers(
     assert_eq!(decide_once(&mut log, &mut state), "dispatch first/0 #1 -> e00\n");
     let explanation = explain(&state, &TaskRef { job: job_id("waiting"), index: 0 }).expect("why answers");
     assert!(!explanation.to_string().is_empty());
-    let tickets = crate::core::schedule::sgeee::Tickets::for_run(&state);
+    let tickets = crate::core::family::sgeee::Tickets::for_run(&state);
     let j = state.job_idx(&job_id("waiting")).expect("the job is held");
     let figures = tickets.of_job(&state, j, 0);
     assert_eq!(figures.functional_milli, u128::from(u32::MAX) * 1000, "capped at the whole job category");

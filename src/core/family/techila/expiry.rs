@@ -22,9 +22,10 @@
 //! Not done here: the GridServer strategies (mean, standard deviation): a
 //! Techila project states its expected time itself.
 
-use super::super::{InFlight, Orders};
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order, RescheduleReason};
-use crate::core::state::{EngineIdx, ExpiredTask, Job, JobIdx, State, TaskKey};
+use super::state::ExpiredTask;
+use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 
 /// Most expiry `Reschedule` orders in one run.
 pub const EXPIRIES_PER_RUN_MAX: usize = 1_024;
@@ -61,7 +62,7 @@ pub fn copy_expired_tasks(state: &State, in_flight: &InFlight, orders: &mut Orde
             let elapsed_ms = crate::core::window::elapsed_ms(state.now_ms, started_ms);
             if !only_attempt
                 || elapsed_ms <= expected_ms
-                || job.techila_expired.contains_key(&key.index)
+                || job.families.techila.expired.contains_key(&key.index)
                 || job.copy_waits(key.index)
                 || in_flight.is_rescheduled(key)
                 || in_flight.is_ending(key, attempt.attempt)
@@ -91,25 +92,20 @@ pub fn copy_wanted(state: &State, key: TaskKey) -> bool {
     expires(state, job)
         && state.task(key).is_live()
         && !job.copy_waits(key.index)
-        && !job.techila_expired.contains_key(&key.index)
+        && !job.families.techila.expired.contains_key(&key.index)
         && state.live_attempts_of(key).len() == 1
 }
 
 /// Folds an accepted expiry: the task is marked expired and its copy queued first.
 pub(crate) fn mark_expired(state: &mut State, key: TaskKey, elapsed_ms: u64, expected_ms: u64) {
     let at_ms = state.now_ms;
-    state.job_mut(key.job).techila_expired.insert(key.index, ExpiredTask { elapsed_ms, expected_ms, at_ms });
-    state.add_copy(key, true);
-}
-
-/// Whether the first result of the task cancels its other attempts (an expired task's do).
-pub fn cancels_loser(job: &Job, index: u32) -> bool {
-    job.techila_expired.contains_key(&index)
+    state.job_mut(key.job).families.techila.expired.insert(key.index, ExpiredTask { elapsed_ms, expected_ms, at_ms });
+    state.add_racing_copy(key);
 }
 
 /// The job's expired tasks still running (for `stat`).
 pub fn n_expired_live(job: &Job) -> u32 {
-    job.techila_expired.keys().filter(|&&index| job.tasks[index as usize].is_live()).count() as u32
+    job.families.techila.expired.keys().filter(|&&index| job.tasks[index as usize].is_live()).count() as u32
 }
 
 /// The runnable jobs with an expired task's copy waiting, most important first
@@ -120,7 +116,7 @@ pub fn jobs_with_copies_waiting(state: &State) -> Vec<JobIdx> {
         .map(|rank| rank.job)
         .filter(|&j| {
             let job = state.job(j);
-            !job.techila_expired.is_empty() && job.techila_expired.keys().any(|&index| job.copy_waits(index))
+            !job.families.techila.expired.is_empty() && job.families.techila.expired.keys().any(|&index| job.copy_waits(index))
         })
         .collect();
     jobs.sort_by_key(|&j| (super::project_priority(state.job(j)), state.job(j).submit_seq, j));
@@ -131,7 +127,7 @@ pub fn jobs_with_copies_waiting(state: &State) -> Vec<JobIdx> {
 /// run that task already.
 pub fn copy_fits(state: &State, j: JobIdx, e: EngineIdx) -> bool {
     let job = state.job(j);
-    job.techila_expired.keys().any(|&index| {
+    job.families.techila.expired.keys().any(|&index| {
         job.copy_waits(index) && !state.live_attempts_of(TaskKey { job: j, index }).iter().any(|live| live.engine == e)
     })
 }
@@ -170,7 +166,7 @@ impl std::fmt::Display for ExpiredWhy {
 /// `why` of task `key`, when it was expired.
 pub fn why(state: &State, key: TaskKey) -> Option<ExpiredWhy> {
     let job = state.job(key.job);
-    let expired = job.techila_expired.get(&key.index)?;
+    let expired = job.families.techila.expired.get(&key.index)?;
     let mut live = state.live_attempts_of(key);
     live.sort_by_key(|attempt| attempt.attempt);
     Some(ExpiredWhy {
@@ -181,12 +177,4 @@ pub fn why(state: &State, key: TaskKey) -> Option<ExpiredWhy> {
     })
 }
 
-/// Milliseconds as seconds a person reads: `12s`, `12.5s`, `0.25s`.
-pub fn secs(ms: u64) -> String {
-    let (whole, frac) = (ms / 1000, ms % 1000);
-    if frac == 0 {
-        return format!("{whole}s");
-    }
-    let digits = format!("{frac:03}");
-    format!("{whole}.{}s", digits.trim_end_matches('0'))
-}
+pub use crate::core::window::secs;

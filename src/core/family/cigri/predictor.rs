@@ -1,7 +1,7 @@
 //! CiGri's predictor (the seed's Spritz): per campaign and per cluster, the
 //! throughput, the mean task duration and the estimated end time.
 //!
-//! Folded state (`state::cigri::Campaign::predictor` and `clusters`), so a
+//! Folded state (`family::cigri::state::Campaign::predictor` and `clusters`), so a
 //! replay agrees; `stat` shows it and its query returns it. Each successful
 //! task (its first result; a finalize copy's later result does not count)
 //! adds, under `algorithm = "cigri"`:
@@ -196,15 +196,15 @@ pub fn predict(state: &State, j: JobIdx) -> (Prediction, Vec<Prediction>) {
     let counts = &job.counts;
     let remaining = u64::from(counts.waiting) + u64::from(counts.dispatched) + u64::from(counts.running);
     let active = job.is_active();
-    let campaign = &job.cigri;
+    let campaign = &job.families.cigri;
     let whole = prediction(&campaign.predictor, "", now_ms, lived_ms, remaining, active);
     let clusters =
         campaign.clusters.iter().map(|(name, figures)| prediction(figures, name, now_ms, lived_ms, remaining, active)).collect();
     (whole, clusters)
 }
 
-/// Folds one success of task `key` on a cluster (`state::cigri::completed` calls it).
-pub(crate) fn add(campaign: &mut crate::core::state::cigri::Campaign, cluster: &str, now_ms: u64, duration_ms: u64, window_ms: u64) {
+/// Folds one success of task `key` on a cluster (`family::cigri::state::completed` calls it).
+pub(crate) fn add(campaign: &mut crate::core::family::cigri::state::Campaign, cluster: &str, now_ms: u64, duration_ms: u64, window_ms: u64) {
     campaign.predictor.add(now_ms, duration_ms, window_ms);
     if let Some(figures) = campaign.clusters.get_mut(cluster) {
         figures.add(now_ms, duration_ms, window_ms);

@@ -1,19 +1,20 @@
 //! CiGri's folded campaign state (`algorithm = "cigri"`, see
-//! [`crate::core::schedule::cigri`]): what a campaign's orders, read back,
+//! [`crate::core::family::cigri`]): what a campaign's orders, read back,
 //! leave behind. Only `fold` changes it; `schedule` only reads it.
 //!
 //! Bounded: a test campaign records at most
-//! [`crate::core::schedule::cigri::TESTED_CLUSTERS_MAX`] clusters (the filter
-//! refuses a new one past that), and the finalized tasks are a subset of the
-//! job's tasks. The predictor's and the sink rule's figures are bounded as
-//! their modules say (`schedule::cigri::predictor`, `schedule::cigri::sink`).
+//! [`crate::core::family::cigri::TESTED_CLUSTERS_MAX`] clusters (the filter
+//! refuses a new one past that). The predictor's and the sink rule's figures
+//! are bounded as their modules say (`family::cigri::predictor`,
+//! `family::cigri::sink`). A finalized task is the state's racing copy
+//! (`State::add_racing_copy`), not a figure of the campaign's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{EngineIdx, State, TaskKey};
+use crate::core::state::{EngineIdx, State, TaskKey};
 use crate::core::event::{Algorithm, CampaignType};
-use crate::core::schedule::cigri::predictor::{DurationHistogram, Figures};
-pub use crate::core::schedule::cigri::sink::{SinkFlag, SinkTarget};
+use crate::core::family::cigri::predictor::{DurationHistogram, Figures};
+pub use crate::core::family::cigri::sink::{SinkFlag, SinkTarget};
 
 /// A campaign's own figures, on its job (`Job::cigri`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -21,9 +22,7 @@ pub struct Campaign {
     /// A test campaign: each cluster a task of it was dispatched to, with that
     /// task's index (its retries stay on that cluster).
     pub tested: BTreeMap<String, u32>,
-    /// Tasks given a finalize copy: their first result cancels the other attempts.
-    pub finalized: BTreeSet<u32>,
-    /// The predictor's figures of the whole campaign (`schedule::cigri::predictor`).
+    /// The predictor's figures of the whole campaign (`family::cigri::predictor`).
     #[serde(default)]
     pub predictor: Figures,
     /// The predictor's figures per cluster, by name (at most `predictor::CLUSTERS_MAX`).
@@ -70,7 +69,7 @@ pub struct AffinityIndex {
 #[derive(Debug, Clone, Default)]
 struct ClusterAffinity {
     users: BTreeSet<String>,
-    categories: BTreeMap<super::CategoryIdx, Vec<super::JobIdx>>,
+    categories: BTreeMap<crate::core::state::CategoryIdx, Vec<crate::core::state::JobIdx>>,
 }
 
 impl AffinityIndex {
@@ -102,7 +101,7 @@ impl AffinityIndex {
     /// `None` when no affinity row names `cluster` or `owner` has affinity
     /// for it; else whether a runnable default campaign (other than `j`) of a
     /// user with affinity for it may take engine `e`.
-    pub fn other_first(&self, state: &State, cluster: &str, owner: &str, j: super::JobIdx, e: EngineIdx) -> Option<bool> {
+    pub fn other_first(&self, state: &State, cluster: &str, owner: &str, j: crate::core::state::JobIdx, e: EngineIdx) -> Option<bool> {
         let affinity = self.by_cluster.get(cluster).filter(|affinity| !affinity.users.contains(owner))?;
         Some(affinity.categories.iter().any(|(&category, jobs)| {
             jobs.iter().any(|&other| other != j) && state.category(category).is_eligible(e)
@@ -112,7 +111,7 @@ impl AffinityIndex {
 
 /// The state's affinity index, built at the first call after a fold.
 pub fn affinity_index(state: &State) -> &AffinityIndex {
-    state.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
+    state.families.cigri_affinity.get_or_init(|| AffinityIndex::build(state))
 }
 
 /// A dispatch of `key` to engine `e` was folded: a test campaign records the cluster.
@@ -120,11 +119,11 @@ pub(crate) fn dispatched(state: &mut State, key: TaskKey, e: EngineIdx) {
     if state.job(key.job).options.campaign != CampaignType::Test {
         return;
     }
-    let cluster = crate::core::schedule::cigri::cluster_of(state.engine(e)).to_string();
-    let campaign = &mut state.job_mut(key.job).cigri;
+    let cluster = crate::core::family::cigri::cluster_of(state.engine(e)).to_string();
+    let campaign = &mut state.job_mut(key.job).families.cigri;
     if campaign.tested.contains_key(&cluster)
         || campaign.cluster_of_task(key.index).is_some()
-        || campaign.tested.len() >= crate::core::schedule::cigri::TESTED_CLUSTERS_MAX
+        || campaign.tested.len() >= crate::core::family::cigri::TESTED_CLUSTERS_MAX
     {
         return;
     }
@@ -141,10 +140,10 @@ pub(crate) fn completed(state: &mut State, key: TaskKey, e: EngineIdx, started_m
     }
     let now_ms = state.now_ms;
     let duration_ms = crate::core::window::elapsed_ms(now_ms, started_ms);
-    let cluster = crate::core::schedule::cigri::cluster_of(state.engine(e)).to_string();
-    let keys = crate::core::schedule::cigri::sink::SinkKeys::of(&state.policy.cigri);
+    let cluster = crate::core::family::cigri::cluster_of(state.engine(e)).to_string();
+    let keys = crate::core::family::cigri::sink::SinkKeys::of(&state.policy.cigri);
     let window_ms = state.policy.cigri.predictor_window_ms;
-    let campaign = &mut state.job_mut(key.job).cigri;
-    crate::core::schedule::cigri::predictor::add(campaign, &cluster, now_ms, duration_ms, window_ms);
-    crate::core::schedule::cigri::sink::note_success(campaign, keys, e, &cluster, duration_ms);
+    let campaign = &mut state.job_mut(key.job).families.cigri;
+    crate::core::family::cigri::predictor::add(campaign, &cluster, now_ms, duration_ms, window_ms);
+    crate::core::family::cigri::sink::note_success(campaign, keys, e, &cluster, duration_ms);
 }

@@ -61,7 +61,7 @@ pub fn interval_ms(policy: &Policy) -> u64 {
 
 /// Whether the `techila` dispatch loop runs now.
 pub fn due(state: &State) -> bool {
-    state.techila_cycle.opened_seq > state.techila_cycle.closed_seq
+    state.families.techila.opened_seq > state.families.techila.closed_seq
 }
 
 /// Folds the event just applied at `seq` into the cycle state (`applied`: it
@@ -73,15 +73,15 @@ pub fn note_event(state: &mut State, seq: Seq, event: &Event, applied: bool) {
     }
     let mut opens = applied && opens_cycle(event, state.policy.dispatches_per_run_max);
     if let (Event::OrderBatch(batch), true) = (event, applied) {
-        state.techila_cycle.closed_seq = state.techila_cycle.closed_seq.max(batch.based_on_seq);
+        state.families.techila.closed_seq = state.families.techila.closed_seq.max(batch.based_on_seq);
     }
-    let cycle = &state.techila_cycle;
+    let cycle = &state.families.techila;
     if state.now_ms >= cycle.opened_ms.saturating_add(interval_ms(&state.policy)) {
         opens = true;
     }
     if opens {
-        state.techila_cycle.opened_seq = seq;
-        state.techila_cycle.opened_ms = state.now_ms;
+        state.families.techila.opened_seq = seq;
+        state.families.techila.opened_ms = state.now_ms;
     }
 }
 

@@ -25,7 +25,7 @@
 //! - **Test campaigns** (filter rule `cigri-test-cluster-done`): a test task
 //!   goes only to a cluster no other task of its campaign went to (and a
 //!   retried test task back to its own cluster). The fold records each
-//!   cluster with its task (`state::cigri`). Once every cluster whose
+//!   cluster with its task (`family::cigri::state`). Once every cluster whose
 //!   logged-in engines the campaign's requirements allow has had its test
 //!   task and each of those tasks has ended, the stage
 //!   [`end_test_campaigns`] orders `EndTestCampaign`: the job ends (done, or
@@ -54,7 +54,7 @@
 //!
 //! Cost: the ordering is built once per run over the runnable jobs; the
 //! affinity filter is free when the policy has no affinity, and otherwise
-//! asks a lookup built once per folded state (`state::cigri::AffinityIndex`):
+//! asks a lookup built once per folded state (`family::cigri::state::AffinityIndex`):
 //! one category bitset per category of the cluster's affinity campaigns. The
 //! dispatch loop asks the filter once per engine per run and class
 //! ([`filter_scope`]: a default campaign's class is its owner's affinities, or
@@ -64,9 +64,9 @@
 
 use std::collections::BTreeSet;
 
-use super::families::FilterScope;
-use super::filters::Unfit;
-use super::{InFlight, Orders};
+use super::FilterScope;
+use crate::core::schedule::filters::Unfit;
+use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
 
@@ -167,7 +167,7 @@ impl CigriOrder {
             // A test campaign with a dispatch in flight waits for it to be read
             // back (its cluster is recorded then), and one that tested every
             // cluster it may use has nothing more to run.
-            let tested = state.job(j).cigri.tested.len();
+            let tested = state.job(j).families.cigri.tested.len();
             if in_flight.dispatched_of_job(j) == 0 && allowed_clusters(state, j).len() > tested {
                 tests.push(j);
             }
@@ -207,7 +207,7 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
         return Err(Unfit::CigriSink);
     }
     if job.options.campaign == CampaignType::Test {
-        let campaign = &job.cigri;
+        let campaign = &job.families.cigri;
         return match campaign.tested.get(cluster) {
             Some(&task) if task == key.index => Ok(()),
             Some(_) => Err(Unfit::CigriTestClusterDone),
@@ -220,7 +220,7 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     if state.policy.cigri.affinity.is_empty() {
         return Ok(());
     }
-    let first = crate::core::state::cigri::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
+    let first = crate::core::family::cigri::state::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
     if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
 }
 
@@ -236,15 +236,15 @@ pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
     let job = state.job(key.job);
     let own_class = FilterScope::Class(CLASS_OF_ONE_JOB | u64::from(key.job.0));
     if job.options.campaign == CampaignType::Test {
-        return if job.cigri.cluster_of_task(key.index).is_some() { FilterScope::Task } else { own_class };
+        return if job.families.cigri.cluster_of_task(key.index).is_some() { FilterScope::Task } else { own_class };
     }
-    if !job.cigri.sinks.is_empty() {
+    if !job.families.cigri.sinks.is_empty() {
         return own_class;
     }
     if state.policy.cigri.affinity.is_empty() {
         return FilterScope::Class(0);
     }
-    FilterScope::Class(crate::core::state::cigri::affinity_index(state).owner_class(&job.owner))
+    FilterScope::Class(crate::core::family::cigri::state::affinity_index(state).owner_class(&job.owner))
 }
 
 /// Per engine index, whether [`filter`] refuses task `key` there (asked once
@@ -258,11 +258,11 @@ pub fn refused_engines(state: &State, key: TaskKey) -> Vec<bool> {
 /// every such task has ended.
 pub fn test_campaign_done(state: &State, j: JobIdx) -> bool {
     let job = state.job(j);
-    if job.status != JobStatus::Active || job.options.campaign != CampaignType::Test || job.cigri.tested.is_empty() {
+    if job.status != JobStatus::Active || job.options.campaign != CampaignType::Test || job.families.cigri.tested.is_empty() {
         return false;
     }
-    let all_ended = job.cigri.tested.values().all(|&index| state.task_has_ended(TaskKey { job: j, index }));
-    all_ended && allowed_clusters(state, j).iter().all(|cluster| job.cigri.tested.contains_key(*cluster))
+    let all_ended = job.families.cigri.tested.values().all(|&index| state.task_has_ended(TaskKey { job: j, index }));
+    all_ended && allowed_clusters(state, j).iter().all(|cluster| job.families.cigri.tested.contains_key(*cluster))
 }
 
 /// Folds an accepted `EndTestCampaign`: the job ends, its untried tasks cancelled.
@@ -279,7 +279,7 @@ pub fn end_test_campaigns(state: &State, in_flight: &InFlight, orders: &mut Orde
             continue;
         }
         if n_ordered == END_TESTS_PER_RUN_MAX
-            || !orders.push(Order::EndTestCampaign { job: job.id.clone(), clusters: job.cigri.tested.len() as u32 })
+            || !orders.push(Order::EndTestCampaign { job: job.id.clone(), clusters: job.families.cigri.tested.len() as u32 })
         {
             return;
         }
@@ -304,8 +304,7 @@ pub fn finalize_wanted(state: &State, key: TaskKey) -> bool {
 
 /// Folds an accepted finalize: the task's first result will cancel the others, its copy waits first.
 pub(crate) fn mark_finalized(state: &mut State, key: TaskKey) {
-    state.job_mut(key.job).cigri.finalized.insert(key.index);
-    state.add_copy(key, true);
+    state.add_racing_copy(key);
 }
 
 /// Finalize: campaigns with no waiting task left get copies of their running
@@ -381,6 +380,7 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
 
 pub mod predictor;
 pub mod sink;
+pub mod state;
 
 #[cfg(test)]
 mod tests;
