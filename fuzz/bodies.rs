@@ -13,7 +13,7 @@
 //!   a small fixed history ([`BASE_HISTORY`]: engines logged in, two jobs, a batch
 //!   of orders, a task running, a failure); then `schedule` runs and its batch is
 //!   folded back, as the projector does. The fold must not panic on anything
-//!   decodable (DESIGN: "a poison pill must not stop the grid"),
+//!   decodable (a poison pill must not stop the grid),
 //!   `State::check_invariants` must hold after every entry, and the scheduler's
 //!   own orders, folded straight back, must all apply; a snapshot of the
 //!   final state must load back to the same state digest.
@@ -333,7 +333,7 @@ fn schedule_and_fold_back(state: &mut State) {
 }
 
 /// A snapshot of the state loads back to the same state, as a restarting
-/// projector needs (DESIGN: "Snapshots and restart").
+/// projector needs (a restarted projector loads it).
 fn snapshot_round_trips(state: &State) {
     let loaded = State::from_snapshot(&state.to_snapshot())
         .unwrap_or_else(|error| panic!("a snapshot of the folded state does not load: {error}"));

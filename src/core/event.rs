@@ -892,7 +892,7 @@ impl FloodReason {
 }
 
 /// CiGri's settings, read by the `cigri` family only. Limits:
-/// [`crate::core::family::cigri::check_policy`].
+/// the CiGri family's `check_policy`, asked through the family seam.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CigriPolicy {
     /// (user, cluster) couples: on that cluster, that user's default campaigns

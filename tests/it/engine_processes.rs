@@ -1,4 +1,4 @@
-//! An engine's task processes die with it (DESIGN.md, "Engines: one login, one
+//! An engine's task processes die with it (docs/operators.md, "Names and epochs": one login, one
 //! epoch"): real `gridfold engine` processes killed with SIGKILL, real task
 //! processes, real work directories, a real nats-server per test.
 //!

@@ -89,7 +89,7 @@ use super::state::State;
 /// fresh ones; an attempt is ended by one order per run.
 /// 5: Techila's tickets are a fixed numerator over a project's own ranking
 /// (not the sum of the entrants' rankings), its creation rank counts the run's
-/// projects, and the draw takes the entrants in class order (`techila::tickets`).
+/// projects, and the draw takes the entrants in class order (Techila's tickets module).
 /// 6: a `span = "site"` task no site's logged-in engines could hold is flagged
 /// unschedulable (`no-site-has-enough-slots`, `lifecycle::unschedulable`).
 pub const ALGORITHM_VERSION: u32 = 6;

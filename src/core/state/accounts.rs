@@ -17,7 +17,7 @@
 //! counts fully until then, as in Grid Engine between usage reports.
 //!
 //! Not bounded by retirement: an account is kept per distinct owner and
-//! project (the usage summary DESIGN.md says outlives its jobs), small and
+//! project (the usage summary that outlives its jobs), small and
 //! fixed in size.
 
 use super::NameMap;
