@@ -419,6 +419,31 @@ fn live_group_members(pgid: i32) -> Vec<i32> {
     members
 }
 
+/// How process `pid` is on its way out, from `/proc`: `exiting`, `gone`, a fatal
+/// signal (SIGKILL or SIGTERM) pending for it or its group (the kernel keeps a
+/// group's signal pending until the process is reaped); empty if it is not.
+fn dying(pid: i32) -> String {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return "gone".into();
+    };
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // fields[0] is the state, fields[6] the flags (PF_EXITING = 0x4).
+    if matches!(fields.first(), Some(&"Z" | &"X" | &"x")) {
+        return "gone".into();
+    }
+    if fields.get(6).and_then(|flags| flags.parse::<u64>().ok()).is_some_and(|flags| flags & 0x4 != 0) {
+        return "exiting".into();
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let fatal = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGTERM - 1));
+    let signalled = status
+        .lines()
+        .filter_map(|line| line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:")))
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & fatal != 0);
+    if signalled { "signalled".into() } else { String::new() }
+}
+
 fn is_alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -1336,14 +1361,16 @@ async fn a_lost_engine_stops_everything_and_logs_in_again() {
         })
         .await;
     // The engine logs in again only once every run it stopped has ended (its
-    // leader reaped, its output closed); a process killed with it may still be
-    // in its exit path for a moment on a loaded machine, so allow that moment
-    // (a process left running would still be there after `sleep 300`).
-    let stopped_by = Instant::now() + Duration::from_secs(1);
-    while !live_group_members(pgid).is_empty() {
-        assert!(Instant::now() < stopped_by, "everything was stopped when logging in again");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // leader reaped, its output closed, the rest of its group killed). A process
+    // killed with it may still be on its way out: every one left is dying (a fatal
+    // signal pending, or exiting), and then the group ends (a process left running
+    // would still be there after `sleep 300`).
+    let left: Vec<(i32, String)> = live_group_members(pgid).into_iter().map(|pid| (pid, dying(pid))).collect();
+    assert!(
+        left.iter().all(|(_, how)| !how.is_empty()),
+        "everything was stopped when logging in again: {left:?}"
+    );
+    eventually("the stopped task's processes end", || live_group_members(pgid).is_empty()).await;
     let second_login = grid.login_seq("e-lost").await;
 
     // Decided before the second login: stale. After it: run.
