@@ -62,13 +62,22 @@ fn assert_never_two_leaders(terms: &[Term]) {
 
 // ---- KvLease against a real server ------------------------------------------------------
 
+/// The racing leases': a lease of a second, renewed four times in it.
 const TTL: Duration = Duration::from_millis(1000);
 const RENEW: Duration = Duration::from_millis(250);
+/// The lease of the tests of a restart against one standby, whose scenes are set
+/// inside a renewal interval of the key's expiry: three seconds, so that each of
+/// their margins (a renewal interval, and the server dropping an expired entry
+/// about 250 ms late) outlasts the pauses of a loaded machine.
+const PAIR_TTL: Duration = Duration::from_secs(3);
+const PAIR_RENEW: Duration = Duration::from_millis(750);
 
-fn lease_config() -> KvLeaseConfig {
+/// A lease expiring `ttl` after each write, renewed four times in it (as [`TTL`] and
+/// [`RENEW`], [`PAIR_TTL`] and [`PAIR_RENEW`] are).
+fn lease_config(ttl: Duration) -> KvLeaseConfig {
     KvLeaseConfig {
-        ttl: TTL,
-        renew_interval: RENEW,
+        ttl,
+        renew_interval: ttl / 4,
         ..KvLeaseConfig::default()
     }
 }
@@ -79,8 +88,8 @@ async fn connect(server: &NatsServer) -> JetStreamLog {
         .expect("connect to the test's nats-server")
 }
 
-async fn open_bare(log: &JetStreamLog, name: &str) -> KvLease {
-    KvLease::open(log.context(), log.url(), lease_config(), name.to_string())
+async fn open_bare(log: &JetStreamLog, name: &str, ttl: Duration) -> KvLease {
+    KvLease::open(log.context(), log.url(), lease_config(ttl), name.to_string())
         .await
         .expect("the lease bucket")
 }
@@ -89,7 +98,7 @@ async fn open_bare(log: &JetStreamLog, name: &str) -> KvLease {
 /// a moment: a test of this binary forking a child process at that instant holds
 /// a copy of the descriptor until the child's exec closes it, so the claim is
 /// retried for up to a second.
-async fn open_claimed(log: &JetStreamLog, state_dir: &Path) -> KvLease {
+async fn open_claimed(log: &JetStreamLog, state_dir: &Path, ttl: Duration) -> KvLease {
     let deadline = Instant::now() + Duration::from_secs(1);
     let claim = loop {
         match ProjectorIdClaim::claim(state_dir) {
@@ -100,7 +109,7 @@ async fn open_claimed(log: &JetStreamLog, state_dir: &Path) -> KvLease {
             Err(error) => panic!("the state directory is free: {error}"),
         }
     };
-    KvLease::open_claimed(log.context(), log.url(), lease_config(), claim)
+    KvLease::open_claimed(log.context(), log.url(), lease_config(ttl), claim)
         .await
         .expect("the lease bucket")
 }
@@ -126,7 +135,7 @@ impl Holder {
     /// One `acquire_or_renew`, timed out as the projector times it out; `true`: held.
     async fn ask(&mut self) -> bool {
         let sent = Instant::now();
-        let timeout = RENEW.max(Duration::from_secs(1));
+        let timeout = self.lease.renew_interval().max(Duration::from_secs(1));
         let held = matches!(
             tokio::time::timeout(timeout, self.lease.acquire_or_renew()).await,
             Ok(Ok(true))
@@ -161,34 +170,44 @@ impl Holder {
 async fn a_projector_restarted_just_before_its_lease_expires_takes_it_back_by_cas_and_the_standby_waits()
  {
     let server = support::nats::start();
+    let writes = watch_lease_writes(&server, PAIR_TTL).await;
     let log = connect(&server).await;
     let state = tempfile::tempdir().unwrap();
     let started = Instant::now();
 
-    let mut first = Holder::new("first run", open_claimed(&log, state.path()).await, started);
-    let mut standby = Holder::new("standby", open_bare(&log, "standby").await, started);
-    // The key expires TTL after the server stored this write: not before `written + TTL`.
-    let written = Instant::now();
+    let mut first = Holder::new("first run", open_claimed(&log, state.path(), PAIR_TTL).await, started);
+    let id = projector_id_of(state.path());
+    let mut standby = Holder::new("standby", open_bare(&log, "standby", PAIR_TTL).await, started);
     assert!(first.ask().await, "the first run takes the free lease");
+    let dead = wait_for_write(&writes, "the first run's write", |_| true).await;
+    assert!(dead.value.starts_with(&format!("{id} ")), "the first run's write: {dead:?}");
     assert!(!standby.ask().await, "the standby waits");
     let (mut terms, _) = first.die();
 
-    // Restarted inside the lease time, a renewal interval before the key would expire.
-    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path()).await, started);
-    tokio::time::sleep_until((written + TTL - RENEW).into()).await;
+    // Restarted inside the lease time, a renewal interval before the key expires (the
+    // lease after the server stored the dead run's write, by its record of that write).
+    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path(), PAIR_TTL).await, started);
+    tokio::time::sleep((dead.at + PAIR_TTL - PAIR_RENEW).saturating_sub(since_epoch(SystemTime::now()))).await;
     let sent = Instant::now();
     assert!(restarted.ask().await, "the restarted run takes its lease back");
+    // By the server's record: its write was a compare-and-set on the dead run's
+    // revision, which the server takes only while that write has not expired.
+    let taken_back = wait_for_write(&writes, "the restarted run's write", |w| w.revision > dead.revision).await;
     assert!(
-        Instant::now() < written + TTL,
-        "the restarted run wrote over the dead run's key, before it could expire (else the test ran late)"
+        taken_back.value.starts_with(&format!("{id} "))
+            && taken_back.value != dead.value
+            && taken_back.expected == Some(dead.revision)
+            && taken_back.at < dead.at + PAIR_TTL,
+        "the restarted run wrote over the dead run's key by a compare-and-set on its revision, \
+         before it expired: {dead:?} then {taken_back:?}"
     );
     // The restarted run renews as late as its term allows; the standby asks all along,
     // past where the dead run's write expires and past the restarted run's first term.
-    let term = TTL - RENEW;
-    let margin = RENEW / 5;
+    let term = PAIR_TTL - PAIR_RENEW;
+    let margin = PAIR_RENEW / 5;
     let mut renew_at = sent + term - margin;
     let mut renewals_refused = 0;
-    while Instant::now() < sent + 2 * TTL {
+    while Instant::now() < sent + 2 * PAIR_TTL {
         if Instant::now() >= renew_at {
             renew_at = Instant::now() + term - margin;
             renewals_refused += usize::from(!restarted.ask().await);
@@ -201,33 +220,69 @@ async fn a_projector_restarted_just_before_its_lease_expires_takes_it_back_by_ca
     assert_never_two_leaders(&terms);
     assert!(standby.terms.is_empty(), "the standby never held: {terms:?}");
     assert_eq!(renewals_refused, 0, "the restarted run renewed within each term");
+    // And by the server's record: after the take-back, only the restarted run's
+    // renewals, each a compare-and-set on the one before.
+    let writes = writes.lock().unwrap().clone();
+    let after: Vec<&LeaseWrite> = writes.iter().filter(|w| w.revision >= taken_back.revision).collect();
+    assert!(after.len() >= 3, "the restarted run renewed (twice at least): {writes:?}");
+    for pair in after.windows(2) {
+        assert!(
+            pair[1].value == taken_back.value && pair[1].expected == Some(pair[0].revision),
+            "only the restarted run wrote, each write on the one before: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    eprintln!(
+        "taken back {:?} before the dead run's write expired; renewals {:?} apart (the lease is {PAIR_TTL:?})",
+        dead.at + PAIR_TTL - taken_back.at,
+        after.windows(2).map(|pair| pair[1].at - pair[0].at).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_projector_stands_by_when_a_standby_took_the_lease_after_it_expired() {
     let server = support::nats::start();
+    let writes = watch_lease_writes(&server, PAIR_TTL).await;
     let log = connect(&server).await;
     let state = tempfile::tempdir().unwrap();
     let started = Instant::now();
 
-    let mut first = Holder::new("first run", open_claimed(&log, state.path()).await, started);
-    let mut standby = Holder::new("standby", open_bare(&log, "standby").await, started);
+    let mut first = Holder::new("first run", open_claimed(&log, state.path(), PAIR_TTL).await, started);
+    let mut standby = Holder::new("standby", open_bare(&log, "standby", PAIR_TTL).await, started);
     assert!(first.ask().await);
+    let dead = wait_for_write(&writes, "the first run's write", |_| true).await;
     let (mut terms, _) = first.die();
-    let deadline = Instant::now() + 3 * TTL;
+    // The standby asks until it holds: once the dead run's write has expired.
+    let deadline = Instant::now() + WAIT;
     while !standby.ask().await {
-        assert!(Instant::now() < deadline, "the standby took the expired lease");
-        tokio::time::sleep(RENEW / 5).await;
+        assert!(Instant::now() < deadline, "the standby took the expired lease: not within {WAIT:?}");
+        tokio::time::sleep(PAIR_RENEW / 5).await;
     }
-    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path()).await, started);
+    let created = wait_for_write(&writes, "the standby's write", |w| w.revision > dead.revision).await;
+    assert!(
+        created.value.starts_with("standby ") && created.expected == Some(0) && created.at >= dead.at + PAIR_TTL,
+        "the standby created the key once the dead run's write had expired: {dead:?} then {created:?}"
+    );
+    let mut restarted = Holder::new("restarted", open_claimed(&log, state.path(), PAIR_TTL).await, started);
     for _ in 0..4 {
         assert!(!restarted.ask().await, "the restarted run stands by");
         assert!(standby.ask().await, "the standby renews");
-        tokio::time::sleep(RENEW).await;
+        tokio::time::sleep(PAIR_RENEW).await;
     }
     terms.extend(restarted.terms);
     terms.extend(standby.terms);
     assert_never_two_leaders(&terms);
+    // By the server's record: the restarted run never wrote over the standby's key.
+    let writes = writes.lock().unwrap().clone();
+    for pair in writes.windows(2).filter(|pair| pair[0].revision >= created.revision) {
+        assert!(
+            pair[1].value == created.value && pair[1].expected == Some(pair[0].revision),
+            "only the standby wrote, renewing: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
 }
 
 /// Who the racing leases are.
@@ -263,9 +318,11 @@ const RACE_FOR: Duration = Duration::from_secs(8);
 const SLOTS: usize = 3;
 
 /// `SLOTS` leases ask every `RENEW` for `RACE_FOR`; whoever holds `HOLD_ROUNDS` times
-/// in a row then dies or freezes, in turn. Returns every term and every death.
-async fn race(names: Names) -> (Vec<Term>, Vec<(String, Duration)>) {
+/// in a row then dies or freezes, in turn. Returns every term and every death, and
+/// every write to the lease key as the server stored it.
+async fn race(names: Names) -> (Vec<Term>, Vec<(String, Duration)>, Vec<LeaseWrite>) {
     let server = support::nats::start();
+    let writes = watch_lease_writes(&server, TTL).await;
     let log = connect(&server).await;
     let dirs = tempfile::tempdir().unwrap();
     let started = Instant::now();
@@ -285,9 +342,9 @@ async fn race(names: Names) -> (Vec<Term>, Vec<(String, Duration)>) {
                 // Under one bare name, each run is still a holder of its own.
                 let name = format!("slot {slot} run {run}");
                 let lease = match names {
-                    Names::Distinct => open_bare(&log, &name).await,
-                    Names::OneBareName => open_bare(&log, "p").await,
-                    Names::ClaimedStateDirs => open_claimed(&log, &state_dir).await,
+                    Names::Distinct => open_bare(&log, &name, TTL).await,
+                    Names::OneBareName => open_bare(&log, "p", TTL).await,
+                    Names::ClaimedStateDirs => open_claimed(&log, &state_dir, TTL).await,
                 };
                 let mut holder = Holder::new(name, lease, started);
                 let mut in_a_row = 0;
@@ -330,7 +387,8 @@ async fn race(names: Names) -> (Vec<Term>, Vec<(String, Duration)>) {
         terms.extend(slot_terms);
         deaths.extend(slot_deaths);
     }
-    (terms, deaths)
+    let writes = writes.lock().unwrap().clone();
+    (terms, deaths, writes)
 }
 
 /// The checks every race passes: never two leaders, and the lease changed hands.
@@ -355,35 +413,34 @@ fn assert_raced(names: Names, terms: &[Term], deaths: &[(String, Duration)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_of_distinct_projectors_racing_never_hold_at_once() {
-    let (terms, deaths) = race(Names::Distinct).await;
+    let (terms, deaths, _) = race(Names::Distinct).await;
     assert_raced(Names::Distinct, &terms, &deaths);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_under_one_bare_name_racing_never_hold_at_once() {
-    let (terms, deaths) = race(Names::OneBareName).await;
+    let (terms, deaths, _) = race(Names::OneBareName).await;
     assert_raced(Names::OneBareName, &terms, &deaths);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_restarted_on_their_state_directories_racing_never_hold_at_once() {
-    let (terms, deaths) = race(Names::ClaimedStateDirs).await;
+    let (terms, deaths, writes) = race(Names::ClaimedStateDirs).await;
     assert_raced(Names::ClaimedStateDirs, &terms, &deaths);
-    // A dead holder's restart took its lease back at once, before the key could have
-    // expired (its last renewal was at most RENEW before its death).
-    let taken_back = deaths.iter().filter(|(name, died)| {
-        let (slot, run) = name.rsplit_once(' ').expect("slot N run M");
-        let next = format!("{slot} {}", run.parse::<u32>().expect("a run number") + 1);
-        terms
-            .iter()
-            .filter(|term| term.holder == next)
-            .map(|term| term.from)
-            .min()
-            .is_some_and(|first| first < *died + TTL - RENEW * 2)
+    // A dead holder's restart took its lease back before the key could expire: by the
+    // server's record, a write of another incarnation under the same projector id by a
+    // compare-and-set on the dead one's revision (which the server takes only while
+    // that write has not expired).
+    let taken_back = writes.windows(2).filter(|pair| {
+        let holder = |write: &LeaseWrite| write.value.rsplit_once(' ').map(|(id, _)| id.to_string());
+        holder(&pair[0]).is_some()
+            && holder(&pair[0]) == holder(&pair[1])
+            && pair[0].value != pair[1].value
+            && pair[1].expected == Some(pair[0].revision)
     });
     assert!(
         taken_back.count() >= 1,
-        "a restarted holder took its lease back before it expired: {deaths:?}"
+        "a restarted holder took its lease back before it expired: {deaths:?}\n{writes:#?}"
     );
 }
 
@@ -395,10 +452,11 @@ const PROCESS_TTL: Duration = Duration::from_secs(2);
 /// renews every second: its key then expires `2000 - .0` ms after the kill, and the
 /// server drops it about 250 ms later) and restarts it on its state directory `.1` ms
 /// after the kill: all within the lease time; one well before the key expires (a
-/// take-back), three about when it does (a race with the standby, which asks once a
-/// second), one after (the standby's, mostly). Each new leader then lives through a
-/// renewal before the next kill.
-const ROUNDS_MS: [(u64, u64); 5] = [(900, 0), (900, 1000), (600, 1400), (900, 1150), (900, 1950)];
+/// take-back: the restarted process has about two seconds to start and write, a
+/// loaded machine included), three about when it does (a race with the standby,
+/// which asks once a second), one after (the standby's, mostly). Each new leader
+/// then lives through a renewal before the next kill.
+const ROUNDS_MS: [(u64, u64); 5] = [(100, 0), (900, 1000), (600, 1400), (900, 1150), (900, 1950)];
 const WAIT: Duration = Duration::from_secs(20);
 const PROJECTOR_LOG: &str = "warn,gridfold::projector::service=info";
 
@@ -490,12 +548,14 @@ struct LeaseWrite {
     expected: Option<u64>,
 }
 
-/// Makes the lease bucket as the projectors would (`--lease-secs`), then records every
-/// write to the key from the first.
-async fn watch_lease_writes(server: &NatsServer) -> Arc<Mutex<Vec<LeaseWrite>>> {
+/// Makes the lease bucket as its holders would (entries expire `ttl` after they were
+/// written: `--lease-secs` for processes), then records every write to the key from
+/// the first.
+async fn watch_lease_writes(server: &NatsServer, ttl: Duration) -> Arc<Mutex<Vec<LeaseWrite>>> {
     let log = connect(server).await;
     let config = KvLeaseConfig {
-        ttl: PROCESS_TTL,
+        ttl,
+        renew_interval: ttl / 4,
         ..KvLeaseConfig::default()
     };
     KvLease::open(log.context(), log.url(), config, "the test".into())
@@ -543,6 +603,26 @@ async fn watch_lease_writes(server: &NatsServer) -> Arc<Mutex<Vec<LeaseWrite>>> 
     writes
 }
 
+/// The first write [`watch_lease_writes`] recorded that `matches`, waiting for it.
+async fn wait_for_write(writes: &Mutex<Vec<LeaseWrite>>, what: &str, matches: impl Fn(&LeaseWrite) -> bool) -> LeaseWrite {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(write) = writes.lock().unwrap().iter().find(|write| matches(write)) {
+            return write.clone();
+        }
+        assert!(Instant::now() < deadline, "waiting for {what}: not within {WAIT:?}; the lease key's writes: {:?}", writes.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The projector id of a state directory (its holder name in the lease's value).
+fn projector_id_of(state_dir: &Path) -> String {
+    std::fs::read_to_string(state_dir.join("projector-id"))
+        .expect("a projector id")
+        .trim()
+        .to_string()
+}
+
 fn wait_until(what: &str, runs: &[Run], mut done: impl FnMut(&[Run]) -> bool) {
     let started = Instant::now();
     while !done(runs) {
@@ -566,7 +646,7 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let writes = runtime.block_on(watch_lease_writes(&server));
+    let writes = runtime.block_on(watch_lease_writes(&server, PROCESS_TTL));
     let url = server.url();
     let lease_secs = PROCESS_TTL.as_secs().to_string();
     let start = |runs: &mut Vec<Run>, state_dir: PathBuf| {
@@ -595,13 +675,29 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
     wait_until("b to stand by", &runs, |runs| runs[b].answered());
     let mut taken_back = 0;
     for (age_ms, delay_ms) in ROUNDS_MS {
-        // Whoever leads has lived through a renewal (1 s) since it took over.
-        std::thread::sleep(Duration::from_millis(1100));
-        let leaders: Vec<usize> = (0..runs.len()).filter(|&run| runs[run].leads()).collect();
-        let [leader] = leaders[..] else {
-            assert_never_two_leaders(&runs.iter().flat_map(Run::terms).collect::<Vec<_>>());
-            panic!("one leader before each kill: {leaders:?}");
-        };
+        // Whoever leads has lived through a renewal since it took over: by the server's
+        // record, a write under its projector id after its `leader:` line.
+        let mut leader = None;
+        wait_until("one leader, renewed since it took over", &runs, |runs| {
+            let leaders: Vec<usize> = (0..runs.len()).filter(|&run| runs[run].leads()).collect();
+            let [one] = leaders[..] else {
+                if leaders.len() > 1 {
+                    assert_never_two_leaders(&runs.iter().flat_map(Run::terms).collect::<Vec<_>>());
+                    panic!("one leader before each kill: {leaders:?}");
+                }
+                return false;
+            };
+            let led_from = runs[one].terms().last().map(|term| term.from).unwrap_or_default();
+            let id = projector_id_of(&runs[one].state_dir);
+            let renewed = writes
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|write| write.at > led_from && write.value.starts_with(&format!("{id} ")));
+            leader = Some(one);
+            renewed
+        });
+        let leader = leader.expect("a leader");
         // Its last renewal: its last write to the key, or its becoming leader if later.
         let age = Duration::from_millis(age_ms);
         let led_from = runs[leader].terms().last().map(|term| term.from).unwrap_or_default();
@@ -635,9 +731,13 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
             if took_back { "the restarted run" } else { "the standby" }
         );
     }
-    // Longer than a lease: whoever leads now holds on, alone.
-    std::thread::sleep(PROCESS_TTL + Duration::from_millis(500));
-    let ended = since_epoch(SystemTime::now());
+    // Whoever leads now holds on, alone, for longer than a lease: by the server's
+    // record, a write more than a lease after the last `leader:` line.
+    let last_start = |runs: &[Run]| runs.iter().flat_map(Run::terms).map(|term| term.from).max().unwrap_or_default();
+    wait_until("the last leader to renew for longer than a lease", &runs, |runs| {
+        let held_from = last_start(runs);
+        writes.lock().unwrap().last().is_some_and(|last| last.at > held_from + PROCESS_TTL)
+    });
     let writes = writes.lock().unwrap().clone();
     runtime.shutdown_background();
 
@@ -649,10 +749,11 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
         .map(|run| run.process.name.as_str())
         .collect();
     assert_eq!(leaders.len(), 1, "exactly one leader at the end: {leaders:?}");
-    let last_start = terms.iter().map(|term| term.from).max().unwrap_or_default();
+    let last_start = last_start(&runs);
+    let last = writes.last().expect("the lease was written");
     assert!(
-        ended - last_start > PROCESS_TTL,
-        "the last leader has held for longer than a lease: {terms:?}"
+        last.at.checked_sub(last_start).is_some_and(|held| held > PROCESS_TTL),
+        "the last leader has held for longer than a lease: {terms:?}; last write {last:?}"
     );
     assert!(
         taken_back >= 1,
@@ -666,12 +767,7 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
         writes.len()
     );
 
-    let projector_id = |name: &str| {
-        std::fs::read_to_string(dir.path().join(name).join("projector-id"))
-            .expect("a projector id")
-            .trim()
-            .to_string()
-    };
+    let projector_id = |name: &str| projector_id_of(&dir.path().join(name));
     let kills: Vec<(String, Duration)> = runs
         .iter()
         .filter_map(|run| {
@@ -680,21 +776,29 @@ fn a_leader_killed_and_restarted_inside_its_lease_time_never_leads_alongside_the
         })
         .collect();
     assert_lease_writes_chain(&writes, &kills, &[projector_id("a"), projector_id("b")]);
-    let last = writes.last().expect("the lease was written");
-    assert!(
-        ended - last.at < PROCESS_TTL,
-        "the leader renews: last write {last:?}"
-    );
     let leader_dir = runs
         .iter()
         .find(|run| run.leads())
         .map(|run| run.state_dir.clone())
         .expect("a leader");
-    let leader_id = projector_id(&leader_dir.file_name().unwrap().to_string_lossy());
-    assert!(
-        last.value.starts_with(&format!("{leader_id} ")),
-        "the key names the leader {leader_id}: {last:?}"
-    );
+    let leader_id = projector_id_of(&leader_dir);
+    // The leader renews: every write since it took over is its own, each within a
+    // lease of the one before, the last naming it.
+    let renewals: Vec<&LeaseWrite> = writes.iter().filter(|write| write.at > last_start).collect();
+    for pair in renewals.windows(2) {
+        assert!(
+            pair[1].at - pair[0].at < PROCESS_TTL,
+            "the leader renews: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    for write in &renewals {
+        assert!(
+            write.value.starts_with(&format!("{leader_id} ")),
+            "the key names the leader {leader_id}: {write:?}"
+        );
+    }
 }
 
 /// Every write to the lease key is a put of `<projector id> <incarnation>` by a

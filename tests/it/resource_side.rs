@@ -107,16 +107,24 @@ fn queue_sort_seqno_sends_the_task_to_the_lower_seq_no_and_bad_keys_are_refused(
     grid.spawn("a-second", &a_second.iter().map(String::as_str).collect::<Vec<_>>());
     let b_first = engine("b-first", "1");
     grid.spawn("b-first", &b_first.iter().map(String::as_str).collect::<Vec<_>>());
-    grid.wait_for("both engines to log in and report mem_used", || {
+    // A job's ranking shows the load index once each engine has reported its load
+    // values (`mem_used` among them) in a heartbeat: the projector has folded one
+    // when an engine's last report is later than the first it showed logged in.
+    let mut first_seen = std::collections::BTreeMap::new();
+    grid.wait_for("both engines to log in and report mem_used in a heartbeat", || {
         let stat = grid.json(&["stat"]).ok_or("no stat answer")?;
-        let n = stat["engines"].as_array().map_or(0, |e| e.iter().filter(|e| e["status"] == "logged-in").count());
-        if n < 2 {
-            return Err(stat["engines"].to_string());
-        }
-        // A job's ranking shows the load index once each engine has reported.
-        Ok(())
+        let engines = stat["engines"].as_array().cloned().unwrap_or_default();
+        let heartbeat_folded = engines
+            .iter()
+            .filter(|engine| engine["status"] == "logged-in")
+            .filter(|engine| {
+                let last_seen = engine["last_seen_ms"].as_u64().unwrap_or_default();
+                let first = *first_seen.entry(engine["id"].to_string()).or_insert(last_seen);
+                last_seen > first
+            })
+            .count();
+        if heartbeat_folded == 2 { Ok(()) } else { Err(stat["engines"].to_string()) }
     });
-    std::thread::sleep(Duration::from_millis(2_500)); // a heartbeat or two from each
     let job = grid.path("job.toml");
     std::fs::write(&job, "id = \"one\"\ntasks = 1\n\n[task]\nargv = [\"sleep\", \"1\"]\n").unwrap();
     let submitted = grid.run(&["submit", job.to_str().unwrap()]);
