@@ -10,6 +10,11 @@ use std::sync::Arc;
 /// Longest id accepted for a job or an engine, in bytes.
 pub const ID_LEN_MAX: usize = 64;
 
+/// An engine's login epoch: the log sequence of the `EngineLoggedIn` entry that
+/// opened it. Unique per login and rising, and the engine learns it from the
+/// acknowledgement of its own login, so orders can name the login they are for.
+pub type Epoch = u64;
+
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $dot_allowed:expr) => {
         $(#[$doc])*
@@ -182,6 +187,25 @@ impl std::str::FromStr for TaskRef {
 /// Which attempt of a task this is; the first dispatch is attempt 1.
 pub type Attempt = u32;
 
+/// Dense index of a job in the state's jobs (submission order).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]
+pub struct JobIdx(pub u32);
+
+/// Dense index of an engine in the state's engines (first-login order).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]
+pub struct EngineIdx(pub u32);
+
+/// Dense index of a requirement category in the state's categories.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]
+pub struct CategoryIdx(pub u32);
+
+/// A task inside the state: job index and task index.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TaskKey {
+    pub job: JobIdx,
+    pub index: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,3 +237,4 @@ mod tests {
         assert!("job-1/x".parse::<TaskRef>().is_err());
     }
 }
+

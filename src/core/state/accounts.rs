@@ -20,7 +20,8 @@
 //! project (the usage summary that outlives its jobs), small and
 //! fixed in size.
 
-use super::NameMap;
+
+use super::index::NameMap;
 
 /// Dense index of an account (a user or a project) in its table.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize)]

@@ -38,12 +38,11 @@
 //! other way (cancelled, requeued, preempted, its engine lost) keeps no end here:
 //! readers tell it by the attempt no longer being live.
 
-use std::collections::{BTreeMap, VecDeque};
 
-use super::{EngineIdx, JobIdx, TaskKey};
-use crate::core::event::{Entry, Event, FailureKind, Order, OutputPolicy, StoredStreams};
-use crate::core::reject::Rejection;
-use crate::core::ids::Attempt;
+
+use crate::core::event::{FailureKind, OutputPolicy, StoredStreams};
+use crate::core::ids::{Attempt, EngineIdx};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Attempts kept per task, newest last.
 pub const ATTEMPTS_KEPT_PER_TASK: usize = 8;
@@ -246,108 +245,6 @@ impl AttemptLog {
         }
         assert_eq!(bytes, self.bytes_kept, "bytes_kept is the text kept");
         assert!(self.bytes_kept <= JOB_ATTEMPT_BYTES_KEPT_MAX);
-    }
-}
-
-impl super::State {
-    /// Records what an applied entry says of attempts: called by the fold after
-    /// `event` applied (for a batch, with the rejections of its orders, which did not).
-    pub(crate) fn note_attempts(&mut self, entry: &Entry, event: &Event, rejections: &[Rejection]) {
-        match event {
-            Event::OrderBatch(batch) => {
-                let Some(rejected) = crate::core::reject::orders_not_applied(rejections) else { return };
-                let applied: Vec<(TaskKey, EngineIdx, Attempt)> = batch
-                    .orders
-                    .iter()
-                    .enumerate()
-                    .filter(|(n, _)| rejected.binary_search(&(*n as u32)).is_err())
-                    .filter_map(|(_, order)| match order {
-                        Order::Dispatch { task, attempt, engine, .. } => {
-                            Some((self.task_key(task)?, self.engine_idx(engine)?, *attempt))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                // The job's tasks this batch dispatches and the fold has already taken
-                // out of waiting: each counts as waiting until its turn here.
-                let mut dispatched_later: BTreeMap<JobIdx, u32> = BTreeMap::new();
-                for (key, _, _) in &applied {
-                    *dispatched_later.entry(key.job).or_default() += 1;
-                }
-                for (key, e, attempt) in applied {
-                    let later = dispatched_later.get_mut(&key.job).expect("counted above");
-                    let waiting = self.job(key.job).counts.waiting.saturating_add(*later);
-                    *later -= 1;
-                    let policy = self.policy.output.clone();
-                    let job = self.job_mut(key.job);
-                    let output_bytes_max = job.attempt_log.commit_output(&policy, waiting);
-                    let dispatched = Dispatched {
-                        attempt,
-                        engine: e,
-                        dispatch_seq: entry.seq.0,
-                        based_on_seq: batch.based_on_seq.0,
-                        dispatched_ms: entry.time_ms,
-                        output_bytes_max,
-                    };
-                    job.attempt_log.dispatched(key.index, dispatched);
-                }
-                for (n, order) in batch.orders.iter().enumerate() {
-                    let Order::Undeliverable { task, attempt, bytes, max, .. } = order else { continue };
-                    let Some(key) = self.task_key(task).filter(|_| rejected.binary_search(&(n as u32)).is_err()) else { continue };
-                    let reason = format!("the broker refused its run order as too large: {bytes} bytes, more than its {max}");
-                    let report = Reported {
-                        seq: entry.seq.0,
-                        time_ms: entry.time_ms,
-                        end: AttemptEnd::Failed,
-                        exit_code: None,
-                        failure_kind: Some(FailureKind::Undeliverable),
-                        cpu_ms: None,
-                        wall_ms: None,
-                        text: reason.as_bytes(),
-                        stored: StoredStreams::default(),
-                    };
-                    self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
-                }
-            }
-            Event::TaskStarted { task, attempt, remote_job, .. } => {
-                if let Some(key) = self.task_key(task) {
-                    self.job_mut(key.job).attempt_log.started(key.index, *attempt, entry.time_ms, remote_job);
-                }
-            }
-            Event::TaskCompleted { task, attempt, exit_code, cpu_ms, wall_ms, result, stored, .. } => {
-                let report = Reported {
-                    seq: entry.seq.0,
-                    time_ms: entry.time_ms,
-                    end: AttemptEnd::Completed,
-                    exit_code: Some(*exit_code),
-                    failure_kind: None,
-                    cpu_ms: Some(*cpu_ms),
-                    wall_ms: Some(*wall_ms),
-                    text: result,
-                    stored: *stored,
-                };
-                if let Some(key) = self.task_key(task) {
-                    self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
-                }
-            }
-            Event::TaskFailed { task, attempt, exit_code, kind, error_tail, stored, .. } => {
-                let report = Reported {
-                    seq: entry.seq.0,
-                    time_ms: entry.time_ms,
-                    end: AttemptEnd::Failed,
-                    exit_code: *exit_code,
-                    failure_kind: Some(*kind),
-                    cpu_ms: None,
-                    wall_ms: None,
-                    text: error_tail.as_bytes(),
-                    stored: *stored,
-                };
-                if let Some(key) = self.task_key(task) {
-                    self.job_mut(key.job).attempt_log.reported(key.index, *attempt, report);
-                }
-            }
-            _ => {}
-        }
     }
 }
 

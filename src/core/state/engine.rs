@@ -1,9 +1,10 @@
 //! An engine as the state knows it.
 
-use std::collections::BTreeSet;
 
-use crate::core::event::{EngineLoad, EngineProps, LibraryRef};
+
 use crate::core::ids::EngineId;
+use crate::core::event::{EngineLoad, EngineProps, LibraryRef};
+use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EngineStatus {

@@ -6,9 +6,10 @@
 //! applies one only to a known engine; an entry goes when its engine is
 //! forgotten with the rest of it (engines are never removed today).
 
-use std::collections::BTreeMap;
+
 
 use crate::core::ids::EngineId;
+use std::collections::BTreeMap;
 
 /// One gateway's ratio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

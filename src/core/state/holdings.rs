@@ -7,6 +7,7 @@
 //! `add_tasks`, `leave_job`), and rebuilt from the jobs when a snapshot loads;
 //! `State::check_invariants` recounts it.
 
+
 use super::accounts::AccountIdx;
 
 /// Active jobs and the tasks they hold, whatever each task's status.

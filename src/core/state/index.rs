@@ -14,13 +14,14 @@
 //! - [`LiveAttempts`]: live attempts by task, hash-indexed. Its own order is
 //!   never used for a decision: whoever needs an order asks for one sorted by task.
 
+use crate::core::ids::{EngineIdx, JobIdx, TaskKey};
 use std::collections::BTreeMap;
+use super::live::LiveAttempt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{EngineIdx, JobIdx, LiveAttempt, TaskKey};
 
 // ---- EngineSet --------------------------------------------------------------------
 

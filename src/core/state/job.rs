@@ -5,14 +5,13 @@
 //! entries. Waiting tasks are served retries first (they have waited longest),
 //! then fresh tasks in index order.
 
-use std::collections::{BTreeMap, VecDeque};
 
-use std::collections::BTreeSet;
 
-use super::{CategoryIdx, EngineIdx, JobIdx, JobRank, TaskKey};
+
 use crate::core::event::{JobOptions, Preference, TaskTemplate};
 use crate::core::expr::{Expr, ExprError};
-use crate::core::ids::{Attempt, JobId, Seq};
+use crate::core::ids::{Attempt, CategoryIdx, EngineIdx, JobId, JobIdx, Seq, TaskKey};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum JobStatus {
@@ -53,6 +52,30 @@ impl TaskStatus {
             TaskStatus::Failed => "failed",
             TaskStatus::Cancelled => "cancelled",
         }
+    }
+}
+
+/// The order in which jobs are examined: higher priority first, then first come,
+/// first served (Grid Engine's SGE mode with `-p` overriding FCFS).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct JobRank {
+    pub priority: i32,
+    pub submit_seq: Seq,
+    pub job: JobIdx,
+}
+
+impl Ord for JobRank {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .priority
+            .cmp(&self.priority)
+            .then(self.submit_seq.cmp(&other.submit_seq))
+            .then(self.job.cmp(&other.job))
+    }
+}
+impl PartialOrd for JobRank {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 

@@ -8,8 +8,10 @@
 //! library syncs) reaches it, and `why` names the reason
 //! (`filters::not_drained`).
 
-use super::{EngineIdx, JobIdx, State, TaskKey, TaskStatus};
-use super::job::TaskState;
+
+use crate::core::ids::{EngineIdx, JobIdx, TaskKey};
+use super::job::{TaskState, TaskStatus};
+use super::store::State;
 
 impl State {
     /// Holds or releases a job.

@@ -23,50 +23,12 @@
 //! their state digests), as `wire` writes a message added later absent when
 //! every field is zero.
 
-use std::collections::BTreeMap;
 
-use super::{JobIdx, State, TaskKey};
-use crate::core::ids::Attempt;
 
-/// What an operator asked of a live attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub enum Control {
-    Suspend,
-    Resume,
-    /// Grid Engine's reschedule (`qmod -rj`): a `Preempt` order.
-    Preempt,
-}
-
-impl Control {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Control::Suspend => "suspend",
-            Control::Resume => "resume",
-            Control::Preempt => "reschedule",
-        }
-    }
-}
-
-/// The state of operators' controls. See the module docs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Suspensions {
-    /// Live attempts whose request awaits its order.
-    pub(crate) requested: BTreeMap<(TaskKey, Attempt), Control>,
-    /// Suspended live attempts, with the log time their Suspend was folded.
-    pub(crate) suspended: BTreeMap<(TaskKey, Attempt), u64>,
-    /// Attempts preempted over the whole history.
-    pub preempted: u64,
-    /// Suspended attempts the suspend-threshold rule suspended, with why (see `state/thresholds.rs`).
-    pub(crate) by_threshold: BTreeMap<(TaskKey, Attempt), super::thresholds::ThresholdCause>,
-    /// Each engine's current suspend interval.
-    pub(crate) threshold_windows: BTreeMap<super::EngineIdx, super::thresholds::ThresholdWindow>,
-}
-
-impl Suspensions {
-    fn is_empty(&self) -> bool {
-        *self == Suspensions::default()
-    }
-}
+use crate::core::event::Control;
+use crate::core::ids::{Attempt, JobIdx, TaskKey};
+use super::controls::Suspensions;
+use super::store::State;
 
 impl State {
     /// The requests awaiting their orders, by task and attempt.

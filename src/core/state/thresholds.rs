@@ -10,39 +10,11 @@
 //! threshold suspended takes it out of here too (the rule may suspend it again
 //! in a later interval).
 
-use super::{EngineIdx, EngineStatus, State, TaskKey};
-use crate::core::ids::Attempt;
-use crate::core::state::Control;
-
-/// Why the threshold rule suspended an attempt: the load value, its value
-/// then and its threshold, in milli-units.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ThresholdCause {
-    pub name: String,
-    pub value_milli: i64,
-    pub threshold_milli: i64,
-}
-
-impl std::fmt::Display for ThresholdCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is {}, threshold {}", self.name, milli_text(self.value_milli), milli_text(self.threshold_milli))
-    }
-}
-
-/// A milli-unit value as a person reads it: 2100 -> "2.10", -50 -> "-0.05".
-pub fn milli_text(milli: i64) -> String {
-    let sign = if milli < 0 { "-" } else { "" };
-    let magnitude = milli.unsigned_abs();
-    format!("{sign}{}.{:02}", magnitude / 1000, (magnitude % 1000) / 10)
-}
-
-/// An engine's current interval: when it began and how many threshold orders
-/// took effect in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ThresholdWindow {
-    pub start_ms: u64,
-    pub n_actions: u32,
-}
+use crate::core::event::Control;
+use crate::core::ids::{Attempt, EngineIdx, TaskKey};
+pub use super::controls::{milli_text, ThresholdCause, ThresholdWindow};
+use super::engine::EngineStatus;
+use super::store::State;
 
 impl State {
     /// The first threshold of the policy (in its order) the engine's last
