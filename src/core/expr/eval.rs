@@ -3,7 +3,8 @@
 
 use std::cmp::Ordering;
 
-use super::{CmpOp, EngineProps, Expr, Kind, Prop, Value, ValueList};
+use super::ast::{CmpOp, Expr, Kind, Prop, Value, ValueList};
+use crate::core::event::EngineProps;
 
 impl Expr {
     /// Whether the expression holds for an engine with these properties and

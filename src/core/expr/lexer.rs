@@ -1,7 +1,7 @@
 //! The lexer: source text into tokens, each with its byte span, so every error
 //! can point at the byte it is about.
 
-use super::{CmpOp, ExprError};
+use super::ast::{CmpOp, ExprError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Tok {

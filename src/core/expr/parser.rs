@@ -3,7 +3,7 @@
 //! Every tree it returns is canonical (see the module doc).
 
 use super::lexer::{Lexer, Tok, Token};
-use super::{Expr, ExprError, Kind, Limits, NODES_MAX, Prop, Value, ValueList};
+use super::ast::{Expr, ExprError, Kind, Limits, NODES_MAX, Prop, Value, ValueList};
 
 /// Parses `source` held to `limits`: [`super::parse`] and [`super::parse_printed`] call it.
 pub(super) fn parse_within(source: &str, limits: Limits) -> Result<Expr, ExprError> {

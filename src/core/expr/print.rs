@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{CmpOp, Expr, Prop, Value, ValueList};
+use super::ast::{CmpOp, Expr, Prop, Value, ValueList};
 
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::parser::push_flattened;
 use super::*;
+use crate::core::event::EngineProps;
 
 /// Parses `source` and shows the canonical form (checking that it re-parses
 /// to the same tree), or the rendered error.
