@@ -36,7 +36,18 @@
 
 use std::collections::BTreeMap;
 
-use super::event::EngineLoad;
+/// Load figures an engine reports with each heartbeat, as integers so that the
+/// load formula is exact on every replay.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct EngineLoad {
+    /// One-minute load average divided by cores, times 1000 (1000 = every core busy).
+    pub load_per_core_milli: u32,
+    pub memory_free_mb: u64,
+    /// Named load values (Grid Engine's load parameters: `np_load_avg`,
+    /// `mem_used`, ...), in milli-units, for the load formula and suspend
+    /// thresholds; see [`crate::core::load`].
+    pub values_milli: BTreeMap<String, i64>,
+}
 
 pub const FORMULA_BYTES_MAX: usize = 1_024;
 pub const FORMULA_TERMS_MAX: usize = 32;
