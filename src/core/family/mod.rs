@@ -227,7 +227,7 @@ pub fn check_policy_sections(policy: &crate::core::event::Policy) -> Result<(), 
     Ok(())
 }
 
-pub use cigri::sink::{target_of as sink_target_of, SinkTarget, SinkWarning};
+pub use cigri::sink::{SinkTarget, SinkWarning};
 pub use fbsng::FbsngHold;
 pub use techila::expiry::ExpiredWhy;
 pub use techila::TechilaWhy;
@@ -269,8 +269,17 @@ pub enum Ordering<'s> {
 /// The ordering of the policy's family for one run.
 pub fn ordering<'s>(state: &'s State, in_flight: &InFlight) -> Ordering<'s> {
     match state.policy.algorithm {
-        Algorithm::SgePlain => Ordering::JobFirst(sge_plain::job_order(state, in_flight)),
-        Algorithm::Sgeee => Ordering::JobFirst(sgeee::job_order(state, in_flight)),
+        // Grid Engine's plain mode: FCFS within `-p`, or with `user_sort` an
+        // order that moves as users book.
+        Algorithm::SgePlain if state.policy.sge.user_sort => {
+            Ordering::JobFirst(JobOrder::Moving(MovingOrder::new(state, in_flight, MovingRule::UserSort)))
+        }
+        Algorithm::SgePlain => Ordering::JobFirst(JobOrder::Fcfs(state.runnable_jobs())),
+        Algorithm::Sgeee => Ordering::JobFirst(JobOrder::Moving(MovingOrder::new(
+            state,
+            in_flight,
+            MovingRule::Tickets(Box::new(sgeee::Tickets::for_run(state))),
+        ))),
         Algorithm::Techila => {
             Ordering::ResourceFirst(EngineOrder::Techila(Box::new(techila::TechilaOrder::new(state, in_flight))))
         }

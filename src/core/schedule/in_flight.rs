@@ -129,7 +129,7 @@ impl InFlight {
                 // booked until the fold fails it.
                 Order::Undeliverable { .. } => {}
                 Order::FlagSink { job, engine, cluster, .. } => {
-                    let target = crate::core::family::sink_target_of(state, engine.as_ref(), cluster);
+                    let target = crate::core::family::SinkTarget::named(engine.as_ref(), cluster, |id| state.engine_idx(id));
                     if let (Some(j), Some(target)) = (state.job_idx(job), target) {
                         self.sinks_flagged.insert((j, target));
                     }

@@ -56,6 +56,22 @@ pub enum SinkTarget {
     Cluster(String),
 }
 
+impl SinkTarget {
+    /// The target a `FlagSink` order names: its engine, by the index
+    /// `engine_idx` finds for it (none when the state does not know it), or,
+    /// when it names no engine, its cluster.
+    pub fn named(
+        engine: Option<&crate::core::ids::EngineId>,
+        cluster: &str,
+        engine_idx: impl FnOnce(&crate::core::ids::EngineId) -> Option<EngineIdx>,
+    ) -> Option<SinkTarget> {
+        match engine {
+            Some(engine) => engine_idx(engine).map(SinkTarget::Engine),
+            None => Some(SinkTarget::Cluster(cluster.to_string())),
+        }
+    }
+}
+
 /// A flagged sink: its median and the campaign's when the order was folded.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SinkFlag {
@@ -138,10 +154,7 @@ pub(crate) fn note_success(campaign: &mut Campaign, keys: SinkKeys, e: EngineIdx
 
 /// The target an order names, in the state's terms.
 pub fn target_of(state: &State, engine: Option<&crate::core::ids::EngineId>, cluster: &str) -> Option<SinkTarget> {
-    match engine {
-        Some(engine) => state.engine_idx(engine).map(SinkTarget::Engine),
-        None => Some(SinkTarget::Cluster(cluster.to_string())),
-    }
+    SinkTarget::named(engine, cluster, |id| state.engine_idx(id))
 }
 
 /// Whether the fold takes a `FlagSink` of `target` for job `j`: an active

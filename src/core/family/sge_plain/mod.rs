@@ -12,17 +12,8 @@
 
 use std::cmp::Reverse;
 
-use super::{JobOrder, MovingOrder, MovingRule, OrderKey};
-use crate::core::schedule::InFlight;
+use super::OrderKey;
 use crate::core::state::{JobIdx, State};
-
-pub fn job_order<'s>(state: &'s State, in_flight: &InFlight) -> JobOrder<'s> {
-    if state.policy.sge.user_sort {
-        JobOrder::Moving(MovingOrder::new(state, in_flight, MovingRule::UserSort))
-    } else {
-        JobOrder::Fcfs(state.runnable_jobs())
-    }
-}
 
 /// `-p` first, then fewer running tasks of the owner, then submission.
 pub fn user_sort_key(state: &State, j: JobIdx, owner_booked: u32) -> OrderKey {

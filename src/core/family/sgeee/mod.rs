@@ -49,8 +49,7 @@ pub mod urgency;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::{JobOrder, MovingOrder, MovingRule, OrderKey};
-use crate::core::schedule::InFlight;
+use super::OrderKey;
 use crate::core::event::SgePolicy;
 use crate::core::ids::Seq;
 use crate::core::state::{AccountIdx, Accounts, JobIdx, State};
@@ -58,10 +57,6 @@ use share_tree::{LeafOwner, ONE};
 
 /// A normalised value's whole (millionths).
 const NORM_ONE: i64 = 1_000_000;
-
-pub fn job_order<'s>(state: &'s State, in_flight: &InFlight) -> JobOrder<'s> {
-    JobOrder::Moving(MovingOrder::new(state, in_flight, MovingRule::Tickets(Box::new(Tickets::for_run(state)))))
-}
 
 /// One entity's tickets (thousandths) and the tasks it already runs. Tickets
 /// fit 64 bits: every pool is at most a `u32` weight times 1000.
