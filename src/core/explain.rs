@@ -115,7 +115,7 @@ pub enum Detail {
         /// Resource reservation (`max_reservation`): the reservation the task
         /// holds, or the one whose slots it may not use.
         #[serde(skip_serializing_if = "Option::is_none")]
-        reservation: Option<Box<super::schedule::reservation::ReservationWhy>>,
+        reservation: Option<Box<super::schedule::reservation_why::ReservationWhy>>,
         /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
         #[serde(skip_serializing_if = "Option::is_none")]
         fbsng: Option<Box<super::family::FbsngHold>>,
@@ -357,7 +357,7 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
         techila: super::family::why_resource_first(state, key),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
-        reservation: super::schedule::reservation::why(state, key).map(Box::new),
+        reservation: super::schedule::reservation_why::why(state, key).map(Box::new),
         fbsng: job.is_runnable().then(|| super::family::why_held(state, key.job)).flatten(),
     }
 }

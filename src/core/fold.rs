@@ -16,6 +16,7 @@ use super::state::{
     CompanionEnd, CompiledPreference, Control, EngineIdx, EngineStatus, Job, JobIdx, JobStatus, State, TaskCondition, TaskKey,
     TaskStatus,
 };
+use super::state::checks::{check_engine_state, check_engine_takes};
 
 /// Most preferences (affinity rules) one job or task may carry.
 pub const PREFERENCES_MAX: usize = 64;
@@ -1181,40 +1182,6 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
     Ok(())
 }
 
-/// The engine is logged in, in the epoch the order was decided for.
-pub(crate) fn check_engine_state(state: &State, e: EngineIdx, epoch: u64) -> Result<(), OrderProblem> {
-    let engine = state.engine(e);
-    if engine.status != EngineStatus::LoggedIn {
-        return Err(OrderProblem::EngineNotLoggedIn);
-    }
-    if engine.epoch != epoch {
-        return Err(OrderProblem::EpochClosed { epoch, current: engine.epoch });
-    }
-    Ok(())
-}
-
-/// The engine may take `needed` slots of the task now: free slots, library,
-/// eligibility for the task's category, blacklist.
-pub(crate) fn check_engine_takes(state: &State, key: TaskKey, e: EngineIdx, needed: u32) -> Result<(), OrderProblem> {
-    let engine = state.engine(e);
-    let job = state.job(key.job);
-    if engine.free_slots() < needed {
-        return Err(OrderProblem::NotEnoughFreeSlots { free: engine.free_slots(), needed });
-    }
-    if job.options.root_library.as_ref().is_some_and(|library| !engine.holds(library)) {
-        return Err(OrderProblem::LibraryNotSynced);
-    }
-    // The engine may have logged in again with other properties between
-    // the decision and this fold: the task's category decides, as it did.
-    let category = job.condition(key.index).and_then(|condition| condition.category).unwrap_or(job.category);
-    if !state.category(category).is_eligible(e) {
-        return Err(OrderProblem::EngineNotEligible);
-    }
-    if job.blacklist.contains(&e) {
-        return Err(OrderProblem::EngineBlacklisted);
-    }
-    Ok(())
-}
 
 fn order_task<'a>(state: &State, task: &'a TaskRef, last_job: &mut LastJob<'a>) -> Result<TaskKey, OrderProblem> {
     let job = match *last_job {

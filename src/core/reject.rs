@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::event::TaskSelector;
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
-use super::state::Control;
+use super::event::Control;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Rejection {

@@ -164,6 +164,15 @@ impl Span {
     }
 }
 
+/// The slots a task needs on one engine to be eligible there: all of them for
+/// span `engine`, one for span `site` (the category's slot count).
+pub fn slots_per_engine(slots_per_task: u32, span: Span) -> u32 {
+    match span {
+        Span::Engine => slots_per_task,
+        Span::Site => 1,
+    }
+}
+
 /// Most slots one task may ask for (`slots`), whatever its span.
 pub const SLOTS_PER_TASK_MAX: u32 = 4_096;
 /// Most engines one parallel task may span: its orders (one per engine, each

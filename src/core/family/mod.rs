@@ -45,6 +45,7 @@
 //! | `cigri` | [`cigri`] | job-first: test campaigns, then FIFO; a filter keeps each cluster for its affinity campaigns first; finalize copies |
 
 pub mod cigri;
+pub mod data;
 pub mod fbsng;
 pub mod sge_plain;
 pub mod sgeee;
@@ -55,50 +56,18 @@ mod sge_tests;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::core::schedule::dispatch::Candidate;
-use crate::core::schedule::filters::Unfit;
-use crate::core::schedule::{InFlight, Orders};
+use crate::core::schedule::budget::Orders;
+use crate::core::schedule::candidate::Candidate;
+use crate::core::schedule::in_flight::InFlight;
+use crate::core::schedule::unfit::Unfit;
 use crate::core::event::{Algorithm, Event, JobSpec, Order, Policy, RescheduleReason};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
 use crate::core::reject::{JobProblem, OrderProblem};
 use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
 
-/// What the families fold grid-wide: one field of the state
-/// (`State::families`), each family's part defined in its folder. Only the
-/// fold changes it; `schedule` only reads it.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct FamilyStates {
-    /// Techila's scheduling cycles: when one is due (see [`techila::cycle`]).
-    pub techila: techila::cycle::CycleState,
-    /// FBSNG's queue priorities and last run (see [`fbsng::state`]).
-    pub fbsng: fbsng::state::FbsngState,
-    /// CiGri's affinity lookup, derived from the rest (`cigri::state::affinity_index`);
-    /// every fold clears it, so it is never older than the state it serves.
-    #[serde(skip)]
-    pub(crate) cigri_affinity: std::sync::OnceLock<cigri::state::AffinityIndex>,
-}
 
-/// What the families fold per job: one field of each job (`Job::families`),
-/// each family's part defined in its folder.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct JobFamilies {
-    /// FBSNG's section priority (see [`fbsng::state`]).
-    pub fbsng: fbsng::state::FbsngJob,
-    /// CiGri's campaign state (see [`cigri::state`]).
-    pub cigri: cigri::state::Campaign,
-    /// Techila's preemption and expired tasks (see [`techila::state`]).
-    pub techila: techila::state::TechilaJob,
-}
 
-impl FamilyStates {
-    /// Forgets what is derived from the rest of the state (CiGri's affinity
-    /// lookup): every fold calls it first, so a lookup is never older than the
-    /// state it serves.
-    pub(crate) fn clear_derived(&mut self) {
-        self.cigri_affinity.take();
-    }
-}
 
 // ---- fold hooks: what the fold asks of the family in force ---------------
 //
@@ -117,7 +86,7 @@ pub(crate) fn on_event(state: &mut State, seq: Seq, time_ms: u64, event: &Event,
     match state.policy.algorithm {
         Algorithm::Techila => techila::cycle::note_event(state, seq, event, applied),
         // FBSNG notes only policies and order batches, never in an engine's batch.
-        Algorithm::Fbsng => fbsng::state::note_event(state, time_ms, event, applied),
+        Algorithm::Fbsng => fbsng::hooks::note_event(state, time_ms, event, applied),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Cigri => {}
     }
 }
@@ -135,13 +104,13 @@ pub(crate) fn on_submit(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<E
 /// master part of a parallel booking.
 pub(crate) fn on_dispatch(state: &mut State, key: TaskKey, e: Option<EngineIdx>) {
     match state.policy.algorithm {
-        Algorithm::Fbsng => fbsng::state::section_started(state, key),
+        Algorithm::Fbsng => fbsng::hooks::section_started(state, key),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Cigri => {}
     }
     // A test campaign is a job's own option (`campaign = "test"`): its
     // cluster is recorded under every algorithm, as it always was.
     if let Some(e) = e {
-        cigri::state::dispatched(state, key, e);
+        cigri::hooks::dispatched(state, key, e);
     }
 }
 
@@ -149,7 +118,7 @@ pub(crate) fn on_dispatch(state: &mut State, key: TaskKey, e: Option<EngineIdx>)
 /// engine `e`, started (or, with no start report, dispatched) at `started_ms`.
 pub(crate) fn on_complete(state: &mut State, key: TaskKey, e: EngineIdx, started_ms: u64) {
     match state.policy.algorithm {
-        Algorithm::Cigri => cigri::state::completed(state, key, e, started_ms),
+        Algorithm::Cigri => cigri::hooks::completed(state, key, e, started_ms),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Fbsng => {}
     }
 }
@@ -227,7 +196,8 @@ pub fn check_policy_sections(policy: &crate::core::event::Policy) -> Result<(), 
     Ok(())
 }
 
-pub use cigri::sink::{SinkTarget, SinkWarning};
+pub use cigri::sink::SinkWarning;
+pub use data::{FamilyStates, FilterScope, JobFamilies, OrderKey, SinkTarget};
 pub use fbsng::FbsngHold;
 pub use techila::expiry::ExpiredWhy;
 pub use techila::TechilaWhy;
@@ -296,20 +266,6 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     }
 }
 
-/// How widely the verdicts of the family's filter on one task are shared:
-/// what the dispatch loop may conclude when every free engine refuses it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum FilterScope {
-    /// The family has no filter of its own: the category alone decides.
-    Category,
-    /// For the whole run, every task of the job gets the same verdict on
-    /// each engine, and so does every job of the same class: the loop ranks
-    /// the class's engines once per category, and a refusal by every free
-    /// engine ends the job's walk and closes the category to the class.
-    Class(u64),
-    /// The verdicts may differ between the job's tasks.
-    Task,
-}
 
 /// The scope of the family's filter on task `key` (see [`FilterScope`]).
 pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
@@ -461,14 +417,6 @@ impl MovingRule {
     }
 }
 
-/// How a job ranks in a moving order, greatest first: two figures, each
-/// greater first, then submission (earlier first), then the job index.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-pub struct OrderKey {
-    pub primary: i64,
-    pub secondary: i64,
-    pub submitted: Reverse<Seq>,
-}
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct MovingEntry {

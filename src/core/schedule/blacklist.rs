@@ -8,7 +8,8 @@
 //!
 //! Greylisting needs no order: it is a score (see `dispatch::job_score`).
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 
 /// Most Blacklist orders in one run.
 pub const BLACKLISTS_PER_RUN_MAX: usize = 1_024;

@@ -5,7 +5,8 @@
 //! the dependent to fail; without it the dependent runs once its dependencies
 //! have ended, whatever became of them.
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::Order;
 use crate::core::state::{State, TaskKey, TaskStatus};
 

@@ -50,7 +50,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::core::family::{self as families, EngineOrder, FilterScope, JobOrder, Ordering};
 use super::filters::{self, RefusalScope, TaskRules};
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::candidate::Candidate;
+use super::in_flight::InFlight;
 use crate::core::event::Order;
 use crate::core::state::{
     Category, CategoryIdx, CompiledPreference, EngineIdx, Job, JobIdx, RotatedCursor, State, TaskKey, WaitingCursor,
@@ -87,17 +89,6 @@ pub fn task_score(state: &State, job: &Job, task_index: u32, e: EngineIdx) -> i6
     score
 }
 
-/// A free engine of the run.
-pub(crate) struct Candidate {
-    pub(crate) engine: EngineIdx,
-    pub(crate) slots: u32,
-    /// Slots in use, including what this run and the orders in flight booked.
-    pub(crate) used: u32,
-    /// Its queue sort key with `used` slots in use: computed when the run
-    /// gathers it and again when a booking changes `used`, since evaluating the
-    /// load formula and reading `seq_no` per comparison dominated large runs.
-    pub(crate) key: SortKey,
-}
 
 impl Candidate {
     /// `slots`: the engine's, or fewer when flood control holds some back.

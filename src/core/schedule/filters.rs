@@ -12,79 +12,10 @@
 //! engine, by the dispatch loop and by `why` alike, so `why` cannot list under
 //! "fit now" an engine dispatch would not use.
 
-use crate::core::event::LibraryRef;
 use crate::core::state::{Category, Engine, EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey, TaskStatus};
 
-/// Why an engine cannot take a task now.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Unfit {
-    /// The engine is logged out or lost.
-    NotLoggedIn,
-    /// The job's requirements expression is false for this engine.
-    RequirementsFalse,
-    /// The engine has fewer slots in all than one task needs.
-    TooFewSlots { slots: u32, needed: u32 },
-    /// The task's own discriminator is false for this engine.
-    DiscriminatorFalse,
-    /// The engine has not reported the job's root library synced.
-    LibraryMissing { library: LibraryRef, syncing: bool },
-    /// The job blacklisted the engine after its failures (or is about to).
-    Blacklisted { failures: u32 },
-    /// A redundant copy does not go where the task already runs.
-    RunsThisTask,
-    /// A retry does not go back to the engine it last failed on while another
-    /// logged-in engine could run it: it waits for that one.
-    RetryAvoids,
-    /// The engine is full for now.
-    NoFreeSlot { free: u32, needed: u32 },
-    /// The engine could take it, but engines of a higher tier that can are free.
-    TierHeld { tier: u32, best_tier: u32 },
-    /// An operator drained the engine (`gridfold engine drain`): no new work.
-    Drained,
-    /// CiGri: a test campaign already ran a task on the engine's cluster (or
-    /// this task is tied to another cluster, where it first went).
-    CigriTestClusterDone,
-    /// CiGri: the engine's cluster has an affinity campaign (of a user with
-    /// affinity for it) waiting, which comes first there.
-    CigriAffinityFirst,
-    /// Flood control: the gateway engine holds `held` slots of tasks not yet
-    /// started in its cluster's queue, and its job ratio allows `allowed`.
-    FloodHeld { held: u32, allowed: u32 },
-    /// CiGri: the campaign flagged the engine, or its cluster, a sink (its
-    /// tasks "succeed" in a tiny fraction of the campaign's median).
-    CigriSink,
-}
-
-impl Unfit {
-    /// Whether this reason holds until the engine, the job or an operator
-    /// changes it, rather than passing by itself (a slot frees, a sync ends).
-    pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            Unfit::RequirementsFalse | Unfit::TooFewSlots { .. } | Unfit::DiscriminatorFalse | Unfit::Blacklisted { .. }
-        )
-    }
-
-    pub fn rule_name(&self) -> &'static str {
-        match self {
-            Unfit::NotLoggedIn => "engine-not-logged-in",
-            Unfit::RequirementsFalse => "requirements-false",
-            Unfit::TooFewSlots { .. } => "too-few-slots",
-            Unfit::DiscriminatorFalse => "discriminator-false",
-            Unfit::LibraryMissing { .. } => "library-missing",
-            Unfit::Blacklisted { .. } => "blacklisted",
-            Unfit::RunsThisTask => "runs-this-task",
-            Unfit::RetryAvoids => "retry-avoids-engine",
-            Unfit::NoFreeSlot { .. } => "no-free-slot",
-            Unfit::TierHeld { .. } => "tier-held",
-            Unfit::Drained => "engine-drained",
-            Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
-            Unfit::CigriAffinityFirst => "cigri-affinity-first",
-            Unfit::FloodHeld { .. } => "flood-held",
-            Unfit::CigriSink => "cigri-sink",
-        }
-    }
-}
+pub use super::unfit::Unfit;
+pub use crate::core::state::checks::dependencies_ended;
 
 pub fn logged_in(engine: &Engine) -> Result<(), Unfit> {
     if engine.status == EngineStatus::LoggedIn { Ok(()) } else { Err(Unfit::NotLoggedIn) }
@@ -102,7 +33,7 @@ pub fn requirements(state: &State, job: &Job, engine: &Engine) -> Result<(), Unf
 
 pub fn enough_slots(job: &Job, engine: &Engine) -> Result<(), Unfit> {
     // A task of span `site` needs one slot of an engine to take a part there.
-    let needed = super::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+    let needed = crate::core::event::slots_per_engine(job.slots_per_task, job.options.span);
     if engine.slots >= needed {
         Ok(())
     } else {
@@ -227,7 +158,7 @@ pub fn not_blacklisted(state: &State, j: JobIdx, e: EngineIdx) -> Result<(), Unf
 
 pub fn free_slot(job: &Job, engine: &Engine, booked_in_flight: u32) -> Result<(), Unfit> {
     let free = engine.free_slots().saturating_sub(booked_in_flight);
-    let needed = super::parallel::slots_per_engine(job.slots_per_task, job.options.span);
+    let needed = crate::core::event::slots_per_engine(job.slots_per_task, job.options.span);
     if free >= needed { Ok(()) } else { Err(Unfit::NoFreeSlot { free, needed }) }
 }
 
@@ -263,12 +194,3 @@ pub fn tier(engine: &Engine, best_tier: u32) -> Result<(), Unfit> {
     if engine.tier <= best_tier { Ok(()) } else { Err(Unfit::TierHeld { tier: engine.tier, best_tier }) }
 }
 
-/// A task rule, not an engine rule: the tasks it depends on must have ended.
-/// Returns the first that has not.
-pub fn dependencies_ended(state: &State, key: TaskKey) -> Result<(), TaskKey> {
-    let Some(condition) = state.job(key.job).condition(key.index) else { return Ok(()) };
-    match condition.depends_on.iter().find(|&&dependency| !state.task_has_ended(dependency)) {
-        Some(&pending) => Err(pending),
-        None => Ok(()),
-    }
-}

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::core::event::{Order, OrderBatch};
 use crate::core::ids::Attempt;
 use crate::core::state::{EngineIdx, JobIdx, State, TaskKey};
+use crate::core::family::data::SinkTarget;
 
 #[derive(Debug, Clone, Default)]
 pub struct InFlight {
@@ -26,7 +27,7 @@ pub struct InFlight {
     /// Gateways a FloodRatio in flight sets the ratio of.
     flood_ratio: BTreeSet<EngineIdx>,
     /// CiGri FlagSink orders: (job, engine or cluster).
-    sinks_flagged: BTreeSet<(JobIdx, crate::core::family::SinkTarget)>,
+    sinks_flagged: BTreeSet<(JobIdx, SinkTarget)>,
 }
 
 impl InFlight {
@@ -129,7 +130,7 @@ impl InFlight {
                 // booked until the fold fails it.
                 Order::Undeliverable { .. } => {}
                 Order::FlagSink { job, engine, cluster, .. } => {
-                    let target = crate::core::family::SinkTarget::named(engine.as_ref(), cluster, |id| state.engine_idx(id));
+                    let target = SinkTarget::named(engine.as_ref(), cluster, |id| state.engine_idx(id));
                     if let (Some(j), Some(target)) = (state.job_idx(job), target) {
                         self.sinks_flagged.insert((j, target));
                     }
@@ -199,7 +200,7 @@ impl InFlight {
     }
 
     /// Whether a `FlagSink` of this campaign and target is in flight.
-    pub fn is_sink_flagged(&self, job: JobIdx, target: &crate::core::family::SinkTarget) -> bool {
+    pub fn is_sink_flagged(&self, job: JobIdx, target: &SinkTarget) -> bool {
         self.sinks_flagged.contains(&(job, target.clone()))
     }
 }

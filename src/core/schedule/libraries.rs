@@ -14,7 +14,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::{LibraryRef, Order};
 use crate::core::state::{EngineIdx, State};
 

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
 use crate::core::state::{Category, EngineIdx, JobIdx, State, TaskKey};

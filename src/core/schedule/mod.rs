@@ -43,19 +43,22 @@
 
 pub mod blacklist;
 pub mod budget;
+pub mod candidate;
 pub mod dependencies;
 pub mod dispatch;
 pub mod flood;
 pub mod filters;
-mod in_flight;
+pub mod in_flight;
 pub mod libraries;
 pub mod parallel;
 pub mod queue_sort;
 pub mod redundancy;
 pub mod reservation;
+pub mod reservation_why;
 pub mod soft;
 pub mod suspension;
 pub mod thresholds;
+pub mod unfit;
 
 #[cfg(test)]
 mod busy_grid_tests;

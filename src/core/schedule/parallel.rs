@@ -25,9 +25,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::{Order, ParallelPart, RequeueReason, Span, Unschedulable, PARALLEL_PARTS_MAX};
-use crate::core::fold::{check_engine_state, check_engine_takes};
+use crate::core::state::checks::{check_engine_state, check_engine_takes};
 use crate::core::ids::{Attempt, EngineId};
 use crate::core::reject::{OrderProblem, PartsProblem};
 use crate::core::state::{BookedPart, Category, EngineIdx, EngineStatus, JobIdx, State, TaskKey, TaskStatus};
@@ -35,14 +36,8 @@ use crate::core::state::{BookedPart, Category, EngineIdx, EngineStatus, JobIdx, 
 /// Most `part-lost` requeues one run orders.
 pub const PART_LOST_REQUEUES_PER_RUN_MAX: usize = 256;
 
-/// The slots a task needs on one engine to be eligible there: all of them for
-/// span `engine`, one for span `site` (the category's slot count).
-pub fn slots_per_engine(slots_per_task: u32, span: Span) -> u32 {
-    match span {
-        Span::Engine => slots_per_task,
-        Span::Site => 1,
-    }
-}
+/// Defined beside [`Span`], whose meaning it is.
+pub use crate::core::event::slots_per_engine;
 
 /// One free engine offered to [`fill_up`], in ranking order.
 #[derive(Debug, Clone, Copy)]

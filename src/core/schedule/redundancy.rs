@@ -28,7 +28,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::{Order, RescheduleReason};
 use crate::core::ids::{Attempt, JobId, TaskRef};
 use crate::core::state::{EngineIdx, Job, LiveAttempt, State, TaskKey};

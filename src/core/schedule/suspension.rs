@@ -10,7 +10,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{InFlight, Orders};
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::Order;
 use crate::core::state::{Control, EngineIdx, State};
 

@@ -183,13 +183,13 @@ impl CompiledPreference {
         self.expr = Some(crate::core::expr::parse(&self.when)?);
         Ok(())
     }
-    pub fn holds(&self, engine: &super::Engine) -> bool {
+    pub fn holds(&self, engine: &super::engine::Engine) -> bool {
         self.expr.as_ref().expect("preferences are rebuilt after every load").eval(&engine.props, engine.slots)
     }
 }
 
 /// The score a list of preferences gives an engine.
-pub fn preference_score(preferences: &[CompiledPreference], engine: &super::Engine) -> i64 {
+pub fn preference_score(preferences: &[CompiledPreference], engine: &super::engine::Engine) -> i64 {
     preferences.iter().filter(|p| p.holds(engine)).map(|p| i64::from(p.weight)).sum()
 }
 
@@ -330,8 +330,8 @@ pub struct Job {
     /// The owner's account and the project's (see [`super::accounts`]).
     /// Override tickets an operator gave the job (Grid Engine's `qalter -ot`).
     pub override_tickets: u32,
-    pub(crate) user_account: super::AccountIdx,
-    pub(crate) project_account: super::AccountIdx,
+    pub(crate) user_account: super::accounts::AccountIdx,
+    pub(crate) project_account: super::accounts::AccountIdx,
     /// The dependency that failed, when the job fails with it: it waits for a FailDependent order.
     pub failed_dependency: Option<JobId>,
     /// Task dependencies of other jobs' tasks on this job's tasks: while any
@@ -353,8 +353,8 @@ pub struct Job {
     /// `options.soft` (weight unused); `None` without any. See `schedule::soft`.
     pub(crate) soft: Option<CompiledPreference>,
     /// What the policy's families fold per job, each its own part (see
-    /// [`crate::core::family::JobFamilies`]).
-    pub families: crate::core::family::JobFamilies,
+    /// [`crate::core::family::data::JobFamilies`]).
+    pub families: crate::core::family::data::JobFamilies,
 }
 
 /// Where a walk of a job's waiting tasks stands (see [`Job::next_waiting`]).
@@ -441,8 +441,8 @@ impl Job {
             completion_times: CompletionTimes::default(),
             blocked_by: 0,
             override_tickets: 0,
-            user_account: super::AccountIdx(0),
-            project_account: super::AccountIdx(0),
+            user_account: super::accounts::AccountIdx(0),
+            project_account: super::accounts::AccountIdx(0),
             failed_dependency: None,
             task_dependents: 0,
             redundant_results: 0,

@@ -38,6 +38,7 @@ pub mod accounts;
 pub mod attempts;
 pub mod bookings;
 pub mod category;
+pub mod checks;
 pub mod controls;
 pub mod engine;
 pub mod engines;

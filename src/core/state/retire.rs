@@ -186,13 +186,13 @@ impl State {
         }
         for (c, category) in self.categories.iter().enumerate() {
             assert_eq!(category.users, users[c], "users of category {c}");
-            let vacant_listed = self.categories_vacant.contains(&super::CategoryIdx(c as u32));
+            let vacant_listed = self.categories_vacant.contains(&crate::core::ids::CategoryIdx(c as u32));
             assert_eq!(category.is_vacant(), vacant_listed, "vacancy of category {c}");
             if category.is_vacant() {
                 assert!(category.jobs.is_empty() && category.eligible.iter().all(|&word| word == 0));
             } else {
                 let key = (category.requirements.clone(), category.slots_per_task, category.library.clone());
-                assert_eq!(self.category_index.get(&key), Some(&super::CategoryIdx(c as u32)), "index of category {c}");
+                assert_eq!(self.category_index.get(&key), Some(&crate::core::ids::CategoryIdx(c as u32)), "index of category {c}");
             }
         }
         assert_eq!(self.category_index.len() + self.categories_vacant.len(), self.categories.len());

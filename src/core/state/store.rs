@@ -148,8 +148,8 @@ pub struct State {
     #[serde(skip)]
     pub(crate) holdings: super::holdings::Holdings,
     /// What the policy's families fold grid-wide, each its own part (see
-    /// [`crate::core::family::FamilyStates`]).
-    pub families: crate::core::family::FamilyStates,
+    /// [`crate::core::family::data::FamilyStates`]).
+    pub families: crate::core::family::data::FamilyStates,
 }
 
 impl State {

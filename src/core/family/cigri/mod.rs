@@ -64,9 +64,10 @@
 
 use std::collections::BTreeSet;
 
-use super::FilterScope;
-use crate::core::schedule::filters::Unfit;
-use crate::core::schedule::{InFlight, Orders};
+use super::data::FilterScope;
+use crate::core::schedule::unfit::Unfit;
+use crate::core::schedule::budget::Orders;
+use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, JobIdx, JobStatus, State, TaskKey};
 
@@ -82,8 +83,6 @@ pub const SINK_RATIO_MILLI_MAX: u32 = 1_000;
 pub const SINK_MIN_TASKS_MAX: u32 = 1_000_000;
 /// Longest predictor window: seven days of log time.
 pub const PREDICTOR_WINDOW_MS_MAX: u64 = 7 * 24 * 3_600_000;
-/// Most clusters one test campaign records (the filter refuses a new one past it).
-pub const TESTED_CLUSTERS_MAX: usize = 1_024;
 /// Most finalize `Reschedule` orders in one run.
 pub const FINALIZE_PER_RUN_MAX: usize = 1_024;
 /// Most `EndTestCampaign` orders in one run.
@@ -122,10 +121,6 @@ pub fn check_policy(policy: &CigriPolicy) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// The cluster an engine belongs to: its custom property `cluster`, or `""`.
-pub fn cluster_of(engine: &Engine) -> &str {
-    engine.props.custom.get("cluster").map_or("", String::as_str)
-}
 
 fn engines_indexed(state: &State) -> impl Iterator<Item = (EngineIdx, &Engine)> {
     state.engines().iter().enumerate().map(|(at, engine)| (EngineIdx(at as u32), engine))
@@ -220,7 +215,7 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     if state.policy.cigri.affinity.is_empty() {
         return Ok(());
     }
-    let first = crate::core::family::cigri::state::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
+    let first = crate::core::family::cigri::hooks::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
     if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
 }
 
@@ -244,7 +239,7 @@ pub fn filter_scope(state: &State, key: TaskKey) -> FilterScope {
     if state.policy.cigri.affinity.is_empty() {
         return FilterScope::Class(0);
     }
-    FilterScope::Class(crate::core::family::cigri::state::affinity_index(state).owner_class(&job.owner))
+    FilterScope::Class(crate::core::family::cigri::hooks::affinity_index(state).owner_class(&job.owner))
 }
 
 /// Per engine index, whether [`filter`] refuses task `key` there (asked once
@@ -378,9 +373,14 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
     }
 }
 
+pub mod cluster;
+pub mod figures;
+pub mod hooks;
 pub mod predictor;
 pub mod sink;
 pub mod state;
+pub use cluster::cluster_of;
+pub use state::TESTED_CLUSTERS_MAX;
 
 #[cfg(test)]
 mod tests;

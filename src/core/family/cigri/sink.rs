@@ -35,9 +35,11 @@
 //! Bounded: at most [`ENGINES_MAX`] engines tracked per campaign (a later one
 //! is not judged), [`SUSPECTS_MAX`] suspects and as many flags.
 
-use crate::core::schedule::{InFlight, Orders};
+use crate::core::schedule::budget::Orders;
+use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{CigriPolicy, Order};
 use crate::core::family::cigri::state::Campaign;
+pub use crate::core::family::cigri::state::{SinkFlag, SinkTarget};
 use crate::core::state::{EngineIdx, Job, JobIdx, JobStatus, State};
 
 /// Successes an engine (or a cluster) needs of a campaign before it is judged.
@@ -49,37 +51,7 @@ pub const SUSPECTS_MAX: usize = 256;
 /// Most `FlagSink` orders in one run.
 pub const FLAGS_PER_RUN_MAX: usize = 256;
 
-/// What the sink rule is judged on: one engine, or every engine of a cluster.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub enum SinkTarget {
-    Engine(EngineIdx),
-    Cluster(String),
-}
 
-impl SinkTarget {
-    /// The target a `FlagSink` order names: its engine, by the index
-    /// `engine_idx` finds for it (none when the state does not know it), or,
-    /// when it names no engine, its cluster.
-    pub fn named(
-        engine: Option<&crate::core::ids::EngineId>,
-        cluster: &str,
-        engine_idx: impl FnOnce(&crate::core::ids::EngineId) -> Option<EngineIdx>,
-    ) -> Option<SinkTarget> {
-        match engine {
-            Some(engine) => engine_idx(engine).map(SinkTarget::Engine),
-            None => Some(SinkTarget::Cluster(cluster.to_string())),
-        }
-    }
-}
-
-/// A flagged sink: its median and the campaign's when the order was folded.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SinkFlag {
-    pub median_ms: u64,
-    pub campaign_median_ms: u64,
-    /// Log time of the flag.
-    pub at_ms: u64,
-}
 
 /// The policy keys the rule reads.
 #[derive(Debug, Clone, Copy)]
@@ -194,7 +166,7 @@ pub fn flag_sinks(state: &State, in_flight: &InFlight, orders: &mut Orders) {
             let (engine, cluster) = match target {
                 SinkTarget::Engine(e) => {
                     let engine = state.engine(*e);
-                    (Some(engine.id.clone()), super::cluster_of(engine).to_string())
+                    (Some(engine.id.clone()), super::cluster::cluster_of(engine).to_string())
                 }
                 SinkTarget::Cluster(name) => (None, name.clone()),
             };
@@ -262,7 +234,7 @@ pub fn warnings(state: &State, j: JobIdx) -> Vec<SinkWarning> {
             let (engine, cluster) = match target {
                 SinkTarget::Engine(e) => {
                     let engine = state.engine(*e);
-                    (Some(engine.id.to_string()), super::cluster_of(engine).to_string())
+                    (Some(engine.id.to_string()), super::cluster::cluster_of(engine).to_string())
                 }
                 SinkTarget::Cluster(name) => (None, name.clone()),
             };

@@ -63,13 +63,14 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::schedule::InFlight;
+use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{FbsngPolicy, FbsngQueue, JobSpec, Policy};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
 use crate::core::reject::JobProblem;
 use crate::core::state::{JobIdx, State};
 
+pub mod hooks;
 pub mod state;
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 
 use std::cmp::Reverse;
 
-use super::OrderKey;
+use super::data::OrderKey;
 use crate::core::state::{JobIdx, State};
 
 /// `-p` first, then fewer running tasks of the owner, then submission.

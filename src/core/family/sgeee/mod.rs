@@ -49,7 +49,7 @@ pub mod urgency;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::OrderKey;
+use super::data::OrderKey;
 use crate::core::event::SgePolicy;
 use crate::core::ids::Seq;
 use crate::core::state::{AccountIdx, Accounts, JobIdx, State};

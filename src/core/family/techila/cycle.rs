@@ -40,16 +40,6 @@ pub const CYCLE_INTERVAL_MS_DEFAULT: u64 = 5_000;
 /// The longest interval a policy may set: an hour.
 pub const CYCLE_INTERVAL_MS_MAX: u64 = 3_600_000;
 
-/// Where the cycles stand, as folded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct CycleState {
-    /// The entry that opened the latest cycle.
-    pub opened_seq: Seq,
-    /// Its log time: the next interval counts from it.
-    pub opened_ms: u64,
-    /// The newest `based_on_seq` of a folded batch: cycles opened at or before it ran.
-    pub closed_seq: Seq,
-}
 
 /// The policy's interval in ms.
 pub fn interval_ms(policy: &Policy) -> u64 {

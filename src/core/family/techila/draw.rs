@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::core::schedule::dispatch::Candidate;
+use crate::core::schedule::candidate::Candidate;
 use crate::core::state::State;
 
 /// A core's place in the queue: the largest key is served first.

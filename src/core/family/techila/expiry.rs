@@ -22,7 +22,8 @@
 //! Not done here: the GridServer strategies (mean, standard deviation): a
 //! Techila project states its expected time itself.
 
-use crate::core::schedule::{InFlight, Orders};
+use crate::core::schedule::budget::Orders;
+use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{Algorithm, Order, RescheduleReason};
 use super::state::ExpiredTask;
 use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
@@ -119,7 +120,7 @@ pub fn jobs_with_copies_waiting(state: &State) -> Vec<JobIdx> {
             !job.families.techila.expired.is_empty() && job.families.techila.expired.keys().any(|&index| job.copy_waits(index))
         })
         .collect();
-    jobs.sort_by_key(|&j| (super::project_priority(state.job(j)), state.job(j).submit_seq, j));
+    jobs.sort_by_key(|&j| (super::priority::project_priority(state.job(j)), state.job(j).submit_seq, j));
     jobs
 }
 

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::core::ids::Seq;
+
 /// Techila's figures of one job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TechilaJob {
@@ -22,4 +24,15 @@ pub struct ExpiredTask {
     pub expected_ms: u64,
     /// The log time the copy was ordered.
     pub at_ms: u64,
+}
+
+/// Where the cycles stand, as folded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct CycleState {
+    /// The entry that opened the latest cycle.
+    pub opened_seq: Seq,
+    /// Its log time: the next interval counts from it.
+    pub opened_ms: u64,
+    /// The newest `based_on_seq` of a folded batch: cycles opened at or before it ran.
+    pub closed_seq: Seq,
 }

@@ -22,7 +22,7 @@
 //! The draw's order, which fixes who holds which ticket: the classes by
 //! category index, then slots per task; in each, the simple groups in group
 //! order (creation order of their first project); then the other groups in
-//! group order. The ticket drawn is `rng.below(total)` ([`below`]).
+//! group order. The ticket drawn is `rng.below(total)` ([`below`](super::priority::below)).
 //!
 //! Invariants (asserted in tests against a plain recount, [`Projects::entrants`]):
 //! every built class's trees hold exactly the current tickets of its simple
@@ -30,7 +30,7 @@
 //! Costs per draw: `O(classes + other groups + log groups)`; per booking
 //! `O(log groups)` plus the group's length when its project runs out of tasks.
 
-use super::{project_priority, ranking, tickets_of, user_priority, RankingInputs, PRIORITY_LOWEST, PRIORITY_NORMAL};
+use super::priority::{below, project_priority, ranking, tickets_of, user_priority, RankingInputs, PRIORITY_LOWEST, PRIORITY_NORMAL};
 use crate::core::ids::Seq;
 use crate::core::rng::SplitMix64;
 use crate::core::state::{CategoryIdx, EngineIdx, JobIdx, State};
@@ -539,21 +539,5 @@ impl Projects {
             listed.push(Listed { job: j, inputs, ranking, tickets: tickets_of(ranking) });
         }
         listed
-    }
-}
-
-/// Uniform in `0..bound` (bound > 0) from the seeded generator, without
-/// modulo bias: one `below` when the bound fits 64 bits, else 128-bit draws.
-pub(crate) fn below(rng: &mut SplitMix64, bound: u128) -> u128 {
-    assert!(bound > 0, "a draw has tickets");
-    if let Ok(bound) = u64::try_from(bound) {
-        return u128::from(rng.below(bound));
-    }
-    let zone = u128::MAX - (u128::MAX % bound);
-    loop {
-        let draw = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
-        if draw < zone {
-            return draw % bound;
-        }
     }
 }

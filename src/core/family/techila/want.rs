@@ -10,7 +10,7 @@
 //! them is walked in its serving order, at most [`WANT_WALK_MAX`] waiting tasks
 //! (beyond that the rest are counted as wanting, as the dispatch loop would try them).
 
-use crate::core::schedule::filters;
+use crate::core::state::checks::dependencies_ended;
 use crate::core::state::{JobIdx, State, TaskKey};
 
 /// Most waiting tasks of one job looked at to count its unheld ones.
@@ -48,6 +48,6 @@ pub fn wants_capacity(state: &State, j: JobIdx) -> bool {
 /// as the dispatch loop's own rule says.
 fn is_held(state: &State, key: TaskKey) -> bool {
     state.job(key.job).condition(key.index).is_some_and(|_| {
-        filters::dependencies_ended(state, key).is_err() || state.failed_dependency_of(key).is_some()
+        dependencies_ended(state, key).is_err() || state.failed_dependency_of(key).is_some()
     })
 }

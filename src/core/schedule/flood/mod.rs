@@ -30,8 +30,9 @@
 
 use std::collections::BTreeMap;
 
-use super::filters::Unfit;
-use super::{InFlight, Orders};
+use super::unfit::Unfit;
+use super::budget::Orders;
+use super::in_flight::InFlight;
 use crate::core::event::{FloodAlgorithm, FloodPolicy, FloodReason, Order, RequeueReason};
 use crate::core::state::{Engine, EngineIdx, EngineStatus, State};
 
