@@ -1166,7 +1166,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
         }
         Order::DispatchParallel { task, attempt, engine, epoch, parts } => {
             let key = order_task(state, task, last_job)?;
-            super::schedule::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
+            super::state::parallel::fold_dispatch(state, key, *attempt, engine, *epoch, parts)?;
             if parts.first().is_some_and(|master| master.engine == *engine) {
                 super::family::on_dispatch(state, key, None);
             }

@@ -28,10 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::budget::Orders;
 use super::in_flight::InFlight;
 use crate::core::event::{Order, ParallelPart, RequeueReason, Span, Unschedulable, PARALLEL_PARTS_MAX};
-use crate::core::state::checks::{check_engine_state, check_engine_takes};
 use crate::core::ids::{Attempt, EngineId};
-use crate::core::reject::{OrderProblem, PartsProblem};
-use crate::core::state::{BookedPart, Category, EngineIdx, EngineStatus, JobIdx, State, TaskKey, TaskStatus};
+use crate::core::state::{Category, EngineIdx, EngineStatus, JobIdx, State, TaskKey};
 
 /// Most `part-lost` requeues one run orders.
 pub const PART_LOST_REQUEUES_PER_RUN_MAX: usize = 256;
@@ -195,78 +193,6 @@ pub fn orders_for(state: &State, key: TaskKey, attempt: Attempt, parts: &[(Engin
             parts: named.clone(),
         })
         .collect()
-}
-
-/// Whether a `DispatchParallel` read back applies, and if it is the master's,
-/// books every part. A companion's order applies when its attempt was booked
-/// with exactly these parts and is not broken; it changes nothing.
-pub(crate) fn fold_dispatch(
-    state: &mut State,
-    key: TaskKey,
-    attempt: Attempt,
-    engine: &EngineId,
-    epoch: u64,
-    parts: &[ParallelPart],
-) -> Result<(), OrderProblem> {
-    let bad = |problem| OrderProblem::BadParts { problem };
-    let job = state.job(key.job);
-    if job.options.span != Span::Site {
-        return Err(bad(PartsProblem::SpanMismatch));
-    }
-    if parts.is_empty() || parts.len() > PARALLEL_PARTS_MAX {
-        return Err(bad(PartsProblem::PartCount));
-    }
-    let mine = parts.iter().position(|part| part.engine == *engine && part.epoch == epoch);
-    match mine {
-        None => Err(bad(PartsProblem::NotAPart)),
-        Some(0) => book_master(state, key, attempt, parts),
-        Some(_) => {
-            let booked = state.parallel().parts_of(key, attempt).ok_or(bad(PartsProblem::NotBooked))?;
-            let same = booked.len() == parts.len()
-                && booked.iter().zip(parts).all(|(b, p)| {
-                    state.engine(b.engine).id == p.engine && b.epoch == p.epoch && b.slots == p.slots
-                });
-            if !same || state.parallel().broken().any(|at| at == (key, attempt)) {
-                return Err(bad(PartsProblem::NotBooked));
-            }
-            Ok(())
-        }
-    }
-}
-
-fn book_master(state: &mut State, key: TaskKey, attempt: Attempt, parts: &[ParallelPart]) -> Result<(), OrderProblem> {
-    let bad = |problem| OrderProblem::BadParts { problem };
-    let current = state.task(key);
-    let job = state.job(key.job);
-    if current.status != TaskStatus::Waiting || !job.is_active() {
-        return Err(OrderProblem::TaskNotWaiting);
-    }
-    if attempt != current.attempts + 1 {
-        return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
-    }
-    let total = parts.iter().try_fold(0u32, |sum, part| sum.checked_add(part.slots));
-    if total != Some(job.slots_per_task) {
-        return Err(bad(PartsProblem::SlotsDoNotAddUp));
-    }
-    let mut booked: Vec<BookedPart> = Vec::with_capacity(parts.len());
-    for part in parts {
-        if part.slots == 0 {
-            return Err(bad(PartsProblem::ZeroSlots));
-        }
-        let e = state.engine_idx(&part.engine).ok_or(OrderProblem::UnknownEngine)?;
-        if booked.iter().any(|b| b.engine == e) {
-            return Err(bad(PartsProblem::DuplicateEngine));
-        }
-        check_engine_state(state, e, part.epoch)?;
-        check_engine_takes(state, key, e, part.slots)?;
-        let site = &state.engine(e).props.site;
-        if site.is_empty() || booked.first().is_some_and(|master| state.engine(master.engine).props.site != *site) {
-            return Err(bad(PartsProblem::DifferentSites));
-        }
-        booked.push(BookedPart { engine: e, epoch: part.epoch, slots: part.slots });
-    }
-    state.dispatch_parallel(key, attempt, booked);
-    Ok(())
 }
 
 /// Requeues every parallel attempt a companion of which lost its engine: the
