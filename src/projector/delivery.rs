@@ -8,9 +8,9 @@
 //! the engine holding the attempt. When a parallel attempt whose job names a
 //! companion command ends, each companion engine hears a `Cancel` (reason
 //! `parallel-ended`) derived from what the fold reports of the entry that
-//! ended it ([`companion_stops`]), not from an order. Orders no engine acts on
-//! (`MarkUnschedulable`, `Blacklist`, `Reschedule`, `FailDependent`) are not
-//! delivered.
+//! ended it ([`companion_stops`]), not from an order. Which engine an order
+//! goes to, if any, is [`Order::addressee`]'s to say; orders it addresses to
+//! no engine are not delivered.
 
 use crate::core::event::{CancelReason, Entry, Envelope, Event, Order, OrderBatch, ParallelPart, Payload};
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
@@ -50,36 +50,31 @@ pub fn deliveries_of(state: &State, batch_seq: Seq, batch: &OrderBatch, rejectio
             continue;
         }
         let id = Delivery::id_for(batch_seq, n);
-        let (engine, kind) = match order {
-            Order::Dispatch { task, attempt, engine, .. } => {
+        // Whom an order goes to is the order's to say ([`Order::addressee`]);
+        // what the engine hears of it is said here.
+        let Some(engine) = order.addressee().cloned() else { continue };
+        let kind = match order {
+            Order::Dispatch { task, attempt, .. } => {
                 let Some(run) = run_task(state, task, *attempt, None) else { continue };
-                (engine.clone(), DeliveryKind::Run(run))
+                DeliveryKind::Run(run)
             }
-            Order::DispatchParallel { task, attempt, engine, parts, .. } => {
-                let Some(run) = run_task(state, task, *attempt, Some((engine, parts))) else { continue };
-                (engine.clone(), DeliveryKind::Run(run))
+            Order::DispatchParallel { task, attempt, parts, .. } => {
+                let Some(run) = run_task(state, task, *attempt, Some((&engine, parts))) else { continue };
+                DeliveryKind::Run(run)
             }
-            Order::Cancel { engine, .. } => (engine.clone(), DeliveryKind::Cancel(order.clone())),
-            Order::EngineLost { engine, .. } => (engine.clone(), DeliveryKind::Lost(order.clone())),
-            Order::Requeue { task, attempt, engine, .. } => {
+            Order::Cancel { .. } => DeliveryKind::Cancel(order.clone()),
+            Order::EngineLost { .. } => DeliveryKind::Lost(order.clone()),
+            Order::Requeue { task, attempt, .. } => {
                 let stop = Order::Cancel { task: task.clone(), attempt: *attempt, engine: engine.clone(), reason: CancelReason::Requeued };
-                (engine.clone(), DeliveryKind::Cancel(stop))
+                DeliveryKind::Cancel(stop)
             }
-            Order::SyncLibrary { engine, library } => {
+            Order::SyncLibrary { library, .. } => {
                 let published = state.library(library).cloned();
-                (engine.clone(), DeliveryKind::SyncLibrary { library: library.clone(), published })
+                DeliveryKind::SyncLibrary { library: library.clone(), published }
             }
-            Order::Suspend { engine, .. } | Order::Resume { engine, .. } | Order::Preempt { engine, .. } => {
-                (engine.clone(), DeliveryKind::Control(order.clone()))
-            }
-            Order::MarkUnschedulable { .. }
-            | Order::Blacklist { .. }
-            | Order::Reschedule { .. }
-            | Order::FailDependent { .. }
-            | Order::EndTestCampaign { .. }
-            | Order::FloodRatio { .. }
-            | Order::Undeliverable { .. } => continue,
-            | Order::FlagSink { .. } => continue,
+            Order::Suspend { .. } | Order::Resume { .. } | Order::Preempt { .. } => DeliveryKind::Control(order.clone()),
+            // `addressee` names no engine for the other kinds.
+            _ => continue,
         };
         // The engine's epoch as of this fold: an engine that sees a later one
         // than its own knows another login took its name.
@@ -284,5 +279,29 @@ mod tests {
             }]
         );
         assert!(state.parallel().is_empty(), "the completion freed every part");
+    }
+
+    proptest::proptest! {
+        /// Deliveries follow [`Order::addressee`]: an order it addresses to
+        /// no engine is never delivered, and every other is delivered to its
+        /// addressee, but for a dispatch whose job the state does not hold.
+        #[test]
+        fn every_order_is_delivered_to_its_addressee_and_no_other(event in crate::wire::testing::arb_event()) {
+            let Event::OrderBatch(batch) = event else { return Ok(()) };
+            let deliveries = deliveries_of(&State::new(), Seq(7), &batch, &[]);
+            let mut delivered = deliveries.iter();
+            for (n, order) in batch.orders.iter().enumerate() {
+                let runs = matches!(order, Order::Dispatch { .. } | Order::DispatchParallel { .. });
+                match order.addressee() {
+                    Some(engine) if !runs => {
+                        let delivery = delivered.next().expect("an addressed order is delivered");
+                        proptest::prop_assert_eq!(&delivery.id, &Delivery::id_for(Seq(7), n));
+                        proptest::prop_assert_eq!(&delivery.engine, engine);
+                    }
+                    _ => {}
+                }
+            }
+            proptest::prop_assert!(delivered.next().is_none(), "only addressed orders are delivered");
+        }
     }
 }

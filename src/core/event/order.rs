@@ -139,18 +139,30 @@ impl Order {
             Order::Undeliverable { .. } => "Undeliverable",
         }
     }
-    /// The engine that must hear of this order, if any.
+    /// The engine that must hear of this order, if any: the one place that
+    /// says so, which the projector's deliveries follow. Every kind is listed,
+    /// so a new one must say whom it goes to.
     pub fn addressee(&self) -> Option<&EngineId> {
         match self {
             Order::Dispatch { engine, .. }
+            | Order::DispatchParallel { engine, .. }
             | Order::Cancel { engine, .. }
             | Order::Requeue { engine, .. }
             | Order::Suspend { engine, .. }
             | Order::Resume { engine, .. }
             | Order::Preempt { engine, .. }
-            | Order::DispatchParallel { engine, .. } => Some(engine),
-            Order::EngineLost { engine, .. } | Order::SyncLibrary { engine, .. } => Some(engine),
-            _ => None,
+            | Order::EngineLost { engine, .. }
+            | Order::SyncLibrary { engine, .. } => Some(engine),
+            // Decisions about jobs and tasks that only the fold acts on.
+            Order::MarkUnschedulable { .. }
+            | Order::Reschedule { .. }
+            | Order::FailDependent { .. }
+            | Order::EndTestCampaign { .. } => None,
+            // They name an engine, but as the subject of the decision, not
+            // as one that acts: the fold bars it for a job, caps its share,
+            // or flags it a sink; the engine of an `Undeliverable` is the one
+            // its delivery could not reach.
+            Order::Blacklist { .. } | Order::FloodRatio { .. } | Order::FlagSink { .. } | Order::Undeliverable { .. } => None,
         }
     }
 }
