@@ -24,6 +24,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use toml::Spanned;
+use toml::de::DeTable;
 
 use crate::core::event::{
     JobOptions, JobSpec, LibraryRef, Preference, TASKS_PER_JOB_MAX, TaskConditions, TaskSet,
@@ -153,18 +154,17 @@ impl TaskTable {
     }
 }
 
-/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included). The
-/// simulator's scenarios write conditions the same way.
+/// `tasks = 3`, `tasks = "3"` or `tasks = "0-9"` (both ends included).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum TaskRange {
+enum TaskRange {
     One(u32),
     Text(String),
 }
 
 impl TaskRange {
     /// The indexes it names within a job of `n_tasks`, or what is wrong with it.
-    pub(crate) fn resolve(&self, n_tasks: u32) -> Result<RangeInclusive<u32>, String> {
+    fn resolve(&self, n_tasks: u32) -> Result<RangeInclusive<u32>, String> {
         let (first, last) = match self {
             TaskRange::One(task_idx) => (*task_idx, *task_idx),
             TaskRange::Text(text) => {
@@ -197,10 +197,10 @@ struct LibraryTable {
     version: Spanned<String>,
 }
 
-/// `{ when = '...', weight = N }`, in the job file and in the simulator's scenarios.
+/// `{ when = '...', weight = N }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PreferenceTable {
+struct PreferenceTable {
     when: Spanned<String>,
     weight: i32,
 }
@@ -230,14 +230,6 @@ pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
-/// The byte offset where a 1-based line starts (the end of the text past its last line).
-pub fn line_start(text: &str, line: usize) -> usize {
-    if line <= 1 {
-        return 0;
-    }
-    text.bytes().enumerate().filter(|&(_, b)| b == b'\n').nth(line - 2).map_or(text.len(), |(at, _)| at + 1)
-}
-
 /// The text of a TOML file being read and its name, to turn offsets into `path:line: message` errors.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FileText<'a> {
@@ -261,6 +253,15 @@ impl FileText<'_> {
         toml::from_str(self.text).map_err(|e| self.error(e.span().map_or(0, |span| span.start), e.message()))
     }
 
+    /// Deserialises one table of the file, parsed already with its spans (a
+    /// scenario's `[policy]` and each of its `[[jobs]]`, read by the policy
+    /// file's and the job file's own types), or says where its shape is wrong.
+    pub fn parse_table<T: serde::de::DeserializeOwned>(&self, table: Spanned<DeTable<'_>>) -> Result<T, JobFileError> {
+        let table_start = table.span().start;
+        T::deserialize(toml::de::Deserializer::from(table))
+            .map_err(|e| self.error(e.span().map_or(table_start, |span| span.start), e.message().trim()))
+    }
+
     /// The error for a problem with one of the file's values: an expression
     /// error points a caret at the byte, on the line it is on.
     fn problem(&self, problem: ValueProblem) -> JobFileError {
@@ -282,9 +283,8 @@ impl FileText<'_> {
     }
 }
 
-/// What is wrong with a value of a TOML file, at its span. The job file and the
-/// simulator's scenarios read conditions and job options with the same code, and
-/// each turns the problem into its own `file:line: message`.
+/// What is wrong with a value of a TOML file, at its span, before it is turned
+/// into `file:line: message` (an expression's problem points at the byte).
 #[derive(Debug)]
 pub(crate) enum ValueProblem {
     At(Range<usize>, String),
@@ -297,7 +297,7 @@ fn problem_at<T>(value: &Spanned<T>, message: impl Into<String>) -> ValueProblem
 }
 
 /// Checks a requirements-language expression given as a TOML string, named `what`.
-pub(crate) fn expression(what: &str, source: &Spanned<String>) -> Result<String, ValueProblem> {
+fn expression(what: &str, source: &Spanned<String>) -> Result<String, ValueProblem> {
     match expr::parse(source.get_ref()) {
         Ok(_) => Ok(source.get_ref().clone()),
         Err(error) => Err(ValueProblem::Expression { what: what.to_string(), source: source.clone(), error }),
@@ -314,7 +314,7 @@ pub(crate) fn bounded<T>(what: &str, list: &[Spanned<T>]) -> Result<(), ValuePro
     }
 }
 
-pub(crate) fn preferences(what: &str, list: &[Spanned<PreferenceTable>]) -> Result<Vec<Preference>, ValueProblem> {
+fn preferences(what: &str, list: &[Spanned<PreferenceTable>]) -> Result<Vec<Preference>, ValueProblem> {
     bounded(what, list)?;
     list.iter()
         .enumerate()
@@ -369,7 +369,46 @@ pub fn read_job_file(path: &Path, owner_default: &str) -> Result<JobSpec, JobFil
 
 pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec, JobFileError> {
     let file_text = FileText { text, path };
-    let file: JobFile = file_text.parse()?;
+    job_spec(file_text, file_text.parse()?, owner_default, KnownJobs::Any)
+}
+
+/// A job written as one table of a larger file, with the job file's keys and
+/// checks: a scenario's `[[jobs]]` entry. `known` says which jobs it may depend on.
+pub(crate) fn job_from_table(
+    file_text: FileText<'_>,
+    table: Spanned<DeTable<'_>>,
+    owner_default: &str,
+    known: KnownJobs<'_>,
+) -> Result<JobSpec, JobFileError> {
+    job_spec(file_text, file_text.parse_table(table)?, owner_default, known)
+}
+
+/// The jobs a job may depend on (by `depends_on`, or a task's `JOB/INDEX`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KnownJobs<'a> {
+    /// Any job: a job file's dependencies are the fold's to check, on the grid it reaches.
+    Any,
+    /// Only these, with their numbers of tasks: a scenario's jobs listed before
+    /// this one, which it submits first (the fold refuses a dependency it has not seen).
+    Only(&'a BTreeMap<JobId, u32>),
+}
+
+impl KnownJobs<'_> {
+    /// Checks a dependency on `job`, named by `what` at `at`: its number of tasks when known.
+    fn check<T>(self, what: &str, at: &Spanned<T>, job: &JobId) -> Result<Option<u32>, ValueProblem> {
+        match self {
+            KnownJobs::Any => Ok(None),
+            KnownJobs::Only(jobs) => jobs.get(job).map(|&n_tasks| Some(n_tasks)).ok_or_else(|| {
+                let message = format!(
+                    "{what}: job {job} is not a job listed before this one; the fold refuses a dependency it has not seen"
+                );
+                problem_at(at, message)
+            }),
+        }
+    }
+}
+
+fn job_spec(file_text: FileText<'_>, file: JobFile, owner_default: &str, known: KnownJobs<'_>) -> Result<JobSpec, JobFileError> {
     let id = match &file.id {
         Some(id) => JobId::new(id.get_ref()).map_err(|e| file_text.at(id, format!("id: {e}")))?,
         None => generated_job_id(),
@@ -418,8 +457,8 @@ pub fn parse_job(text: &str, path: &str, owner_default: &str) -> Result<JobSpec,
         TaskSet::Count(n) => *n,
         TaskSet::List(list) => list.len() as u32,
     };
-    let task_conditions = task_conditions(file_text, &file, &id, n_tasks)?;
-    let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions)?;
+    let task_conditions = task_conditions(file_text, &file, &id, n_tasks, known)?;
+    let (mut options, task_conditions) = job_options(file_text, &file, &id, task_conditions, known)?;
     options.span = span;
     options.reserve = file.reserve;
     if let Some(command) = &file.companion_command {
@@ -582,8 +621,15 @@ fn task_conditions(
     file: &JobFile,
     job: &JobId,
     n_tasks: u32,
+    known: KnownJobs<'_>,
 ) -> Result<BTreeMap<u32, TaskConditions>, JobFileError> {
-    let reader = ConditionReader { job, n_tasks, other_job_task: &|_, _, _| Ok(()) };
+    let other_job_task = |what: &str, dependency: &Spanned<String>, task: &TaskRef| match known.check(what, dependency, &task.job)? {
+        Some(n_tasks) if task.index >= n_tasks => {
+            Err(problem_at(dependency, format!("{what}: job {} has {n_tasks} tasks, no task {}", task.job, task.index)))
+        }
+        _ => Ok(()),
+    };
+    let reader = ConditionReader { job, n_tasks, other_job_task: &other_job_task };
     let problem = |problem| file_text.problem(problem);
     let mut by_task = ConditionsByTask::new();
     let entries = file.task_list.as_ref().map(|list| list.get_ref().as_slice()).unwrap_or_default();
@@ -613,8 +659,8 @@ fn task_conditions(
     Ok(conditions_by_index(by_task))
 }
 
-/// The condition keys of one entry, as the job file and the simulator's scenarios write them.
-pub(crate) struct ConditionKeys<'a> {
+/// The condition keys of one entry, a `[[task_list]]` or a `[[condition]]`.
+struct ConditionKeys<'a> {
     pub discriminator: &'a Option<Spanned<String>>,
     pub affinity: &'a [Spanned<PreferenceTable>],
     pub task_affinity: &'a [Spanned<u32>],
@@ -623,27 +669,27 @@ pub(crate) struct ConditionKeys<'a> {
 }
 
 /// Conditions by task index, each with the entry that gave them.
-pub(crate) type ConditionsByTask = BTreeMap<u32, (TaskConditions, String)>;
+type ConditionsByTask = BTreeMap<u32, (TaskConditions, String)>;
 
-pub(crate) fn conditions_by_index(by_task: ConditionsByTask) -> BTreeMap<u32, TaskConditions> {
+fn conditions_by_index(by_task: ConditionsByTask) -> BTreeMap<u32, TaskConditions> {
     by_task.into_iter().map(|(task_idx, (conditions, _))| (task_idx, conditions)).collect()
 }
 
 /// Reads the conditions of the entries of one job.
-pub(crate) struct ConditionReader<'a> {
+struct ConditionReader<'a> {
     pub job: &'a JobId,
     pub n_tasks: u32,
     pub other_job_task: &'a OtherJobTask<'a>,
 }
 
 /// Checks a dependency (written at the value, named `what`) on a task of
-/// another job: the job file takes any, a scenario only its earlier jobs'.
-pub(crate) type OtherJobTask<'a> = dyn Fn(&str, &Spanned<String>, &TaskRef) -> Result<(), ValueProblem> + 'a;
+/// another job: any, or only those a scenario lists before it ([`KnownJobs`]).
+type OtherJobTask<'a> = dyn Fn(&str, &Spanned<String>, &TaskRef) -> Result<(), ValueProblem> + 'a;
 
 impl ConditionReader<'_> {
     /// A `[[condition]]` entry, named `what`, spanning `entry_span`: its
     /// conditions go to the tasks of its range, which have none yet.
-    pub(crate) fn range_entry(
+    fn range_entry(
         &self,
         by_task: &mut ConditionsByTask,
         what: String,
@@ -685,7 +731,7 @@ impl ConditionReader<'_> {
 
     /// The conditions of one entry, applied from task `first_task_idx` on:
     /// `task_affinity` and same-job `depends_on` must name tasks before it.
-    pub(crate) fn conditions(
+    fn conditions(
         &self,
         what: &str,
         keys: &ConditionKeys<'_>,
@@ -752,6 +798,7 @@ fn job_options(
     file: &JobFile,
     id: &JobId,
     task_conditions: BTreeMap<u32, TaskConditions>,
+    known: KnownJobs<'_>,
 ) -> Result<(JobOptions, BTreeMap<u32, TaskConditions>), JobFileError> {
     let root_library = match &file.root_library {
         Some(table) => {
@@ -778,8 +825,8 @@ fn job_options(
         failures_before_blacklist: &file.failures_before_blacklist,
         engine_greylisting: file.engine_greylisting,
         redundant_rescheduling: file.redundant_rescheduling,
-        task_max_time: ("task_max_time_secs", &file.task_max_time_secs, 1000),
-        expected_task_time: ("expected_task_time_secs", &file.expected_task_time_secs, 1000),
+        task_max_time_secs: &file.task_max_time_secs,
+        expected_task_time_secs: &file.expected_task_time_secs,
         cancel_redundant_on_first_result: &file.cancel_redundant_on_first_result,
         job_share: &file.job_share,
         project_priority: &file.project_priority,
@@ -790,14 +837,14 @@ fn job_options(
         if job_id == *id {
             return Err(problem_at(job, format!("{what}: a job cannot depend on itself")));
         }
+        known.check(what, job, &job_id)?;
         Ok(job_id)
     };
     keys.read(root_library, depends_on_job, || Ok(task_conditions)).map_err(|p| file_text.problem(p))
 }
 
-/// The keys of a job's options as the job file and the simulator's scenarios
-/// write them, but for `root_library`, which each reads its own way.
-pub(crate) struct OptionKeys<'a> {
+/// The keys of a job's options, but for `root_library`, which is read first.
+struct OptionKeys<'a> {
     pub affinity: &'a [Spanned<PreferenceTable>],
     pub depends_on: &'a [Spanned<String>],
     pub fail_on_dependency_failure: &'a Option<Spanned<bool>>,
@@ -806,11 +853,8 @@ pub(crate) struct OptionKeys<'a> {
     pub failures_before_blacklist: &'a Option<Spanned<u32>>,
     pub engine_greylisting: bool,
     pub redundant_rescheduling: bool,
-    /// `task_max_time_secs` in a job file, `task_max_time_ms` in a scenario:
-    /// the key, its value and how many ms one unit is.
-    pub task_max_time: (&'static str, &'a Option<Spanned<u64>>, u64),
-    /// `expected_task_time_secs` in a job file, `expected_task_time_ms` in a scenario.
-    pub expected_task_time: (&'static str, &'a Option<Spanned<u64>>, u64),
+    pub task_max_time_secs: &'a Option<Spanned<u64>>,
+    pub expected_task_time_secs: &'a Option<Spanned<u64>>,
     pub cancel_redundant_on_first_result: &'a Option<Spanned<bool>>,
     /// Grid Engine's `qsub -js`: the job's functional shares in ticket mode.
     pub job_share: &'a Option<Spanned<u32>>,
@@ -825,7 +869,7 @@ impl OptionKeys<'_> {
     /// entry of `depends_on` (named `what`); `task_conditions` reads the
     /// conditions, after the job's own dependencies, before the options that
     /// need a dependency.
-    pub(crate) fn read(
+    fn read(
         &self,
         root_library: Option<LibraryRef>,
         depends_on_job: impl Fn(&str, &Spanned<String>) -> Result<JobId, ValueProblem>,
@@ -861,9 +905,8 @@ impl OptionKeys<'_> {
         if let Some(n) = self.failures_before_blacklist {
             needs(n.span(), "failures_before_blacklist", self.engine_blacklisting, "engine_blacklisting = true")?;
         }
-        let (max_time_key, max_time, max_time_unit_ms) = self.task_max_time;
-        if let Some(time) = max_time {
-            needs(time.span(), max_time_key, self.redundant_rescheduling, "redundant_rescheduling = true")?;
+        if let Some(time) = self.task_max_time_secs {
+            needs(time.span(), "task_max_time_secs", self.redundant_rescheduling, "redundant_rescheduling = true")?;
         }
         let failures_before_blacklist = match self.failures_before_blacklist {
             Some(n) if *n.get_ref() == 0 => return Err(problem_at(n, "failures_before_blacklist must be at least 1")),
@@ -871,19 +914,18 @@ impl OptionKeys<'_> {
             None if self.engine_blacklisting => 1,
             None => 0,
         };
-        let task_max_time_ms = match max_time {
+        let task_max_time_ms = match self.task_max_time_secs {
             Some(time) if *time.get_ref() == 0 => {
-                return Err(problem_at(time, format!("{max_time_key} must be at least 1 (leave it out for no limit)")));
+                return Err(problem_at(time, "task_max_time_secs must be at least 1 (leave it out for no limit)"));
             }
-            Some(time) => time.get_ref().saturating_mul(max_time_unit_ms),
+            Some(time) => time.get_ref().saturating_mul(1000),
             None => 0,
         };
-        let (expected_key, expected, expected_unit_ms) = self.expected_task_time;
-        let expected_task_time_ms = match expected {
+        let expected_task_time_ms = match self.expected_task_time_secs {
             Some(time) if *time.get_ref() == 0 => {
-                return Err(problem_at(time, format!("{expected_key} must be at least 1 (leave it out for none)")));
+                return Err(problem_at(time, "expected_task_time_secs must be at least 1 (leave it out for none)"));
             }
-            Some(time) => time.get_ref().saturating_mul(expected_unit_ms),
+            Some(time) => time.get_ref().saturating_mul(1000),
             None => 0,
         };
         let shares_max = crate::core::family::sgeee::share_tree::SHARES_MAX;

@@ -2,10 +2,11 @@
 //! (`gridfold submit`), policy files (`gridfold policy apply`) and scenario files
 //! (`gridfold sim`, and the simulator's tests).
 //!
-//! Both the command line and the simulator read through here, so a key means the
-//! same thing wherever it is written: a scenario's `[[jobs]]` options and
-//! `[[jobs.condition]]` ranges are read by the job file's code, its
-//! `[policy.redundancy]` limits by the policy file's.
+//! Both the command line and the simulator read through here, and each format
+//! is read once, so a key means the same thing wherever it is written: a
+//! scenario's `[policy]` is read by the policy file's reader and each of its
+//! `[[jobs]]` by the job file's (the same keys, units and checks), and only
+//! the scenario's own keys (arrival times, run times, engines, faults) are its.
 //!
 //! # Invariants
 //! - Every error names the file and the line, and says what is wrong; an error in

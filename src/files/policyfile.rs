@@ -13,7 +13,7 @@ pub(crate) mod fbsng;
 mod render;
 pub(crate) mod sge;
 mod thresholds;
-pub(crate) use thresholds::{decimal_milli, suspend_thresholds};
+pub(crate) use thresholds::decimal_milli;
 
 pub use render::policy_file_text;
 
@@ -174,7 +174,9 @@ struct LoadFormulaSection {
 #[serde(deny_unknown_fields)]
 struct RedundancySection {
     strategy_effective_percent: Option<Spanned<u32>>,
-    poll_period_secs: Option<Spanned<u64>>,
+    /// Seconds, with up to three decimals (`0.5`): the rescheduler may look
+    /// at running tasks more often than once a second.
+    poll_period_secs: Option<Spanned<toml::Value>>,
     percent_completed_strategy: Option<bool>,
     remaining_task_percent: Option<Spanned<u32>>,
     average_strategy: Option<bool>,
@@ -253,7 +255,16 @@ pub fn read_policy_file(path: &Path) -> Result<Policy, FileError> {
 
 pub fn parse_policy(text: &str, path: &str) -> Result<Policy, FileError> {
     let file_text = FileText { text, path };
-    let file: PolicyFile = file_text.parse()?;
+    policy(file_text, file_text.parse()?)
+}
+
+/// A policy written as one table of a larger file, with the policy file's keys
+/// and checks: a scenario's `[policy]`.
+pub(crate) fn policy_from_table(file_text: FileText<'_>, table: Spanned<toml::de::DeTable<'_>>) -> Result<Policy, FileError> {
+    policy(file_text, file_text.parse_table(table)?)
+}
+
+fn policy(file_text: FileText<'_>, file: PolicyFile) -> Result<Policy, FileError> {
     let defaults = Policy::default();
     let (algorithm, sge) = file.grid_engine(file_text)?;
     let dispatches_per_run_max = match &file.dispatches_per_run_max {
@@ -358,6 +369,29 @@ fn seconds(file_text: FileText<'_>, name: &str, value: &Option<Spanned<u64>>, de
     }
 }
 
+/// A duration given in seconds with up to three decimals (`5`, `0.5`), more
+/// than 0, in ms, read from its text so nothing is lost to binary floating
+/// point; `default_ms` when absent.
+fn decimal_seconds(
+    file_text: FileText<'_>,
+    name: &str,
+    value: &Option<Spanned<toml::Value>>,
+    default_ms: u64,
+) -> Result<u64, FileError> {
+    let Some(value) = value else { return Ok(default_ms) };
+    let literal = file_text.text[value.span()].replace('_', "");
+    let ms = match value.get_ref() {
+        toml::Value::Integer(secs) => u64::try_from(*secs).ok().map(|secs| secs.saturating_mul(1000)),
+        toml::Value::Float(_) => decimal_milli(literal.trim_start_matches('+')).and_then(|ms| u64::try_from(ms).ok()),
+        _ => None,
+    };
+    match ms {
+        None => Err(file_text.at(value, format!("{name}: {literal} is not seconds with at most three decimals, such as 5 or 0.5"))),
+        Some(0) => Err(file_text.at(value, format!("{name} must be more than 0 seconds"))),
+        Some(ms) => Ok(ms),
+    }
+}
+
 fn redundancy(file_text: FileText<'_>, section: &RedundancySection) -> Result<RedundancyPolicy, FileError> {
     let defaults = RedundancyPolicy::default();
     let percent = |name: &str, value: &Option<Spanned<u32>>, default: u32| match value {
@@ -374,7 +408,7 @@ fn redundancy(file_text: FileText<'_>, section: &RedundancySection) -> Result<Re
     let poll_period_name = "redundancy.poll_period_secs";
     Ok(RedundancyPolicy {
         strategy_effective_percent: percent("strategy_effective_percent", &section.strategy_effective_percent, defaults.strategy_effective_percent)?,
-        poll_period_ms: seconds(file_text, poll_period_name, &section.poll_period_secs, defaults.poll_period_ms)?,
+        poll_period_ms: decimal_seconds(file_text, poll_period_name, &section.poll_period_secs, defaults.poll_period_ms)?,
         percent_completed_strategy: section.percent_completed_strategy.unwrap_or(defaults.percent_completed_strategy),
         remaining_task_percent: percent("remaining_task_percent", &section.remaining_task_percent, defaults.remaining_task_percent)?,
         average_strategy: section.average_strategy.unwrap_or(defaults.average_strategy),
@@ -388,7 +422,7 @@ fn redundancy(file_text: FileText<'_>, section: &RedundancySection) -> Result<Re
 
 /// A non-negative decimal with at most three decimals, in thousandths, read
 /// from its text so nothing is lost to binary floating point: `3`, `2.5`,
-/// `1.125`, or the same as a string (`"2.5"`). Scenarios read their limits so too.
+/// `1.125`, or the same as a string (`"2.5"`).
 pub(crate) fn limit_milli(text: &str, value: &Spanned<toml::Value>) -> Result<u32, String> {
     let literal = match value.get_ref() {
         toml::Value::String(decimal) => decimal.clone(),
@@ -533,7 +567,11 @@ copies_per_task_max = 3
         check_error("greylist_affinity = -5\n", expect!["p.toml:1: invalid value: integer `-5`, expected u32"]);
         check_error("[redundancy]\nstrategy_effective_percent = 101\n", expect!["p.toml:2: redundancy.strategy_effective_percent is a percentage: 0 to 100, not 101"]);
         check_error("[redundancy]\n\nremaining_task_percent = 150\n", expect!["p.toml:3: redundancy.remaining_task_percent is a percentage: 0 to 100, not 150"]);
-        check_error("[redundancy]\npoll_period_secs = 0\n", expect!["p.toml:2: redundancy.poll_period_secs must be at least 1 second"]);
+        check_error("[redundancy]\npoll_period_secs = 0\n", expect!["p.toml:2: redundancy.poll_period_secs must be more than 0 seconds"]);
+        check_error("[redundancy]\npoll_period_secs = 0.0001\n", expect!["p.toml:2: redundancy.poll_period_secs: 0.0001 is not seconds with at most three decimals, such as 5 or 0.5"]);
+        check_error("[redundancy]\npoll_period_secs = -1\n", expect!["p.toml:2: redundancy.poll_period_secs: -1 is not seconds with at most three decimals, such as 5 or 0.5"]);
+        check_error("[redundancy]\npoll_period_secs = \"1\"\n", expect![[r#"p.toml:2: redundancy.poll_period_secs: "1" is not seconds with at most three decimals, such as 5 or 0.5"#]]);
+        assert_eq!(parse_policy("[redundancy]\npoll_period_secs = 0.25\n", "p.toml").unwrap().redundancy.poll_period_ms, 250);
         check_error("[redundancy]\naverage_limit = 2.0001\n", expect!["p.toml:2: redundancy.average_limit: 2.0001 has 4 decimals; at most 3 are kept"]);
         check_error("[redundancy]\nstd_dev_limit = -2.0\n", expect!["p.toml:2: redundancy.std_dev_limit: -2.0 is negative; it must be 0 or more"]);
         check_error("[redundancy]\ncopies = 2\n", expect!["p.toml:2: unknown field `copies`, expected one of `strategy_effective_percent`, `poll_period_secs`, `percent_completed_strategy`, `remaining_task_percent`, `average_strategy`, `average_limit`, `std_dev_strategy`, `std_dev_limit`, `reschedule_first`, `copies_per_task_max`"]);

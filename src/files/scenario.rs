@@ -1,15 +1,19 @@
 //! Scenario files: the workload, the grid and the faults of one simulation, in TOML.
 //!
-//! A scenario is read in two steps. The TOML is first deserialised into private
-//! `Raw*` mirrors whose fields carry their source spans (`toml::Spanned`), then
-//! validated into the public [`Scenario`] types, so every error — a syntax error,
-//! a wrong type, an unknown key or a value out of range — names the file and the
-//! line it is on. The public types are plain data: a test or the command line may
-//! build or adjust one directly (`scenario.seed = …`) and the simulator
+//! A scenario is read in two steps. The TOML is first parsed with its source
+//! spans; its `[policy]` goes to the policy file's reader and each of its
+//! `[[jobs]]` to the job file's (`scenario/tables.rs`), so they are written as
+//! those files are, with the same keys, units and checks, declared once. The
+//! rest is deserialised into private `Raw*` mirrors whose fields carry their
+//! spans (`toml::Spanned`). Everything is then validated into the public
+//! [`Scenario`] types, so every error — a syntax error, a wrong type, an
+//! unknown key or a value out of range — names the file and the line it is on.
+//! The public types are plain data: a test or the command line may build or
+//! adjust one directly (`scenario.seed = …`) and the simulator
 //! (`crate::sim::run`) validates it again.
 //!
 //! The whole format, with every default, is documented in `scenarios/faults.toml`;
-//! GridServer's keys (read in `scenario/gridserver.rs`) in the scenario of each feature.
+//! GridServer's keys in the scenario of each feature.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,18 +21,19 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::core::event::{
-    EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, TASKS_PER_JOB_MAX,
-};
+use toml::de::DeTable;
+
+use crate::core::event::{EngineProps, JobOptions, LibraryRef, Policy, TaskConditions, TASKS_PER_JOB_MAX};
 use crate::core::ids::{EngineId, JobId};
 
 mod gridserver;
 mod load_changes;
 mod resource;
+mod tables;
 pub use load_changes::{LoadChange, LOAD_CHANGES_MAX};
 
-use super::jobfile::{line_of, line_start, FileText, OptionKeys};
-use gridserver::{RawCondition, RawJobOptions, RawLibrary, RawLibraryRef, RawPreference, RawRedundancy};
+use super::jobfile::{line_of, FileText, JobFileError};
+use gridserver::RawLibrary;
 
 /// One million: probabilities are written as integers per million.
 pub const PER_MILLION: u32 = 1_000_000;
@@ -253,16 +258,20 @@ impl Scenario {
 
     /// Parses and validates scenario text; `file` names it in errors.
     pub fn from_toml(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-        let raw: RawScenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+        let file_text = FileText { text, path: file };
+        let parse_error = |error: JobFileError| ScenarioError::Parse { file: error.path, line: error.line, message: error.message };
+        let mut root = DeTable::parse(text).map_err(|e| ScenarioError::Parse {
             file: file.to_string(),
             line: e.span().map_or(1, |span| line_of(text, span.start)),
             message: e.message().trim().to_string(),
         })?;
-        raw.into_scenario(text).map_err(|(span, message)| ScenarioError::Invalid {
-            file: file.to_string(),
-            line: line_of(text, span.start),
-            message,
-        })
+        // The policy and the jobs go to the policy file's and the job file's readers.
+        let policy = root.get_mut().remove("policy");
+        let jobs = root.get_mut().remove("jobs");
+        let raw: RawScenario = file_text.parse_table(root).map_err(parse_error)?;
+        let policy = tables::policy(file_text, policy, raw.seed)?;
+        let jobs = tables::jobs(file_text, jobs)?;
+        raw.into_scenario(policy, jobs).map_err(|problem| tables::problem_error(file_text, problem))
     }
 
     /// Checks what the file reader checks, for a scenario built or changed in code.
@@ -424,48 +433,20 @@ use gridserver::Problem;
 struct RawScenario {
     seed: u64,
     horizon_ms: Option<u64>,
-    policy: Option<Spanned<RawPolicy>>,
+    /// `[policy]` and `[[jobs]]` are read apart (`scenario/tables.rs`); they
+    /// are named here so that the message for an unknown key lists them.
+    #[serde(rename = "policy")]
+    _policy: Option<serde::de::IgnoredAny>,
     latency: Option<RawLatency>,
     #[serde(default)]
     engines: Vec<Spanned<RawEngineGroup>>,
-    #[serde(default)]
-    jobs: Vec<Spanned<RawJob>>,
+    #[serde(rename = "jobs")]
+    _jobs: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     libraries: Vec<Spanned<RawLibrary>>,
     faults: Option<Spanned<RawFaults>>,
     #[serde(default)]
     load_changes: Vec<Spanned<load_changes::RawLoadChange>>,
-}
-
-crate::files::policyfile::sge::with_grid_engine_keys! {
-    /// `[policy]`: the simulator's own keys (times in ms), and `algorithm`
-    /// with Grid Engine's keys named and read exactly as in a policy file.
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct RawPolicy {
-        engine_timeout_ms: Option<u64>,
-        dispatch_timeout_ms: Option<u64>,
-        dispatches_per_run_max: Option<u32>,
-        #[serde(default)]
-        engine_tiers: Vec<Spanned<String>>,
-        greylist_affinity: Option<u32>,
-        redundancy: Option<RawRedundancy>,
-        /// Grid Engine's `queue_sort_method` and `load_formula` (see `resource.rs`).
-        queue_sort_method: Option<Spanned<String>>,
-        load_formula: Option<Spanned<String>>,
-        techila: Option<crate::files::policyfile::TechilaSection>,
-        /// Grid Engine's suspend thresholds, read as in a policy file.
-        suspend_thresholds: Option<Spanned<String>>,
-        suspend_interval_secs: Option<Spanned<u64>>,
-        nsuspend: Option<Spanned<u32>>,
-        /// Grid Engine's `max_reservation` and `default_duration` (in ms here).
-        max_reservation: Option<u32>,
-        default_duration_ms: Option<u64>,
-        fbsng: Option<crate::files::policyfile::fbsng::FbsngSection>,
-        cigri: Option<crate::files::policyfile::cigri::CigriSection>,
-        /// Flood control of gateway engines, read as in a policy file (in seconds).
-        flood: Option<crate::files::policyfile::flood::FloodSection>,
-    }
 }
 
 #[derive(Deserialize)]
@@ -514,93 +495,6 @@ struct RawEngineGroup {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawJob {
-    id: Spanned<String>,
-    owner: Option<Spanned<String>>,
-    project: Option<Spanned<String>>,
-    #[serde(default)]
-    submit_at_ms: u64,
-    tasks: Spanned<u32>,
-    #[serde(default)]
-    priority: i32,
-    #[serde(default)]
-    requirements: Option<Spanned<String>>,
-    max_attempts: Option<Spanned<u32>>,
-    slots_per_task: Option<Spanned<u32>>,
-    duration_ms: Spanned<u64>,
-    #[serde(default)]
-    duration_jitter_ms: u64,
-    failure_per_million: Option<Spanned<u32>>,
-    // GridServer's service options, named as in the job file.
-    root_library: Option<Spanned<RawLibraryRef>>,
-    #[serde(default)]
-    affinity: Vec<Spanned<RawPreference>>,
-    #[serde(default)]
-    depends_on: Vec<Spanned<String>>,
-    fail_on_dependency_failure: Option<Spanned<bool>>,
-    #[serde(default)]
-    continue_on_task_failure: bool,
-    #[serde(default)]
-    engine_blacklisting: bool,
-    failures_before_blacklist: Option<Spanned<u32>>,
-    #[serde(default)]
-    engine_greylisting: bool,
-    #[serde(default)]
-    redundant_rescheduling: bool,
-    task_max_time_ms: Option<Spanned<u64>>,
-    /// Techila's expected task time, in ms (the job file's `expected_task_time_secs`).
-    expected_task_time_ms: Option<Spanned<u64>>,
-    cancel_redundant_on_first_result: Option<Spanned<bool>>,
-    /// Grid Engine's job share (`qsub -js`), as in the job file.
-    job_share: Option<Spanned<u32>>,
-    /// Techila's project priority, 1 (Highest) to 7 (Lowest); 4 when absent.
-    project_priority: Option<Spanned<u32>>,
-    #[serde(default)]
-    condition: Vec<Spanned<RawCondition>>,
-    /// Grid Engine's soft requests (`qsub -soft -l`), as in the job file.
-    soft: Option<Spanned<String>>,
-    /// Where a task's slots may be: "engine" (the default) or "site", as in the job file.
-    span: Option<Spanned<String>>,
-    /// The wall-time limit of each run, in ms (0, the default: none).
-    #[serde(default)]
-    wall_time_limit_ms: u64,
-    /// Grid Engine's `qsub -R y`, as in the job file.
-    #[serde(default)]
-    reserve: bool,
-    /// FBSNG's queue and process type, as in the job file.
-    queue: Option<Spanned<String>>,
-    process_type: Option<Spanned<String>>,
-    /// CiGri's campaign type, as in the job file.
-    campaign: Option<Spanned<String>>,
-}
-
-impl RawJob {
-    fn options(&self) -> RawJobOptions<'_> {
-        RawJobOptions {
-            root_library: &self.root_library,
-            keys: OptionKeys {
-                affinity: &self.affinity,
-                depends_on: &self.depends_on,
-                fail_on_dependency_failure: &self.fail_on_dependency_failure,
-                continue_on_task_failure: self.continue_on_task_failure,
-                engine_blacklisting: self.engine_blacklisting,
-                failures_before_blacklist: &self.failures_before_blacklist,
-                engine_greylisting: self.engine_greylisting,
-                redundant_rescheduling: self.redundant_rescheduling,
-                task_max_time: ("task_max_time_ms", &self.task_max_time_ms, 1),
-                expected_task_time: ("expected_task_time_ms", &self.expected_task_time_ms, 1),
-                cancel_redundant_on_first_result: &self.cancel_redundant_on_first_result,
-                job_share: &self.job_share,
-                project_priority: &self.project_priority,
-                soft: &self.soft,
-            },
-            condition: &self.condition,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawFaults {
     engine_crash_per_million: Option<Spanned<u32>>,
     crashed_engines_return_after_ms: Option<u64>,
@@ -629,72 +523,9 @@ fn per_million(name: &str, value: &Option<Spanned<u32>>, default: u32) -> Result
     }
 }
 
-/// A job's owner or project: `sim` when not given, else a non-empty name of at
-/// most 255 bytes.
-fn account_name(key: &str, value: &Option<Spanned<String>>) -> Result<String, Problem> {
-    match value {
-        None => Ok("sim".into()),
-        Some(name) if !name.get_ref().is_empty() && name.get_ref().len() <= 255 => Ok(name.get_ref().clone()),
-        Some(name) => Err((name.span(), format!("{key} must be a non-empty name of at most 255 bytes"))),
-    }
-}
-
 impl RawScenario {
-    fn into_scenario(self, text: &str) -> Result<Scenario, Problem> {
-        let policy = match &self.policy {
-            None => Policy { seed: self.seed, ..Policy::default() },
-            Some(raw) => {
-                let defaults = Policy::default();
-                let span = raw.span();
-                let raw = raw.get_ref();
-                let redundancy = match &raw.redundancy {
-                    Some(section) => gridserver::redundancy(text, section)?,
-                    None => defaults.redundancy.clone(),
-                };
-                let (algorithm, sge) = raw
-                    .grid_engine(FileText { text, path: "" })
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
-                let techila = crate::files::policyfile::techila(FileText { text, path: "" }, &raw.techila)
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
-                let fbsng = crate::files::policyfile::fbsng::fbsng(FileText { text, path: "" }, &raw.fbsng)
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
-                let cigri = crate::files::policyfile::cigri::cigri(FileText { text, path: "" }, &raw.cigri)
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
-                let flood = crate::files::policyfile::flood::flood(FileText { text, path: "" }, &raw.flood)
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?;
-                let policy = Policy {
-                    algorithm,
-                    sge,
-                    techila,
-                    fbsng,
-                    cigri,
-                    flood,
-                    engine_timeout_ms: raw.engine_timeout_ms.unwrap_or(defaults.engine_timeout_ms),
-                    dispatch_timeout_ms: raw.dispatch_timeout_ms.unwrap_or(defaults.dispatch_timeout_ms),
-                    dispatches_per_run_max: raw.dispatches_per_run_max.unwrap_or(defaults.dispatches_per_run_max),
-                    seed: self.seed,
-                    engine_tiers: gridserver::engine_tiers(&raw.engine_tiers)?,
-                    greylist_affinity: raw.greylist_affinity.unwrap_or(defaults.greylist_affinity),
-                    redundancy,
-                    queue_sort_method: resource::queue_sort(&raw.queue_sort_method)?,
-                    load_formula: resource::load_formula(&raw.load_formula)?,
-                    suspend_thresholds: crate::files::policyfile::suspend_thresholds(
-                        FileText { text, path: "" },
-                        &raw.suspend_thresholds,
-                        &raw.suspend_interval_secs,
-                        &raw.nsuspend,
-                    )
-                    .map_err(|e| (line_start(text, e.line)..line_start(text, e.line), e.message))?,
-                    reservation: crate::core::event::ReservationPolicy {
-                        max_reservation: raw.max_reservation.unwrap_or(defaults.reservation.max_reservation),
-                        default_duration_ms: raw.default_duration_ms.unwrap_or(defaults.reservation.default_duration_ms),
-                    },
-                    ..defaults
-                };
-                check_policy(&policy).map_err(|message| (span, message))?;
-                policy
-            }
-        };
+    /// The rest of the scenario, around its policy and jobs read already.
+    fn into_scenario(self, policy: Policy, jobs: Vec<JobPlan>) -> Result<Scenario, Problem> {
         let latency = match self.latency {
             None => Latency::default(),
             Some(raw) => {
@@ -762,80 +593,7 @@ impl RawScenario {
             engines.push(group);
         }
 
-        if self.jobs.len() > JOBS_MAX {
-            return Err((self.jobs[JOBS_MAX].span(), format!("more than {JOBS_MAX} jobs")));
-        }
-        let mut jobs = Vec::with_capacity(self.jobs.len());
-        let mut ids: gridserver::EarlierJobs = BTreeMap::new();
-        for raw in &self.jobs {
-            let raw = raw.get_ref();
-            let id = JobId::new(raw.id.get_ref()).map_err(|e| (raw.id.span(), format!("job id {:?}: {e}", raw.id.get_ref())))?;
-            if ids.contains_key(&id) {
-                return Err((raw.id.span(), format!("job id {id} is used twice")));
-            }
-            let tasks = require(&raw.tasks, |t| (1..=TASKS_PER_JOB_MAX).contains(&t), || {
-                format!("tasks must be within 1..={TASKS_PER_JOB_MAX}")
-            })?;
-            let max_attempts = match &raw.max_attempts {
-                None => 3,
-                Some(v) => require(v, |a| a >= 1, || "max_attempts must be at least 1".into())?,
-            };
-            let slots_per_task = match &raw.slots_per_task {
-                None => 1,
-                Some(v) => require(v, |s| s >= 1, || "slots_per_task must be at least 1".into())?,
-            };
-            let duration_ms = require(&raw.duration_ms, |d| d >= 1, || "duration_ms must be at least 1".into())?;
-            let requirements = match &raw.requirements {
-                None => String::new(),
-                Some(text) => gridserver::expression("requirements", text)?,
-            };
-            let (mut options, task_conditions) = gridserver::job_options(&raw.options(), &id, tasks, &ids)?;
-            options.reserve = raw.reserve;
-            options.span = match &raw.span {
-                None => crate::core::event::Span::Engine,
-                Some(span) => match span.get_ref().as_str() {
-                    "engine" => crate::core::event::Span::Engine,
-                    "site" => crate::core::event::Span::Site,
-                    other => return Err((span.span(), format!("span must be \"engine\" or \"site\", not {other:?}"))),
-                },
-            };
-            let fbsng_name = |value: &Option<Spanned<String>>, default: &str| match value {
-                Some(name) if name.get_ref().is_empty() || name.get_ref().len() > crate::core::family::fbsng::NAME_BYTES_MAX => {
-                    Err((name.span(), format!("a queue or process type name must be 1 to {} bytes", crate::core::family::fbsng::NAME_BYTES_MAX)))
-                }
-                Some(name) => Ok(name.get_ref().clone()),
-                None => Ok(default.to_string()),
-            };
-            let queue = fbsng_name(&raw.queue, "default")?;
-            options.process_type = fbsng_name(&raw.process_type, "")?;
-            if let Some(campaign) = &raw.campaign {
-                options.campaign = crate::core::event::CampaignType::from_name(campaign.get_ref()).ok_or_else(|| {
-                    let known = crate::core::event::CampaignType::NAMES.join(", ");
-                    (campaign.span(), format!("unknown campaign {:?}; known: {known}", campaign.get_ref()))
-                })?;
-            }
-            ids.insert(id.clone(), tasks);
-            let owner = account_name("owner", &raw.owner)?;
-            let project = account_name("project", &raw.project)?;
-            jobs.push(JobPlan {
-                id,
-                owner,
-                project,
-                queue,
-                submit_at_ms: raw.submit_at_ms,
-                tasks,
-                priority: raw.priority,
-                requirements,
-                max_attempts,
-                slots_per_task,
-                duration_ms,
-                duration_jitter_ms: raw.duration_jitter_ms,
-                failure_per_million: per_million("failure_per_million", &raw.failure_per_million, 0)?,
-                options,
-                task_conditions,
-                wall_time_limit_ms: raw.wall_time_limit_ms,
-            });
-        }
+        let ids: BTreeMap<&JobId, ()> = jobs.iter().map(|job| (&job.id, ())).collect();
         for (group, raw) in engines.iter_mut().zip(&self.engines) {
             let raw = raw.get_ref();
             gridserver::bounded_list("fails_jobs", &raw.fails_jobs)?;
@@ -925,7 +683,7 @@ seed = 7
 horizon_ms = 600000
 
 [policy]
-engine_timeout_ms = 9000
+engine_timeout_secs = 9
 
 [[engines]]
 count = 12
@@ -1023,10 +781,10 @@ projector_restarts = 2
         assert!(missing.contains("seed"), "{missing}");
 
         let zero_tasks = error_of("seed = 7\n[[jobs]]\nid = \"a\"\n\ntasks = 0\nduration_ms = 5\n");
-        assert_eq!(zero_tasks, format!("test.toml:5: tasks must be within 1..={TASKS_PER_JOB_MAX}"));
+        assert_eq!(zero_tasks, format!("test.toml:5: tasks must be between 1 and {TASKS_PER_JOB_MAX}, not 0"));
 
         let bad_id = error_of("seed = 7\n[[jobs]]\nid = \"a b\"\ntasks = 1\nduration_ms = 5\n");
-        assert!(bad_id.starts_with("test.toml:3: job id \"a b\""), "{bad_id}");
+        assert!(bad_id.starts_with("test.toml:3: id: "), "{bad_id}");
 
         let twice = error_of(
             "seed = 7\n[[jobs]]\nid = \"a\"\ntasks = 1\nduration_ms = 5\n[[jobs]]\nid = \"a\"\ntasks = 1\nduration_ms = 5\n",
@@ -1036,7 +794,7 @@ projector_restarts = 2
         let probability = error_of("seed = 7\n[faults]\nlate_start_per_million = 2000000\n");
         assert!(probability.starts_with("test.toml:3: late_start_per_million"), "{probability}");
 
-        let early = error_of("seed = 7\n[policy]\ndispatch_timeout_ms = 1000\n[faults]\nlate_start_delay_ms = 500\n");
+        let early = error_of("seed = 7\n[policy]\ndispatch_timeout_secs = 1\n[faults]\nlate_start_delay_ms = 500\n");
         assert!(early.starts_with("test.toml:5: late_start_delay_ms must exceed"), "{early}");
 
         let prefix = error_of("seed = 7\n[[engines]]\ncount = 1\nname_prefix = \"a/b\"\nslots = 1\n");
@@ -1051,7 +809,7 @@ engine_tiers = ["type=blade", "type=desktop"]
 greylist_affinity = 8
 
 [policy.redundancy]
-poll_period_ms = 250
+poll_period_secs = 0.25
 average_limit = 2.5
 std_dev_limit = "1.125"
 copies_per_task_max = 1
@@ -1078,7 +836,7 @@ root_library = { name = "lib", version = "1.0" }
 engine_blacklisting = true
 failures_before_blacklist = 2
 redundant_rescheduling = true
-task_max_time_ms = 400
+task_max_time_secs = 4
 
 [[jobs]]
 id = "b"
@@ -1113,7 +871,7 @@ sync_failure_per_million = 1000
         assert_eq!(group.props.libraries, [LibraryRef::new("lib", "1.0")]);
         let a = &scenario.jobs[0].options;
         assert_eq!(a.root_library, Some(LibraryRef::new("lib", "1.0")));
-        assert_eq!((a.failures_before_blacklist, a.task_max_time_ms, a.redundant_rescheduling), (2, 400, true));
+        assert_eq!((a.failures_before_blacklist, a.task_max_time_ms, a.redundant_rescheduling), (2, 4_000, true));
         let b = &scenario.jobs[1];
         assert_eq!(b.options.depends_on_jobs, [JobId::new("a").unwrap()]);
         assert_eq!(b.task_conditions.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
@@ -1137,14 +895,14 @@ sync_failure_per_million = 1000
         let cases = [
             ("\"type=desktop\"", "\"desktop\"", "engine_tiers[1]: engine tier"),
             ("average_limit = 2.5", "average_limit = 2.5001", "redundancy.average_limit: 2.5001 has 4 decimals"),
-            ("poll_period_ms = 250", "poll_period_ms = 0", "redundancy.poll_period_ms must be at least 1"),
+            ("poll_period_secs = 0.25", "poll_period_secs = 0", "redundancy.poll_period_secs must be more than 0 seconds"),
             ("copies_per_task_max = 1", "copies = 1", "unknown field `copies`"),
             ("libraries = [\"lib@1.0\"]", "libraries = [\"lib\"]", "libraries[0]: library \"lib\" is not written name@version"),
             ("speed_percent = 25", "speed_percent = 0", "speed_percent must be within"),
             ("speed_percent = 25", "remote_slots = 0\nspeed_percent = 25", "remote_slots must be at least 1"),
             ("fails_jobs = [\"b\"]", "fails_jobs = [\"c\"]", "fails_jobs[0]: \"c\" is not a job of the scenario"),
             ("failures_before_blacklist = 2", "failures_before_blacklist = 0", "failures_before_blacklist must be at least 1"),
-            ("task_max_time_ms = 400", "task_max_time_ms = 0", "task_max_time_ms must be at least 1"),
+            ("task_max_time_secs = 4", "task_max_time_secs = 0", "task_max_time_secs must be at least 1"),
             ("depends_on = [\"a\"]", "depends_on = [\"b\"]", "depends_on[0]: a job cannot depend on itself"),
             ("tasks = \"1-3\"", "tasks = \"1-5\"", "condition[0]: tasks 1-5 goes past the job's last task, 4"),
             ("task_affinity = [0]", "task_affinity = [2]", "condition[0].task_affinity[0]: task 2 is not before task 1"),
@@ -1158,12 +916,61 @@ sync_failure_per_million = 1000
             let line = line_of(from);
             assert!(error.starts_with(&format!("test.toml:{line}: ")) && error.contains(message), "{from} -> {to}: {error}");
         }
-        let rooted = error_of(&GRIDSERVER.replacen("root_library = { name = \"lib\", version = \"1.0\" }", "root_library = \"lib@\"", 1));
-        assert!(rooted.contains("root_library: library"), "{rooted}");
+        let rooted = error_of(&GRIDSERVER.replacen("version = \"1.0\" }", "version = \"\" }", 1));
+        assert!(rooted.starts_with(&format!("test.toml:{}: root_library.version: ", line_of("root_library"))), "{rooted}");
         let refined = error_of(&GRIDSERVER.replacen("redundant_rescheduling = true\n", "", 1));
-        assert!(refined.contains("task_max_time_ms needs redundant_rescheduling = true"), "{refined}");
+        assert!(refined.contains("task_max_time_secs needs redundant_rescheduling = true"), "{refined}");
         let later = error_of(&GRIDSERVER.replacen("depends_on = [\"a\"]", "depends_on = [\"zz\"]", 1));
         assert!(later.contains("depends_on[0]: job zz is not a job listed before this one"), "{later}");
+    }
+
+    #[test]
+    fn a_bad_job_key_inside_a_scenario_names_the_file_the_line_and_what_is_wrong() {
+        let job = "seed = 1\n\n[[jobs]]\nid = \"a\"\ntasks = 2\nduration_ms = 5\n";
+        let unknown = error_of(&format!("{job}max_atempts = 2\n"));
+        assert!(unknown.starts_with("test.toml:7: unknown field `max_atempts`, expected one of `id`,"), "{unknown}");
+        assert!(unknown.ends_with(", or a scenario's own: `submit_at_ms`, `duration_ms`, `duration_jitter_ms`, `failure_per_million`"), "{unknown}");
+        // The job file's keys, its units (seconds) and its checks, on the scenario's lines.
+        assert_eq!(error_of(&format!("{job}max_attempts = 0\n")), "test.toml:7: max_attempts must be at least 1");
+        assert_eq!(error_of(&format!("{job}\nslots = 1\nslots_per_task = 1\n")), "test.toml:8: give slots or slots_per_task (its synonym), not both");
+        assert_eq!(
+            error_of(&format!("{job}task_max_time_ms = 400\n")).split(", expected").next().unwrap(),
+            "test.toml:7: unknown field `task_max_time_ms`"
+        );
+        let requirements = error_of(&format!("{job}requirements = 'os =='\n"));
+        assert!(requirements.starts_with("test.toml:7: requirements "), "{requirements}");
+        assert_eq!(error_of(&format!("{job}duration_jitter_ms = -1\n")), "test.toml:7: invalid value: integer `-1`, expected u64");
+        assert_eq!(error_of(&format!("{job}failure_per_million = 1000001\n")).lines().next().unwrap(), "test.toml:7: failure_per_million is a probability per million: at most 1000000, not 1000001");
+        let missing = error_of("seed = 1\n[[jobs]]\nid = \"a\"\ntasks = 2\n");
+        assert_eq!(missing, "test.toml:2: missing field `duration_ms`");
+        assert_eq!(error_of("seed = 1\n[[jobs]]\ntasks = 2\nduration_ms = 5\n"), "test.toml:2: a job needs an id: a simulated run draws none");
+        assert_eq!(error_of("seed = 1\njobs = 3\n"), "test.toml:2: jobs must be [[jobs]] entries");
+        // What a job file says, a scenario's job says alike: wall time and times in seconds, [task] optional.
+        let scenario = parse(&format!("{job}wall_time_limit_secs = 3\nspan = \"site\"\n[jobs.task]\nargv = [\"render\", \"{{index}}\"]\n")).unwrap();
+        assert_eq!((scenario.jobs[0].wall_time_limit_ms, scenario.jobs[0].options.span), (3_000, crate::core::event::Span::Site));
+    }
+
+    #[test]
+    fn a_bad_policy_key_inside_a_scenario_names_the_file_the_line_and_what_is_wrong() {
+        let unknown = error_of("seed = 1\n\n[policy]\nengine_timeout_ms = 9000\n");
+        assert!(unknown.starts_with("test.toml:4: unknown field `engine_timeout_ms`, expected one of `engine_timeout_secs`,"), "{unknown}");
+        assert_eq!(error_of("seed = 1\n[policy]\n\ndispatch_timeout_secs = 0\n"), "test.toml:4: dispatch_timeout_secs must be at least 1 second");
+        assert_eq!(
+            error_of("seed = 1\n[policy]\nqueue_sort_method = \"random\"\n"),
+            "test.toml:3: queue_sort_method must be \"load\" or \"seqno\", not \"random\""
+        );
+        assert_eq!(
+            error_of("seed = 1\n[policy]\nseed = 2\n"),
+            "test.toml:3: policy.seed: the policy's seed is the scenario's; set `seed` at the top"
+        );
+        assert_eq!(error_of("seed = 1\npolicy = 3\n"), "test.toml:2: policy must be a table: [policy]");
+        let formula = error_of("seed = 1\n[policy]\nload_formula = { expression = \"np_load_avg +\" }\n");
+        assert!(formula.starts_with("test.toml:3: load_formula.expression: "), "{formula}");
+        // The policy file's keys and units read into the scenario's policy, its seed the scenario's.
+        let scenario = parse("seed = 5\n[policy]\nengine_timeout_secs = 7\ndefault_duration_secs = 60\nload_formula = { expression = \"mem_used\" }\n").unwrap();
+        let policy = &scenario.policy;
+        assert_eq!((policy.engine_timeout_ms, policy.reservation.default_duration_ms, policy.seed), (7_000, 60_000, 5));
+        assert_eq!((policy.load_formula.slots_weight, policy.load_formula.expression.to_string()), (1, "mem_used".to_string()));
     }
 
     #[test]

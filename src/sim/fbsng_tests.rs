@@ -189,8 +189,8 @@ seed = 15
 
 [policy]
 algorithm = "fbsng"
-engine_timeout_ms = 60000
-dispatch_timeout_ms = 60000
+engine_timeout_secs = 60
+dispatch_timeout_secs = 60
 
 [policy.fbsng]
 min_run_interval_secs = 1
@@ -266,8 +266,8 @@ seed = 16
 
 [policy]
 algorithm = "fbsng"
-engine_timeout_ms = 60000
-dispatch_timeout_ms = 60000
+engine_timeout_secs = 60
+dispatch_timeout_secs = 60
 
 [[policy.fbsng.process_types]]
 name = "cms"

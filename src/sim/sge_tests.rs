@@ -28,8 +28,8 @@ const GRID: &str = r#"
 seed = 7
 
 [policy]
-engine_timeout_ms = 6000
-dispatch_timeout_ms = 4000
+engine_timeout_secs = 6
+dispatch_timeout_secs = 4
 
 [[engines]]
 count = 40

@@ -149,8 +149,8 @@ fn two_users_projects_of_equal_inputs_split_the_grid_evenly_within_3_points_with
 seed = 4
 
 [policy]
-engine_timeout_ms = 6000
-dispatch_timeout_ms = 4000
+engine_timeout_secs = 6
+dispatch_timeout_secs = 4
 
 [[engines]]
 count = 20
@@ -210,8 +210,8 @@ fn a_lowest_project_is_preempted_by_a_normal_one_and_its_tasks_finish_later_on_t
 seed = 5
 
 [policy]
-engine_timeout_ms = 6000
-dispatch_timeout_ms = 4000
+engine_timeout_secs = 6
+dispatch_timeout_secs = 4
 
 [[engines]]
 count = 8
@@ -281,7 +281,7 @@ duration_ms = 2000
 /// crashes at `crash_at_ms`.
 fn license_grid(crash_at_ms: u64) -> String {
     let mut text = String::from(
-        "seed = 6\n\n[policy]\nengine_timeout_ms = 3000\ndispatch_timeout_ms = 4000\n\n\
+        "seed = 6\n\n[policy]\nengine_timeout_secs = 3\ndispatch_timeout_secs = 4\n\n\
          [[jobs]]\nid = \"big\"\nowner = \"john\"\ntasks = 2000\nduration_ms = 600000\n",
     );
     for g in 1..=12u64 {
@@ -345,8 +345,8 @@ fn slow_engine_grid(expected_task_time_ms: u64) -> Scenario {
 seed = 12
 
 [policy]
-engine_timeout_ms = 60000
-dispatch_timeout_ms = 60000
+engine_timeout_secs = 60
+dispatch_timeout_secs = 60
 
 [[engines]]
 count = 1

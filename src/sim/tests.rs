@@ -27,8 +27,8 @@ const BASE: &str = r#"
 seed = 1
 
 [policy]
-engine_timeout_ms = 6000
-dispatch_timeout_ms = 4000
+engine_timeout_secs = 6
+dispatch_timeout_secs = 4
 
 [[engines]]
 count = 4

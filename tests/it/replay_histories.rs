@@ -12,8 +12,8 @@
 //!    the resumed fold to reach the same chain and state digests.
 //!
 //! To record a new history, write its inputs as `replay/NAME.jsonl` (comment
-//! lines at the top describe it) and run `UPDATE_EXPECT=1 cargo test --test
-//! replay_histories`; to accept a deliberate change of decisions, the same.
+//! lines at the top describe it) and run `UPDATE_EXPECT=1 cargo test --release
+//! --test it replay_histories`; to accept a deliberate change of decisions, the same.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -59,7 +59,7 @@ pub fn policy_file_text(policy: &Policy) -> String {
     let r = &policy.redundancy;
     let mut redundancy = Table::new();
     redundancy.insert("strategy_effective_percent".into(), int(u64::from(r.strategy_effective_percent)));
-    secs(&mut redundancy, &mut notes, "poll_period_secs", r.poll_period_ms);
+    redundancy.insert("poll_period_secs".into(), decimal_secs(r.poll_period_ms));
     redundancy.insert("percent_completed_strategy".into(), r.percent_completed_strategy.into());
     redundancy.insert("remaining_task_percent".into(), int(u64::from(r.remaining_task_percent)));
     redundancy.insert("average_strategy".into(), r.average_strategy.into());
@@ -241,6 +241,12 @@ fn secs(table: &mut Table, notes: &mut Vec<String>, name: &str, ms: u64) {
     table.insert(name.into(), int(ms.div_ceil(1000)));
 }
 
+/// A duration in ms as seconds with up to three decimals, exactly (`poll_period_secs`
+/// takes them): whole seconds as an integer, else a decimal (`500` → `0.5`).
+fn decimal_secs(ms: u64) -> Value {
+    if ms.is_multiple_of(1000) { int(ms / 1000) } else { Value::Float(ms as f64 / 1000.0) }
+}
+
 /// A milli-unit threshold as the policy file writes it, exactly: 1750 -> "1.75".
 fn milli_decimal(milli: i64) -> String {
     let sign = if milli < 0 { "-" } else { "" };
@@ -365,6 +371,15 @@ cluster = "lyon"
         let again = parse_policy(&shown, "shown.toml").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(again.sge.share_tree.len(), SHARE_TREE_NODES_MAX);
         assert_eq!(again, policy);
+    }
+
+    #[test]
+    fn a_poll_period_of_part_of_a_second_is_shown_exactly_and_reads_back() {
+        let mut policy = Policy::default();
+        policy.redundancy.poll_period_ms = 1_250;
+        let shown = policy_file_text(&policy);
+        assert!(shown.contains("poll_period_secs = 1.25\n") && !shown.contains("# note"), "{shown}");
+        assert_eq!(parse_policy(&shown, "shown.toml").unwrap(), policy);
     }
 
     #[test]

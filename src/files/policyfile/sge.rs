@@ -26,11 +26,11 @@ pub(crate) struct NamedTables {
 }
 
 /// Declares a struct read from a TOML table that holds `algorithm` and Grid
-/// Engine's keys beside its own: the policy file's top level, and a
-/// scenario's `[policy]`. The keys are listed once, here, and read by the
-/// one method it adds, `grid_engine`, so the two files never differ on them.
-/// (serde's `flatten` would say this in one line, but it drops the spans
-/// every error needs, and it cannot refuse unknown keys.)
+/// Engine's keys beside its own: the policy file's top level (which a
+/// scenario's `[policy]` is too). The keys are listed here, by Grid Engine's
+/// names, and read by the one method it adds, `grid_engine`. (serde's
+/// `flatten` would say this in one line, but it drops the spans every error
+/// needs, and it cannot refuse unknown keys.)
 macro_rules! with_grid_engine_keys {
     ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* }) => {
         $(#[$meta])*
