@@ -1,5 +1,8 @@
 //! Typed identifiers. Strings cross module boundaries only inside these
-//! newtypes; inside the state, dense indexes (`JobIdx`, `EngineIdx`) are used.
+//! newtypes; inside the state, dense indexes (`JobIdx`, `EngineIdx`,
+//! `CategoryIdx`, `TaskKey`) are used. The indexes are defined here, below
+//! the state that assigns them, so that data the state holds (the families'
+//! figures) can name them without naming the state; `state` re-exports them.
 //!
 //! Ids are `Arc<str>` so that cloning one into an order costs a reference
 //! count, not an allocation: `schedule` clones ids on its hot path.

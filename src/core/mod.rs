@@ -5,29 +5,38 @@
 //! - [`schedule`](schedule::schedule) decides: from the state and the orders already
 //!   published but not yet read back, it returns the next orders.
 //!
-//! Layers, bottom up (each names only those below it, but where said):
-//! - the leaves: [`ids`], [`event`] (the schema), [`expr`], [`digest`],
-//!   [`rng`], [`window`], [`load`], [`subject`], [`reject`];
-//! - [`state`]: the data and the verbs that keep its invariants. It names
-//!   neither `schedule` nor `fold`; it holds the families' figures in one
-//!   field of the state and one of each job, whose types the seam defines
-//!   ([`family::FamilyStates`], [`family::JobFamilies`]);
+//! Layers, bottom up (each file names only files below it):
+//! - the leaves: [`ids`] (with the state's dense indexes), [`event`] (the
+//!   schema, one file per part), [`expr`], [`load`], [`digest`], [`rng`],
+//!   [`window`], [`subject`], [`reject`];
+//! - the families' folded data: `family/data.rs` (the seam's holders
+//!   [`family::FamilyStates`] and [`family::JobFamilies`], and the seam's
+//!   plain types) and each family's data-only files (`<family>/state.rs`),
+//!   which name the leaves and nothing of the state;
+//! - [`state`]: the data and the verbs that keep its invariants (its data
+//!   files, then [`state::store`], the `State` itself, then its verbs). It
+//!   names neither `schedule` nor `fold` nor the families' hooks;
+//! - `schedule`'s shared pieces a family uses ([`schedule::in_flight`],
+//!   [`schedule::budget`], [`schedule::candidate`], [`schedule::unfit`]);
 //! - [`family`]: each scheduling family a folder (its ordering, filters,
-//!   lifecycle stages, folded figures, fold hooks and pieces of `why`), and
-//!   `family/mod.rs`, the seam, the one file outside the folders that names
-//!   a family;
+//!   lifecycle stages, fold hooks and pieces of `why`), and `family/mod.rs`,
+//!   the seam, the one file outside the folders that names a family;
+//! - [`schedule`]: decides from `&State`, reaching a family only through the
+//!   seam. It never names the fold: the checks both apply to an order read
+//!   back are the state's ([`state::checks`]);
 //! - [`fold`]: the only writer of the state; it reaches a family only
-//!   through the seam's hooks;
-//! - [`schedule`]: decides from `&State`; it reaches a family only through
-//!   the seam.
+//!   through the seam's hooks, and uses what `schedule` defines of its rules
+//!   (a job's lifecycle, a parallel task's booking, soft requests);
+//! - [`explain`], [`replay`], [`testkit`] on top.
+//!
+//! At the level of folders `family` is both below `schedule` (its data and
+//! orderings, which the dispatch loop asks for) and above it (its stages use
+//! the loop's shared pieces); at the level of files there is no circle.
 //!
 //! `tidy_tests` fails the suite when `core` names an outer layer, when
-//! `state` names `schedule` or `fold`, or when a file outside `family/`
-//! names a family's module. Not yet layered (issue 39, item 2): the families'
-//! schedule halves and `schedule`'s dispatch loop name each other (the seam's
-//! orderings and filters and the loop's candidates and budget), and
-//! `schedule::parallel` holds the fold's verb for a `DispatchParallel` read
-//! back (`fold_dispatch`, which borrows two of the fold's checks).
+//! `state` names `schedule` or `fold`, when a file outside `family/` names a
+//! family's module, or when the files of `core` (but for tests) name each
+//! other in a circle.
 //!
 //! Invariants of this module tree (checked by the before-stop hook and by review):
 //! no IO, no async, no wall clock, no environment, no unseeded randomness, and no

@@ -1,8 +1,9 @@
 //! The seam's data: what the families fold, held in one field of the state
 //! ([`FamilyStates`]) and one of each job ([`JobFamilies`]), each part defined
-//! in its family's folder (`<family>/state.rs`, data only), and the scope of a
-//! family's filter. Below `state`: this file and the parts it holds name no
-//! file that names the state.
+//! in its family's folder (`<family>/state.rs`, data only), and the seam's
+//! plain types (the scope of a family's filter, a moving order's key).
+//! Below `state`: this file and the parts it holds name no file that names
+//! the state.
 
 use crate::core::family::cigri::state::{AffinityIndex, Campaign};
 use crate::core::family::fbsng::state::{FbsngJob, FbsngState};

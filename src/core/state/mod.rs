@@ -31,8 +31,10 @@
 //! [`State`] itself and the queries that read it. Above it, the verbs, each an
 //! `impl State` for what it does: [`engines`], [`jobs`], [`tasks`] (the
 //! attempt lifecycle), [`retire`], [`suspension`], [`thresholds`], [`parallel`]
-//! and [`ops`]; [`snapshot`] and [`invariants`] last. A file names the files
-//! below it directly, never through this one, so no two files name each other.
+//! and [`ops`]; [`checks`], the checks of an order read back that the fold
+//! and `schedule` both apply; [`snapshot`] and [`invariants`] last. A file
+//! names the files below it directly, never through this one, so no two files
+//! name each other.
 
 pub mod accounts;
 pub mod attempts;

@@ -2,7 +2,8 @@
 //! current priority and when the family last dispatched. A section's priority
 //! is its job's [`FbsngJob::section_priority`].
 //!
-//! Changed only here, by the fold, from entries it reads: a `PolicySet` aligns
+//! Data only. Changed only by the fold, through the hooks of `hooks.rs`, from
+//! entries it reads: a `PolicySet` aligns
 //! the priorities with the policy's queues (a queue kept by name keeps its
 //! priority, clamped to its new bounds; a new one starts at its `qp_min`); a
 //! section start read back (a `Dispatch`, or the master part of a
