@@ -838,15 +838,10 @@ fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> 
     Ok(())
 }
 
-/// A Techila project priority, 1 to 7, of an active job.
+/// A project priority of an active job, as its family takes it.
 fn change_project_priority(state: &mut State, id: &super::ids::JobId, priority: u32) -> Result<(), Rejection> {
-    use super::family::{PROJECT_PRIORITY_HIGHEST as PRIORITY_HIGHEST, PROJECT_PRIORITY_LOWEST as PRIORITY_LOWEST};
     let job = active_job(state, id)?;
-    if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
-        return Err(Rejection::OpsRefused { target: id.to_string(), problem: OpsProblem::ProjectPriorityOutOfRange { priority } });
-    }
-    state.job_mut(job).options.project_priority = priority;
-    Ok(())
+    super::family::on_project_priority(state, job, priority).map_err(|problem| Rejection::OpsRefused { target: id.to_string(), problem })
 }
 
 fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32) -> Result<(), Rejection> {

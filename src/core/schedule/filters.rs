@@ -13,6 +13,7 @@
 //! "fit now" an engine dispatch would not use.
 
 use crate::core::event::LibraryRef;
+use crate::core::family::reasons::FamilyUnfit;
 use crate::core::state::{Category, Engine, EngineIdx, EngineStatus, Job, JobIdx, State, TaskKey, TaskStatus};
 
 /// Why an engine cannot take a task now.
@@ -41,18 +42,12 @@ pub enum Unfit {
     TierHeld { tier: u32, best_tier: u32 },
     /// An operator drained the engine (`gridfold engine drain`): no new work.
     Drained,
-    /// CiGri: a test campaign already ran a task on the engine's cluster (or
-    /// this task is tied to another cluster, where it first went).
-    CigriTestClusterDone,
-    /// CiGri: the engine's cluster has an affinity campaign (of a user with
-    /// affinity for it) waiting, which comes first there.
-    CigriAffinityFirst,
     /// Flood control: the gateway engine holds `held` slots of tasks not yet
     /// started in its cluster's queue, and its job ratio allows `allowed`.
     FloodHeld { held: u32, allowed: u32 },
-    /// CiGri: the campaign flagged the engine, or its cluster, a sink (its
-    /// tasks "succeed" in a tiny fraction of the campaign's median).
-    CigriSink,
+    /// A rule of the family in force's own filter (its reasons are defined
+    /// in the family's folder).
+    Family(FamilyUnfit),
 }
 
 impl Unfit {
@@ -78,10 +73,8 @@ impl Unfit {
             Unfit::NoFreeSlot { .. } => "no-free-slot",
             Unfit::TierHeld { .. } => "tier-held",
             Unfit::Drained => "engine-drained",
-            Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
-            Unfit::CigriAffinityFirst => "cigri-affinity-first",
             Unfit::FloodHeld { .. } => "flood-held",
-            Unfit::CigriSink => "cigri-sink",
+            Unfit::Family(unfit) => unfit.rule_name(),
         }
     }
 }

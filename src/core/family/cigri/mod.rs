@@ -64,7 +64,10 @@
 
 use std::collections::BTreeSet;
 
+use super::reasons::{FamilyOrderProblem, FamilyUnfit};
 use super::FilterScope;
+use crate::core::reject::OrderProblem;
+use reasons::{CigriOrderProblem, CigriUnfit};
 use crate::core::schedule::filters::Unfit;
 use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, CampaignType, CigriPolicy, Order, RescheduleReason};
@@ -204,15 +207,15 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     let job = state.job(key.job);
     let cluster = cluster_of(state.engine(e));
     if sink::excluded(job, e, cluster) {
-        return Err(Unfit::CigriSink);
+        return Err(refused(CigriUnfit::Sink));
     }
     if job.options.campaign == CampaignType::Test {
         let campaign = &job.families.cigri;
         return match campaign.tested.get(cluster) {
             Some(&task) if task == key.index => Ok(()),
-            Some(_) => Err(Unfit::CigriTestClusterDone),
+            Some(_) => Err(refused(CigriUnfit::TestClusterDone)),
             None if campaign.cluster_of_task(key.index).is_some() || campaign.tested.len() >= TESTED_CLUSTERS_MAX => {
-                Err(Unfit::CigriTestClusterDone)
+                Err(refused(CigriUnfit::TestClusterDone))
             }
             None => Ok(()),
         };
@@ -221,7 +224,33 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
         return Ok(());
     }
     let first = crate::core::family::cigri::state::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
-    if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+    if first == Some(true) { Err(refused(CigriUnfit::AffinityFirst)) } else { Ok(()) }
+}
+
+/// The shared reason for a refusal by one of CiGri's rules.
+fn refused(rule: CigriUnfit) -> Unfit {
+    Unfit::Family(FamilyUnfit::Cigri(rule))
+}
+
+/// CiGri's own order about job `j` read back (`EndTestCampaign`,
+/// `FlagSink`): applied when it holds, refused with its problem otherwise.
+pub(crate) fn read_back_job_order(state: &mut State, j: JobIdx, order: &Order) -> Result<(), OrderProblem> {
+    let problem = |problem| OrderProblem::Family(FamilyOrderProblem::Cigri(problem));
+    match order {
+        Order::EndTestCampaign { .. } => {
+            if !test_campaign_done(state, j) {
+                return Err(problem(CigriOrderProblem::TestCampaignNotDone));
+            }
+            end_test_campaign(state, j);
+        }
+        Order::FlagSink { engine, cluster, .. } => {
+            let target = sink::target_of(state, engine.as_ref(), cluster).ok_or(OrderProblem::UnknownEngine)?;
+            let medians = sink::flag_wanted(state, j, &target).ok_or(problem(CigriOrderProblem::NotASink))?;
+            sink::flag(state, j, target, medians);
+        }
+        _ => return Err(OrderProblem::UnknownJob),
+    }
+    Ok(())
 }
 
 /// Classes of [`FilterScope::Class`] with this bit set are one job's own.
@@ -379,8 +408,10 @@ pub fn finalize(state: &State, in_flight: &InFlight, orders: &mut Orders) {
 }
 
 pub mod predictor;
+pub mod reasons;
 pub mod sink;
 pub mod state;
+pub mod summary;
 
 #[cfg(test)]
 mod tests;

@@ -94,12 +94,16 @@ use crate::core::schedule::dispatch::Candidate;
 use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
+use crate::core::reject::OpsProblem;
 use crate::core::rng::SplitMix64;
+use super::reasons::FamilyOpsProblem;
+use reasons::TechilaOpsProblem;
 use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 
 pub mod cycle;
 mod draw;
 pub mod expiry;
+pub mod reasons;
 pub mod state;
 mod tickets;
 pub mod want;
@@ -432,6 +436,18 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
 pub(crate) fn preempted(state: &mut State, key: TaskKey) {
     let by = preemptor(state).map(|p| state.job(p).id.clone());
     state.job_mut(key.job).families.techila.preempted_by = by;
+}
+
+/// A job's project priority changed: taken when it is one of Techila's
+/// (1, Highest, to 7, Lowest), whatever family is in force now (a job keeps
+/// its project priority across a switch of algorithm).
+pub(crate) fn set_project_priority(state: &mut State, j: JobIdx, priority: u32) -> Result<(), OpsProblem> {
+    if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
+        let problem = TechilaOpsProblem::ProjectPriorityOutOfRange { priority };
+        return Err(OpsProblem::Family(FamilyOpsProblem::Techila(problem)));
+    }
+    state.job_mut(j).options.project_priority = priority;
+    Ok(())
 }
 
 /// Preempts tasks of Lowest projects when Normal-or-higher projects want more
