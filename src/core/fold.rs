@@ -323,7 +323,6 @@ fn check_entry_publisher(entry: &Entry, event: &Event) -> Result<(), Rejection> 
 /// is not held (unknown, retired) is left to the event's own check.
 fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<(), Rejection> {
     use super::reject::PrioritySetting;
-    use super::family::PROJECT_PRIORITY_NORMAL as PRIORITY_NORMAL;
     let Origin::User(user) = origin else { return Ok(()) };
     let not_owner = |job: &JobId, owner: &str| Rejection::NotOwner { job: job.clone(), owner: owner.to_string(), user: user.to_string() };
     let owned = |job: &JobId| match state.job_idx(job) {
@@ -337,13 +336,10 @@ fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<()
         }
         Ok(())
     };
-    // Techila counts down: 1 is Highest, 0 the default (Normal).
+    // A project priority is the family's to bound (Techila's counts down).
     let project_priority = |job: &JobId, priority: u32| {
-        if priority != 0 && priority < PRIORITY_NORMAL {
-            let (asked, default) = (i64::from(priority), i64::from(PRIORITY_NORMAL));
-            return Err(Rejection::PriorityAboveDefault { job: job.clone(), setting: PrioritySetting::ProjectPriority, asked, default });
-        }
-        Ok(())
+        super::family::user_project_priority(priority)
+            .map_err(|(setting, asked, default)| Rejection::PriorityAboveDefault { job: job.clone(), setting, asked, default })
     };
     match event {
         Event::JobSubmitted(spec) => {

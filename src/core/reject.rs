@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::event::TaskSelector;
-use super::family::reasons::{FamilyJobProblem, FamilyOpsProblem, FamilyOrderProblem};
+use super::family::reasons::{FamilyJobProblem, FamilyOpsProblem, FamilyOrderProblem, FamilyPrioritySetting};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::state::Control;
 
@@ -92,9 +92,9 @@ pub enum Rejection {
 pub enum PrioritySetting {
     /// The job's priority (`-p`): higher runs first.
     Priority,
-    /// Techila's project priority: 1 (Highest) to 7 (Lowest), so a smaller
-    /// number is the higher priority.
-    ProjectPriority,
+    /// A priority of the family's own (Techila's project priority), defined
+    /// in the family's folder.
+    Family(FamilyPrioritySetting),
 }
 
 /// A cap of the policy (`[caps]`), by its name there.
@@ -555,9 +555,10 @@ impl fmt::Display for Rejection {
                 f,
                 "job {job}: a user may set a priority up to the default {default}, not {asked}; only an operator may raise it above"
             ),
-            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::ProjectPriority, asked, default } => write!(
+            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::Family(setting), asked, default } => write!(
                 f,
-                "job {job}: a user may set a project priority from the default {default} down to 7 (Lowest), not {asked}; only an operator may raise it above"
+                "job {job}: a user may set {}, not {asked}; only an operator may raise it above",
+                setting.allowed_words(*default)
             ),
             Rejection::OverCap { job, cap, user, held, adding, limit } => {
                 let who = if cap.per_user() { format!("user {user:?}") } else { "the grid".to_string() };

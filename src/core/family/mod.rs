@@ -81,7 +81,7 @@ use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Event, JobSpec, Order, Policy, RescheduleReason};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
-use crate::core::reject::{JobProblem, OpsProblem, OrderProblem};
+use crate::core::reject::{JobProblem, OpsProblem, OrderProblem, PrioritySetting};
 use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
 
 /// What the families fold grid-wide: one field of the state
@@ -125,10 +125,6 @@ impl FamilyStates {
 // Each is one `match` on the algorithm (or, for an order, on its kind), and
 // each family's arm calls into its folder; the fold names no family.
 
-/// The project priorities of a job's `project_priority` option (Techila's,
-/// counting down: 1 is Highest, 7 Lowest, 0 the default, Normal).
-pub use techila::{PRIORITY_HIGHEST as PROJECT_PRIORITY_HIGHEST, PRIORITY_LOWEST as PROJECT_PRIORITY_LOWEST,
-    PRIORITY_NORMAL as PROJECT_PRIORITY_NORMAL};
 
 /// The event just applied at `seq` (log time `time_ms`; `applied`: not
 /// rejected, a batch counts when its seal held; each report of an engine's
@@ -190,6 +186,13 @@ pub(crate) fn on_preempt(state: &mut State, key: TaskKey) {
         Algorithm::Techila => techila::preempted(state, key),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng | Algorithm::Cigri => {}
     }
+}
+
+/// A user's project priority (a job's `project_priority` option, Techila's,
+/// kept whatever family is in force): within what a user may set, or
+/// (the setting, what was asked, the default) when above it.
+pub(crate) fn user_project_priority(priority: u32) -> Result<(), (PrioritySetting, i64, i64)> {
+    techila::user_project_priority(priority)
 }
 
 /// A job's project priority changed (`ProjectPriorityChanged`: Techila's,

@@ -3,6 +3,7 @@
 //! shared enum ([`crate::core::reject::OrderProblem::Family`],
 //! [`crate::core::reject::JobProblem::Family`],
 //! [`crate::core::reject::OpsProblem::Family`],
+//! [`crate::core::reject::PrioritySetting::Family`],
 //! [`crate::core::schedule::filters::Unfit::Family`]), holding one of the
 //! enums below, each with one arm per family that has such reasons, and each
 //! arm's enum defined in the family's folder (`<family>/reasons.rs`).
@@ -17,7 +18,7 @@ use std::fmt;
 
 use super::cigri::reasons::{CigriOrderProblem, CigriUnfit};
 use super::fbsng::reasons::FbsngJobProblem;
-use super::techila::reasons::TechilaOpsProblem;
+use super::techila::reasons::{TechilaOpsProblem, TechilaPrioritySetting};
 
 /// A rule of the family in force's own filter that keeps an engine from a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,6 +70,22 @@ impl fmt::Display for FamilyJobProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FamilyJobProblem::Fbsng(problem) => problem.fmt(f),
+        }
+    }
+}
+
+/// A family's own priority of a job, which a user may lower but not raise
+/// ([`crate::core::reject::PrioritySetting::Family`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FamilyPrioritySetting {
+    Techila(TechilaPrioritySetting),
+}
+
+impl FamilyPrioritySetting {
+    /// What a user may set, in words, the default being `default`.
+    pub fn allowed_words(self, default: i64) -> String {
+        match self {
+            FamilyPrioritySetting::Techila(setting) => setting.allowed_words(default),
         }
     }
 }

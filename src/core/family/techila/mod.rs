@@ -94,10 +94,10 @@ use crate::core::schedule::dispatch::Candidate;
 use crate::core::schedule::{InFlight, Orders};
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
-use crate::core::reject::OpsProblem;
+use crate::core::reject::{OpsProblem, PrioritySetting};
 use crate::core::rng::SplitMix64;
-use super::reasons::FamilyOpsProblem;
-use reasons::TechilaOpsProblem;
+use super::reasons::{FamilyOpsProblem, FamilyPrioritySetting};
+use reasons::{TechilaOpsProblem, TechilaPrioritySetting};
 use crate::core::state::{EngineIdx, Job, JobIdx, State, TaskKey};
 
 pub mod cycle;
@@ -436,6 +436,17 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
 pub(crate) fn preempted(state: &mut State, key: TaskKey) {
     let by = preemptor(state).map(|p| state.job(p).id.clone());
     state.job_mut(key.job).families.techila.preempted_by = by;
+}
+
+/// A user's project priority (in a submission or a change): a user may
+/// lower its project below the default (Normal) but not raise it above; 0
+/// is the default. Refused with (the setting, what was asked, the default).
+pub(crate) fn user_project_priority(priority: u32) -> Result<(), (PrioritySetting, i64, i64)> {
+    if priority != 0 && priority < PRIORITY_NORMAL {
+        let setting = PrioritySetting::Family(FamilyPrioritySetting::Techila(TechilaPrioritySetting::ProjectPriority));
+        return Err((setting, i64::from(priority), i64::from(PRIORITY_NORMAL)));
+    }
+    Ok(())
 }
 
 /// A job's project priority changed: taken when it is one of Techila's

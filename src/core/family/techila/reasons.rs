@@ -3,6 +3,23 @@
 
 use std::fmt;
 
+/// Techila's own priority of a job, which a user may lower but not raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TechilaPrioritySetting {
+    /// The project priority: 1 (Highest) to 7 (Lowest), so a smaller number
+    /// is the higher priority.
+    ProjectPriority,
+}
+
+impl TechilaPrioritySetting {
+    /// What a user may set, in words, the default being `default`.
+    pub fn allowed_words(self, default: i64) -> String {
+        match self {
+            TechilaPrioritySetting::ProjectPriority => format!("a project priority from the default {default} down to 7 (Lowest)"),
+        }
+    }
+}
+
 /// Why Techila refuses an operator's act on a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TechilaOpsProblem {
