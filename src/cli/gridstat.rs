@@ -16,7 +16,8 @@ use super::client::{ask, NatsArgs};
 use super::results::seconds;
 use crate::core::family::cigri::predictor::{milli_text, Prediction};
 use crate::human::printable;
-use crate::projector::query::{CampaignSummary, JobSummary, StateSummary};
+use crate::core::family::cigri::summary::CampaignSummary;
+use crate::projector::query::{JobSummary, StateSummary};
 use crate::projector::results::{TaskReply, TaskRequest, TasksReply, TasksRequest, TASKS_SUBJECT, TASK_SUBJECT, TASKS_PER_PAGE_MAX};
 
 /// Lines a view prints unless `--limit` says otherwise.
@@ -29,7 +30,7 @@ const TAIL_SHOWN_BYTES: usize = 200;
 /// The campaign table under `cigri`: one line per campaign, then its sink warnings.
 pub fn write_campaigns(out: &mut impl std::io::Write, summary: &StateSummary) -> std::io::Result<()> {
     let campaigns: Vec<(&JobSummary, &CampaignSummary)> =
-        summary.jobs.iter().filter_map(|job| job.cigri.as_ref().map(|campaign| (job, campaign))).collect();
+        summary.jobs.iter().filter_map(|job| job.family.cigri.as_ref().map(|campaign| (job, campaign))).collect();
     if campaigns.is_empty() {
         return Ok(());
     }
@@ -108,7 +109,7 @@ pub async fn full(nats: &NatsArgs, summary: &StateSummary, job: &str, limit: u32
     }
     let single = StateSummary { jobs: vec![job_summary.clone()], ..summary.clone() };
     write_campaigns(&mut std::io::stdout().lock(), &single)?;
-    if let Some(campaign) = &job_summary.cigri {
+    if let Some(campaign) = &job_summary.family.cigri {
         print_clusters(&campaign.clusters, summary.log_time_ms);
         println!();
     }
@@ -263,7 +264,7 @@ pub fn users(jobs: &[JobSummary]) -> Vec<UserLine> {
         line.running += u64::from(job.running + job.dispatched);
         line.done += u64::from(job.done);
         line.failed += u64::from(job.failed);
-        line.per_hour_milli += job.cigri.as_ref().map_or(0, |campaign| campaign.prediction.per_hour_milli);
+        line.per_hour_milli += job.family.cigri.as_ref().map_or(0, |campaign| campaign.prediction.per_hour_milli);
     }
     by_user.into_values().collect()
 }

@@ -16,8 +16,7 @@ use crate::core::event::{Event, JobSpec, Origin};
 use crate::core::expr::Expr;
 use crate::core::ids::JobId;
 use crate::core::reject::JobProblem;
-use crate::core::family::fbsng;
-use crate::files::jobfile::fbsng_key_lines;
+use crate::files::jobfile::key_line;
 use crate::projector::query::{PolicyReply, PolicyRequest, POLICY_SUBJECT};
 
 #[derive(Debug, Args)]
@@ -142,9 +141,10 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 /// Longest `submit` waits for the policy in force before it publishes anyway.
 const POLICY_CHECK_WAIT_MAX: Duration = Duration::from_secs(2);
 
-/// Under `fbsng`, the policy in force (asked of the projector) refuses a job
-/// naming a queue or process type it does not define: said at once, with the
-/// file, the line of the key and the known names, and nothing published. When
+/// The family of the policy in force (asked of the projector) refuses a job
+/// by its own rule (under `fbsng`, a queue or process type the policy does
+/// not define): said at once, with the file, the line of the key and why (the
+/// known names), and nothing published. When
 /// the policy cannot be read (no projector answers within `wait`, at most
 /// [`POLICY_CHECK_WAIT_MAX`]; nothing is asked with `--no-wait`), the job is
 /// published and the fold refuses it with the same reason.
@@ -153,14 +153,10 @@ async fn policy_refuses(nats: &NatsArgs, path: &Path, spec: &JobSpec, wait: Dura
         return None;
     }
     let reply: PolicyReply = ask_within(nats, POLICY_SUBJECT, &PolicyRequest {}, wait.min(POLICY_CHECK_WAIT_MAX)).await.ok()?;
-    let problem = fbsng::admit_job(&reply.policy, spec, Expr::Bool(true)).err()?;
+    let problem = crate::core::family::on_submit(&reply.policy, spec, Expr::Bool(true)).err()?;
+    let JobProblem::Family(family_problem) = &problem else { return None };
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let (queue_line, kind_line) = fbsng_key_lines(&text);
-    let line = match problem {
-        JobProblem::UnknownQueue { .. } => queue_line,
-        JobProblem::UnknownProcessType { .. } => kind_line,
-        _ => return None,
-    };
+    let line = key_line(&text, family_problem.job_file_key());
     let at = line.map_or_else(|| path.display().to_string(), |line| format!("{}:{line}", path.display()));
     Some(BadInput(format!(
         "{at}: {problem} (under the policy in force, set at seq {}); job {} not published",

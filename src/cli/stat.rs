@@ -340,8 +340,8 @@ fn write_stat(out: &mut impl Write, summary: &StateSummary, long: bool) -> std::
         writeln!(out, "... {} more engine(s) not shown: the projector's answer holds what fits one broker message", summary.engines_more)?;
     }
     writeln!(out)?;
-    if !summary.fbsng_queues.is_empty() {
-        writeln!(out, "{}", crate::core::family::fbsng::QueueTable(&summary.fbsng_queues))?;
+    if !summary.family.is_empty() {
+        writeln!(out, "{}", summary.family)?;
     }
     if summary.jobs_retired > 0 {
         writeln!(out, "{} ended job(s) retired from the state (see gridfold usage)", summary.jobs_retired)?;
@@ -378,9 +378,7 @@ fn job_notes(job: &JobSummary) -> String {
     if job.suspended > 0 {
         notes.push(format!("{} attempt(s) suspended", job.suspended));
     }
-    if job.expired > 0 {
-        notes.push(format!("{} EXPIRED (running past expected_task_time; copied)", job.expired));
-    }
+    notes.extend(job.family.notes());
     if job.redundant_copies > 0 || job.redundant_results_ignored > 0 {
         notes.push(format!("{} redundant copies running, {} results ignored", job.redundant_copies, job.redundant_results_ignored));
     }

@@ -36,10 +36,10 @@ pub struct Explanation {
     /// soft request (`schedule::soft`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub soft_unmet: Option<super::schedule::soft::SoftUnmet>,
-    /// CiGri: the engines and clusters its campaign flagged sinks and
-    /// excludes (rule `cigri-sink`), each with its median and the campaign's.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cigri_sinks: Vec<super::family::SinkWarning>,
+    /// The engines and clusters its job excludes under a family's rule
+    /// (CiGri's sinks, rule `cigri-sink`), under the family's key.
+    #[serde(flatten)]
+    pub excluded_by_family: Option<families::ExcludedWhy>,
     /// Writes aimed at the task's job that the fold refused, among the
     /// rejections the state keeps: who sent each (as its subject names them)
     /// and why, so an owner sees who tried what on the job.
@@ -105,9 +105,10 @@ pub enum Detail {
         held: bool,
         /// Its job was submitted in parts and not all have arrived: (tasks so far, tasks declared).
         awaits_parts: Option<(u32, u32)>,
-        /// Under `techila`: the rule of Techila's scheduler that keeps it waiting.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        techila: Option<Box<super::family::TechilaWhy>>,
+        /// Under a resource-first family: the rule of its scheduler that
+        /// keeps it waiting, under the family's key.
+        #[serde(flatten)]
+        resource_first: Option<families::ResourceFirstWhy>,
         /// A parallel task (`span = "site"`): the slots it needs at once and
         /// the free slots of the engines that may take a part, by site.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,18 +117,20 @@ pub enum Detail {
         /// holds, or the one whose slots it may not use.
         #[serde(skip_serializing_if = "Option::is_none")]
         reservation: Option<Box<super::schedule::reservation_why::ReservationWhy>>,
-        /// Under `fbsng`: the rule of FBSNG's scheduler that holds it, if one does.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        fbsng: Option<Box<super::family::FbsngHold>>,
+        /// The rule of the family's ordering that holds its job, if one
+        /// does, under the family's key.
+        #[serde(flatten)]
+        held_by_family: Option<families::HeldWhy>,
     },
     /// The task has live attempts (more than one when it has redundant copies).
     Live {
         attempts: Vec<LiveInfo>,
         /// A redundant copy waits in the job's queue.
         copy_waiting: bool,
-        /// Under `techila`: the task expired and was copied.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        techila_expired: Option<super::family::ExpiredWhy>,
+        /// Copied under a family's rule (a task that expired), under the
+        /// family's key.
+        #[serde(flatten)]
+        copied_by_family: Option<families::CopiedWhy>,
         /// The engine of the newest attempt among the engines its rules allow, best first.
         ranking: Vec<EngineRank>,
         /// A parallel task's parts (engine, slots), the master first.
@@ -256,7 +259,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
                     })
                     .collect(),
                 copy_waiting: job.copy_waits(key.index),
-                techila_expired: super::family::why_copied(state, key),
+                copied_by_family: families::why_copied(state, key),
                 ranking: ranking(state, key, Some(newest)),
                 parts: super::schedule::parallel::parts_of_task(state, key),
             }
@@ -287,7 +290,7 @@ pub fn explain(state: &State, task: &TaskRef) -> Result<Explanation, ExplainErro
         failures: task_state.failures,
         detail,
         soft_unmet,
-        cigri_sinks: super::family::why_excluded(state, key.job),
+        excluded_by_family: families::why_excluded(state, key.job),
         refused_writes: refused_writes(state, &task.job),
     })
 }
@@ -355,10 +358,10 @@ fn waiting(state: &State, key: TaskKey) -> Detail {
         queue_jump: task_state.is_queue_jump(),
         held: job.held,
         awaits_parts: job.options.tasks_total.filter(|_| job.awaits_parts()).map(|total| (job.n_tasks(), total)),
-        techila: super::family::why_resource_first(state, key),
+        resource_first: families::why_resource_first(state, key),
         parallel: super::schedule::parallel::why(state, key).map(Box::new),
         reservation: super::schedule::reservation_why::why(state, key).map(Box::new),
-        fbsng: job.is_runnable().then(|| super::family::why_held(state, key.job)).flatten(),
+        held_by_family: job.is_runnable().then(|| families::why_held(state, key.job)).flatten(),
     }
 }
 
@@ -425,10 +428,10 @@ impl std::fmt::Display for Explanation {
                 queue_jump,
                 held: job_held,
                 awaits_parts,
-                techila,
+                resource_first,
                 parallel,
                 reservation,
-                fbsng,
+                held_by_family,
             } => {
                 if *job_held {
                     writeln!(f, "  its job is held by an operator (gridfold release to let it run)")?;
@@ -436,8 +439,8 @@ impl std::fmt::Display for Explanation {
                 if let Some((so_far, total)) = awaits_parts {
                     writeln!(f, "  its job awaits its parts: {so_far} of {total} tasks have arrived")?;
                 }
-                if let Some(techila) = techila {
-                    writeln!(f, "  {techila}")?;
+                if let Some(resource_first) = resource_first {
+                    writeln!(f, "  {resource_first}")?;
                 }
                 if let Some(parallel) = parallel {
                     writeln!(f, "  {parallel}")?;
@@ -445,8 +448,8 @@ impl std::fmt::Display for Explanation {
                 if let Some(reservation) = reservation {
                     writeln!(f, "  {reservation}")?;
                 }
-                if let Some(fbsng) = fbsng {
-                    writeln!(f, "  fbsng: {fbsng}")?;
+                if let Some(held) = held_by_family {
+                    writeln!(f, "  {held}")?;
                 }
                 if !waits_for_jobs.is_empty() {
                     writeln!(f, "  its job waits for job(s) to end: {}", waits_for_jobs.join(", "))?;
@@ -477,9 +480,9 @@ impl std::fmt::Display for Explanation {
                     writeln!(f, "  no logged-in engine could ever run it; it waits for one that can")?;
                 }
             }
-            Detail::Live { attempts, copy_waiting, techila_expired, ranking, parts } => {
-                if let Some(expired) = techila_expired {
-                    writeln!(f, "  {expired}")?;
+            Detail::Live { attempts, copy_waiting, copied_by_family, ranking, parts } => {
+                if let Some(copied) = copied_by_family {
+                    writeln!(f, "  {copied}")?;
                 }
                 for live in attempts {
                     let state = if live.suspended { "suspended" } else if live.started { "running" } else { "dispatched, not yet started" };
@@ -510,8 +513,8 @@ impl std::fmt::Display for Explanation {
         if let Some(soft_unmet) = &self.soft_unmet {
             writeln!(f, "  {soft_unmet}")?;
         }
-        for sink in &self.cigri_sinks {
-            writeln!(f, "  {sink}")?;
+        if let Some(excluded) = &self.excluded_by_family {
+            write!(f, "{excluded}")?;
         }
         for refused in &self.refused_writes {
             writeln!(f, "  refused at seq {}: {} ({}): {}", refused.seq, refused.by, refused.kind, refused.reason)?;

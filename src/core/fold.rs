@@ -324,7 +324,6 @@ fn check_entry_publisher(entry: &Entry, event: &Event) -> Result<(), Rejection> 
 /// is not held (unknown, retired) is left to the event's own check.
 fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<(), Rejection> {
     use super::reject::PrioritySetting;
-    use super::family::PROJECT_PRIORITY_NORMAL as PRIORITY_NORMAL;
     let Origin::User(user) = origin else { return Ok(()) };
     let not_owner = |job: &JobId, owner: &str| Rejection::NotOwner { job: job.clone(), owner: owner.to_string(), user: user.to_string() };
     let owned = |job: &JobId| match state.job_idx(job) {
@@ -338,13 +337,10 @@ fn check_user_rights(state: &State, origin: &Origin, event: &Event) -> Result<()
         }
         Ok(())
     };
-    // Techila counts down: 1 is Highest, 0 the default (Normal).
+    // A project priority is the family's to bound (Techila's counts down).
     let project_priority = |job: &JobId, priority: u32| {
-        if priority != 0 && priority < PRIORITY_NORMAL {
-            let (asked, default) = (i64::from(priority), i64::from(PRIORITY_NORMAL));
-            return Err(Rejection::PriorityAboveDefault { job: job.clone(), setting: PrioritySetting::ProjectPriority, asked, default });
-        }
-        Ok(())
+        super::family::user_project_priority(priority)
+            .map_err(|(setting, asked, default)| Rejection::PriorityAboveDefault { job: job.clone(), setting, asked, default })
     };
     match event {
         Event::JobSubmitted(spec) => {
@@ -839,15 +835,10 @@ fn change_priority(state: &mut State, id: &super::ids::JobId, priority: i32) -> 
     Ok(())
 }
 
-/// A Techila project priority, 1 to 7, of an active job.
+/// A project priority of an active job, as its family takes it.
 fn change_project_priority(state: &mut State, id: &super::ids::JobId, priority: u32) -> Result<(), Rejection> {
-    use super::family::{PROJECT_PRIORITY_HIGHEST as PRIORITY_HIGHEST, PROJECT_PRIORITY_LOWEST as PRIORITY_LOWEST};
     let job = active_job(state, id)?;
-    if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
-        return Err(Rejection::OpsRefused { target: id.to_string(), problem: OpsProblem::ProjectPriorityOutOfRange { priority } });
-    }
-    state.job_mut(job).options.project_priority = priority;
-    Ok(())
+    super::family::on_project_priority(state, job, priority).map_err(|problem| Rejection::OpsRefused { target: id.to_string(), problem })
 }
 
 fn set_override_tickets(state: &mut State, id: &super::ids::JobId, tickets: u32) -> Result<(), Rejection> {
@@ -1000,169 +991,53 @@ fn apply_orders(state: &mut State, batch: &OrderBatch, out: &mut Vec<Rejection>)
 /// in runs of one job (the scheduler fills slots job by job), so most need no lookup.
 type LastJob<'a> = Option<(&'a JobId, JobIdx)>;
 
+/// One order read back: each kind is read back by its own function below,
+/// which checks that it still applies and applies it, or says why not.
 fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'a>) -> Result<(), OrderProblem> {
     match order {
         Order::Dispatch { task, attempt, engine, epoch } => {
             let key = order_task(state, task, last_job)?;
-            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            check_engine_state(state, e, *epoch)?;
-            let current = state.task(key);
-            let job = state.job(key.job);
-            if job.options.span == super::event::Span::Site {
-                return Err(OrderProblem::BadParts { problem: super::reject::PartsProblem::SpanMismatch });
-            }
-            let copy_waits = current.is_live() && job.copies_waiting.contains(&key.index);
-            if !(current.status == TaskStatus::Waiting || copy_waits) || !job.is_active() {
-                return Err(OrderProblem::TaskNotWaiting);
-            }
-            if *attempt != current.attempts + 1 {
-                return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
-            }
-            check_engine_takes(state, key, e, job.slots_per_task)?;
-            if copy_waits && state.live_attempts_of(key).iter().any(|live| live.engine == e) {
-                return Err(OrderProblem::EngineRunsTask);
-            }
-            state.dispatch(key, *attempt, e);
-            super::family::on_dispatch(state, key, Some(e));
+            read_back_dispatch(state, key, *attempt, engine, *epoch)
         }
         Order::Cancel { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
-            live_order_attempt(state, key, *attempt)?;
-            let task_state = state.task(key);
-            if state.job(key.job).is_active() && task_state.status != TaskStatus::Done && !task_state.is_cancel_requested() {
-                return Err(OrderProblem::JobNotEnded);
-            }
-            state.cancel_attempt(key, *attempt);
+            read_back_cancel(state, key, *attempt)
         }
         Order::Requeue { task, attempt, .. } => {
             let key = order_task(state, task, last_job)?;
             live_order_attempt(state, key, *attempt)?;
             state.requeue(key, *attempt);
+            Ok(())
         }
-        Order::SyncLibrary { engine, library } => {
-            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            let engine = state.engine(e);
-            if engine.status != EngineStatus::LoggedIn {
-                return Err(OrderProblem::EngineNotLoggedIn);
-            }
-            if engine.holds(library) || engine.syncing.is_some() || state.library(library).is_none() {
-                return Err(OrderProblem::SyncNotNeeded);
-            }
-            state.sync_ordered(e, library);
-        }
-        Order::Blacklist { job, engine, .. } => {
-            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            if !state.pending_blacklists().any(|pending| pending == (j, e)) {
-                return Err(OrderProblem::NotBlacklistable);
-            }
-            state.blacklist(j, e);
-        }
+        Order::SyncLibrary { engine, library } => read_back_sync(state, engine, library),
+        Order::Blacklist { job, engine, .. } => read_back_blacklist(state, job, engine),
         Order::Reschedule { task, reason: super::event::RescheduleReason::Expired | super::event::RescheduleReason::Finalize, .. } => {
             let key = order_task(state, task, last_job)?;
-            super::family::read_back_copy(state, key, order)?;
+            super::family::read_back_copy(state, key, order)
         }
-        Order::FloodRatio { engine, ratio_milli, .. } => {
-            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            let refused = state.policy.flood.is_none()
-                || !super::schedule::flood::is_gateway(state.engine(e))
-                || !(1..=super::schedule::flood::RATIO_MAX_MILLI_MAX).contains(ratio_milli);
-            if refused {
-                return Err(OrderProblem::FloodRatioRefused);
-            }
-            let now_ms = state.now_ms;
-            state.flood.set(engine, *ratio_milli, now_ms);
-        }
+        Order::FloodRatio { engine, ratio_milli, .. } => read_back_flood_ratio(state, engine, *ratio_milli),
         Order::EndTestCampaign { job, .. } | Order::FlagSink { job, .. } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            super::family::read_back_job_order(state, j, order)?;
+            super::family::read_back_job_order(state, j, order)
         }
         Order::Undeliverable { task, attempt, engine, .. } => {
             let key = order_task(state, task, last_job)?;
-            let live = state.live_attempt_numbered(key, *attempt).ok_or(OrderProblem::AttemptNotLive)?;
-            if state.engine_idx(engine) != Some(live.engine) {
-                return Err(OrderProblem::AttemptNotLive);
-            }
-            state.fail(key, *attempt);
+            read_back_undeliverable(state, key, *attempt, engine)
         }
         Order::Reschedule { task, .. } => {
             let key = order_task(state, task, last_job)?;
-            let job = state.job(key.job);
-            let live_attempts = state.live_attempts_of(key).len() as u32;
-            let wanted = job.is_active()
-                && job.options.redundant_rescheduling
-                && state.task(key).is_live()
-                && !job.copies_waiting.contains(&key.index)
-                && live_attempts <= state.policy.redundancy.copies_per_task_max;
-            if !wanted {
-                return Err(OrderProblem::NoCopyWanted);
-            }
-            let first = state.policy.redundancy.reschedule_first;
-            state.add_copy(key, first);
+            read_back_copy(state, key)
         }
-        Order::FailDependent { job, task: None, .. } => {
-            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            if state.job(j).failed_dependency.is_none() || !state.job(j).is_active() {
-                return Err(OrderProblem::DependencyNotFailed);
-            }
-            state.fail_for_dependency(j);
-        }
-        Order::FailDependent { job, task: Some(index), .. } => {
-            let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
-            if *index >= state.job(j).n_tasks() {
-                return Err(OrderProblem::UnknownTask);
-            }
-            let key = TaskKey { job: j, index: *index };
-            if !state.job(j).is_active() || state.failed_dependency_of(key).is_none() {
-                return Err(OrderProblem::DependencyNotFailed);
-            }
-            state.fail_task_for_dependency(key);
-        }
-        Order::EngineLost { engine, epoch, .. } => {
-            let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
-            if state.engine(e).status != EngineStatus::LoggedIn {
-                return Err(OrderProblem::EngineNotLoggedIn);
-            }
-            if state.engine(e).epoch != *epoch {
-                return Err(OrderProblem::EpochClosed { epoch: *epoch, current: state.engine(e).epoch });
-            }
-            state.mark_engine_lost(e);
-            state.requeue_engine_attempts(e);
-        }
+        Order::FailDependent { job, task, .. } => read_back_fail_dependent(state, job, *task),
+        Order::EngineLost { engine, epoch, .. } => read_back_engine_lost(state, engine, *epoch),
         Order::Suspend { task, attempt, engine } | Order::Resume { task, attempt, engine } | Order::Preempt { task, attempt, engine } => {
             let key = order_task(state, task, last_job)?;
-            live_order_attempt(state, key, *attempt)?;
             let action = match order {
                 Order::Suspend { .. } => Control::Suspend,
                 Order::Resume { .. } => Control::Resume,
                 _ => Control::Preempt,
             };
-            let on_engine = state.live_attempt_numbered(key, *attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
-            let requested = state.control_requested(key, *attempt) == Some(action);
-            // A family may preempt on its own rule (Techila: a Lowest project's task).
-            let by_family = !requested && action == Control::Preempt && super::family::may_preempt(state, key);
-            // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
-            let threshold = match state.live_attempt_numbered(key, *attempt) {
-                Some(live) if !requested && !by_family && on_engine => {
-                    state.threshold_justifies(key, *attempt, live.engine, action).map(|cause| (live.engine, cause))
-                }
-                _ => None,
-            };
-            if let Some((e, cause)) = threshold {
-                state.threshold_acted(key, *attempt, e, action, cause);
-                return Ok(());
-            }
-            if !(requested || by_family) || !on_engine {
-                return Err(OrderProblem::NotRequested);
-            }
-            if by_family {
-                super::family::on_preempt(state, key);
-            }
-            match action {
-                Control::Suspend => state.suspend_attempt(key, *attempt),
-                Control::Resume => state.resume_attempt(key, *attempt),
-                Control::Preempt => state.preempt(key, *attempt),
-            }
+            read_back_control(state, key, *attempt, engine, action)
         }
         Order::DispatchParallel { task, attempt, engine, epoch, parts } => {
             let key = order_task(state, task, last_job)?;
@@ -1170,6 +1045,7 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
             if parts.first().is_some_and(|master| master.engine == *engine) {
                 super::family::on_dispatch(state, key, None);
             }
+            Ok(())
         }
         Order::MarkUnschedulable { job, reason } => {
             let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
@@ -1177,7 +1053,184 @@ fn apply_order<'a>(state: &mut State, order: &'a Order, last_job: &mut LastJob<'
                 return Err(OrderProblem::JobIsSchedulable);
             }
             state.job_mut(j).unschedulable = Some(*reason);
+            Ok(())
         }
+    }
+}
+
+/// A `Dispatch` of task `key` (a waiting task, or a copy waiting beside its
+/// live task) to engine `engine` in its login epoch `epoch`.
+fn read_back_dispatch(state: &mut State, key: TaskKey, attempt: Attempt, engine: &EngineId, epoch: u64) -> Result<(), OrderProblem> {
+    let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+    check_engine_state(state, e, epoch)?;
+    let current = state.task(key);
+    let job = state.job(key.job);
+    if job.options.span == super::event::Span::Site {
+        return Err(OrderProblem::BadParts { problem: super::reject::PartsProblem::SpanMismatch });
+    }
+    let copy_waits = current.is_live() && job.copies_waiting.contains(&key.index);
+    if !(current.status == TaskStatus::Waiting || copy_waits) || !job.is_active() {
+        return Err(OrderProblem::TaskNotWaiting);
+    }
+    if attempt != current.attempts + 1 {
+        return Err(OrderProblem::WrongAttemptNumber { expected: current.attempts + 1 });
+    }
+    check_engine_takes(state, key, e, job.slots_per_task)?;
+    if copy_waits && state.live_attempts_of(key).iter().any(|live| live.engine == e) {
+        return Err(OrderProblem::EngineRunsTask);
+    }
+    state.dispatch(key, attempt, e);
+    super::family::on_dispatch(state, key, Some(e));
+    Ok(())
+}
+
+/// A `Cancel` of a live attempt: of an ended job, a task done by another
+/// attempt, or a task whose cancel was asked.
+fn read_back_cancel(state: &mut State, key: TaskKey, attempt: Attempt) -> Result<(), OrderProblem> {
+    live_order_attempt(state, key, attempt)?;
+    let task_state = state.task(key);
+    if state.job(key.job).is_active() && task_state.status != TaskStatus::Done && !task_state.is_cancel_requested() {
+        return Err(OrderProblem::JobNotEnded);
+    }
+    state.cancel_attempt(key, attempt);
+    Ok(())
+}
+
+/// A `SyncLibrary` to a logged-in engine that neither holds the library nor
+/// syncs another.
+fn read_back_sync(state: &mut State, engine: &EngineId, library: &LibraryRef) -> Result<(), OrderProblem> {
+    let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+    let engine = state.engine(e);
+    if engine.status != EngineStatus::LoggedIn {
+        return Err(OrderProblem::EngineNotLoggedIn);
+    }
+    if engine.holds(library) || engine.syncing.is_some() || state.library(library).is_none() {
+        return Err(OrderProblem::SyncNotNeeded);
+    }
+    state.sync_ordered(e, library);
+    Ok(())
+}
+
+/// A `Blacklist` of an engine the job's failures put on its pending list.
+fn read_back_blacklist(state: &mut State, job: &JobId, engine: &EngineId) -> Result<(), OrderProblem> {
+    let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+    let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+    if !state.pending_blacklists().any(|pending| pending == (j, e)) {
+        return Err(OrderProblem::NotBlacklistable);
+    }
+    state.blacklist(j, e);
+    Ok(())
+}
+
+/// A `FloodRatio` of a gateway engine, with flood control on, within its range.
+fn read_back_flood_ratio(state: &mut State, engine: &EngineId, ratio_milli: u32) -> Result<(), OrderProblem> {
+    let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+    let refused = state.policy.flood.is_none()
+        || !super::schedule::flood::is_gateway(state.engine(e))
+        || !(1..=super::schedule::flood::RATIO_MAX_MILLI_MAX).contains(&ratio_milli);
+    if refused {
+        return Err(OrderProblem::FloodRatioRefused);
+    }
+    let now_ms = state.now_ms;
+    state.flood.set(engine, ratio_milli, now_ms);
+    Ok(())
+}
+
+/// An `Undeliverable` of a live attempt on the engine it names: the attempt fails.
+fn read_back_undeliverable(state: &mut State, key: TaskKey, attempt: Attempt, engine: &EngineId) -> Result<(), OrderProblem> {
+    let live = state.live_attempt_numbered(key, attempt).ok_or(OrderProblem::AttemptNotLive)?;
+    if state.engine_idx(engine) != Some(live.engine) {
+        return Err(OrderProblem::AttemptNotLive);
+    }
+    state.fail(key, attempt);
+    Ok(())
+}
+
+/// A `Reschedule` (redundant rescheduling) of a live task: a copy queued,
+/// when its job reschedules and the task has room for one more.
+fn read_back_copy(state: &mut State, key: TaskKey) -> Result<(), OrderProblem> {
+    let job = state.job(key.job);
+    let live_attempts = state.live_attempts_of(key).len() as u32;
+    let wanted = job.is_active()
+        && job.options.redundant_rescheduling
+        && state.task(key).is_live()
+        && !job.copies_waiting.contains(&key.index)
+        && live_attempts <= state.policy.redundancy.copies_per_task_max;
+    if !wanted {
+        return Err(OrderProblem::NoCopyWanted);
+    }
+    let first = state.policy.redundancy.reschedule_first;
+    state.add_copy(key, first);
+    Ok(())
+}
+
+/// A `FailDependent` of a job (`index` none) or of one of its tasks whose
+/// dependency failed.
+fn read_back_fail_dependent(state: &mut State, job: &JobId, index: Option<u32>) -> Result<(), OrderProblem> {
+    let j = state.job_idx(job).ok_or(OrderProblem::UnknownJob)?;
+    let Some(index) = index else {
+        if state.job(j).failed_dependency.is_none() || !state.job(j).is_active() {
+            return Err(OrderProblem::DependencyNotFailed);
+        }
+        state.fail_for_dependency(j);
+        return Ok(());
+    };
+    if index >= state.job(j).n_tasks() {
+        return Err(OrderProblem::UnknownTask);
+    }
+    let key = TaskKey { job: j, index };
+    if !state.job(j).is_active() || state.failed_dependency_of(key).is_none() {
+        return Err(OrderProblem::DependencyNotFailed);
+    }
+    state.fail_task_for_dependency(key);
+    Ok(())
+}
+
+/// An `EngineLost` of a logged-in engine in the epoch it was decided for:
+/// its attempts are requeued.
+fn read_back_engine_lost(state: &mut State, engine: &EngineId, epoch: u64) -> Result<(), OrderProblem> {
+    let e = state.engine_idx(engine).ok_or(OrderProblem::UnknownEngine)?;
+    if state.engine(e).status != EngineStatus::LoggedIn {
+        return Err(OrderProblem::EngineNotLoggedIn);
+    }
+    if state.engine(e).epoch != epoch {
+        return Err(OrderProblem::EpochClosed { epoch, current: state.engine(e).epoch });
+    }
+    state.mark_engine_lost(e);
+    state.requeue_engine_attempts(e);
+    Ok(())
+}
+
+/// A `Suspend`, `Resume` or `Preempt` (`action`) of a live attempt on the
+/// engine it names: an operator asked for it, the family's own rule preempts
+/// it, or a suspend threshold (re-checked here) justifies it.
+fn read_back_control(state: &mut State, key: TaskKey, attempt: Attempt, engine: &EngineId, action: Control) -> Result<(), OrderProblem> {
+    live_order_attempt(state, key, attempt)?;
+    let on_engine = state.live_attempt_numbered(key, attempt).is_some_and(|live| state.engine(live.engine).id == *engine);
+    let requested = state.control_requested(key, attempt) == Some(action);
+    // A family may preempt on its own rule (Techila: a Lowest project's task).
+    let by_family = !requested && action == Control::Preempt && super::family::may_preempt(state, key);
+    // Grid Engine's suspend thresholds suspend and resume on theirs, re-checked here.
+    let threshold = match state.live_attempt_numbered(key, attempt) {
+        Some(live) if !requested && !by_family && on_engine => {
+            state.threshold_justifies(key, attempt, live.engine, action).map(|cause| (live.engine, cause))
+        }
+        _ => None,
+    };
+    if let Some((e, cause)) = threshold {
+        state.threshold_acted(key, attempt, e, action, cause);
+        return Ok(());
+    }
+    if !(requested || by_family) || !on_engine {
+        return Err(OrderProblem::NotRequested);
+    }
+    if by_family {
+        super::family::on_preempt(state, key);
+    }
+    match action {
+        Control::Suspend => state.suspend_attempt(key, attempt),
+        Control::Resume => state.resume_attempt(key, attempt),
+        Control::Preempt => state.preempt(key, attempt),
     }
     Ok(())
 }

@@ -759,3 +759,46 @@ fn a_report_sent_alone_and_again_in_a_batch_counts_once() {
     assert_eq!(rejections.len(), 1, "{rejections:?}");
     assert_eq!(state.totals.tasks_done, 2, "j/0 once and the new report");
 }
+
+/// A `PolicySet` built in the core (so no decoder or file reader checked it)
+/// whose family section is past a limit is refused by the fold's policy step,
+/// which asks the same check (`policy_limits::check_policy`, the families'
+/// sections through the seam): the rejection names the field, and the state
+/// keeps the policy in force; within the limit, the same policy applies.
+#[test]
+fn a_policy_with_a_family_section_over_its_limits_is_refused_by_the_fold_naming_the_limit() {
+    use crate::core::event::Algorithm;
+    let over_and_within: [(&str, Policy, Policy); 3] = {
+        let mut fbsng = Policy { algorithm: Algorithm::Fbsng, ..Policy::default() };
+        fbsng.fbsng.min_run_interval_ms = u64::MAX;
+        let mut fbsng_ok = fbsng.clone();
+        fbsng_ok.fbsng.min_run_interval_ms = 1_000;
+        let mut cigri = Policy { algorithm: Algorithm::Cigri, ..Policy::default() };
+        cigri.cigri.predictor_window_ms = 0;
+        let mut cigri_ok = cigri.clone();
+        cigri_ok.cigri.predictor_window_ms = 60_000;
+        let mut techila = Policy { algorithm: Algorithm::Techila, ..Policy::default() };
+        techila.techila.cycle_interval_ms = u64::MAX;
+        let mut techila_ok = techila.clone();
+        techila_ok.techila.cycle_interval_ms = 10_000;
+        [
+            ("fbsng.min_run_interval_ms", fbsng, fbsng_ok),
+            ("cigri.predictor_window_ms", cigri, cigri_ok),
+            ("techila.cycle_interval_ms", techila, techila_ok),
+        ]
+    };
+    for (field, over, within) in over_and_within {
+        let mut log = LogBuilder::new();
+        let mut state = registered(&log);
+        let algorithm_before = state.policy.algorithm;
+        let rejections = fold_checked(&mut state, &log.push(Event::PolicySet(over)));
+        let [Rejection::InvalidPolicy { problem }] = rejections.as_slice() else {
+            panic!("{field}: the policy is refused: {rejections:?}")
+        };
+        assert!(problem.starts_with(&format!("{field}: ")), "{field}: the rejection names the limit: {problem}");
+        assert_eq!(state.policy.algorithm, algorithm_before, "{field}: the policy in force stays");
+        let rejections = fold_checked(&mut state, &log.push(Event::PolicySet(within.clone())));
+        assert!(rejections.is_empty(), "{field}: within the limit it applies: {rejections:?}");
+        assert_eq!(state.policy.algorithm, within.algorithm, "{field}: and is in force");
+    }
+}

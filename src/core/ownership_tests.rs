@@ -108,6 +108,11 @@ fn a_user_may_lower_a_priority_but_not_raise_it_above_the_default() {
         let entry = log.push_from(user("alice"), Event::ProjectPriorityChanged { job: job_id("a"), priority });
         assert_eq!(kinds(&fold_checked(&mut state, &entry)).len(), usize::from(refused), "project priority {priority}");
     }
+    let entry = log.push_from(user("alice"), Event::ProjectPriorityChanged { job: job_id("a"), priority: 2 });
+    assert_eq!(
+        fold_checked(&mut state, &entry)[0].to_string(),
+        "job a: a user may set a project priority from the default 4 down to 7 (Lowest), not 2; only an operator may raise it above"
+    );
     // At submission too.
     let mut eager = job_spec("eager", 1, "");
     eager.priority = 10;

@@ -14,7 +14,6 @@
 use std::fmt;
 
 use super::event::{Policy, ORDERS_PER_BATCH_MAX, SUSPEND_INTERVAL_MS_MAX, WORK_DIR_RETENTION_MS_LIMIT};
-use super::family::TECHILA_CYCLE_INTERVAL_MS_MAX as CYCLE_INTERVAL_MS_MAX;
 
 /// The longest duration a policy may give anything: a year (365 days) of log time.
 pub const POLICY_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
@@ -42,11 +41,13 @@ fn problem(field: impl Into<String>, problem: impl Into<String>) -> PolicyProble
 }
 
 /// Every duration of a policy outside its own section checks: (field, value,
-/// least, most). Sections with checks of their own (FBSNG, CiGri, flood
-/// control) hold theirs to less than a year there.
-fn durations(policy: &Policy) -> [(&'static str, u64, u64, u64); 9] {
+/// least, most), the shared ones, then those of the families' sections that
+/// are checked with them (`family::policy_durations`). Sections with checks
+/// of their own (FBSNG, CiGri, flood control) hold theirs to less than a
+/// year there.
+fn durations(policy: &Policy) -> Vec<(&'static str, u64, u64, u64)> {
     let year = POLICY_DURATION_MS_MAX;
-    [
+    let mut durations = vec![
         ("engine_timeout_ms", policy.engine_timeout_ms, 1, year),
         ("dispatch_timeout_ms", policy.dispatch_timeout_ms, 1, year),
         ("job_retention_ms", policy.job_retention_ms, 0, year),
@@ -55,8 +56,9 @@ fn durations(policy: &Policy) -> [(&'static str, u64, u64, u64); 9] {
         ("reservation.default_duration_ms", policy.reservation.default_duration_ms, 0, year),
         ("output.work_dir_retention_ms", policy.output.work_dir_retention_ms, 1, WORK_DIR_RETENTION_MS_LIMIT),
         ("suspend_thresholds.interval_ms", policy.suspend_thresholds.interval_ms, 1, SUSPEND_INTERVAL_MS_MAX),
-        ("techila.cycle_interval_ms", policy.techila.cycle_interval_ms, 0, CYCLE_INTERVAL_MS_MAX),
-    ]
+    ];
+    durations.extend(super::family::policy_durations(policy));
+    durations
 }
 
 /// A duration in words for a limit: `a year`, `a day`, or its ms.

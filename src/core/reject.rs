@@ -5,6 +5,7 @@
 use std::fmt;
 
 use super::event::TaskSelector;
+use super::family::reasons::{FamilyJobProblem, FamilyOpsProblem, FamilyOrderProblem, FamilyPrioritySetting};
 use super::ids::{Attempt, EngineId, JobId, Seq, TaskRef};
 use super::event::Control;
 
@@ -91,9 +92,9 @@ pub enum Rejection {
 pub enum PrioritySetting {
     /// The job's priority (`-p`): higher runs first.
     Priority,
-    /// Techila's project priority: 1 (Highest) to 7 (Lowest), so a smaller
-    /// number is the higher priority.
-    ProjectPriority,
+    /// A priority of the family's own (Techila's project priority), defined
+    /// in the family's folder.
+    Family(FamilyPrioritySetting),
 }
 
 /// A cap of the policy (`[caps]`), by its name there.
@@ -165,8 +166,9 @@ pub enum OpsProblem {
     /// More tasks added to a job submitted in parts than it declared
     /// (`tasks_total`), or a declared total below the first part's tasks.
     PartsInconsistent { tasks: u64, total: u32 },
-    /// A Techila project priority outside 1 (Highest) to 7 (Lowest).
-    ProjectPriorityOutOfRange { priority: u32 },
+    /// A family's own rule refuses it (its problems are defined in the
+    /// family's folder).
+    Family(FamilyOpsProblem),
 }
 
 impl OpsProblem {
@@ -179,7 +181,7 @@ impl OpsProblem {
             OpsProblem::TaskAlreadyEnded => "task-already-ended",
             OpsProblem::CancelAlreadyRequested => "cancel-already-requested",
             OpsProblem::PartsInconsistent { .. } => "parts-inconsistent",
-            OpsProblem::ProjectPriorityOutOfRange { .. } => "project-priority-out-of-range",
+            OpsProblem::Family(problem) => problem.as_str(),
         }
     }
 }
@@ -196,9 +198,7 @@ impl fmt::Display for OpsProblem {
             OpsProblem::PartsInconsistent { tasks, total } => {
                 write!(f, "its parts would give it {tasks} tasks, but it declared {total}")
             }
-            OpsProblem::ProjectPriorityOutOfRange { priority } => {
-                write!(f, "cannot take project priority {priority}: it must be 1 (Highest) to 7 (Lowest)")
-            }
+            OpsProblem::Family(problem) => problem.fmt(f),
         }
     }
 }
@@ -277,10 +277,9 @@ pub enum JobProblem {
     RetiredDependency { dependency: String, status: String },
     /// More slots per task than a task may ask for.
     TooManySlots { slots: u32, max: u32 },
-    /// Under `fbsng`: a queue the policy does not define (`known`: those it does).
-    UnknownQueue { queue: String, known: Vec<String> },
-    /// Under `fbsng`: a process type the policy does not define.
-    UnknownProcessType { process_type: String, known: Vec<String> },
+    /// The family in force refuses it (its problems are defined in the
+    /// family's folder).
+    Family(FamilyJobProblem),
     /// A companion command beyond its limits, or given to a job whose span is
     /// not `site` (it would have no companion engine to run on).
     BadCompanionCommand { detail: String },
@@ -330,15 +329,12 @@ pub enum OrderProblem {
     /// A `DispatchParallel` whose parts do not describe a parallel task the
     /// job may run (see [`PartsProblem`]), or a `Dispatch` of a site-spanning job.
     BadParts { problem: PartsProblem },
-    /// CiGri: an `EndTestCampaign` of a job that is not an active test
-    /// campaign whose tested tasks have all ended.
-    TestCampaignNotDone,
+    /// A family's own order that does not apply (its problems are defined in
+    /// the family's folder).
+    Family(FamilyOrderProblem),
     /// A `FloodRatio` with flood control off, of an engine that is not a
     /// gateway, or of a ratio outside 1..=`flood::RATIO_MAX_MILLI_MAX`.
     FloodRatioRefused,
-    /// CiGri: a `FlagSink` whose target the sink rule does not hold for now
-    /// (or already flagged, or not an active campaign under `cigri`).
-    NotASink,
 }
 
 /// What is wrong with the parts of a `DispatchParallel`.
@@ -386,7 +382,6 @@ impl fmt::Display for OrderProblem {
             }
             OrderProblem::EpochClosed { epoch, current } => write!(f, "epoch-closed (epoch {epoch}, now {current})"),
             OrderProblem::BadParts { problem } => write!(f, "bad-parts ({})", problem.as_str()),
-            OrderProblem::TestCampaignNotDone => f.write_str("test-campaign-not-done"),
             other => f.write_str(other.kind_name()),
         }
     }
@@ -417,9 +412,8 @@ impl OrderProblem {
             OrderProblem::SyncNotNeeded => "sync-not-needed",
             OrderProblem::NotRequested => "not-requested",
             OrderProblem::BadParts { .. } => "bad-parts",
-            OrderProblem::TestCampaignNotDone => "test-campaign-not-done",
+            OrderProblem::Family(problem) => problem.kind_name(),
             OrderProblem::FloodRatioRefused => "flood-ratio-refused",
-            OrderProblem::NotASink => "not-a-sink",
         }
     }
 }
@@ -561,9 +555,10 @@ impl fmt::Display for Rejection {
                 f,
                 "job {job}: a user may set a priority up to the default {default}, not {asked}; only an operator may raise it above"
             ),
-            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::ProjectPriority, asked, default } => write!(
+            Rejection::PriorityAboveDefault { job, setting: PrioritySetting::Family(setting), asked, default } => write!(
                 f,
-                "job {job}: a user may set a project priority from the default {default} down to 7 (Lowest), not {asked}; only an operator may raise it above"
+                "job {job}: a user may set {}, not {asked}; only an operator may raise it above",
+                setting.allowed_words(*default)
             ),
             Rejection::OverCap { job, cap, user, held, adding, limit } => {
                 let who = if cap.per_user() { format!("user {user:?}") } else { "the grid".to_string() };
@@ -592,13 +587,7 @@ impl fmt::Display for JobProblem {
             JobProblem::TooManyTasks { tasks, max } => write!(f, "{tasks} tasks, more than {max}"),
             JobProblem::ZeroSlotsPerTask => f.write_str("slots_per_task must be at least 1"),
             JobProblem::TooManySlots { slots, max } => write!(f, "{slots} slots per task, more than {max}"),
-            JobProblem::UnknownQueue { queue, known } => {
-                write!(f, "unknown queue \"{queue}\"; known: {}", known.join(", "))
-            }
-            JobProblem::UnknownProcessType { process_type, known } => {
-                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                write!(f, "unknown process type \"{process_type}\"; known: {known}")
-            }
+            JobProblem::Family(problem) => problem.fmt(f),
             JobProblem::ZeroMaxAttempts => f.write_str("max_attempts must be at least 1"),
             JobProblem::TooManyAttempts { max_attempts, max } => {
                 write!(f, "max_attempts is {max_attempts}; at most {max} are allowed")

@@ -10,6 +10,11 @@
 //! - a family is a folder: no file under `src/core` outside `src/core/family`
 //!   names a family's module (`cigri::`, `techila::`, `fbsng::`, `sgeee::`,
 //!   `sge_plain::`); `family/mod.rs`, the seam, is the one place that does;
+//! - nor does any name a family at all, in any case (`Unfit::CigriSink`,
+//!   `techila`, `FbsngHold`), but the event schema (`event/`, whose policy
+//!   sections and options are the families' schema), outside test code: the
+//!   shared reasons, `why`, the filters, the dispatch loop and the policy's
+//!   limits ask the seam;
 //! - nothing under `src` is left as `todo!` or `unimplemented!`;
 //! - no circle of files: the files of `src/core` (but for test files and
 //!   test-only items) form an acyclic graph of imports, so each file can be
@@ -100,6 +105,33 @@ fn state_names_neither_schedule_nor_fold() {
 fn only_the_family_folders_name_a_family() {
     let found = violations("src/core", FAMILIES, |path| this_file(path) || path.components().any(|c| c.as_os_str() == "family"));
     assert!(found.is_empty(), "a family is named only in its folder and in family/mod.rs (see family/mod.rs):\n{}", found.join("\n"));
+}
+
+/// The families' names, as any identifier or text may hold them (lowercase).
+const FAMILY_NAMES: &[&str] = &["cigri", "techila", "fbsng", "sgeee", "sge_plain", "sgeplain"];
+
+#[test]
+fn outside_the_folders_the_seam_and_the_schema_core_code_names_no_family_at_all() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src/core"), &mut files);
+    let schema = |path: &Path| path.parent().is_some_and(|dir| dir.ends_with("core/event"));
+    let mut found = Vec::new();
+    for path in files.iter().filter(|path| {
+        !this_file(path) && !test_file(path) && !schema(path) && !path.components().any(|c| c.as_os_str() == "family")
+    }) {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // A file's own tests follow its code: they may name the families they set up.
+        let code_part = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        for (n, line) in code_part.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("").to_lowercase();
+            if let Some(name) = FAMILY_NAMES.iter().find(|name| code.contains(*name)) {
+                let shown = path.strip_prefix(root).unwrap_or(path).display();
+                found.push(format!("{shown}:{}: names `{name}`: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "only the family folders, family/ (the seam) and the event schema name a family:\n{}", found.join("\n"));
 }
 
 #[test]

@@ -340,24 +340,16 @@ fn string_start(text: &str, value_start: usize) -> usize {
     }
 }
 
+/// The 1-based line of a job file's top-level `key` (`None` where the file
+/// leaves the key out or cannot be read), for the problems found after the
+/// file was parsed (`gridfold submit` checking the job against the policy in
+/// force, whose family names the key it refuses).
+pub fn key_line(text: &str, key: &str) -> Option<usize> {
+    let keys: BTreeMap<String, Spanned<toml::Value>> = toml::from_str(text).ok()?;
+    keys.get(key).map(|value| line_of(text, value.span().start))
+}
+
 /// Reads and checks a job file. `owner_default` fills `owner` when the file has none.
-/// The FBSNG keys of a job file, with where they are.
-#[derive(Debug, Default, Deserialize)]
-struct FbsngKeys {
-    queue: Option<Spanned<String>>,
-    process_type: Option<Spanned<String>>,
-}
-
-/// The 1-based lines of a job file's `queue` and `process_type` keys (`None`
-/// where the file leaves the key out or cannot be read), for the problems
-/// found after the file was parsed (`gridfold submit` checking them against
-/// the policy in force).
-pub fn fbsng_key_lines(text: &str) -> (Option<usize>, Option<usize>) {
-    let keys: FbsngKeys = toml::from_str(text).unwrap_or_default();
-    let line = |key: &Option<Spanned<String>>| key.as_ref().map(|key| line_of(text, key.span().start));
-    (line(&keys.queue), line(&keys.process_type))
-}
-
 pub fn read_job_file(path: &Path, owner_default: &str) -> Result<JobSpec, JobFileError> {
     let text = std::fs::read_to_string(path).map_err(|e| JobFileError {
         path: path.display().to_string(),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::explain::{explain, Explanation};
+use crate::core::family::{GridStat, JobStat};
 use crate::core::ids::TaskRef;
 use crate::core::state::{EngineIdx, EngineStatus, JobIdx, JobStatus, State, Usage};
 
@@ -632,9 +633,9 @@ pub struct StateSummary {
     /// When the one job asked for was retired: what became of it, as a person reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired: Option<String>,
-    /// Under `fbsng`: each queue's priority and waiting sections.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fbsng_queues: Vec<crate::core::family::fbsng::QueueStatus>,
+    /// The families' figures of the grid, each under its family's key.
+    #[serde(flatten)]
+    pub family: GridStat,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -689,77 +690,9 @@ pub struct JobSummary {
     /// Submitted in parts and not all have arrived: the tasks it declared.
     #[serde(default)]
     pub awaits_parts_of: Option<u32>,
-    /// Under `techila`: its tasks still running that expired (ran past
-    /// `expected_task_time`) and were copied.
-    #[serde(default)]
-    pub expired: u32,
-    /// Under `cigri`: the campaign's type, the predictor's figures and its sink flags.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cigri: Option<CampaignSummary>,
-}
-
-/// A CiGri campaign as `gridfold stat` shows it (the seed's gridstat).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CampaignSummary {
-    /// `default` or `test`.
-    pub campaign: String,
-    /// The predictor over the whole campaign (`cluster` empty).
-    pub prediction: crate::core::family::cigri::predictor::Prediction,
-    /// The predictor per cluster, by name.
-    pub clusters: Vec<crate::core::family::cigri::predictor::Prediction>,
-    /// Engines and clusters flagged sinks and excluded.
-    pub sinks: Vec<crate::core::family::cigri::sink::SinkWarning>,
-}
-
-/// A campaign's predictor and sink lines under its job in the summary's text.
-struct CampaignText<'a> {
-    summary: &'a CampaignSummary,
-    now_ms: u64,
-}
-
-impl std::fmt::Display for CampaignText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::core::family::cigri::predictor::milli_text;
-        use crate::core::window::secs;
-        let ms = |value: Option<u64>| value.map_or("-".to_string(), secs);
-        let summary = self.summary;
-        for p in std::iter::once(&summary.prediction).chain(&summary.clusters) {
-            let name = if p.cluster.is_empty() {
-                format!("{} campaign", summary.campaign)
-            } else {
-                format!("cluster {}", crate::human::printable(&p.cluster))
-            };
-            writeln!(
-                f,
-                "  {name}: done {}, {} tasks/h, mean {}, median {}, eta {}",
-                p.done,
-                milli_text(p.per_hour_milli),
-                ms(p.mean_duration_ms),
-                ms(p.median_duration_ms),
-                p.eta_ms.map_or("-".to_string(), |eta| format!("+{}", secs(eta.saturating_sub(self.now_ms)))),
-            )?;
-        }
-        for sink in &summary.sinks {
-            writeln!(f, "  WARNING {}", crate::human::printable(&sink.to_string()))?;
-        }
-        Ok(())
-    }
-}
-
-impl CampaignSummary {
-    /// The campaign's summary, under `cigri` only.
-    pub fn of(state: &State, j: JobIdx) -> Option<CampaignSummary> {
-        if state.policy.algorithm != crate::core::event::Algorithm::Cigri {
-            return None;
-        }
-        let (prediction, clusters) = crate::core::family::cigri::predictor::predict(state, j);
-        Some(CampaignSummary {
-            campaign: state.job(j).options.campaign.as_str().to_string(),
-            prediction,
-            clusters,
-            sinks: crate::core::family::cigri::sink::warnings(state, j),
-        })
-    }
+    /// The families' figures of the job, each under its family's key.
+    #[serde(flatten)]
+    pub family: JobStat,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -831,8 +764,7 @@ impl JobSummary {
             },
             held: job.held,
             awaits_parts_of: job.options.tasks_total.filter(|_| job.awaits_parts()),
-            expired: crate::core::family::techila::expiry::n_expired_live(job),
-            cigri: CampaignSummary::of(state, j),
+            family: JobStat::of(state, j),
         }
     }
 }
@@ -908,7 +840,7 @@ impl StateSummary {
             wait_ms_max: totals.wait_ms_max,
             jobs_retired: totals.jobs_retired,
             retired: None,
-            fbsng_queues: crate::core::family::fbsng::queue_statuses(state),
+            family: GridStat::of(state),
         }
     }
 
@@ -936,7 +868,7 @@ impl std::fmt::Display for StateSummary {
         if let Some(retired) = &self.retired {
             writeln!(f, "{retired}")?;
         }
-        write!(f, "{}", crate::core::family::fbsng::QueueTable(&self.fbsng_queues))?;
+        write!(f, "{}", self.family)?;
         if !self.jobs.is_empty() {
             writeln!(f, "{:<24} {:>9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}", "JOB", "STATUS", "PRIO", "TASKS", "WAITING", "DISPATCH", "RUNNING", "DONE", "FAILED", "CANCELLED")?;
             for job in &self.jobs {
@@ -949,8 +881,8 @@ impl std::fmt::Display for StateSummary {
                 if job.held {
                     writeln!(f, "  {} is held", job.id)?;
                 }
-                if let Some(campaign) = &job.cigri {
-                    write!(f, "{}", CampaignText { summary: campaign, now_ms: self.log_time_ms })?;
+                for line in job.family.lines(self.log_time_ms) {
+                    writeln!(f, "{}", crate::human::printable(&line))?;
                 }
             }
         }

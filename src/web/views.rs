@@ -549,8 +549,7 @@ mod tests {
             waits_for_jobs: vec![EVIL.into()],
             held: true,
             awaits_parts_of: Some(8),
-            expired: 0,
-            cigri: None,
+            family: Default::default(),
         };
         let engine = EngineSummary {
             id: EVIL.into(),
@@ -592,7 +591,7 @@ mod tests {
             wait_ms_max: 0,
             jobs_retired: 0,
             retired: None,
-            fbsng_queues: Vec::new(),
+            family: Default::default(),
         }
     }
 

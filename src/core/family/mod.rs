@@ -12,7 +12,9 @@
 //! What a family supplies:
 //! - its **ordering** ([`ordering`]): *job-first* ([`JobOrder`]: which job
 //!   next, the engine found for it by the shared ranking) or *resource-first*
-//!   ([`EngineOrder`]: which free engine next, and which jobs it would take);
+//!   ([`EngineOrder`]: which free engine next, and which jobs it would take,
+//!   told of the orders the run gave before its dispatch loop,
+//!   [`Ordering::orders_so_far`]);
 //!   an ordering may move as the run books slots (Grid Engine's access tree
 //!   for `user_sort`, its re-sort of pending jobs after each dispatch in
 //!   ticket mode), and then the loop asks it again after every booking;
@@ -27,14 +29,31 @@
 //!   [`crate::core::state::accounts`]), so a switch of `algorithm` is one
 //!   policy event and replay reproduces it;
 //! - its **fold hooks** ([`on_event`], [`on_submit`], [`on_dispatch`],
-//!   [`on_complete`], [`may_preempt`] and [`on_preempt`], and its own orders
+//!   [`on_complete`], [`may_preempt`] and [`on_preempt`],
+//!   [`on_project_priority`], and its own orders
 //!   read back: [`read_back_copy`], [`read_back_job_order`]): the fold calls
 //!   them and names no family. A copy a family orders that races its task
 //!   (Techila's expired task, CiGri's finalize copy) is one verb of the state,
 //!   `State::add_racing_copy`: queued first, its task's first result cancels
 //!   the other attempts;
+//! - its **policy section's limits**, asked by the one policy check
+//!   ([`crate::core::policy_limits::check_policy`]) that the wire decoder, the
+//!   file readers and the fold's policy step all run ([`check_policy_sections`],
+//!   [`policy_durations`]);
+//! - its **reasons**: a rejection or a filter's reason only it gives is a
+//!   `Family` variant of the shared enum (`Unfit::Family`,
+//!   `OrderProblem::Family`, `JobProblem::Family`, `OpsProblem::Family`),
+//!   nesting an enum defined in its folder ([`reasons`], data only, so the
+//!   low layers may hold it);
 //! - its pieces of **`why`** ([`why_resource_first`], [`why_held`],
-//!   [`why_copied`], [`why_excluded`]).
+//!   [`why_copied`], [`why_excluded`]), each an enum with one variant per
+//!   family that has such a piece ([`ResourceFirstWhy`], [`HeldWhy`],
+//!   [`CopiedWhy`], [`ExcludedWhy`]), which the answer flattens under the
+//!   family's key, so `why` names no family;
+//! - its pieces of **`stat`** ([`JobStat`], [`GridStat`]): its figures of a
+//!   job and of the grid, their notes, lines and tables, which the projector's
+//!   answers flatten under the family's keys, so the queries and the command
+//!   line's renderers name no family.
 //!
 //! | family | module | shape |
 //! |---|---|---|
@@ -47,6 +66,7 @@
 pub mod cigri;
 pub mod data;
 pub mod fbsng;
+pub mod reasons;
 pub mod sge_plain;
 pub mod sgeee;
 pub mod techila;
@@ -63,7 +83,7 @@ use crate::core::schedule::unfit::Unfit;
 use crate::core::event::{Algorithm, Event, JobSpec, Order, Policy, RescheduleReason};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
-use crate::core::reject::{JobProblem, OrderProblem};
+use crate::core::reject::{JobProblem, OpsProblem, OrderProblem, PrioritySetting};
 use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
 
 
@@ -74,10 +94,6 @@ use crate::core::state::{EngineIdx, JobIdx, JobRank, State, TaskKey};
 // Each is one `match` on the algorithm (or, for an order, on its kind), and
 // each family's arm calls into its folder; the fold names no family.
 
-/// The project priorities of a job's `project_priority` option (Techila's,
-/// counting down: 1 is Highest, 7 Lowest, 0 the default, Normal).
-pub use techila::{PRIORITY_HIGHEST as PROJECT_PRIORITY_HIGHEST, PRIORITY_LOWEST as PROJECT_PRIORITY_LOWEST,
-    PRIORITY_NORMAL as PROJECT_PRIORITY_NORMAL};
 
 /// The event just applied at `seq` (log time `time_ms`; `applied`: not
 /// rejected, a batch counts when its seal held; each report of an engine's
@@ -141,6 +157,20 @@ pub(crate) fn on_preempt(state: &mut State, key: TaskKey) {
     }
 }
 
+/// A user's project priority (a job's `project_priority` option, Techila's,
+/// kept whatever family is in force): within what a user may set, or
+/// (the setting, what was asked, the default) when above it.
+pub(crate) fn user_project_priority(priority: u32) -> Result<(), (PrioritySetting, i64, i64)> {
+    techila::user_project_priority(priority)
+}
+
+/// A job's project priority changed (`ProjectPriorityChanged`: Techila's,
+/// kept by the job whatever family is in force): taken, or refused with the
+/// family's problem.
+pub(crate) fn on_project_priority(state: &mut State, j: JobIdx, priority: u32) -> Result<(), OpsProblem> {
+    techila::set_project_priority(state, j, priority)
+}
+
 /// A family's copy of live task `key` read back (a `Reschedule` of reason
 /// `Expired` or `Finalize`): taken when the family wants it, refused otherwise.
 pub(crate) fn read_back_copy(state: &mut State, key: TaskKey, order: &Order) -> Result<(), OrderProblem> {
@@ -166,26 +196,20 @@ pub(crate) fn read_back_copy(state: &mut State, key: TaskKey, order: &Order) -> 
 /// `FlagSink`): applied when it holds, refused with its problem otherwise.
 pub(crate) fn read_back_job_order(state: &mut State, j: JobIdx, order: &Order) -> Result<(), OrderProblem> {
     match order {
-        Order::EndTestCampaign { .. } => {
-            if !cigri::test_campaign_done(state, j) {
-                return Err(OrderProblem::TestCampaignNotDone);
-            }
-            cigri::end_test_campaign(state, j);
-        }
-        Order::FlagSink { engine, cluster, .. } => {
-            let target = cigri::sink::target_of(state, engine.as_ref(), cluster).ok_or(OrderProblem::UnknownEngine)?;
-            let medians = cigri::sink::flag_wanted(state, j, &target).ok_or(OrderProblem::NotASink)?;
-            cigri::sink::flag(state, j, target, medians);
-        }
-        _ => return Err(OrderProblem::UnknownJob),
+        Order::EndTestCampaign { .. } | Order::FlagSink { .. } => cigri::read_back_job_order(state, j, order),
+        _ => Err(OrderProblem::UnknownJob),
     }
-    Ok(())
 }
 
 // ---- why: the families' pieces of an explanation -------------------------
 
-/// The longest scheduling cycle a policy's Techila section may ask for.
-pub use techila::cycle::CYCLE_INTERVAL_MS_MAX as TECHILA_CYCLE_INTERVAL_MS_MAX;
+/// The durations of the families' policy sections that are checked with the
+/// policy's other durations (the part of
+/// [`crate::core::policy_limits::check_policy`] the families own, beside
+/// [`check_policy_sections`]): (field, value, least, most).
+pub fn policy_durations(policy: &Policy) -> impl Iterator<Item = (&'static str, u64, u64, u64)> {
+    techila::cycle::policy_durations(&policy.techila).into_iter()
+}
 
 /// Each family's own policy section within its limits (the part of
 /// [`crate::core::policy_limits::check_policy`] the families own): the
@@ -202,38 +226,182 @@ pub use fbsng::FbsngHold;
 pub use techila::expiry::ExpiredWhy;
 pub use techila::TechilaWhy;
 
+/// The rule of a resource-first family that keeps a waiting task waiting:
+/// one variant per such family, its answer's key (`techila`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceFirstWhy {
+    Techila(Box<TechilaWhy>),
+}
+
+impl std::fmt::Display for ResourceFirstWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResourceFirstWhy::Techila(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// The rule of the family's ordering that holds a runnable job: one
+/// variant per family that has such rules, its answer's key (`fbsng`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldWhy {
+    Fbsng(Box<FbsngHold>),
+}
+
+impl std::fmt::Display for HeldWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeldWhy::Fbsng(hold) => write!(f, "fbsng: {hold}"),
+        }
+    }
+}
+
+/// Why a live task was copied under a family's rule, its answer's key
+/// (`techila_expired`: the task ran past its expected time).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopiedWhy {
+    TechilaExpired(ExpiredWhy),
+}
+
+impl std::fmt::Display for CopiedWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopiedWhy::TechilaExpired(expired) => write!(f, "{expired}"),
+        }
+    }
+}
+
+/// The engines and clusters a job excludes under a family's rule, its
+/// answer's key (`cigri_sinks`: the sinks its campaign flagged).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcludedWhy {
+    CigriSinks(Vec<SinkWarning>),
+}
+
+impl std::fmt::Display for ExcludedWhy {
+    /// One line each, indented as the lines of `why` are.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExcludedWhy::CigriSinks(sinks) => sinks.iter().try_for_each(|sink| writeln!(f, "  {sink}")),
+        }
+    }
+}
+
 /// Why waiting task `key` waits under a resource-first family's own rule.
-pub fn why_resource_first(state: &State, key: TaskKey) -> Option<Box<TechilaWhy>> {
+pub fn why_resource_first(state: &State, key: TaskKey) -> Option<ResourceFirstWhy> {
     match state.policy.algorithm {
-        Algorithm::Techila => Some(Box::new(techila::why(state, key))),
+        Algorithm::Techila => Some(ResourceFirstWhy::Techila(Box::new(techila::why(state, key)))),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Fbsng | Algorithm::Cigri => None,
     }
 }
 
 /// The rule of the family's ordering that holds runnable job `j`, if one does.
-pub fn why_held(state: &State, j: JobIdx) -> Option<Box<FbsngHold>> {
+pub fn why_held(state: &State, j: JobIdx) -> Option<HeldWhy> {
     match state.policy.algorithm {
-        Algorithm::Fbsng => fbsng::hold_of(state, j).map(Box::new),
+        Algorithm::Fbsng => fbsng::hold_of(state, j).map(|hold| HeldWhy::Fbsng(Box::new(hold))),
         Algorithm::SgePlain | Algorithm::Sgeee | Algorithm::Techila | Algorithm::Cigri => None,
     }
 }
 
 /// Why live task `key` was copied under a family's rule (an expired task),
 /// whatever family is in force now.
-pub fn why_copied(state: &State, key: TaskKey) -> Option<ExpiredWhy> {
-    techila::expiry::why(state, key)
+pub fn why_copied(state: &State, key: TaskKey) -> Option<CopiedWhy> {
+    techila::expiry::why(state, key).map(CopiedWhy::TechilaExpired)
 }
 
 /// The engines and clusters job `j` excludes under a family's rule (the
 /// sinks its campaign flagged), whatever family is in force now.
-pub fn why_excluded(state: &State, j: JobIdx) -> Vec<SinkWarning> {
-    cigri::sink::warnings(state, j)
+pub fn why_excluded(state: &State, j: JobIdx) -> Option<ExcludedWhy> {
+    let sinks = cigri::sink::warnings(state, j);
+    (!sinks.is_empty()).then_some(ExcludedWhy::CigriSinks(sinks))
+}
+
+// ---- stat: the families' pieces of `gridfold stat` -------------------------
+
+/// The families' figures of one job in `gridfold stat`: a part of the job's
+/// summary (flattened into it), each under its family's key.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct JobStat {
+    /// Techila's: its tasks still running that expired (ran past
+    /// `expected_task_time`) and were copied.
+    #[serde(default)]
+    pub expired: u32,
+    /// Under `cigri`: the campaign's type, the predictor's figures and its sink flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cigri: Option<cigri::summary::CampaignSummary>,
+}
+
+impl JobStat {
+    pub fn of(state: &State, j: JobIdx) -> JobStat {
+        JobStat { expired: techila::expiry::n_expired_live(state.job(j)), cigri: cigri::summary::CampaignSummary::of(state, j) }
+    }
+
+    /// What a person should know of the job under its families, as notes
+    /// after its columns.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.expired > 0 {
+            notes.push(format!("{} EXPIRED (running past expected_task_time; copied)", self.expired));
+        }
+        notes
+    }
+
+    /// The lines under the job in the summary's text, as of log time
+    /// `now_ms`, each without its line break (names as given: the front end
+    /// escapes what a terminal must not see).
+    pub fn lines(&self, now_ms: u64) -> Vec<String> {
+        self.cigri.as_ref().map(|campaign| campaign.lines(now_ms)).unwrap_or_default()
+    }
+}
+
+/// The families' figures of the grid in `gridfold stat`: a part of the
+/// summary (flattened into it), each under its family's key.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct GridStat {
+    /// Under `fbsng`: each queue's priority and waiting sections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fbsng_queues: Vec<fbsng::QueueStatus>,
+}
+
+impl GridStat {
+    pub fn of(state: &State) -> GridStat {
+        GridStat { fbsng_queues: fbsng::queue_statuses(state) }
+    }
+
+    /// Whether the families have nothing to show of the grid.
+    pub fn is_empty(&self) -> bool {
+        self.fbsng_queues.is_empty()
+    }
+}
+
+impl std::fmt::Display for GridStat {
+    /// The families' tables, each line ending in a line break; nothing when
+    /// they have none.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", fbsng::QueueTable(&self.fbsng_queues))
+    }
 }
 
 /// How the run's dispatch loop is driven.
 pub enum Ordering<'s> {
     JobFirst(JobOrder<'s>),
     ResourceFirst(EngineOrder),
+}
+
+impl Ordering<'_> {
+    /// The orders the run has given before its dispatch loop (the
+    /// lifecycle stages'), for an ordering that serves some first (Techila:
+    /// each expired task's copy holds back the core it will take).
+    pub fn orders_so_far(&mut self, state: &State, in_flight: &InFlight, orders: &[Order]) {
+        match self {
+            Ordering::ResourceFirst(EngineOrder::Techila(order)) => order.wait_for_copies(state, in_flight, orders),
+            Ordering::JobFirst(_) => {}
+        }
+    }
 }
 
 /// The ordering of the policy's family for one run.

@@ -428,9 +428,7 @@ fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
 /// Fills free slots in the order the policy's family gives (see [`crate::core::family`]).
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
     let mut ordering = families::ordering(state, in_flight);
-    if let Ordering::ResourceFirst(EngineOrder::Techila(order)) = &mut ordering {
-        order.wait_for_copies(state, in_flight, orders.as_slice());
-    }
+    ordering.orders_so_far(state, in_flight, orders.as_slice());
     fill_in_order(state, in_flight, lost, orders, ordering, false);
 }
 

@@ -2,6 +2,7 @@
 //! and the families' (see `filters.rs`).
 
 use crate::core::event::LibraryRef;
+use crate::core::family::reasons::FamilyUnfit;
 
 /// Why an engine cannot take a task now.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -29,18 +30,12 @@ pub enum Unfit {
     TierHeld { tier: u32, best_tier: u32 },
     /// An operator drained the engine (`gridfold engine drain`): no new work.
     Drained,
-    /// CiGri: a test campaign already ran a task on the engine's cluster (or
-    /// this task is tied to another cluster, where it first went).
-    CigriTestClusterDone,
-    /// CiGri: the engine's cluster has an affinity campaign (of a user with
-    /// affinity for it) waiting, which comes first there.
-    CigriAffinityFirst,
     /// Flood control: the gateway engine holds `held` slots of tasks not yet
     /// started in its cluster's queue, and its job ratio allows `allowed`.
     FloodHeld { held: u32, allowed: u32 },
-    /// CiGri: the campaign flagged the engine, or its cluster, a sink (its
-    /// tasks "succeed" in a tiny fraction of the campaign's median).
-    CigriSink,
+    /// A rule of the family in force's own filter (its reasons are defined
+    /// in the family's folder).
+    Family(FamilyUnfit),
 }
 
 impl Unfit {
@@ -66,10 +61,8 @@ impl Unfit {
             Unfit::NoFreeSlot { .. } => "no-free-slot",
             Unfit::TierHeld { .. } => "tier-held",
             Unfit::Drained => "engine-drained",
-            Unfit::CigriTestClusterDone => "cigri-test-cluster-done",
-            Unfit::CigriAffinityFirst => "cigri-affinity-first",
             Unfit::FloodHeld { .. } => "flood-held",
-            Unfit::CigriSink => "cigri-sink",
+            Unfit::Family(unfit) => unfit.rule_name(),
         }
     }
 }

@@ -91,7 +91,10 @@ pub const MAGIC: &[u8; 16] = b"gridfold-snapsht";
 /// (`Delivery.engine`).
 /// 19: the families' figures in one field of the state and one of each job
 /// (`family::FamilyStates`, `family::JobFamilies`), at their ends.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 19;
+/// 20: a kept rejection's family reasons nested in a `Family` variant of the
+/// shared ones (`family::reasons`): `OrderProblem`, `JobProblem`, `OpsProblem`,
+/// `PrioritySetting`.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 20;
 /// The store's directory inside the projector's state directory.
 pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 

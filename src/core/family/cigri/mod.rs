@@ -65,6 +65,9 @@
 use std::collections::BTreeSet;
 
 use super::data::FilterScope;
+use super::reasons::{FamilyOrderProblem, FamilyUnfit};
+use crate::core::reject::OrderProblem;
+use reasons::{CigriOrderProblem, CigriUnfit};
 use crate::core::schedule::unfit::Unfit;
 use crate::core::schedule::budget::Orders;
 use crate::core::schedule::in_flight::InFlight;
@@ -199,15 +202,15 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
     let job = state.job(key.job);
     let cluster = cluster_of(state.engine(e));
     if sink::excluded(job, e, cluster) {
-        return Err(Unfit::CigriSink);
+        return Err(refused(CigriUnfit::Sink));
     }
     if job.options.campaign == CampaignType::Test {
         let campaign = &job.families.cigri;
         return match campaign.tested.get(cluster) {
             Some(&task) if task == key.index => Ok(()),
-            Some(_) => Err(Unfit::CigriTestClusterDone),
+            Some(_) => Err(refused(CigriUnfit::TestClusterDone)),
             None if campaign.cluster_of_task(key.index).is_some() || campaign.tested.len() >= TESTED_CLUSTERS_MAX => {
-                Err(Unfit::CigriTestClusterDone)
+                Err(refused(CigriUnfit::TestClusterDone))
             }
             None => Ok(()),
         };
@@ -216,7 +219,33 @@ pub fn filter(state: &State, key: TaskKey, e: EngineIdx) -> Result<(), Unfit> {
         return Ok(());
     }
     let first = crate::core::family::cigri::hooks::affinity_index(state).other_first(state, cluster, &job.owner, key.job, e);
-    if first == Some(true) { Err(Unfit::CigriAffinityFirst) } else { Ok(()) }
+    if first == Some(true) { Err(refused(CigriUnfit::AffinityFirst)) } else { Ok(()) }
+}
+
+/// The shared reason for a refusal by one of CiGri's rules.
+fn refused(rule: CigriUnfit) -> Unfit {
+    Unfit::Family(FamilyUnfit::Cigri(rule))
+}
+
+/// CiGri's own order about job `j` read back (`EndTestCampaign`,
+/// `FlagSink`): applied when it holds, refused with its problem otherwise.
+pub(crate) fn read_back_job_order(state: &mut State, j: JobIdx, order: &Order) -> Result<(), OrderProblem> {
+    let problem = |problem| OrderProblem::Family(FamilyOrderProblem::Cigri(problem));
+    match order {
+        Order::EndTestCampaign { .. } => {
+            if !test_campaign_done(state, j) {
+                return Err(problem(CigriOrderProblem::TestCampaignNotDone));
+            }
+            end_test_campaign(state, j);
+        }
+        Order::FlagSink { engine, cluster, .. } => {
+            let target = sink::target_of(state, engine.as_ref(), cluster).ok_or(OrderProblem::UnknownEngine)?;
+            let medians = sink::flag_wanted(state, j, &target).ok_or(problem(CigriOrderProblem::NotASink))?;
+            sink::flag(state, j, target, medians);
+        }
+        _ => return Err(OrderProblem::UnknownJob),
+    }
+    Ok(())
 }
 
 /// Classes of [`FilterScope::Class`] with this bit set are one job's own.
@@ -377,10 +406,12 @@ pub mod cluster;
 pub mod figures;
 pub mod hooks;
 pub mod predictor;
+pub mod reasons;
 pub mod sink;
 pub mod state;
 pub use cluster::cluster_of;
 pub use state::TESTED_CLUSTERS_MAX;
+pub mod summary;
 
 #[cfg(test)]
 mod tests;

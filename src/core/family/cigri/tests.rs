@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::core::event::{CigriAffinity, Event, JobSpec, OrderBatch, Policy};
 use crate::core::fold::fold;
+use crate::core::family::reasons::FamilyOrderProblem;
 use crate::core::reject::{OrderProblem, Rejection};
+use reasons::CigriOrderProblem;
 use crate::core::schedule::decide;
 use crate::core::state::TaskStatus;
 use crate::core::testkit::{engine_id, job_id, job_spec, linux_props, LogBuilder};
@@ -159,7 +161,7 @@ fn a_test_campaign_does_not_end_while_an_allowed_cluster_has_not_run_its_task_an
     // batch without them would: it changes nothing the orders would have.
     let rejections = crate::core::fold::tests::fold_checked(&mut state, &log.orders(forged));
     assert!(
-        matches!(rejections.as_slice(), [Rejection::OrderNotApplicable { problem: OrderProblem::TestCampaignNotDone, .. }]),
+        matches!(rejections.as_slice(), [Rejection::OrderNotApplicable { problem: OrderProblem::Family(FamilyOrderProblem::Cigri(CigriOrderProblem::TestCampaignNotDone)), .. }]),
         "{rejections:?}"
     );
     let probe = state.job_idx(&job_id("probe")).expect("held");

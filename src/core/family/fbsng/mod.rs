@@ -67,10 +67,13 @@ use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{FbsngPolicy, FbsngQueue, JobSpec, Policy};
 use crate::core::expr::Expr;
 use crate::core::ids::Seq;
+use super::reasons::FamilyJobProblem;
 use crate::core::reject::JobProblem;
+use reasons::FbsngJobProblem;
 use crate::core::state::{JobIdx, State};
 
 pub mod hooks;
+pub mod reasons;
 pub mod state;
 
 #[cfg(test)]
@@ -170,6 +173,11 @@ pub fn check_policy(policy: &FbsngPolicy) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// The shared reason for a job FBSNG refuses.
+fn refused(problem: FbsngJobProblem) -> JobProblem {
+    JobProblem::Family(FamilyJobProblem::Fbsng(problem))
+}
+
 /// Under `fbsng`, refuses a job whose queue or process type the policy does
 /// not define, and joins its process type's requirements to its own.
 pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, JobProblem> {
@@ -179,7 +187,7 @@ pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, Jo
     let queues = queues(policy);
     if !queues.iter().any(|queue| queue.name == spec.queue) {
         let known = queues.iter().map(|queue| queue.name.clone()).collect();
-        return Err(JobProblem::UnknownQueue { queue: clipped_name(&spec.queue), known });
+        return Err(refused(FbsngJobProblem::UnknownQueue { queue: clipped_name(&spec.queue), known }));
     }
     let wanted = &spec.options.process_type;
     if wanted.is_empty() {
@@ -187,7 +195,7 @@ pub fn admit_job(policy: &Policy, spec: &JobSpec, expr: Expr) -> Result<Expr, Jo
     }
     let Some(kind) = policy.fbsng.process_types.iter().find(|kind| kind.name == *wanted) else {
         let known = policy.fbsng.process_types.iter().map(|kind| kind.name.clone()).collect();
-        return Err(JobProblem::UnknownProcessType { process_type: clipped_name(wanted), known });
+        return Err(refused(FbsngJobProblem::UnknownProcessType { process_type: clipped_name(wanted), known }));
     };
     let required = crate::core::expr::parse(&kind.requirements).unwrap_or(Expr::Bool(true));
     Ok(match (required, expr) {

@@ -31,7 +31,7 @@
 //! core; a run here serves every free core it can (one draw per core), which
 //! is the same sequence of draws without a log entry between them.
 
-use crate::core::event::{Algorithm, Event, Order, Policy};
+use crate::core::event::{Algorithm, Event, Order, Policy, TechilaPolicy};
 use crate::core::ids::Seq;
 use crate::core::state::State;
 
@@ -39,6 +39,13 @@ use crate::core::state::State;
 pub const CYCLE_INTERVAL_MS_DEFAULT: u64 = 5_000;
 /// The longest interval a policy may set: an hour.
 pub const CYCLE_INTERVAL_MS_MAX: u64 = 3_600_000;
+
+/// The durations of Techila's policy section, checked with the policy's
+/// other durations ([`crate::core::policy_limits::check_policy`]): (field,
+/// value, least, most).
+pub fn policy_durations(policy: &TechilaPolicy) -> [(&'static str, u64, u64, u64); 1] {
+    [("techila.cycle_interval_ms", policy.cycle_interval_ms, 0, CYCLE_INTERVAL_MS_MAX)]
+}
 
 
 /// The policy's interval in ms.

@@ -38,8 +38,8 @@ fn fold_all(log: &LogBuilder, state: &mut State) -> Vec<Rejection> {
 
 fn live_why(state: &State, job: &str, index: u32) -> String {
     let why = explain(state, &TaskRef { job: job_id(job), index }).unwrap();
-    let Detail::Live { techila_expired, .. } = why.detail else { panic!("{job}/{index} is live") };
-    techila_expired.map(|expired| expired.to_string()).unwrap_or_default()
+    let Detail::Live { copied_by_family, .. } = why.detail else { panic!("{job}/{index} is live") };
+    copied_by_family.map(|copied| copied.to_string()).unwrap_or_default()
 }
 
 /// Three cores, p1's three tasks on them, p2 waiting: the set-up of Figure 3.
@@ -241,7 +241,7 @@ fn a_project_priority_change_is_folded_and_bad_ones_are_rejected() {
     assert_eq!(rejections.len(), 5, "{kinds:?}");
     for (at, priority) in [(0, 0), (1, 8), (2, u32::MAX)] {
         assert!(
-            matches!(&rejections[at], Rejection::OpsRefused { problem: OpsProblem::ProjectPriorityOutOfRange { priority: p }, .. } if *p == priority),
+            matches!(&rejections[at], Rejection::OpsRefused { problem: OpsProblem::Family(FamilyOpsProblem::Techila(TechilaOpsProblem::ProjectPriorityOutOfRange { priority: p })), .. } if *p == priority),
             "{kinds:?}"
         );
     }

@@ -95,13 +95,17 @@ use crate::core::schedule::budget::Orders;
 use crate::core::schedule::in_flight::InFlight;
 use crate::core::event::{Algorithm, Order};
 use crate::core::ids::JobId;
+use crate::core::reject::{OpsProblem, PrioritySetting};
 use crate::core::rng::SplitMix64;
+use super::reasons::{FamilyOpsProblem, FamilyPrioritySetting};
+use reasons::{TechilaOpsProblem, TechilaPrioritySetting};
 use crate::core::state::{EngineIdx, JobIdx, State, TaskKey};
 
 pub mod cycle;
 mod priority;
 mod draw;
 pub mod expiry;
+pub mod reasons;
 pub mod state;
 mod tickets;
 pub use priority::{draw, project_priority, ranking, tickets, user_priority, RankingInputs, PRIORITY_HIGHEST, PRIORITY_LOWEST, PRIORITY_NORMAL, TICKETS_NUMERATOR};
@@ -362,6 +366,29 @@ pub fn preemptor(state: &State) -> Option<JobIdx> {
 pub(crate) fn preempted(state: &mut State, key: TaskKey) {
     let by = preemptor(state).map(|p| state.job(p).id.clone());
     state.job_mut(key.job).families.techila.preempted_by = by;
+}
+
+/// A user's project priority (in a submission or a change): a user may
+/// lower its project below the default (Normal) but not raise it above; 0
+/// is the default. Refused with (the setting, what was asked, the default).
+pub(crate) fn user_project_priority(priority: u32) -> Result<(), (PrioritySetting, i64, i64)> {
+    if priority != 0 && priority < PRIORITY_NORMAL {
+        let setting = PrioritySetting::Family(FamilyPrioritySetting::Techila(TechilaPrioritySetting::ProjectPriority));
+        return Err((setting, i64::from(priority), i64::from(PRIORITY_NORMAL)));
+    }
+    Ok(())
+}
+
+/// A job's project priority changed: taken when it is one of Techila's
+/// (1, Highest, to 7, Lowest), whatever family is in force now (a job keeps
+/// its project priority across a switch of algorithm).
+pub(crate) fn set_project_priority(state: &mut State, j: JobIdx, priority: u32) -> Result<(), OpsProblem> {
+    if !(PRIORITY_HIGHEST..=PRIORITY_LOWEST).contains(&priority) {
+        let problem = TechilaOpsProblem::ProjectPriorityOutOfRange { priority };
+        return Err(OpsProblem::Family(FamilyOpsProblem::Techila(problem)));
+    }
+    state.job_mut(j).options.project_priority = priority;
+    Ok(())
 }
 
 /// Preempts tasks of Lowest projects when Normal-or-higher projects want more

@@ -96,7 +96,7 @@ fn a_users_projects_are_served_by_priority_then_creation_order_figures_2_and_5()
     log.submit(project("john-2", "john", 6, 0));
     let mut state = State::new();
     assert_eq!(per_job(&decide_once(&mut log, &mut state)), BTreeMap::from([("john-1".to_string(), 4)]));
-    let Detail::Waiting { techila, .. } = explain(&state, &TaskRef { job: job_id("john-2"), index: 0 }).unwrap().detail else {
+    let Detail::Waiting { resource_first: techila, .. } = explain(&state, &TaskRef { job: job_id("john-2"), index: 0 }).unwrap().detail else {
         panic!("john-2/0 waits")
     };
     assert_eq!(
@@ -211,7 +211,7 @@ fn a_lowest_project_is_preempted_by_a_normal_one_and_its_tasks_run_later_without
     "#]]
     .assert_eq(&decide_once(&mut log, &mut state));
     let why = explain(&state, &TaskRef { job: job_id("low"), index: 0 }).unwrap();
-    let Detail::Waiting { techila, .. } = why.detail else { panic!("low/0 waits") };
+    let Detail::Waiting { resource_first: techila, .. } = why.detail else { panic!("low/0 waits") };
     assert_eq!(
         techila.map(|why| why.to_string()).as_deref(),
         Some("techila: preempted by project normal (a Lowest project gives way)")
@@ -273,11 +273,11 @@ fn why_names_the_license_cap_and_the_tickets_of_a_lost_draw() {
     let orders = decide_once(&mut log, &mut state);
     assert_eq!(engines_of(&orders), ["c0"], "one task, on the fastest core");
     let waiting = TaskRef { job: job_id("bob-1"), index: 2 };
-    let Detail::Waiting { techila, .. } = explain(&state, &waiting).unwrap().detail else { panic!("waits") };
+    let Detail::Waiting { resource_first: techila, .. } = explain(&state, &waiting).unwrap().detail else { panic!("waits") };
     assert_eq!(techila.map(|why| why.to_string()).as_deref(), Some("techila: license cap reached (1/1 tasks running)"));
     log.push(techila_policy(TechilaPolicy::default(), 9));
     fold_all(&log, &mut state);
-    let Detail::Waiting { techila, .. } = explain(&state, &waiting).unwrap().detail else { panic!("waits") };
+    let Detail::Waiting { resource_first: techila, .. } = explain(&state, &waiting).unwrap().detail else { panic!("waits") };
     let text = techila.map(|why| why.to_string()).unwrap_or_default();
     assert!(text.starts_with("techila: lost the draw for c1; tickets: ann-1="), "{text}");
     assert!(text.contains(" bob-1="), "{text}");

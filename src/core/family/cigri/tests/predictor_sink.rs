@@ -150,8 +150,9 @@ fn a_sink_engine_is_flagged_by_an_order_and_excluded_with_the_reason_cigri_sink(
     assert!((SINK_TASKS_MIN..=42).contains(&on_b1), "{on_b1} tasks on b1");
     assert_eq!(state.job(j).counts.done, 200);
     // The filter names the rule.
-    assert_eq!(filter(state, TaskKey { job: j, index: 0 }, b1), Err(Unfit::CigriSink));
-    assert_eq!(Unfit::CigriSink.rule_name(), "cigri-sink");
+    let sink = Unfit::Family(FamilyUnfit::Cigri(CigriUnfit::Sink));
+    assert_eq!(filter(state, TaskKey { job: j, index: 0 }, b1), Err(sink.clone()));
+    assert_eq!(sink.rule_name(), "cigri-sink");
     // `why` names the engine and the cluster, their median against the campaign's.
     let why = crate::core::explain::explain(state, &crate::core::testkit::task("bulk", 0)).expect("a task of it").to_string();
     assert!(
@@ -178,7 +179,8 @@ fn a_flag_sink_order_for_a_sound_engine_an_unknown_one_or_twice_is_refused_as_no
         median_ms: 1,
         campaign_median_ms: 1_000,
     };
-    for (order, problem) in [(flag(Some("a1")), OrderProblem::NotASink), (flag(None), OrderProblem::NotASink), (flag(Some("zz")), OrderProblem::UnknownEngine)] {
+    let not_a_sink = OrderProblem::Family(FamilyOrderProblem::Cigri(CigriOrderProblem::NotASink));
+    for (order, problem) in [(flag(Some("a1")), not_a_sink.clone()), (flag(None), not_a_sink), (flag(Some("zz")), OrderProblem::UnknownEngine)] {
         let entry = log.orders(OrderBatch { based_on_seq: state.last_seq, algorithm: "cigri".into(), algorithm_version: 0, orders: vec![order] });
         let rejections = fold(&mut state, &entry);
         assert_eq!(rejections.len(), 1, "{rejections:?}");
