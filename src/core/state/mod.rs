@@ -312,6 +312,12 @@ pub struct State {
     pub(crate) jobs_with_task_dependencies: BTreeSet<JobIdx>,
     /// Active jobs that reschedule long tasks redundantly.
     pub(crate) redundancy_jobs: BTreeSet<JobIdx>,
+    /// Active jobs whose tasks span a site (`span = "site"`), so that a run's
+    /// check for site tasks no site could hold looks at these rather than at
+    /// every job of every category. Derived from the jobs, so not in a
+    /// snapshot: rebuilt when one loads, recounted by `check_invariants`.
+    #[serde(skip)]
+    pub(crate) site_jobs: BTreeSet<JobIdx>,
     /// (job, engine) that reached the job's blacklisting threshold, awaiting a Blacklist order.
     pub(crate) pending_blacklists: BTreeSet<(JobIdx, EngineIdx)>,
     /// Engines holding live attempts of a closed login epoch, each awaiting a Requeue.
@@ -526,6 +532,10 @@ impl State {
     }
     pub fn redundancy_jobs(&self) -> impl Iterator<Item = JobIdx> + '_ {
         self.redundancy_jobs.iter().copied()
+    }
+    /// Active jobs whose tasks span a site, by index.
+    pub fn site_jobs(&self) -> impl Iterator<Item = JobIdx> + '_ {
+        self.site_jobs.iter().copied()
     }
     pub fn pending_blacklists(&self) -> impl Iterator<Item = (JobIdx, EngineIdx)> + '_ {
         self.pending_blacklists.iter().copied()
@@ -845,6 +855,11 @@ impl State {
             self.redundancy_jobs.insert(idx);
         } else {
             self.redundancy_jobs.remove(&idx);
+        }
+        if active && job.options.span == crate::core::event::Span::Site {
+            self.site_jobs.insert(idx);
+        } else {
+            self.site_jobs.remove(&idx);
         }
         if !active {
             self.failing_dependents.remove(&idx);
@@ -1435,6 +1450,7 @@ impl State {
         state.users.rebuild_index();
         state.projects.rebuild_index();
         state.holdings = state.recount_holdings();
+        state.site_jobs = state.recount_site_jobs();
         for key in state.projector_keys.keys() {
             let verifying = ed25519_dalek::VerifyingKey::from_bytes(key)
                 .map_err(|_| SnapshotError::Decode(format!("projector key {} is not an ed25519 key", hex::encode(key))))?;
@@ -1451,6 +1467,15 @@ impl State {
             holdings.add(job.user_account, 1, u64::from(job.n_tasks()));
         }
         holdings
+    }
+
+    /// The active jobs whose tasks span a site, found by a walk over the jobs.
+    fn recount_site_jobs(&self) -> BTreeSet<JobIdx> {
+        self.jobs
+            .iter()
+            .filter(|(_, job)| job.is_active() && job.options.span == crate::core::event::Span::Site)
+            .map(|(j, _)| j)
+            .collect()
     }
 
     /// What active jobs hold per user and over the grid (the caps' counts).
@@ -1472,6 +1497,7 @@ impl State {
             (recounted.grid, recounted.held_by_users()),
             "the caps' counts are what the active jobs hold"
         );
+        assert_eq!(self.site_jobs, self.recount_site_jobs(), "the site jobs' index holds the active jobs of span site");
         assert!(
             self.projector_keys.keys().eq(self.verifying_keys.keys()),
             "every registered projector key is held decompressed, and only those"
