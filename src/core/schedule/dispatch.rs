@@ -435,12 +435,19 @@ fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
 }
 
 /// Fills free slots in the order the policy's family gives (see [`crate::core::family`]).
+/// A run with no free slot to fill stops before the family's ordering is
+/// built: an ordering walks the runnable jobs (and some compute figures over
+/// every job and user), a cost a run that can place nothing need not pay.
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
+    let candidates = Candidates::gather(state, in_flight, lost);
+    if candidates.is_empty() {
+        return;
+    }
     let mut ordering = families::ordering(state, in_flight);
     if let Ordering::ResourceFirst(EngineOrder::Techila(order)) = &mut ordering {
         order.wait_for_copies(state, in_flight, orders.as_slice());
     }
-    fill_in_order(state, in_flight, lost, orders, ordering, false);
+    fill_in_order(state, in_flight, candidates, orders, ordering, false);
 }
 
 /// The reservations a dispatch run over this state would make (for `why`):
@@ -452,14 +459,15 @@ pub fn reservations_now(state: &State) -> Vec<super::reservation::Reservation> {
     let in_flight = InFlight::default();
     let mut scratch = Orders::new();
     let ordering = families::ordering(state, &in_flight);
-    fill_in_order(state, &in_flight, &BTreeSet::new(), &mut scratch, ordering, true)
+    let candidates = Candidates::gather(state, &in_flight, &BTreeSet::new());
+    fill_in_order(state, &in_flight, candidates, &mut scratch, ordering, true)
 }
 
 /// The dispatch loop, in either shape a family's ordering asks for.
-pub(crate) fn fill_in_order(
-    state: &State,
-    in_flight: &InFlight,
-    lost: &BTreeSet<EngineIdx>,
+fn fill_in_order<'s>(
+    state: &'s State,
+    in_flight: &'s InFlight,
+    candidates: Candidates<'s>,
     orders: &mut Orders,
     ordering: Ordering,
     explaining: bool,
@@ -467,7 +475,7 @@ pub(crate) fn fill_in_order(
     let mut run = Run {
         state,
         in_flight,
-        candidates: Candidates::gather(state, in_flight, lost),
+        candidates,
         budget: state.policy.dispatches_per_run_max as usize,
         n_dispatched: 0,
         exhausted: vec![false; state.categories().len()],
