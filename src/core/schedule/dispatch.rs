@@ -731,6 +731,9 @@ impl Run<'_> {
         if self.is_held(key) {
             return TaskOutcome::PassedOver;
         }
+        if job.options.span != crate::core::event::Span::Site && self.no_candidate_fits(c) {
+            self.exhausted[c.0 as usize] = true;
+        }
         let task_rules = TaskRules::new(state, key);
         let family = task_rules.family_scope();
         if self.is_exhausted(c, family) {
@@ -791,6 +794,22 @@ impl Run<'_> {
         };
         self.reservations.take_refused();
         self.dispatch(key, at, orders)
+    }
+
+    /// Whether no candidate is eligible for category `c` with room for one of
+    /// its tasks, found by a walk when the run has few candidates (a run
+    /// after a completion or two): such a category is closed at once, as a
+    /// refusal by every free engine would close it, rather than each of its
+    /// jobs met before a fitting one building its task's rules to be refused.
+    /// Room only shrinks within a run, so the answer holds for the rest of it.
+    fn no_candidate_fits(&self, c: CategoryIdx) -> bool {
+        if self.exhausted[c.0 as usize] || self.candidates.by_id.len() > SCAN_CANDIDATES_MAX {
+            return false;
+        }
+        let category = self.state.category(c);
+        !self.candidates.by_id.iter().any(|candidate| {
+            candidate.slots - candidate.used >= category.slots_per_task && category.is_eligible(candidate.engine)
+        })
     }
 
     /// Whether no free engine may take a task of category `c` under a family
