@@ -24,6 +24,10 @@
 //!   are projects of 200 users (5 each, project priorities 1 to 6 in turn, the
 //!   same 50 categories), so every decision is a cycle: the fastest free core,
 //!   at most one project per user in a seeded ticket draw over their rankings.
+//! - `schedule/steady_one_completion_sgeee`, `_techila`, `_fbsng`, `_cigri`,
+//!   `_parallel`: one run on each family's saturated grid below after a single
+//!   completion: what a run costs when it decides one thing, whose figure should
+//!   follow that one decision rather than the grid's size.
 //! - `schedule/fill_5000_parallel`: Grid Engine's resource side at the same
 //!   scale (`sge-plain`, `max_reservation = 8`): of the 1,000 jobs, every 10th
 //!   has tasks of `slots = 4` on one engine and every 10th (offset 5) tasks of
@@ -551,6 +555,28 @@ fn complete_some(
     state
 }
 
+/// The grid after [`N_COMPLETIONS`] completions (drawn from `seed`) and,
+/// from the same saturated grid, after a single one: what a family's fill and
+/// steady benches run on.
+fn freed_many_and_one(state: State, log: LogBuilder, running: Vec<(TaskRef, u32, String)>, seed: u64) -> (State, State) {
+    let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms, key_registered: log.key_registered };
+    let one_freed = complete_some(state.clone(), log_copy, running.clone(), 1, 7);
+    let many_freed = complete_some(state, log, running, N_COMPLETIONS, seed);
+    (many_freed, one_freed)
+}
+
+/// Prints what the run after a single completion decides: the steady
+/// bench's work, so a change that alters it shows.
+fn describe_steady(family: &str, one_freed: &State) {
+    let one = schedule(one_freed, &InFlight::new());
+    eprintln!(
+        "{family} steady after 1 completion: {} tasks started, {} orders, digest {}",
+        n_started(&one),
+        one.len(),
+        orders_digest(&one).to_hex()
+    );
+}
+
 /// The grids the schedule benches run on: ~5,000 slots freed, and one; and
 /// ~5,000 freed on the grid with tiers and affinities.
 struct Grids {
@@ -563,9 +589,7 @@ struct Grids {
 fn build_grids() -> Grids {
     eprintln!("building a saturated grid: {N_ENGINES} engines, {N_JOBS} jobs x {TASKS_PER_JOB} tasks, 50 categories");
     let (saturated, log, running) = build_saturated_grid(false);
-    let log_copy = LogBuilder { entries: log.entries.clone(), time_ms: log.time_ms, key_registered: log.key_registered };
-    let one_freed = complete_some(saturated.clone(), log_copy, running.clone(), 1, 7);
-    let many_freed = complete_some(saturated, log, running, N_COMPLETIONS, 11);
+    let (many_freed, one_freed) = freed_many_and_one(saturated, log, running, 11);
 
     let in_flight = InFlight::new();
     let orders = schedule(&many_freed, &in_flight);
@@ -760,10 +784,12 @@ fn build_sgeee_grid() -> (State, LogBuilder, Vec<(TaskRef, u32, String)>) {
     (state, log, running)
 }
 
-/// The ticket-mode grid with ~5,000 slots freed, and the run's dispatch count.
+/// A family's grid with ~5,000 slots freed, and the run's dispatch count;
+/// and the same grid with one slot freed (the steady bench's).
 struct SgeeeGrid {
     many_freed: State,
     n_dispatches: usize,
+    one_freed: State,
 }
 
 fn build_sgeee() -> SgeeeGrid {
@@ -774,7 +800,8 @@ fn build_sgeee() -> SgeeeGrid {
     );
     let (state, log, running) = build_sgeee_grid();
     let with_history = state.users().iter().filter(|(_, account)| account.decayed_usage > 0).count();
-    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 11);
+    let (many_freed, one_freed) = freed_many_and_one(state, log, running, 11);
+    describe_steady("sgeee", &one_freed);
     let orders = schedule(&many_freed, &InFlight::new());
     let n = n_dispatches(&orders);
     eprintln!(
@@ -783,7 +810,7 @@ fn build_sgeee() -> SgeeeGrid {
         orders_digest(&orders).to_hex()
     );
     assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
-    SgeeeGrid { many_freed, n_dispatches: n }
+    SgeeeGrid { many_freed, n_dispatches: n, one_freed }
 }
 
 // ---- (d) the same grid under Techila's scheduler --------------------------------------
@@ -826,7 +853,8 @@ fn build_techila() -> SgeeeGrid {
     assert!(state.free_engines().next().is_none(), "the grid is saturated");
     log.at(log.time_ms + 10 * 60_000);
     eprintln!("saturated techila grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
-    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 11);
+    let (many_freed, one_freed) = freed_many_and_one(state, log, running, 11);
+    describe_steady("techila", &one_freed);
     let orders = schedule(&many_freed, &InFlight::new());
     let n = n_dispatches(&orders);
     let mut per_user: BTreeMap<&str, usize> = BTreeMap::new();
@@ -842,7 +870,7 @@ fn build_techila() -> SgeeeGrid {
         orders_digest(&orders).to_hex()
     );
     assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
-    SgeeeGrid { many_freed, n_dispatches: n }
+    SgeeeGrid { many_freed, n_dispatches: n, one_freed }
 }
 
 // ---- (e) the same grid under FBSNG's scheduler ------------------------------------------
@@ -908,12 +936,13 @@ fn build_fbsng() -> SgeeeGrid {
     }
     log.at(log.time_ms + 10 * 60_000);
     eprintln!("saturated fbsng grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
-    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 13);
+    let (many_freed, one_freed) = freed_many_and_one(state, log, running, 13);
+    describe_steady("fbsng", &one_freed);
     let orders = schedule(&many_freed, &InFlight::new());
     let n = n_dispatches(&orders);
     eprintln!("fbsng fill after {N_COMPLETIONS} completions: {n} dispatches, {} orders, digest {}", orders.len(), orders_digest(&orders).to_hex());
     assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
-    SgeeeGrid { many_freed, n_dispatches: n }
+    SgeeeGrid { many_freed, n_dispatches: n, one_freed }
 }
 
 // ---- (e2) CiGri: campaigns over clusters, affinity, a test campaign ------------------------
@@ -969,7 +998,8 @@ fn build_cigri() -> SgeeeGrid {
     let running = saturate(&mut state, &mut log, started);
     log.at(log.time_ms + 10 * 60_000);
     eprintln!("saturated cigri grid built in {:.1} s: {} running", started.elapsed().as_secs_f64(), running.len());
-    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 17);
+    let (many_freed, one_freed) = freed_many_and_one(state, log, running, 17);
+    describe_steady("cigri", &one_freed);
     let timed = Instant::now();
     let orders = schedule(&many_freed, &InFlight::new());
     let n = n_dispatches(&orders);
@@ -980,7 +1010,7 @@ fn build_cigri() -> SgeeeGrid {
         orders_digest(&orders).to_hex()
     );
     assert!(n >= N_COMPLETIONS * 99 / 100, "the run must fill the freed slots, it made {n} dispatches");
-    SgeeeGrid { many_freed, n_dispatches: n }
+    SgeeeGrid { many_freed, n_dispatches: n, one_freed }
 }
 
 // ---- (f) parallel tasks and reservations (Grid Engine's resource side) -------------------
@@ -1080,7 +1110,8 @@ fn build_parallel() -> SgeeeGrid {
         started.elapsed().as_secs_f64(),
         running.len()
     );
-    let many_freed = complete_some(state, log, running, N_COMPLETIONS, 17);
+    let (many_freed, one_freed) = freed_many_and_one(state, log, running, 17);
+    describe_steady("parallel", &one_freed);
     let orders = schedule(&many_freed, &InFlight::new());
     let n = n_started(&orders);
     let parallel = orders.iter().filter(|order| matches!(order, Order::DispatchParallel { .. })).count();
@@ -1095,7 +1126,7 @@ fn build_parallel() -> SgeeeGrid {
         orders_digest(&orders).to_hex()
     );
     assert!(n >= N_COMPLETIONS / 4, "the run must start tasks in the freed slots, it started {n}");
-    SgeeeGrid { many_freed, n_dispatches: n }
+    SgeeeGrid { many_freed, n_dispatches: n, one_freed }
 }
 
 fn bench_schedule(c: &mut Criterion) {
@@ -1150,6 +1181,19 @@ fn bench_schedule(c: &mut Criterion) {
         let grids = grids.get_or_insert_with(build_grids);
         b.iter(|| schedule(black_box(&grids.one_freed), &in_flight))
     });
+    let steady = [
+        ("sgeee", &mut sgeee, build_sgeee as fn() -> SgeeeGrid),
+        ("techila", &mut techila, build_techila),
+        ("fbsng", &mut fbsng, build_fbsng),
+        ("cigri", &mut cigri, build_cigri),
+        ("parallel", &mut parallel, build_parallel),
+    ];
+    for (family, grid, build) in steady {
+        group.bench_function(format!("steady_one_completion_{family}"), |b| {
+            let grid = grid.get_or_insert_with(build);
+            b.iter(|| schedule(black_box(&grid.one_freed), &in_flight))
+        });
+    }
     group.finish();
 }
 

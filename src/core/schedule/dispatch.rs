@@ -426,10 +426,17 @@ fn candidate_key(state: &State, candidate: &Candidate) -> SortKey {
 }
 
 /// Fills free slots in the order the policy's family gives (see [`crate::core::family`]).
+/// A run with no free slot to fill stops before the family's ordering is
+/// built: an ordering walks the runnable jobs (and some compute figures over
+/// every job and user), a cost a run that can place nothing need not pay.
 pub fn fill_free_slots(state: &State, in_flight: &InFlight, lost: &BTreeSet<EngineIdx>, orders: &mut Orders) {
+    let candidates = Candidates::gather(state, in_flight, lost);
+    if candidates.is_empty() {
+        return;
+    }
     let mut ordering = families::ordering(state, in_flight);
     ordering.orders_so_far(state, in_flight, orders.as_slice());
-    fill_in_order(state, in_flight, lost, orders, ordering, false);
+    fill_in_order(state, in_flight, candidates, orders, ordering, false);
 }
 
 /// The reservations a dispatch run over this state would make (for `why`):
@@ -441,14 +448,15 @@ pub fn reservations_now(state: &State) -> Vec<super::reservation::Reservation> {
     let in_flight = InFlight::default();
     let mut scratch = Orders::new();
     let ordering = families::ordering(state, &in_flight);
-    fill_in_order(state, &in_flight, &BTreeSet::new(), &mut scratch, ordering, true)
+    let candidates = Candidates::gather(state, &in_flight, &BTreeSet::new());
+    fill_in_order(state, &in_flight, candidates, &mut scratch, ordering, true)
 }
 
 /// The dispatch loop, in either shape a family's ordering asks for.
-pub(crate) fn fill_in_order(
-    state: &State,
-    in_flight: &InFlight,
-    lost: &BTreeSet<EngineIdx>,
+fn fill_in_order<'s>(
+    state: &'s State,
+    in_flight: &'s InFlight,
+    candidates: Candidates<'s>,
     orders: &mut Orders,
     ordering: Ordering,
     explaining: bool,
@@ -456,7 +464,7 @@ pub(crate) fn fill_in_order(
     let mut run = Run {
         state,
         in_flight,
-        candidates: Candidates::gather(state, in_flight, lost),
+        candidates,
         budget: state.policy.dispatches_per_run_max as usize,
         n_dispatched: 0,
         exhausted: vec![false; state.categories().len()],
@@ -712,6 +720,9 @@ impl Run<'_> {
         if self.is_held(key) {
             return TaskOutcome::PassedOver;
         }
+        if job.options.span != crate::core::event::Span::Site && self.no_candidate_fits(c) {
+            self.exhausted[c.0 as usize] = true;
+        }
         let task_rules = TaskRules::new(state, key);
         let family = task_rules.family_scope();
         if self.is_exhausted(c, family) {
@@ -772,6 +783,22 @@ impl Run<'_> {
         };
         self.reservations.take_refused();
         self.dispatch(key, at, orders)
+    }
+
+    /// Whether no candidate is eligible for category `c` with room for one of
+    /// its tasks, found by a walk when the run has few candidates (a run
+    /// after a completion or two): such a category is closed at once, as a
+    /// refusal by every free engine would close it, rather than each of its
+    /// jobs met before a fitting one building its task's rules to be refused.
+    /// Room only shrinks within a run, so the answer holds for the rest of it.
+    fn no_candidate_fits(&self, c: CategoryIdx) -> bool {
+        if self.exhausted[c.0 as usize] || self.candidates.by_id.len() > SCAN_CANDIDATES_MAX {
+            return false;
+        }
+        let category = self.state.category(c);
+        !self.candidates.by_id.iter().any(|candidate| {
+            candidate.slots - candidate.used >= category.slots_per_task && category.is_eligible(candidate.engine)
+        })
     }
 
     /// Whether no free engine may take a task of category `c` under a family

@@ -7,7 +7,7 @@ use super::budget::Orders;
 use super::in_flight::InFlight;
 use crate::core::event::{CancelReason, Order, RequeueReason, Unschedulable};
 use crate::core::ids::{Attempt, EngineId, TaskRef};
-use crate::core::state::{Category, EngineIdx, JobIdx, State, TaskKey};
+use crate::core::state::{Category, CategoryIdx, EngineIdx, JobIdx, State, TaskKey};
 
 /// Most timer-driven orders of each kind in one run, so a long silence cannot
 /// produce an unbounded batch; the rest fire on the next run.
@@ -123,8 +123,7 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         let Some(reason) = why_unschedulable(state, category) else { continue };
         for &j in &category.jobs {
             let job = state.job(j);
-            let is_own_category = job.category.0 as usize == c;
-            if is_own_category && job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j) {
+            if job.category.0 as usize == c && unflagged_and_waiting(state, in_flight, j) {
                 if n_flagged == UNSCHEDULABLE_PER_RUN_MAX || !orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason }) {
                     return;
                 }
@@ -133,26 +132,22 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
         }
     }
     // Site tasks whose category engines fit one by one, but no site holds all
-    // their slots (`parallel::site_unschedulable`).
+    // their slots (`parallel::site_unschedulable`): the active site jobs, by
+    // category (then job), not a walk over every job of every category.
+    let site_jobs = site_jobs_to_check(state, in_flight);
+    #[cfg(test)]
+    assert_eq!(site_jobs, site_jobs_to_check_by_walk(state, in_flight), "the site jobs' index finds what a walk finds");
     let mut sites = None;
-    for (c, category) in state.categories().iter().enumerate() {
+    for group in site_jobs.chunk_by(|a, b| a.0 == b.0) {
+        let category = state.category(group[0].0);
         if category.is_vacant() || why_unschedulable(state, category).is_some() {
             continue;
         }
+        let sites = sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
         // The category's best site, counted once for all its site jobs.
-        let mut site_slots_max = None;
-        for &j in &category.jobs {
+        let most = super::parallel::category_site_slots_max(state, sites, category);
+        for &(_, j) in group {
             let job = state.job(j);
-            let candidate = job.category.0 as usize == c
-                && job.options.span == crate::core::event::Span::Site
-                && job.unschedulable.is_none()
-                && job.counts.waiting > 0
-                && !in_flight.is_flagged(j);
-            if !candidate {
-                continue;
-            }
-            let sites = sites.get_or_insert_with(|| super::parallel::SiteIndex::new(state));
-            let most = *site_slots_max.get_or_insert_with(|| super::parallel::category_site_slots_max(state, sites, category));
             if most < job.slots_per_task {
                 let reason = Unschedulable::NoSiteHasEnoughSlots;
                 if n_flagged == UNSCHEDULABLE_PER_RUN_MAX || !orders.push(Order::MarkUnschedulable { job: job.id.clone(), reason }) {
@@ -162,6 +157,44 @@ pub fn unschedulable(state: &State, in_flight: &InFlight, orders: &mut Orders) {
             }
         }
     }
+}
+
+/// Whether the unschedulable check looks at waiting job `j` (of its own
+/// category) this run: not flagged, nor about to be.
+fn unflagged_and_waiting(state: &State, in_flight: &InFlight, j: JobIdx) -> bool {
+    let job = state.job(j);
+    job.unschedulable.is_none() && job.counts.waiting > 0 && !in_flight.is_flagged(j)
+}
+
+/// The site jobs the unschedulable check looks at, as (category, job), in
+/// category order then job order.
+fn site_jobs_to_check(state: &State, in_flight: &InFlight) -> Vec<(CategoryIdx, JobIdx)> {
+    let mut jobs: Vec<(CategoryIdx, JobIdx)> = state
+        .site_jobs()
+        .filter(|&j| unflagged_and_waiting(state, in_flight, j))
+        .map(|j| (state.job(j).category, j))
+        .collect();
+    jobs.sort_unstable();
+    jobs
+}
+
+/// [`site_jobs_to_check`] by the walk it replaces: every job of every
+/// category; the tests compare the two on every run.
+#[cfg(test)]
+fn site_jobs_to_check_by_walk(state: &State, in_flight: &InFlight) -> Vec<(CategoryIdx, JobIdx)> {
+    let mut jobs = Vec::new();
+    for (c, category) in state.categories().iter().enumerate() {
+        for &j in &category.jobs {
+            let job = state.job(j);
+            if job.category.0 as usize == c
+                && job.options.span == crate::core::event::Span::Site
+                && unflagged_and_waiting(state, in_flight, j)
+            {
+                jobs.push((CategoryIdx(c as u32), j));
+            }
+        }
+    }
+    jobs
 }
 
 /// Why job `j` could never run on the engines logged in: its category's

@@ -385,3 +385,61 @@ fn a_companion_command_beyond_its_limits_or_without_companions_is_refused_and_ch
     let held: Vec<String> = state.jobs().map(|job| job.id.to_string()).collect();
     assert_eq!(held, vec!["fine".to_string()], "a refused job leaves nothing behind");
 }
+
+/// The index of site jobs (`State::site_jobs`) finds what the walk over every
+/// job of every category found: on a seeded random grid of three sites with
+/// engines logging in and out, site and plain jobs of several shapes and
+/// completions, every run's unschedulable check compares the two (a test-only
+/// `assert!` in `lifecycle::unschedulable`), every pick compares its queue
+/// with a walk, and `check_invariants` recounts the index after every entry.
+#[test]
+fn the_site_jobs_index_finds_what_a_walk_finds_on_a_random_grid() {
+    let mut rng = crate::core::rng::SplitMix64::new(0x517E_0039);
+    let sites = ["lyon", "bern", "oslo"];
+    let mut log = LogBuilder::new();
+    let mut state = State::new();
+    let (mut n_engines, mut n_jobs, mut n_site_dispatches, mut n_flagged) = (0u32, 0u32, 0usize, 0usize);
+    for _ in 0..400 {
+        match rng.below(8) {
+            0 | 1 => {
+                let site = sites[rng.below(3) as usize];
+                log.login(&format!("e{n_engines}"), 1 + rng.below(4) as u32, linux_props(site, 1024 << rng.below(4)));
+                n_engines += 1;
+            }
+            2 | 3 => {
+                let (n_tasks, slots) = (1 + rng.below(5) as u32, 1 + rng.below(12) as u32);
+                let requirements = if rng.below(2) == 0 { "" } else { "memory_mb >= 4096" };
+                let id = format!("j{n_jobs}");
+                let spec = if rng.below(2) == 0 {
+                    let mut spec = site_job(&id, n_tasks, slots);
+                    spec.requirements = requirements.into();
+                    spec
+                } else {
+                    let mut spec = job_spec(&id, n_tasks, requirements);
+                    spec.slots_per_task = slots.min(4);
+                    spec
+                };
+                log.submit(spec);
+                n_jobs += 1;
+            }
+            4 if n_engines > 0 => {
+                let engine = format!("e{}", rng.below(u64::from(n_engines)));
+                log.push(Event::EngineLoggedOut { engine: engine_id(&engine) });
+            }
+            _ => {
+                let live = state.live_attempts();
+                if !live.is_empty() {
+                    let (key, attempt) = live[rng.below(live.len() as u64) as usize];
+                    let (task, engine) = (state.task_ref(key), state.engine(attempt.engine).id.clone());
+                    log.started(task.job.as_str(), task.index, attempt.attempt, engine.as_str());
+                    log.completed(task.job.as_str(), task.index, attempt.attempt, engine.as_str());
+                }
+            }
+        }
+        let orders = super::tests::decide_once(&mut log, &mut state);
+        n_site_dispatches += orders.matches("(master of").count();
+        n_flagged += orders.matches("no-site-has-enough-slots").count();
+    }
+    assert!(state.site_jobs().next().is_some() || n_site_dispatches > 0, "the grid had site jobs");
+    assert!(n_site_dispatches > 0 && n_flagged > 0, "site tasks were dispatched ({n_site_dispatches}) and flagged ({n_flagged})");
+}

@@ -16,6 +16,7 @@ impl State {
             (recounted.grid, recounted.held_by_users()),
             "the caps' counts are what the active jobs hold"
         );
+        assert_eq!(self.site_jobs, self.recount_site_jobs(), "the site jobs' index holds the active jobs of span site");
         assert!(
             self.projector_keys.keys().eq(self.verifying_keys.keys()),
             "every registered projector key is held decompressed, and only those"

@@ -111,6 +111,11 @@ impl State {
         } else {
             self.redundancy_jobs.remove(&idx);
         }
+        if active && job.options.span == crate::core::event::Span::Site {
+            self.site_jobs.insert(idx);
+        } else {
+            self.site_jobs.remove(&idx);
+        }
         if !active {
             self.failing_dependents.remove(&idx);
             self.pending_blacklists.retain(|&(j, _)| j != idx);

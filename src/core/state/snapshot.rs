@@ -1,7 +1,10 @@
 //! Snapshots (postcard, then the suspensions' trailer), the count of
 //! holdings rebuilt from the jobs, and the state's digest.
 
+use std::collections::BTreeSet;
+
 use crate::core::digest::Digest;
+use crate::core::ids::JobIdx;
 use super::engines::compile_tiers;
 use super::store::State;
 
@@ -43,6 +46,7 @@ impl State {
         state.users.rebuild_index();
         state.projects.rebuild_index();
         state.holdings = state.recount_holdings();
+        state.site_jobs = state.recount_site_jobs();
         for key in state.projector_keys.keys() {
             let verifying = ed25519_dalek::VerifyingKey::from_bytes(key)
                 .map_err(|_| SnapshotError::Decode(format!("projector key {} is not an ed25519 key", hex::encode(key))))?;
@@ -50,6 +54,15 @@ impl State {
         }
         state.check_invariants();
         Ok(state)
+    }
+
+    /// The active jobs whose tasks span a site, found by a walk over the jobs.
+    pub(super) fn recount_site_jobs(&self) -> BTreeSet<JobIdx> {
+        self.jobs
+            .iter()
+            .filter(|(_, job)| job.is_active() && job.options.span == crate::core::event::Span::Site)
+            .map(|(j, _)| j)
+            .collect()
     }
 
     /// What the active jobs hold, counted from the jobs themselves.

@@ -117,6 +117,12 @@ pub struct State {
     pub(crate) jobs_with_task_dependencies: BTreeSet<JobIdx>,
     /// Active jobs that reschedule long tasks redundantly.
     pub(crate) redundancy_jobs: BTreeSet<JobIdx>,
+    /// Active jobs whose tasks span a site (`span = "site"`), so that a run's
+    /// check for site tasks no site could hold looks at these rather than at
+    /// every job of every category. Derived from the jobs, so not in a
+    /// snapshot: rebuilt when one loads, recounted by `check_invariants`.
+    #[serde(skip)]
+    pub(crate) site_jobs: BTreeSet<JobIdx>,
     /// (job, engine) that reached the job's blacklisting threshold, awaiting a Blacklist order.
     pub(crate) pending_blacklists: BTreeSet<(JobIdx, EngineIdx)>,
     /// Engines holding live attempts of a closed login epoch, each awaiting a Requeue.
@@ -331,6 +337,10 @@ impl State {
     }
     pub fn redundancy_jobs(&self) -> impl Iterator<Item = JobIdx> + '_ {
         self.redundancy_jobs.iter().copied()
+    }
+    /// Active jobs whose tasks span a site, by index.
+    pub fn site_jobs(&self) -> impl Iterator<Item = JobIdx> + '_ {
+        self.site_jobs.iter().copied()
     }
     pub fn pending_blacklists(&self) -> impl Iterator<Item = (JobIdx, EngineIdx)> + '_ {
         self.pending_blacklists.iter().copied()

@@ -142,6 +142,21 @@ pub fn allowed_clusters(state: &State, j: JobIdx) -> BTreeSet<&str> {
         .collect()
 }
 
+/// Whether job `j`'s requirements allow more than `n` clusters (of logged-in
+/// engines): `allowed_clusters(state, j).len() > n`, asked of every runnable
+/// test campaign each run, so the engines are walked only until it is known
+/// rather than all of them collected and sorted by name.
+fn allows_more_clusters_than(state: &State, j: JobIdx, n: usize) -> bool {
+    let category = state.category(state.job(j).category);
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    engines_indexed(state)
+        .filter(|(e, engine)| engine.status == EngineStatus::LoggedIn && category.is_eligible(*e))
+        .any(|(_, engine)| {
+            seen.insert(cluster_of(engine));
+            seen.len() > n
+        })
+}
+
 /// The metascheduler's job order for one run: test campaigns by submission
 /// (each served for one booking, then not again this run), then the other
 /// runnable campaigns in `-p`-then-submission order, each served until it
@@ -166,7 +181,7 @@ impl CigriOrder {
             // back (its cluster is recorded then), and one that tested every
             // cluster it may use has nothing more to run.
             let tested = state.job(j).families.cigri.tested.len();
-            if in_flight.dispatched_of_job(j) == 0 && allowed_clusters(state, j).len() > tested {
+            if in_flight.dispatched_of_job(j) == 0 && allows_more_clusters_than(state, j, tested) {
                 tests.push(j);
             }
         }
