@@ -1,14 +1,18 @@
 //! The protocol of one engine: see the module docs of `engine` for the invariants.
 //!
+//! The decisions are the [`Machine`]'s (which deliveries to act on, what to
+//! launch, stop, suspend and report, when a drain gives up); this is its IO
+//! shell: the feed and the seals, the keys, the login and its watch,
+//! heartbeats, processes and their directories, output and libraries.
+//!
 //! One loop owns all the state. It waits on a closed set of inputs (the
 //! publisher failing, shutdown, a run finishing, a sync ending, the newest login
 //! of its name, the heartbeat timer, the next delivery) and reacts to each; it
 //! never blocks on a process, and only a `Lost` (stop everything, then log in
 //! again) or a catch-up after a stall makes it wait for something in between.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::hash::Hash;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,23 +24,22 @@ use super::feed::{FeedError, OrderAck as _, OrderFeed, OrderMessage};
 use super::fresh_dirs::FreshDirs;
 use super::groups::{self, WorkDirClaim};
 use super::report::{self, Outbox, PublisherGone};
-use super::runner::{self, Killer, LaunchSpec, RunEnd, RunNews, RunOutcome};
+use super::machine::{Action, AttemptKey, Handled, Machine, MachineConfig, OutputKept, TaskReport};
+use super::runner::{self, Killer, LaunchSpec, RunNews, RunOutcome};
 use super::{EngineConfig, EngineError, EngineReport, FenceEvidence, library, probe};
 use crate::core::event::{
-    ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, FailureKind, LibraryInfo, LibraryRef,
-    Order, StoredStreams,
+    ERROR_TAIL_BYTES_MAX, EngineProps, Envelope, Event, LibraryInfo, LibraryRef,
+    StoredStreams,
 };
 use crate::log::library_store::LibraryStore;
 use crate::core::ids::{Attempt, EngineId, Seq, TaskRef};
 use crate::core::trust::KeyRing;
 use crate::log::{EventLog, LogError, RawEntry};
-use crate::wire::delivery::{Delivery, DeliveryKind, RunTask, decode_sealed_deliveries, delivery_signed_message};
+use crate::wire::delivery::{Delivery, RunTask, decode_sealed_deliveries, delivery_signed_message};
 
 /// Beyond the kill grace, how long stopped processes get to be reaped before the
 /// engine gives up waiting for them.
 const STOP_SLACK: Duration = Duration::from_secs(5);
-
-type AttemptKey = (TaskRef, Attempt);
 
 /// How many heartbeat intervals an engine whose feed was taken over waits for
 /// the newer process's login on the log.
@@ -116,8 +119,14 @@ where
         });
         let mut agent = Agent {
             load_sensor,
-            seen_deliveries: Seen::new(config.seen_max),
-            seen_attempts: Seen::new(config.seen_max),
+            machine: Machine::new(MachineConfig {
+                engine: config.engine.clone(),
+                slots: config.slots,
+                seen_max: config.seen_max,
+                drain_timeout_ms: u64::try_from(config.drain_timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+            origin: Instant::now(),
+            killers: BTreeMap::new(),
             config,
             work_dir,
             claim,
@@ -135,16 +144,12 @@ where
             keys_read_to: 0,
             keys_read_at: None,
             keys_ask,
-            running: BTreeMap::new(),
-            runs_after_preemption: BTreeMap::new(),
-            slots_used: 0,
             outbox,
             run_news_tx,
             run_news_rx,
             syncs: BTreeMap::new(),
             sync_tx,
             sync_rx,
-            report: EngineReport::default(),
             gateway,
             gateway_rx,
         };
@@ -161,7 +166,7 @@ where
                 if let Some(sensor) = agent.load_sensor.take() {
                     sensor.quit().await;
                 }
-                let report = std::mem::take(&mut agent.report);
+                let report = std::mem::take(agent.machine.counts_mut());
                 drop(agent); // closes the outbox: the publisher sends what it holds and ends
                 let stored = publisher.await.map_err(|err| {
                     EngineError::Internal(format!("the publisher panicked: {err}"))
@@ -299,36 +304,6 @@ enum Authenticated {
     KeysUnread(String),
 }
 
-/// Why the engine stopped an attempt it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    /// The projector cancelled (or requeued) the attempt: say nothing.
-    Cancel,
-    /// This engine was declared lost: say nothing, log in again.
-    Lost,
-    /// The drain timeout ran out: report `EngineShutdown`.
-    Shutdown,
-    /// The projector preempted the attempt (an operator's reschedule): say
-    /// nothing, and let the attempt's number run again when it is dispatched again.
-    Preempt,
-}
-
-#[derive(Debug)]
-struct Running {
-    slots: u32,
-    killer: Killer,
-    stop: Option<StopReason>,
-    /// A parallel task's companion command: it holds no slots of the engine's
-    /// own count (the projector's booking holds them), reports nothing, and
-    /// stops when the master's part ends.
-    companion: bool,
-    /// The log sequence of the batch that dispatched this run: with the engine
-    /// and the attempt, the run's identity. A run of the same attempt number
-    /// again (after a preemption) answers another dispatch, so its reports are
-    /// new messages to the broker and its output another object.
-    dispatch: Seq,
-}
-
 struct Agent {
     config: EngineConfig,
     work_dir: PathBuf,
@@ -365,13 +340,13 @@ struct Agent {
     /// When the keys' subject was last read (its start).
     keys_read_at: Option<Instant>,
     keys_ask: mpsc::Sender<KeysAsked>,
-    running: BTreeMap<AttemptKey, Running>,
-    /// Runs of an attempt number whose preempted run is still being stopped
-    /// (with the dispatch each answers): started when it has stopped.
-    runs_after_preemption: BTreeMap<AttemptKey, (RunTask, Seq)>,
-    slots_used: u32,
-    seen_deliveries: Seen<String>,
-    seen_attempts: Seen<AttemptKey>,
+    /// The engine's decisions: its epoch, its runs and their slots, what it
+    /// has seen, the drain; this shell carries out what it asks.
+    machine: Machine,
+    /// When the agent started: the machine's time is the milliseconds since.
+    origin: Instant,
+    /// How to stop, suspend or resume each run the machine launched.
+    killers: BTreeMap<AttemptKey, Killer>,
     outbox: Outbox,
     /// What the local runs' supervisors say: started, ended.
     run_news_tx: mpsc::UnboundedSender<(AttemptKey, RunNews)>,
@@ -380,7 +355,6 @@ struct Agent {
     syncs: BTreeMap<LibraryRef, tokio::task::AbortHandle>,
     sync_tx: mpsc::UnboundedSender<SyncDone>,
     sync_rx: mpsc::UnboundedReceiver<SyncDone>,
-    report: EngineReport,
     /// `--load-sensor`: asked before each heartbeat (see [`super::load_sensor`]).
     load_sensor: Option<super::load_sensor::LoadSensor>,
     /// `--gateway`: attempts run as remote batch jobs (see [`super::gateway`]).
@@ -497,9 +471,9 @@ impl Agent {
         );
         let stored = self.outbox.send_and_wait(login).await.map_err(gone)?;
         self.session.epoch = stored.seq;
+        self.machine.handle_logged_in(stored.seq);
         self.alive_at = Instant::now();
-        self.report.logins += 1;
-        self.report.props = self.props.clone();
+        self.machine.counts_mut().props = self.props.clone();
         tracing::info!(seq = stored.seq, epoch = stored.seq, slots = self.config.slots, props = %self.props, "logged in");
         Ok(())
     }
@@ -531,7 +505,7 @@ impl Agent {
         in_hand: Option<&[u8]>,
         stalled: Duration,
     ) -> Result<(), EngineError> {
-        self.report.stalls += 1;
+        self.machine.counts_mut().stalls += 1;
         tracing::warn!(
             stalled_ms = stalled.as_millis() as u64,
             heartbeat_ms = self.config.heartbeat_interval.as_millis() as u64,
@@ -557,23 +531,22 @@ impl Agent {
             };
             for delivery in deliveries {
                 self.check_epoch_not_newer(&delivery)?;
-                if lost.is_none() && self.is_lost_of_this_epoch(&delivery) {
-                    lost = Some(delivery.id);
+                if lost.is_none() && self.machine.is_lost_of_this_epoch(&delivery) {
+                    lost = Some(delivery);
                 }
             }
         }
         self.alive_at = Instant::now();
         match lost {
-            Some(id) => {
+            Some(delivery) => {
                 tracing::warn!(
-                    id,
+                    id = delivery.id,
                     epoch = self.session.epoch,
                     ahead = held.len() + usize::from(in_hand.is_some()),
                     "the projector declared this epoch lost while the engine stalled: handling that before the orders held"
                 );
-                self.seen_deliveries.insert(id);
-                self.report.deliveries += 1;
-                self.lost().await
+                // Handled now, and so seen: when the feed gives it, it is a repeat.
+                self.handle_delivery(delivery).await
             }
             None => {
                 tracing::info!(held = held.len(), "caught up: the projector did not declare this epoch lost");
@@ -582,22 +555,10 @@ impl Agent {
         }
     }
 
-    fn is_lost_of_this_epoch(&self, delivery: &Delivery) -> bool {
-        matches!(&delivery.kind, DeliveryKind::Lost(Order::EngineLost { engine, epoch, .. })
-            if engine == self.engine() && *epoch == self.session.epoch)
-    }
-
     /// A delivery of an epoch newer than this process's login was folded after
     /// another process's login under this engine's name.
     fn check_epoch_not_newer(&self, delivery: &Delivery) -> Result<(), EngineError> {
-        if delivery.epoch <= self.session.epoch {
-            return Ok(());
-        }
-        let evidence = match delivery.kind {
-            DeliveryKind::LoggedIn => FenceEvidence::LoggedInDelivery,
-            _ => FenceEvidence::Delivery { id: delivery.id.clone() },
-        };
-        Err(self.fenced(delivery.epoch, evidence))
+        self.machine.check_epoch_not_newer(delivery).map_err(|newer| self.fenced(newer.epoch, newer.evidence))
     }
 
     /// The login watch answered: the newest login of this engine's name is at `newest`.
@@ -650,7 +611,7 @@ impl Agent {
         tracing::error!(
             newer_login = newer,
             own_login = self.session.epoch,
-            running = self.running.len(),
+            running = self.machine.running_len(),
             "{err}"
         );
         err
@@ -690,12 +651,12 @@ impl Agent {
         let deliveries = match self.authenticate(payload, Instant::now()).await {
             Authenticated::Deliveries(deliveries) => deliveries,
             Authenticated::Undecodable(err) => {
-                self.report.undecodable += 1;
+                self.machine.counts_mut().undecodable += 1;
                 tracing::warn!(subject, "ignoring a message that is not a delivery for this engine: {err}");
                 return Ok(true);
             }
             Authenticated::Refused(why) => {
-                self.report.refused += 1;
+                self.machine.counts_mut().refused += 1;
                 tracing::warn!(subject, "refusing a message on this engine's order subject: {why}");
                 return Ok(true);
             }
@@ -765,166 +726,88 @@ impl Agent {
         Ok(())
     }
 
-    /// Acts on one delivery, unless it was seen before or is of a closed epoch.
+    /// Acts on one delivery, unless it was seen before or is of a closed epoch:
+    /// the machine decides, this carries it out.
     async fn handle_delivery(&mut self, delivery: Delivery) -> Result<(), EngineError> {
-        if !self.seen_deliveries.insert(delivery.id.clone()) {
-            self.report.duplicates_ignored += 1;
-            tracing::debug!(id = %delivery.id, "ignoring a delivery already seen");
-            return Ok(());
+        let handled = self.machine.handle_delivery(delivery).map_err(|newer| self.fenced(newer.epoch, newer.evidence))?;
+        self.carry_out().await?;
+        if handled == Handled::Lost {
+            self.wait_for_stopped().await?;
+            self.log_in().await?;
         }
-        self.check_epoch_not_newer(&delivery)?;
-        if delivery.epoch < self.session.epoch {
-            // Of a closed epoch: a run the grid has requeued (and maybe given to
-            // another engine), a loss already handled, an older process's news.
-            self.report.stale_ignored += 1;
-            tracing::info!(
-                id = %delivery.id,
-                batch_seq = delivery.batch_seq.0,
-                delivery_epoch = delivery.epoch,
-                epoch = self.session.epoch,
-                "ignoring a delivery of a closed epoch"
-            );
-            return Ok(());
-        }
-        match delivery.kind {
-            DeliveryKind::Run(run) => self.start(run, delivery.batch_seq).await,
-            DeliveryKind::Cancel(Order::Cancel {
-                task,
-                attempt,
-                engine,
-                reason,
-            }) if engine == *self.engine() => {
-                self.report.deliveries += 1;
-                let key = (task, attempt);
-                if reason == crate::core::event::CancelReason::ParallelEnded {
-                    // A companion's stop: the attempt's number may run again
-                    // (after a preemption), as a master's does.
-                    self.seen_attempts.forget(&key);
-                } else {
-                    // An attempt cancelled before it came is never started.
-                    self.seen_attempts.insert(key.clone());
-                }
-                self.runs_after_preemption.remove(&key);
-                if let Some(running) = self.running.get_mut(&key) {
-                    tracing::info!(task = %key.0, attempt, reason = reason.as_str(), "stopping a cancelled attempt");
-                    running.stop.get_or_insert(StopReason::Cancel);
-                    running.killer.stop();
-                }
-                Ok(())
-            }
-            DeliveryKind::Lost(Order::EngineLost { ref engine, epoch, .. })
-                if *engine == *self.engine() && epoch == self.session.epoch =>
-            {
-                self.report.deliveries += 1;
-                self.lost().await
-            }
-            DeliveryKind::LoggedIn => {
-                tracing::debug!(epoch = delivery.epoch, "the projector folded this login");
-                Ok(())
-            }
-            DeliveryKind::SyncLibrary { library, published } => {
-                self.report.deliveries += 1;
-                self.sync_library(&delivery.id, library, published).await
-            }
-            DeliveryKind::Control(order) if order.addressee() == Some(self.engine()) => {
-                self.report.deliveries += 1;
-                self.control(&order);
-                Ok(())
-            }
-            other => {
-                tracing::warn!(id = %delivery.id, "ignoring a delivery for another engine: {other}");
-                Ok(())
-            }
-        }
+        Ok(())
     }
 
-    /// Suspends (SIGSTOP), resumes (SIGCONT) or preempts (kills, reporting
-    /// nothing) an attempt this engine runs; an order for any other is ignored.
-    fn control(&mut self, order: &Order) {
-        let (Order::Suspend { task, attempt, .. } | Order::Resume { task, attempt, .. } | Order::Preempt { task, attempt, .. }) =
-            order
-        else {
-            return;
-        };
-        let key = (task.clone(), *attempt);
-        let Some(running) = self.running.get_mut(&key).filter(|running| running.stop.is_none()) else {
-            tracing::info!(%task, attempt, %order, "ignoring an order for an attempt this engine does not run");
-            return;
-        };
-        tracing::info!(%task, attempt, pgid = running.killer.pgid().unwrap_or(0), "{}", order.kind_name());
-        match order {
-            Order::Suspend { .. } => running.killer.suspend(),
-            Order::Resume { .. } => running.killer.resume(),
-            _ => {
-                running.stop = Some(StopReason::Preempt);
-                running.killer.stop();
+    /// Does what the machine asks, in order, until it asks nothing more.
+    async fn carry_out(&mut self) -> Result<(), EngineError> {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Launch { run, dispatch, slots } => self.launch(run, dispatch, slots).await,
+                Action::NoteCompanion { run } => super::nodefile::note_companion(self.engine(), &run),
+                Action::Stop { key, .. } => {
+                    if let Some(killer) = self.killers.get(&key) {
+                        killer.stop();
+                    }
+                }
+                Action::Suspend { key } => {
+                    if let Some(killer) = self.killers.get(&key) {
+                        tracing::info!(task = %key.0, attempt = key.1, pgid = killer.pgid().unwrap_or(0), "suspending the attempt's group");
+                        killer.suspend();
+                    }
+                }
+                Action::Resume { key } => {
+                    if let Some(killer) = self.killers.get(&key) {
+                        tracing::info!(task = %key.0, attempt = key.1, pgid = killer.pgid().unwrap_or(0), "resuming the attempt's group");
+                        killer.resume();
+                    }
+                }
+                Action::Report(report) => self.publish_task_report(report).await?,
+                Action::SyncLibrary { delivery_id, library, published } => {
+                    self.sync_library(&delivery_id, library, published).await?
+                }
             }
         }
+        Ok(())
     }
 
-    /// Starts a `Run` dispatched by the batch at `dispatch`, or reports why it cannot.
-    async fn start(&mut self, run: RunTask, dispatch: Seq) -> Result<(), EngineError> {
+    /// Starts a run the machine launched (its slots held), or tells the
+    /// machine why it cannot.
+    async fn launch(&mut self, run: RunTask, dispatch: Seq, slots: u32) {
         let key = (run.task.clone(), run.attempt);
-        if self.running.get(&key).is_some_and(|running| {
-            running.stop == Some(StopReason::Preempt) || (running.companion && running.stop.is_some())
-        }) {
-            // The attempt's number runs again after a preemption, while the
-            // preempted run is still stopping: it starts once that has stopped.
-            tracing::info!(task = %run.task, attempt = run.attempt, "waiting for the preempted run to stop");
-            self.runs_after_preemption.insert(key, (run, dispatch));
-            return Ok(());
+        match self.spawn(&run, dispatch, &key, slots).await {
+            Ok(killer) => {
+                self.killers.insert(key, killer);
+            }
+            Err(message) => self.machine.handle_launch_failed(&run, dispatch, &message),
         }
-        if !self.seen_attempts.insert(key.clone()) {
-            self.report.duplicates_ignored += 1;
-            tracing::debug!(task = %run.task, attempt = run.attempt, "ignoring an attempt already started");
-            return Ok(());
-        }
-        self.report.deliveries += 1;
-        if run.companion && run.companion_argv.is_empty() {
-            super::nodefile::note_companion(self.engine(), &run);
-            return Ok(());
-        }
-        // A companion's slots are the projector's booking, not this engine's count.
-        let slots = if run.companion { 0 } else { run.slots.max(1) };
-        let free = self.config.slots - self.slots_used;
-        if slots > free {
-            let message = format!(
-                "engine {} cannot start {} #{}: it needs {slots} slot(s) and {free} of the engine's {} are free",
-                self.engine(),
-                run.task,
-                run.attempt,
-                self.config.slots
-            );
-            return self.cannot_start(&run, dispatch, message).await;
-        }
+    }
+
+    /// Prepares a run's directory and environment and starts it: a child
+    /// process, or a gateway's remote job.
+    async fn spawn(&mut self, run: &RunTask, dispatch: Seq, key: &AttemptKey, slots: u32) -> Result<Killer, String> {
         if let Some(root) = &run.root_library
             && !library::is_held(&self.library_dir, root)
         {
-            let message = format!(
+            return Err(format!(
                 "engine {} cannot start {} #{}: its job's root library {root} is not synced here (no {} in {})",
                 self.engine(),
                 run.task,
                 run.attempt,
                 library::SYNCED_MARKER,
                 library::library_path(&self.library_dir, root).display()
-            );
-            return self.cannot_start(&run, dispatch, message).await;
+            ));
         }
         // The policy in force when the projector dispatched this rules the sweeps from now on.
         self.config.work_dir_retention = Duration::from_millis(run.work_dir_retention_ms.max(1));
-        let work_dir = match attempt_work_dir(&self.work_dir, &run.task, run.attempt) {
-            Ok(dir) => dir,
-            Err(message) => return self.cannot_start(&run, dispatch, message).await,
-        };
+        let work_dir = attempt_work_dir(&self.work_dir, &run.task, run.attempt)?;
         if let Err(err) = self.fresh_dirs.make(&work_dir) {
-            let message = format!("engine {} cannot make the work directory {}: {err}", self.engine(), work_dir.display());
-            return self.cannot_start(&run, dispatch, message).await;
+            return Err(format!("engine {} cannot make the work directory {}: {err}", self.engine(), work_dir.display()));
         }
-        let mut env = task_env(self.engine(), &run, &work_dir, &self.library_dir);
-        match super::nodefile::write(&work_dir, &run) {
+        let mut env = task_env(self.engine(), run, &work_dir, &self.library_dir);
+        match super::nodefile::write(&work_dir, run) {
             Ok(Some(path)) => env.push(("GRIDFOLD_NODEFILE".to_string(), path.display().to_string())),
             Ok(None) => {}
-            Err(e) => return self.cannot_start(&run, dispatch, format!("cannot write the node file: {e}")).await,
+            Err(e) => return Err(format!("cannot write the node file: {e}")),
         }
         let spec = LaunchSpec {
             argv: if run.companion { run.companion_argv.clone() } else { run.argv.clone() },
@@ -945,20 +828,13 @@ impl Agent {
         }
         // Started by the spawner thread while this loop goes on: its start is
         // reported when it runs (`started`), a program that cannot run as its end.
-        match runner::start(spec, key.clone(), self.run_news_tx.clone()) {
-            Ok(killer) => {
-                if run.companion {
-                    tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.companion_argv.join(" "), "starting a companion command");
-                } else {
-                    tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.argv.join(" "), "starting");
-                }
-                self.slots_used += slots;
-                assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: run.companion, dispatch });
-                Ok(())
-            }
-            Err(err) => self.cannot_start(&run, dispatch, err.to_string()).await,
+        let killer = runner::start(spec, key.clone(), self.run_news_tx.clone()).map_err(|err| err.to_string())?;
+        if run.companion {
+            tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.companion_argv.join(" "), "starting a companion command");
+        } else {
+            tracing::debug!(task = %run.task, attempt = run.attempt, argv = %run.argv.join(" "), "starting");
         }
+        Ok(killer)
     }
 
     async fn run_news(&mut self, key: AttemptKey, news: RunNews) -> Result<(), EngineError> {
@@ -972,33 +848,18 @@ impl Agent {
     /// log time of the start (when the attempt begins to count as busy, for
     /// the fair share and CiGri's durations) is the process's.
     async fn started(&mut self, key: AttemptKey, pgid: i32) -> Result<(), EngineError> {
-        if self.running.get(&key).is_some_and(|running| running.companion) {
+        if self.machine.is_companion(&key) {
             super::nodefile::companion_started(self.engine(), &key.0, key.1, pgid);
             return Ok(());
         }
         tracing::info!(task = %key.0, attempt = key.1, pgid, "started");
-        self.report_started(key, String::new()).await
-    }
-
-    /// Reports that an attempt runs (a local process, or a gateway's remote
-    /// job), unless the engine was told to stop it before it ran (a cancel that
-    /// came while the spawner thread or the resource manager was starting it):
-    /// the projector that ended it expects no news of it, and a stop of the
-    /// engine's own reports how it ended.
-    async fn report_started(&mut self, (task, attempt): AttemptKey, remote_job: String) -> Result<(), EngineError> {
-        let Some(dispatch) = self.running.get(&(task.clone(), attempt)).filter(|running| running.stop.is_none()).map(|running| running.dispatch)
-        else {
-            tracing::debug!(%task, attempt, "started after it was stopped: not reported");
-            return Ok(());
-        };
-        self.report.started += 1;
-        let event = Event::TaskStarted { task, attempt, engine: self.engine().clone(), remote_job };
-        self.publish_task_event(event, dispatch).await
+        self.machine.handle_started(key, String::new());
+        self.carry_out().await
     }
 
     /// A gateway's run: submitted as a remote batch job (off the loop, as the
     /// command blocks); `TaskStarted` comes when the resource manager starts it.
-    async fn submit_remote(&mut self, run: RunTask, dispatch: Seq, key: AttemptKey, spec: LaunchSpec, slots: u32) -> Result<(), EngineError> {
+    async fn submit_remote(&mut self, run: &RunTask, dispatch: Seq, key: &AttemptKey, spec: LaunchSpec, slots: u32) -> Result<Killer, String> {
         let gateway = self.gateway.as_ref().expect("a gateway engine").clone();
         let submitted = {
             let key = key.clone();
@@ -1008,16 +869,10 @@ impl Agent {
         };
         match submitted {
             Ok((killer, remote_job)) => {
-                tracing::info!(task = %run.task, attempt = run.attempt, remote_job, argv = %run.argv.join(" "), "submitted");
-                self.slots_used += slots;
-                assert!(self.slots_used <= self.config.slots, "slots used beyond the engine's slots");
-                self.running.insert(key, Running { slots, killer, stop: None, companion: false, dispatch });
-                Ok(())
+                tracing::info!(task = %run.task, attempt = run.attempt, remote_job, dispatch = dispatch.0, argv = %run.argv.join(" "), "submitted");
+                Ok(killer)
             }
-            Err(message) => {
-                let message = format!("engine {} cannot submit {} #{}: {message}", self.engine(), run.task, run.attempt);
-                self.cannot_start(&run, dispatch, message).await
-            }
+            Err(message) => Err(format!("engine {} cannot submit {} #{}: {message}", self.engine(), run.task, run.attempt)),
         }
     }
 
@@ -1025,34 +880,12 @@ impl Agent {
     /// id), its end handled as a local run's.
     async fn gateway_notice(&mut self, notice: super::gateway::GatewayNotice) -> Result<(), EngineError> {
         match notice {
-            super::gateway::GatewayNotice::Started { key, remote_job } => self.report_started(key, remote_job).await,
+            super::gateway::GatewayNotice::Started { key, remote_job } => {
+                self.machine.handle_started(key, remote_job);
+                self.carry_out().await
+            }
             super::gateway::GatewayNotice::Ended { key, outcome } => self.finished(key, outcome).await,
         }
-    }
-
-    /// A run that cannot start: a master or plain run reports it failed; a
-    /// companion's command only says so (its task is its master's to end).
-    async fn cannot_start(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
-        if run.companion {
-            tracing::warn!(task = %run.task, attempt = run.attempt, "the companion command cannot start: {message}");
-            return Ok(());
-        }
-        self.launch_failed(run, dispatch, message).await
-    }
-
-    async fn launch_failed(&mut self, run: &RunTask, dispatch: Seq, message: String) -> Result<(), EngineError> {
-        tracing::warn!(task = %run.task, attempt = run.attempt, "{message}");
-        self.report.failed += 1;
-        let event = Event::TaskFailed {
-            task: run.task.clone(),
-            attempt: run.attempt,
-            engine: self.engine().clone(),
-            exit_code: None,
-            kind: FailureKind::LaunchFailed,
-            error_tail: runner::tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
-            stored: StoredStreams::default(),
-        };
-        self.publish_task_event(event, dispatch).await
     }
 
     /// Answers a `SyncLibrary`: `LibrarySynced` at once when the library directory
@@ -1132,103 +965,15 @@ impl Agent {
         self.outbox.send(envelope).await.map_err(gone)
     }
 
-    /// A run ended: free its slots and report it, unless the projector ended it first.
+    /// A run ended: the machine frees its slots and reports it, unless the
+    /// projector ended it first.
     async fn finished(&mut self, key: AttemptKey, outcome: RunOutcome) -> Result<(), EngineError> {
-        let Some(running) = self.running.remove(&key) else {
-            tracing::error!(task = %key.0, attempt = key.1, "an attempt the engine does not run ended");
-            return Ok(());
-        };
-        self.slots_used -= running.slots;
-        if running.companion {
-            super::nodefile::companion_ended(&key.0, key.1, running.stop.is_some(), &outcome);
-            // A run of the same number that came while this one stopped starts now.
-            return match self.runs_after_preemption.remove(&key) {
-                Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
-                None => Ok(()),
-            };
+        self.killers.remove(&key);
+        if self.machine.is_companion(&key) {
+            super::nodefile::companion_ended(&key.0, key.1, self.machine.is_stopping(&key), &outcome);
         }
-        let (task, attempt) = key;
-        let engine = self.engine().clone();
-        // What it stored goes in the end report, filled in once stored.
-        let failed = |kind, exit_code| Event::TaskFailed {
-            task: task.clone(),
-            attempt,
-            engine: engine.clone(),
-            exit_code,
-            kind,
-            error_tail: outcome.stderr_tail.clone(),
-            stored: StoredStreams::default(),
-        };
-        let mut event = match (running.stop, outcome.end) {
-            (Some(StopReason::Preempt), end) => {
-                tracing::info!(%task, attempt, %end, "preempted on the projector's order");
-                self.report.stopped_on_order += 1;
-                // The number was given back: its next run is a run, not a duplicate.
-                let key = (task, attempt);
-                self.seen_attempts.forget(&key);
-                return match self.runs_after_preemption.remove(&key) {
-                    Some((run, dispatch)) => Box::pin(self.start(run, dispatch)).await,
-                    None => Ok(()),
-                };
-            }
-            (Some(StopReason::Cancel | StopReason::Lost), end) => {
-                tracing::info!(%task, attempt, %end, "stopped on the projector's order");
-                self.report.stopped_on_order += 1;
-                return Ok(());
-            }
-            (Some(StopReason::Shutdown), RunEnd::Killed) => {
-                self.report.stopped_at_shutdown += 1;
-                failed(FailureKind::EngineShutdown, None)
-            }
-            (_, RunEnd::Exited(0)) => {
-                if outcome.stdout_dropped_bytes > 0 {
-                    tracing::info!(%task, attempt, dropped = outcome.stdout_dropped_bytes, "result cut to its first 64 KiB");
-                }
-                Event::TaskCompleted {
-                    task: task.clone(),
-                    attempt,
-                    engine: engine.clone(),
-                    exit_code: 0,
-                    cpu_ms: outcome.cpu_ms,
-                    wall_ms: outcome.wall_ms,
-                    result: outcome.stdout_head.clone(),
-                    stored: StoredStreams::default(),
-                }
-            }
-            (_, RunEnd::Exited(code)) => failed(FailureKind::NonZeroExit, Some(code)),
-            (_, RunEnd::Signalled(_)) => failed(FailureKind::Signalled, None),
-            (_, RunEnd::WallTimeExceeded) => failed(FailureKind::WallTimeExceeded, None),
-            (_, RunEnd::Preempted) => failed(FailureKind::Preempted, None),
-            (_, RunEnd::NotStarted) => {
-                tracing::warn!(%task, attempt, "cannot start: {}", outcome.stderr_tail);
-                failed(FailureKind::LaunchFailed, None)
-            }
-            (None, RunEnd::Killed) => {
-                unreachable!("a run is only killed on the engine's request, which records why")
-            }
-        };
-        match &event {
-            Event::TaskCompleted { .. } => self.report.completed += 1,
-            _ => self.report.failed += 1,
-        }
-        let output = self.store_output(&task, attempt, running.dispatch, &outcome).await;
-        if let Event::TaskCompleted { stored, .. } | Event::TaskFailed { stored, .. } = &mut event {
-            *stored = output;
-        }
-        tracing::info!(%task, attempt, end = %outcome.end, wall_ms = outcome.wall_ms, cpu_ms = outcome.cpu_ms, "{}", event.kind_name());
-        self.publish_task_event(event, running.dispatch).await
-    }
-
-    /// This engine was declared lost: stop everything, wait for it, log in again.
-    async fn lost(&mut self) -> Result<(), EngineError> {
-        tracing::warn!(
-            running = self.running.len(),
-            "declared lost by the projector: stopping everything and logging in again"
-        );
-        self.runs_after_preemption.clear();
-        self.stop_all(StopReason::Lost);
-        self.wait_for_stopped().await?;
-        self.log_in().await
+        self.machine.handle_exited(key, &outcome);
+        self.carry_out().await
     }
 
     /// Stops taking work; waits for running attempts up to the drain timeout, then stops them.
@@ -1237,31 +982,29 @@ impl Agent {
         heartbeat: &mut tokio::time::Interval,
         publisher_failed: &mut oneshot::Receiver<EngineError>,
     ) -> Result<(), EngineError> {
-        if self.running.is_empty() {
+        if self.machine.is_idle() {
             return Ok(());
         }
-        tracing::info!(running = self.running.len(), timeout = %crate::human::duration(self.config.drain_timeout), "draining");
-        // Companion commands stop at once: the logout breaks their attempts anyway.
-        for running in self.running.values_mut().filter(|running| running.companion) {
-            running.stop.get_or_insert(StopReason::Shutdown);
-            running.killer.stop();
-        }
-        let drain_deadline = Instant::now() + self.config.drain_timeout;
+        tracing::info!(running = self.machine.running_len(), timeout = %crate::human::duration(self.config.drain_timeout), "draining");
+        self.machine.handle_shutdown(self.now_ms());
+        self.carry_out().await?;
         let mut give_up: Option<Instant> = None;
-        while !self.running.is_empty() {
+        while !self.machine.is_idle() {
+            let tick_at = self.machine.next_timer_ms().map(|at_ms| self.origin + Duration::from_millis(at_ms));
             tokio::select! {
                 biased;
                 failed = &mut *publisher_failed => return Err(publisher_error(failed)),
                 Some((key, news)) = self.run_news_rx.recv() => self.run_news(key, news).await?,
                 Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 _ = heartbeat.tick() => self.heartbeat().await,
-                () = tokio::time::sleep_until(drain_deadline), if give_up.is_none() => {
-                    tracing::warn!(running = self.running.len(), "drain timeout: stopping what still runs");
-                    self.stop_all(StopReason::Shutdown);
-                    give_up = Some(Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK);
+                () = sleep_until_opt(tick_at) => {
+                    if self.machine.handle_tick(self.now_ms()) {
+                        give_up = Some(Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK);
+                    }
+                    self.carry_out().await?;
                 }
                 () = sleep_until_opt(give_up) => {
-                    tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; not waiting for them");
+                    tracing::error!(running = self.machine.running_len(), "processes did not end after SIGKILL; not waiting for them");
                     break;
                 }
             }
@@ -1269,26 +1012,23 @@ impl Agent {
         Ok(())
     }
 
-    fn stop_all(&mut self, reason: StopReason) {
-        for running in self.running.values_mut() {
-            running.stop.get_or_insert(reason);
-            running.killer.stop();
-        }
+    /// The machine's time: milliseconds since the agent started.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Waits until every stopped run has ended, bounded.
     async fn wait_for_stopped(&mut self) -> Result<(), EngineError> {
         let give_up =
             Instant::now() + self.config.kill_grace + runner::PIPE_DRAIN_TIMEOUT + STOP_SLACK;
-        while !self.running.is_empty() {
+        while !self.machine.is_idle() {
             tokio::select! {
                 Some((key, news)) = self.run_news_rx.recv() => self.run_news(key, news).await?,
                 Some(notice) = self.gateway_rx.recv() => self.gateway_notice(notice).await?,
                 () = tokio::time::sleep_until(give_up) => {
-                    tracing::error!(running = self.running.len(), "processes did not end after SIGKILL; forgetting them");
-                    for (_, running) in std::mem::take(&mut self.running) {
-                        self.slots_used -= running.slots;
-                    }
+                    tracing::error!(running = self.machine.running_len(), "processes did not end after SIGKILL; forgetting them");
+                    self.killers.clear();
+                    self.machine.forget_running();
                 }
             }
         }
@@ -1297,22 +1037,30 @@ impl Agent {
 
     /// SIGKILL to every group still running, at once (on the way out after an error).
     fn kill_all_now(&mut self) {
-        for (key, running) in std::mem::take(&mut self.running) {
+        for (key, killer) in std::mem::take(&mut self.killers) {
             tracing::warn!(task = %key.0, attempt = key.1, "killing an attempt as the engine stops");
-            running.killer.kill_now();
+            killer.kill_now();
         }
-        self.slots_used = 0;
+        self.machine.forget_running();
     }
 
-    /// Publishes a report of the run that answers the dispatch at `dispatch`.
-    async fn publish_task_event(&self, event: Event, dispatch: Seq) -> Result<(), EngineError> {
+    /// Publishes a report of one run; an end's output is stored first, and
+    /// what was stored goes in the report.
+    async fn publish_task_report(&mut self, report: TaskReport) -> Result<(), EngineError> {
+        let TaskReport { mut event, dispatch, output } = report;
         let (task, attempt) = match &event {
             Event::TaskStarted { task, attempt, .. }
             | Event::TaskCompleted { task, attempt, .. }
-            | Event::TaskFailed { task, attempt, .. } => (task, *attempt),
+            | Event::TaskFailed { task, attempt, .. } => (task.clone(), *attempt),
             _ => unreachable!("only task events are published here"),
         };
-        let id = report::task_report_id(self.engine(), task, attempt, dispatch, event.kind_name());
+        if let Some(kept) = output {
+            let output = self.store_output(&task, attempt, dispatch, &kept).await;
+            if let Event::TaskCompleted { stored, .. } | Event::TaskFailed { stored, .. } = &mut event {
+                *stored = output;
+            }
+        }
+        let id = report::task_report_id(self.engine(), &task, attempt, dispatch, event.kind_name());
         let envelope = Envelope {
             id,
             source: report::source(self.engine()),
@@ -1401,7 +1149,7 @@ impl Agent {
     /// was stored of each (length, blake3), for its end report. A failure to
     /// store is logged and the report goes on, saying that stream was not
     /// stored: the log's head of stdout and tail of stderr remain.
-    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &RunOutcome) -> StoredStreams {
+    async fn store_output(&mut self, task: &TaskRef, attempt: Attempt, dispatch: Seq, outcome: &OutputKept) -> StoredStreams {
         let mut stored = StoredStreams::default();
         let Some(store) = self.config.output_store.clone() else { return stored };
         let Ok(dir) = attempt_work_dir(&self.work_dir, task, attempt).map(|d| output_dir(&d)) else { return stored };
@@ -1436,7 +1184,7 @@ impl Agent {
         let now = std::time::SystemTime::now();
         let Some(cutoff) = now.checked_sub(self.config.work_dir_retention) else { return };
         let running: std::collections::BTreeSet<PathBuf> =
-            self.running.keys().filter_map(|(task, attempt)| attempt_work_dir(&self.work_dir, task, *attempt).ok()).collect();
+            self.machine.running_keys().filter_map(|(task, attempt)| attempt_work_dir(&self.work_dir, task, *attempt).ok()).collect();
         let Ok(jobs) = std::fs::read_dir(&self.work_dir) else { return };
         let mut removed = 0;
         for job in jobs.flatten() {
@@ -1544,63 +1292,10 @@ pub fn param_env_name(name: &str) -> String {
     format!("GRIDFOLD_PARAM_{mangled}")
 }
 
-/// A set that remembers its last `max` insertions.
-#[derive(Debug)]
-struct Seen<T> {
-    set: HashSet<T>,
-    order: VecDeque<T>,
-    max: usize,
-}
-
-impl<T: Hash + Eq + Clone> Seen<T> {
-    fn new(max: usize) -> Self {
-        assert!(max > 0);
-        Seen {
-            set: HashSet::new(),
-            order: VecDeque::new(),
-            max,
-        }
-    }
-
-    /// True if `value` was not remembered (it is now).
-    fn insert(&mut self, value: T) -> bool {
-        if self.set.contains(&value) {
-            return false;
-        }
-        if self.order.len() == self.max {
-            let oldest = self.order.pop_front().expect("max > 0");
-            self.set.remove(&oldest);
-        }
-        self.set.insert(value.clone());
-        self.order.push_back(value);
-        debug_assert_eq!(self.set.len(), self.order.len());
-        true
-    }
-
-    /// Forgets `value`, if remembered.
-    fn forget(&mut self, value: &T) {
-        if self.set.remove(value) {
-            self.order.retain(|remembered| remembered != value);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::ids::JobId;
-
-    #[test]
-    fn seen_forgets_the_oldest_beyond_its_bound() {
-        let mut seen = Seen::new(2);
-        assert!(seen.insert("a"));
-        assert!(!seen.insert("a"));
-        assert!(seen.insert("b"));
-        assert!(seen.insert("c"));
-        assert!(seen.insert("a"), "a was forgotten when c came");
-        assert!(!seen.insert("c"));
-        assert_eq!(seen.set.len(), 2);
-    }
 
     #[test]
     fn parameters_become_environment_variables() {

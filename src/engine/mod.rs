@@ -3,8 +3,12 @@
 //! shutdown. `gridfold engine` runs one; `gridfold demo` runs several in one process
 //! through [`run_engine`].
 //!
-//! Layout: [`run_engine`] (in `agent.rs`) is the protocol: a loop over deliveries,
-//! finished runs, heartbeats and shutdown. [`runner`] runs processes and knows
+//! Layout: [`machine`] holds the engine's decisions without IO (which delivery
+//! to act on, what to launch, stop, suspend or report, when a drain gives up),
+//! fed by inputs and giving actions; the simulator drives it too.
+//! [`run_engine`] (in `agent.rs`) is the shell around it: a loop over
+//! deliveries (authenticated here), finished runs, heartbeats and shutdown,
+//! that hands each to the machine and carries out what it asks. [`runner`] runs processes and knows
 //! nothing of the protocol; [`probe`] measures the machine; [`feed`] is where orders
 //! come from ([`OrderFeed`]: a durable JetStream consumer, or a reader over an
 //! embedded orders log); `report.rs` publishes, in order, with retries;
@@ -112,6 +116,7 @@
 //! (`<work-dir>/<job>/<index>-<attempt>` stays for inspection).
 
 mod agent;
+pub mod machine;
 pub mod feed;
 pub mod gateway;
 pub mod groups;
