@@ -417,10 +417,11 @@ fn find_circle<'a>(graph: &BTreeMap<&'a FileName, BTreeMap<&'a FileName, String>
     }
     let mut marks = BTreeMap::new();
     for &file in graph.keys() {
-        if !marks.contains_key(file) {
-            if let Some(circle) = visit(graph, file, &mut marks, &mut Vec::new()) {
-                return Some(circle);
-            }
+        if marks.contains_key(file) {
+            continue;
+        }
+        if let Some(circle) = visit(graph, file, &mut marks, &mut Vec::new()) {
+            return Some(circle);
         }
     }
     None
