@@ -1,11 +1,15 @@
-//! Simulated engines: what an engine agent does, reduced to its timing.
+//! Simulated engines: the real engine's [`Machine`] decides, and the simulator
+//! gives it virtual processes and virtual time.
 //!
 //! An engine logs in (with the grid libraries it holds), heartbeats, receives
-//! deliveries and runs tasks in virtual time: a run becomes `TaskStarted`, then
-//! `TaskCompleted` or `TaskFailed` after its duration, scaled by the engine's
-//! speed (a redundant copy is a run like any other); a cancel stops a run without
-//! a report, whatever its reason (a requeue, an ended job, a redundant copy no
-//! longer needed); a library sync runs beside the tasks and reports
+//! deliveries and hands them to its machine, which decides what runs, stops,
+//! is suspended and is reported, as in a real engine (the slots, the epochs,
+//! the attempts already seen, a preempted attempt's number run again). The
+//! world carries out its actions in virtual time: a launch becomes a process
+//! that starts (`TaskStarted`) and exits after its duration, scaled by the
+//! engine's speed, with the end it was drawn (a redundant copy is a run like
+//! any other); a stop ends the process at once. A library sync runs beside the
+//! tasks and reports
 //! `LibrarySynced` or `LibrarySyncFailed` after the engine's `sync_ms`. A
 //! library synced stays on the engine's disk: a crashed engine that comes back
 //! holds it at login. An engine acts on each delivery once: it remembers every
@@ -17,15 +21,18 @@
 //! incarnation it belongs to). It may come back later as a new incarnation that
 //! logs in afresh, running nothing.
 //!
-//! Engines do not enforce their slot count: they run what they are given. A
-//! late-starting run keeps going after the projector requeued its attempt, as a
-//! real engine that never heard of the requeue would, and the report it sends
-//! in the end is rejected as stale.
+//! Until its login is stored an engine knows no epoch, so deliveries that come
+//! meanwhile wait for it, as they wait in a real engine's feed. What the world
+//! still models by hand: the wall-time limit (a real engine's process runner
+//! enforces it; scenarios' runs are not stopped at theirs), and library syncs
+//! (one at a time, none of a library already held, answered after `sync_ms`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::event::{EngineProps, LibraryRef};
 use crate::core::ids::{Attempt, EngineId, JobId, TaskRef};
+use crate::engine::machine::{Machine, MachineConfig};
+use crate::wire::delivery::Delivery;
 
 /// The attempt a run carries out.
 pub type RunKey = (TaskRef, Attempt);
@@ -142,10 +149,15 @@ pub struct SimEngine {
     pub remote_slots: Option<u32>,
     /// A gateway's runs waiting in the remote queue, first come first served.
     pub remote_queue: std::collections::VecDeque<RunKey>,
+    /// The engine's decisions; a new one at each incarnation, as a new process.
+    pub machine: Machine,
+    /// Deliveries that came before this incarnation's login was stored.
+    pub awaiting_login: Vec<Delivery>,
 }
 
 impl SimEngine {
     pub fn new(id: EngineId, slots: u32, props: EngineProps) -> Self {
+        let id_for_machine = id.clone();
         SimEngine {
             id,
             slots,
@@ -164,7 +176,18 @@ impl SimEngine {
             alive_intervals: Vec::new(),
             remote_slots: None,
             remote_queue: std::collections::VecDeque::new(),
+            machine: Self::new_machine(id_for_machine, slots),
+            awaiting_login: Vec::new(),
         }
+    }
+
+    fn new_machine(engine: EngineId, slots: u32) -> Machine {
+        Machine::new(MachineConfig {
+            engine,
+            slots,
+            seen_max: crate::engine::SEEN_MAX_DEFAULT,
+            drain_timeout_ms: u64::try_from(crate::engine::DRAIN_TIMEOUT_DEFAULT.as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     pub fn come_up(&mut self, now_ms: u64) {
@@ -173,6 +196,19 @@ impl SimEngine {
         self.alive = true;
         self.incarnation += 1;
         self.alive_since_ms = Some(now_ms);
+        self.machine = Self::new_machine(self.id.clone(), self.slots);
+        self.awaiting_login.clear();
+    }
+
+    /// A login of this engine is stored at `seq`: if it is this incarnation's
+    /// (the newest), its machine opens that epoch, and takes the deliveries
+    /// that waited for it.
+    pub fn login_stored(&mut self, seq: u64) -> Vec<Delivery> {
+        if !self.alive || seq <= self.machine.epoch() {
+            return Vec::new();
+        }
+        self.machine.handle_logged_in(seq);
+        std::mem::take(&mut self.awaiting_login)
     }
 
     /// True the first time this delivery reaches the engine, false for a repeat.
@@ -196,6 +232,7 @@ impl SimEngine {
         self.alive_intervals.push((since, now_ms));
         self.suspensions.clear();
         self.remote_queue.clear();
+        self.awaiting_login.clear();
         let runs = std::mem::take(&mut self.runs);
         runs.iter()
             .filter_map(|((task, _), run)| {

@@ -15,9 +15,12 @@
 //!   caught up (at most once per virtual instant, one publish in flight), publishes
 //!   through the fence, delivers the orders the fold applied, snapshots, crashes and
 //!   restarts from its newest snapshot.
-//! - **Engines** (`engine.rs`): log in, heartbeat every third of the engine timeout,
-//!   run each dispatched attempt for its duration and report it, obey cancels,
-//!   ignore orders they have already seen.
+//! - **Engines** (`engine.rs`): each decides with the **real** engine's
+//!   [`Machine`](crate::engine::machine::Machine) (slots, epochs, orders seen,
+//!   cancels, preemptions, suspensions, reports); the world gives it virtual
+//!   processes that start and exit after their drawn duration. They log in,
+//!   heartbeat every third of the engine timeout, and ignore orders they have
+//!   already seen, across crashes too.
 //! - **Submitters and tickers**: jobs submitted at their time; a `Tick` every
 //!   second of virtual time so the core's timers fire.
 //! - **Faults** (per million, from the seed): task failures; engines crashing
@@ -31,9 +34,8 @@
 //! No real network, broker, disk or clock: no partitions, no partial broker failures,
 //! no lost or reordered messages within one publisher's stream, no corrupt snapshots,
 //! no engine logouts or second projector running concurrently (a restarted projector's
-//! predecessor only exists as the publish it left in flight). Engines do not enforce
-//! their slot counts (a late run overbooks its engine; utilisation may pass 1.000).
-//! Requirements are whatever `core::expr` accepts.
+//! predecessor only exists as the publish it left in flight). No wall-time limits
+//! (a real engine's process runner enforces them). Requirements are whatever `core::expr` accepts.
 //!
 //! # What it checks
 //! After every entry, `State::check_invariants` (when [`RunOptions::check_invariants`]).

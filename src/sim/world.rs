@@ -11,13 +11,16 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::core::event::{
-    Envelope, Event, FailureKind, JobSpec, LibraryInfo, LibraryRef, OrderBatch, Origin, TaskSet, TaskTemplate,
+    Envelope, Event, JobSpec, LibraryInfo, LibraryRef, OrderBatch, Origin, TaskSet, TaskTemplate,
 };
 use crate::core::ids::{EngineId, JobId, Seq, TaskRef};
 use crate::core::replay::{replay, ReplayOptions};
 use crate::core::rng::SplitMix64;
 use crate::core::state::{JobStatus, State, TaskStatus};
 use crate::files::scenario::{JobPlan, Scenario, PER_MILLION};
+use crate::engine::machine::{Action, StopReason};
+use crate::engine::runner::{RunEnd as ProcessEnd, RunOutcome};
+use crate::core::event::Order;
 use crate::wire::delivery::{Delivery, DeliveryKind};
 
 use super::engine::{BusyRun, Run, RunEnd, RunKey, SimEngine};
@@ -353,9 +356,18 @@ impl<'a> World<'a> {
                 }
             }
             SimEvent::Append { origin, envelope, late_copy } => {
+                let login_of = match (&origin, &envelope.event) {
+                    (Origin::Engine(id), Event::EngineLoggedIn { .. }) => self.engine_by_id.get(id).copied(),
+                    _ => None,
+                };
                 let appended = self.append(origin, *envelope);
                 if late_copy && matches!(appended, Appended::Stored(_)) {
                     self.counts.duplicates_new_id_stored += 1;
+                }
+                if let (Some(engine), Appended::Stored(seq)) = (login_of, appended) {
+                    for delivery in self.engines[engine].login_stored(seq.0) {
+                        self.hand_over(engine, delivery);
+                    }
                 }
             }
             SimEvent::Publish { token, incarnation, batch, expected_last_orders_seq } => {
@@ -446,89 +458,122 @@ impl<'a> World<'a> {
             return;
         }
         self.counts.orders_delivered += 1;
-        match delivery.kind {
-            DeliveryKind::Run(run) => {
-                let key: RunKey = (run.task, run.attempt);
-                if run.companion {
-                    // A companion part of a parallel run: it holds its slots until the master's run ends.
-                    self.holds.entry(key).or_default().push((engine, self.now_ms, run.slots));
-                    return;
-                }
-                let slots = run.slots;
-                let job = self.job_by_id[&key.0.job];
-                let mut run = self.plan_run(job, engine);
-                run.slots = slots;
-                let late = self.rng.faults.chance_per_million(self.scenario.faults.late_start_per_million);
-                let delay = if late {
-                    self.counts.late_starts += 1;
-                    self.scenario.faults.late_start_delay_ms
-                } else {
-                    0
-                };
-                let sim = &mut self.engines[engine];
-                let incarnation = sim.incarnation;
-                let previous = sim.runs.insert(key.clone(), run);
-                assert!(previous.is_none(), "an engine runs an attempt once");
-                self.schedule(self.now_ms + delay, SimEvent::RunStart { engine, incarnation, run: key });
-            }
-            // A requeued attempt is stopped on its engine, as a cancelled one is.
-            DeliveryKind::Cancel(order) => {
-                let crate::core::event::Order::Cancel { task, attempt, reason, .. } = order else {
-                    unreachable!("a cancel delivery carries a Cancel")
-                };
-                if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
-                    self.end_parts(&(task.clone(), attempt));
-                    self.counts.runs_cancelled += 1;
-                    if reason == crate::core::event::CancelReason::RedundantCopy {
-                        self.counts.redundant_runs_stopped += 1;
-                    }
-                    if let Some(start) = run.started_ms {
-                        self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
-                    }
-                    self.start_remote_runs(engine);
-                }
-            }
-            DeliveryKind::SyncLibrary { library, .. } => {
-                // One sync at a time, and none of a library already held.
-                if sim.syncing.is_some() || sim.props.libraries.contains(&library) {
-                    return;
-                }
-                sim.syncing = Some(library.clone());
-                let (incarnation, done_at) = (sim.incarnation, self.now_ms + sim.sync_ms);
-                self.counts.library_syncs_run += 1;
-                self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
-            }
-            DeliveryKind::Lost(_) => unreachable!("the news of a loss is not delivered to simulated engines"),
-            // A preempted attempt is stopped on its engine (killed; the fold has
-            // queued its task again). Scenarios ask no suspensions.
-            DeliveryKind::Control(crate::core::event::Order::Preempt { task, attempt, .. }) => {
-                if let Some(run) = sim.runs.remove(&(task.clone(), attempt)) {
-                    self.end_parts(&(task.clone(), attempt));
-                    self.counts.runs_preempted += 1;
-                    if let Some(start) = run.started_ms {
-                        self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: task.job.clone() });
-                    }
-                    self.start_remote_runs(engine);
-                }
-            }
-            // A suspended run's remaining time does not advance until its resume.
-            DeliveryKind::Control(crate::core::event::Order::Suspend { task, attempt, .. }) => {
-                if sim.suspend(&(task, attempt), self.now_ms) {
-                    self.counts.runs_suspended += 1;
-                }
-            }
-            DeliveryKind::Control(crate::core::event::Order::Resume { task, attempt, .. }) => {
-                let incarnation = sim.incarnation;
-                let key = (task, attempt);
-                if let Some(end_at) = sim.resume(&key, self.now_ms) {
-                    self.counts.runs_resumed += 1;
-                    self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
-                }
-            }
-            DeliveryKind::Control(_) => {}
-            // The simulated engines are one process per name: no one to fence out.
-            DeliveryKind::LoggedIn => {}
+        if sim.machine.epoch() == 0 {
+            // Its login is not stored yet: the delivery waits in its feed.
+            sim.awaiting_login.push(delivery);
+            return;
         }
+        self.hand_over(engine, delivery);
+    }
+
+    /// The engine's machine decides on one delivery; the world carries out
+    /// what it asks.
+    fn hand_over(&mut self, engine: usize, delivery: Delivery) {
+        let redundant_copy = matches!(
+            delivery.kind,
+            DeliveryKind::Cancel(Order::Cancel { reason: crate::core::event::CancelReason::RedundantCopy, .. })
+        );
+        assert!(!matches!(delivery.kind, DeliveryKind::Lost(_)), "the news of a loss is not delivered to simulated engines");
+        let sim = &mut self.engines[engine];
+        // The simulated engines are one process per name: no one to fence them out.
+        if let Err(newer) = sim.machine.handle_delivery(delivery) {
+            unreachable!("engine {} saw a newer login at {}, but it is alone with its name", sim.id, newer.epoch);
+        }
+        self.carry_out(engine, redundant_copy);
+    }
+
+    /// Carries out what an engine's machine asks: launches become virtual
+    /// processes, stops end them at once, reports go to the log.
+    /// `redundant_copy`: the actions answer a cancel of a redundant copy.
+    fn carry_out(&mut self, engine: usize, redundant_copy: bool) {
+        while let Some(action) = self.engines[engine].machine.poll_action() {
+            match action {
+                Action::Launch { run, .. } if run.companion => {
+                    // A companion command: it holds its slots until the master's run ends.
+                    self.holds.entry((run.task.clone(), run.attempt)).or_default().push((engine, self.now_ms, run.slots));
+                    // Its command is not simulated: it has ended, as far as the machine knows.
+                    let outcome = virtual_exit(ProcessEnd::Exited(0), 0, "");
+                    self.engines[engine].machine.handle_exited((run.task, run.attempt), &outcome);
+                }
+                Action::Launch { run, .. } => self.launch(engine, run.task, run.attempt, run.slots),
+                Action::NoteCompanion { run } => {
+                    // A companion part of a parallel run: it holds its slots until the master's run ends.
+                    self.holds.entry((run.task, run.attempt)).or_default().push((engine, self.now_ms, run.slots));
+                }
+                Action::Stop { key, reason } => self.stop(engine, key, reason, redundant_copy),
+                // A suspended run's remaining time does not advance until its resume.
+                Action::Suspend { key } => {
+                    if self.engines[engine].suspend(&key, self.now_ms) {
+                        self.counts.runs_suspended += 1;
+                    }
+                }
+                Action::Resume { key } => {
+                    let sim = &mut self.engines[engine];
+                    let incarnation = sim.incarnation;
+                    if let Some(end_at) = sim.resume(&key, self.now_ms) {
+                        self.counts.runs_resumed += 1;
+                        self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
+                    }
+                }
+                Action::Report(report) => self.report(engine, report.event, true),
+                Action::SyncLibrary { library, .. } => self.sync_library(engine, library),
+            }
+        }
+    }
+
+    /// A launch: how the run will go is drawn now, and its process starts,
+    /// now or late (the late-start fault).
+    fn launch(&mut self, engine: usize, task: TaskRef, attempt: u32, slots: u32) {
+        let key: RunKey = (task, attempt);
+        let job = self.job_by_id[&key.0.job];
+        let mut run = self.plan_run(job, engine);
+        run.slots = slots;
+        let late = self.rng.faults.chance_per_million(self.scenario.faults.late_start_per_million);
+        let delay = if late {
+            self.counts.late_starts += 1;
+            self.scenario.faults.late_start_delay_ms
+        } else {
+            0
+        };
+        let sim = &mut self.engines[engine];
+        let incarnation = sim.incarnation;
+        let previous = sim.runs.insert(key.clone(), run);
+        assert!(previous.is_none(), "an engine runs an attempt once at a time");
+        self.schedule(self.now_ms + delay, SimEvent::RunStart { engine, incarnation, run: key });
+    }
+
+    /// A stop (a cancel, whatever its reason, or a preemption): the process
+    /// ends at once, and the machine hears that it was killed.
+    fn stop(&mut self, engine: usize, key: RunKey, reason: StopReason, redundant_copy: bool) {
+        if let Some(run) = self.engines[engine].runs.remove(&key) {
+            self.end_parts(&key);
+            if reason == StopReason::Preempt {
+                self.counts.runs_preempted += 1;
+            } else {
+                self.counts.runs_cancelled += 1;
+                if redundant_copy {
+                    self.counts.redundant_runs_stopped += 1;
+                }
+            }
+            if let Some(start) = run.started_ms {
+                self.busy.push(BusyRun { start_ms: start, end_ms: self.now_ms, slots: run.slots, job: key.0.job.clone() });
+            }
+            self.start_remote_runs(engine);
+        }
+        let outcome = virtual_exit(ProcessEnd::Killed, 0, "");
+        self.engines[engine].machine.handle_exited(key, &outcome);
+    }
+
+    /// A `SyncLibrary`: one sync at a time, and none of a library already held.
+    fn sync_library(&mut self, engine: usize, library: LibraryRef) {
+        let sim = &mut self.engines[engine];
+        if sim.syncing.is_some() || sim.props.libraries.contains(&library) {
+            return;
+        }
+        sim.syncing = Some(library.clone());
+        let (incarnation, done_at) = (sim.incarnation, self.now_ms + sim.sync_ms);
+        self.counts.library_syncs_run += 1;
+        self.schedule(done_at, SimEvent::SyncEnd { engine, incarnation, library });
     }
 
     /// A sync ends: the library is on the engine's disk, or the fetch failed.
@@ -600,8 +645,8 @@ impl<'a> World<'a> {
         // Suspended before it started: it ends after its resume.
         let suspended = sim.suspensions.get(&key).is_some_and(|suspension| suspension.since_ms.is_some());
         let end_at = now + run.end_after_ms;
-        let event = Event::TaskStarted { task: key.0.clone(), attempt: key.1, engine: sim.id.clone(), remote_job: String::new() };
-        self.report(engine, event, true);
+        sim.machine.handle_started(key.clone(), String::new());
+        self.carry_out(engine, false);
         if !suspended {
             self.schedule(end_at, SimEvent::RunEnd { engine, incarnation, run: key });
         }
@@ -616,46 +661,22 @@ impl<'a> World<'a> {
         sim.suspensions.remove(&key);
         let Some(run) = sim.runs.remove(&key) else { return };
         self.end_parts(&key);
-        let sim = &mut self.engines[engine];
         let start = run.started_ms.expect("a run ends after it starts");
-        let engine_id = sim.id.clone();
-        let (task, attempt) = key;
-        match run.end {
+        let exited = match run.end {
             RunEnd::Complete => {
-                self.busy.push(BusyRun { start_ms: start, end_ms: now, slots: run.slots, job: task.job.clone() });
-                self.completions_reported.insert(task.clone());
-                let event = Event::TaskCompleted {
-                    task,
-                    attempt,
-                    engine: engine_id,
-                    exit_code: 0,
-                    cpu_ms: run.duration_ms,
-                    wall_ms: run.duration_ms,
-                    result: Vec::new(),
-                    stored: Default::default(),
-                };
-                self.report(engine, event, true);
+                self.completions_reported.insert(key.0.clone());
+                virtual_exit(ProcessEnd::Exited(0), run.duration_ms, "")
             }
             RunEnd::Fail | RunEnd::FailByRule => {
-                self.busy.push(BusyRun { start_ms: start, end_ms: now, slots: run.slots, job: task.job.clone() });
                 if run.end == RunEnd::Fail {
                     self.counts.task_failures += 1;
                 } else {
                     self.counts.rule_failures += 1;
                 }
-                let event = Event::TaskFailed {
-                    task,
-                    attempt,
-                    engine: engine_id,
-                    exit_code: Some(1),
-                    kind: FailureKind::NonZeroExit,
-                    error_tail: "simulated failure".into(),
-                    stored: Default::default(),
-                };
-                self.report(engine, event, true);
+                virtual_exit(ProcessEnd::Exited(1), run.duration_ms, "simulated failure")
             }
             RunEnd::Crash => {
-                self.engines[engine].runs.insert((task, attempt), run);
+                self.engines[engine].runs.insert(key, run);
                 self.crash_parts(engine);
                 let intervals = self.engines[engine].crash(now);
                 self.busy.extend(intervals);
@@ -663,8 +684,12 @@ impl<'a> World<'a> {
                 if let Some(after) = self.scenario.faults.crashed_engines_return_after_ms {
                     self.schedule(now + after, SimEvent::EngineReturn { engine });
                 }
+                return;
             }
-        }
+        };
+        self.busy.push(BusyRun { start_ms: start, end_ms: now, slots: run.slots, job: key.0.job.clone() });
+        self.engines[engine].machine.handle_exited(key, &exited);
+        self.carry_out(engine, false);
         if self.engines[engine].alive {
             self.start_remote_runs(engine);
         }
@@ -1061,5 +1086,21 @@ fn job_spec(plan: &JobPlan) -> JobSpec {
         tasks: TaskSet::Count(plan.tasks),
         options: plan.options.clone(),
         task_conditions: plan.task_conditions.clone(),
+    }
+}
+
+/// What a virtual process's exit tells the engine's machine.
+fn virtual_exit(end: ProcessEnd, duration_ms: u64, stderr_tail: &str) -> RunOutcome {
+    RunOutcome {
+        end,
+        cpu_ms: duration_ms,
+        wall_ms: duration_ms,
+        stdout_head: Vec::new(),
+        stdout_dropped_bytes: 0,
+        stderr_tail: stderr_tail.to_string(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        stdout_kept_bytes: 0,
+        stderr_kept_bytes: 0,
     }
 }

