@@ -158,7 +158,7 @@ struct Running {
 
 /// One engine's protocol state: its epoch, its runs and their slots, what it
 /// has seen, a drain under way, and the counts it reports when it stops.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Machine {
     config: MachineConfig,
     /// The log sequence of the current login's `EngineLoggedIn`; 0 before the first.
@@ -607,7 +607,7 @@ impl Machine {
 }
 
 /// A set that remembers its last `max` insertions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Seen<T> {
     set: HashSet<T>,
     order: VecDeque<T>,
