@@ -761,7 +761,7 @@ impl Agent {
                         killer.resume();
                     }
                 }
-                Action::Report(report) => self.publish_task_report(report).await?,
+                Action::Report(report) => self.publish_task_report(*report).await?,
                 Action::SyncLibrary { delivery_id, library, published } => {
                     self.sync_library(&delivery_id, library, published).await?
                 }

@@ -92,8 +92,8 @@ pub enum Action {
     Stop { key: AttemptKey, reason: StopReason },
     Suspend { key: AttemptKey },
     Resume { key: AttemptKey },
-    /// Publish this report of one run.
-    Report(TaskReport),
+    /// Publish this report of one run (boxed: an event is the largest of these).
+    Report(Box<TaskReport>),
     /// Answer a `SyncLibrary` delivery (the shell knows what the library
     /// directory holds and fetches what it lacks).
     SyncLibrary { delivery_id: String, library: LibraryRef, published: Option<LibraryInfo> },
@@ -436,7 +436,7 @@ impl Machine {
             error_tail: tail_text(message.as_bytes(), ERROR_TAIL_BYTES_MAX),
             stored: StoredStreams::default(),
         };
-        self.actions.push_back(Action::Report(TaskReport { event, dispatch, output: None }));
+        self.actions.push_back(Action::Report(Box::new(TaskReport { event, dispatch, output: None })));
     }
 
     /// A run's process (or remote job) runs: its start is reported, unless the
@@ -458,7 +458,7 @@ impl Machine {
         let dispatch = running.dispatch;
         self.counts.started += 1;
         let event = Event::TaskStarted { task, attempt, engine: self.engine().clone(), remote_job };
-        self.actions.push_back(Action::Report(TaskReport { event, dispatch, output: None }));
+        self.actions.push_back(Action::Report(Box::new(TaskReport { event, dispatch, output: None })));
     }
 
     /// A run ended: its slots are free, and it is reported, unless the
@@ -542,7 +542,7 @@ impl Machine {
             stderr_kept_bytes: outcome.stderr_kept_bytes,
             stderr_truncated: outcome.stderr_truncated,
         };
-        self.actions.push_back(Action::Report(TaskReport { event, dispatch: running.dispatch, output: Some(output) }));
+        self.actions.push_back(Action::Report(Box::new(TaskReport { event, dispatch: running.dispatch, output: Some(output) })));
     }
 
     fn launch_waiting_run(&mut self, key: &AttemptKey) {

@@ -85,6 +85,20 @@ fn reports(actions: &[Action]) -> Vec<(&'static str, Seq)> {
         .collect()
 }
 
+/// The failures reported among `actions` (kind, exit code), when every action is one.
+fn failures(actions: &[Action]) -> Vec<(FailureKind, Option<i32>)> {
+    actions
+        .iter()
+        .map(|action| match action {
+            Action::Report(report) => match &report.event {
+                Event::TaskFailed { kind, exit_code, .. } => (*kind, *exit_code),
+                other => panic!("not a failure: {other:?}"),
+            },
+            other => panic!("not a report: {other:?}"),
+        })
+        .collect()
+}
+
 #[test]
 fn a_dispatch_is_launched_started_and_reported_completed_with_its_output_to_store() {
     let mut machine = machine(2);
@@ -121,10 +135,9 @@ fn a_run_beyond_the_free_slots_is_reported_failed_and_not_launched() {
     machine.handle_delivery(dispatch(21, run_task(1, 1, 1))).unwrap();
     let actions = actions(&mut machine);
     assert!(matches!(actions[0], Action::Launch { slots: 2, .. }));
-    let Action::Report(TaskReport { event: Event::TaskFailed { kind, error_tail, .. }, dispatch, .. }) = &actions[1] else {
-        panic!("a failure report: {actions:?}")
-    };
-    assert_eq!((*kind, *dispatch), (FailureKind::LaunchFailed, Seq(21)));
+    let Action::Report(report) = &actions[1] else { panic!("a failure report: {actions:?}") };
+    let Event::TaskFailed { kind, error_tail, .. } = &report.event else { panic!("a failure report: {report:?}") };
+    assert_eq!((*kind, report.dispatch), (FailureKind::LaunchFailed, Seq(21)));
     assert!(error_tail.contains("needs 1 slot(s) and 0 of the engine's 2 are free"), "{error_tail}");
     assert_eq!(machine.slots_used(), 2);
 }
@@ -166,7 +179,7 @@ fn a_wall_time_limit_passed_is_reported_as_such() {
     machine.handle_exited((task(0), 1), &exit(RunEnd::WallTimeExceeded));
     let ended = actions(&mut machine);
     assert!(
-        matches!(&ended[..], [Action::Report(TaskReport { event: Event::TaskFailed { kind: FailureKind::WallTimeExceeded, exit_code: None, .. }, .. })]),
+        failures(&ended) == [(FailureKind::WallTimeExceeded, None)],
         "{ended:?}"
     );
     assert_eq!(machine.counts().failed, 1);
@@ -197,7 +210,7 @@ fn a_drain_stops_companions_at_once_and_the_rest_at_the_deadline_reported_as_a_s
     machine.handle_exited((task(0), 1), &exit(RunEnd::Killed));
     let ended = actions(&mut machine);
     assert!(
-        matches!(&ended[..], [Action::Report(TaskReport { event: Event::TaskFailed { kind: FailureKind::EngineShutdown, .. }, .. })]),
+        failures(&ended) == [(FailureKind::EngineShutdown, None)],
         "{ended:?}"
     );
     assert!(machine.is_idle());
@@ -214,7 +227,7 @@ fn a_drain_lets_what_ends_in_time_report_its_own_end() {
     machine.handle_exited((task(0), 1), &exit(RunEnd::Exited(3)));
     let ended = actions(&mut machine);
     assert!(
-        matches!(&ended[..], [Action::Report(TaskReport { event: Event::TaskFailed { kind: FailureKind::NonZeroExit, exit_code: Some(3), .. }, .. })]),
+        failures(&ended) == [(FailureKind::NonZeroExit, Some(3))],
         "{ended:?}"
     );
 }
